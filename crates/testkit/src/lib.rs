@@ -1,1 +1,67 @@
-//! placeholder
+//! Test support for lockkeeper: real servers on random 127.0.0.1 ports, stopped on drop.
+//!
+//! Behaviour is tested against real components, never mocks: Keeper in-process ([`Keeper`]) and
+//! Apache ZooKeeper 3.8 as a child JVM ([`ApacheZk`]). Both implement [`TestServer`], and
+//! [`both()`] returns one of each so the same test body pins that Keeper answers as ZooKeeper
+//! does:
+//!
+//! ```no_run
+//! for server in lockkeeper_testkit::both() {
+//!     let connect = server.connect_string(); // "127.0.0.1:PORT"
+//!     // ... run the same client code against `connect`, label failures with server.name()
+//! #   let _ = connect;
+//! }
+//! ```
+//!
+//! Set `LOCKKEEPER_TEST_BACKENDS=keeper` (or `zookeeper`, or `keeper,zookeeper`, the default)
+//! to run the [`both()`] tests against fewer backends while debugging.
+
+mod fourlw;
+mod keeper;
+mod ports;
+mod tools;
+mod zk;
+
+use std::net::SocketAddr;
+
+pub use fourlw::{four_letter_word, try_four_letter_word};
+pub use keeper::Keeper;
+pub use ports::free_port;
+pub use tools::{
+    JAVA_LIB_DIR, ZKCLI, find_on_path, java, java_classpath, java_jar, javac, python3, zkcli,
+};
+pub use zk::{ApacheZk, ZkOptions};
+
+/// Something a ZooKeeper client can connect to, started for one test and stopped on drop.
+pub trait TestServer: Send + Sync {
+    /// The loopback address it listens on.
+    fn addr(&self) -> SocketAddr;
+    /// The client connect string, `"127.0.0.1:PORT"`.
+    fn connect_string(&self) -> String;
+    /// `"keeper"` or `"zookeeper"`, to say in assertion messages which backend failed.
+    fn name(&self) -> &'static str;
+}
+
+/// The environment variable that narrows [`both()`] to some backends.
+pub const BACKENDS_ENV: &str = "LOCKKEEPER_TEST_BACKENDS";
+
+/// One Keeper and one Apache ZooKeeper, in that order, each freshly started: the same test
+/// body runs against each.
+pub fn both() -> Vec<Box<dyn TestServer>> {
+    let wanted = std::env::var(BACKENDS_ENV).unwrap_or_else(|_| "keeper,zookeeper".into());
+    let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
+    for name in &wanted {
+        assert!(
+            matches!(*name, "keeper" | "zookeeper"),
+            "{BACKENDS_ENV} lists {name:?}; expected `keeper` and/or `zookeeper`"
+        );
+    }
+    let mut servers: Vec<Box<dyn TestServer>> = Vec::new();
+    if wanted.contains(&"keeper") {
+        servers.push(Box::new(Keeper::start()));
+    }
+    if wanted.contains(&"zookeeper") {
+        servers.push(Box::new(ApacheZk::start()));
+    }
+    servers
+}

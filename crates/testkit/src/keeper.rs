@@ -1,0 +1,254 @@
+//! Keeper started in-process for one test.
+//!
+//! The server runs on a thread of its own with its own tokio runtime, so `Keeper::start()` is an
+//! ordinary blocking call that works the same from a `#[test]` and from a `#[tokio::test]`
+//! (whose runtime may have a single thread that must not be blocked by the server's tasks).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lockkeeper_server::{Config, Server};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+use crate::TestServer;
+
+/// How long a start or a shutdown may take before the test is told something is stuck.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running in-process Keeper, stopped (and its thread joined) when dropped.
+pub struct Keeper {
+    addr: SocketAddr,
+    config: Config,
+    running: Mutex<Option<Running>>,
+    /// The data directory made by [`Keeper::start`]; removed after the server stops.
+    data: Option<TempDir>,
+}
+
+struct Running {
+    shutdown: oneshot::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Keeper {
+    /// The configuration tests use: a free loopback port, `data_dir`, 2 s ticks, containers and
+    /// TTL nodes reaped every second, every four-letter word allowed.
+    pub fn test_config(data_dir: &Path) -> Config {
+        Config {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            data_dir: data_dir.to_path_buf(),
+            tick_time: Duration::from_millis(2000),
+            container_check_interval: Duration::from_secs(1),
+            ..Config::default()
+        }
+    }
+
+    /// Starts Keeper with [`Keeper::test_config`] on a fresh temporary data directory.
+    pub fn start() -> Keeper {
+        let data = tempfile::Builder::new()
+            .prefix("lockkeeper-keeper-")
+            .tempdir()
+            .expect("create a temporary data directory for Keeper");
+        let config = Keeper::test_config(data.path());
+        let mut keeper = Keeper::start_with(config);
+        keeper.data = Some(data);
+        keeper
+    }
+
+    /// Starts Keeper with exactly `config` (its data directory is the caller's to keep).
+    /// Returns once the server is listening; panics if it cannot start.
+    pub fn start_with(config: Config) -> Keeper {
+        let (addr, running) = launch(config.clone());
+        Keeper {
+            addr,
+            config,
+            running: Mutex::new(Some(running)),
+            data: None,
+        }
+    }
+
+    /// The configuration it was started with (`listen` may say port 0; see [`TestServer::addr`]).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The data directory (transaction log and snapshots).
+    pub fn data_dir(&self) -> &Path {
+        &self.config.data_dir
+    }
+
+    /// Shuts the server down and starts it again on the same address with the same data
+    /// directory, as a restart-durability test needs.
+    pub fn restart(&mut self) {
+        self.stop_server();
+        let mut config = self.config.clone();
+        config.listen = self.addr;
+        // The old listener is closed; only a bind race with another process can delay us.
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match try_launch(config.clone()) {
+                Ok((_, running)) => {
+                    *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running);
+                    return;
+                }
+                Err(LaunchError::AddrInUse(e)) if Instant::now() < deadline => {
+                    eprintln!("Keeper restart on {}: {e}; retrying", self.addr);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("Keeper restart on {} failed: {e}", self.addr),
+            }
+        }
+    }
+
+    /// Stops the server now (dropping does the same).
+    pub fn stop(self) {}
+
+    fn stop_server(&self) {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(Running { shutdown, thread }) = running else {
+            return;
+        };
+        let _ = shutdown.send(());
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while !thread.is_finished() {
+            if Instant::now() > deadline {
+                // Leave the thread behind rather than hang the test suite; say so loudly.
+                eprintln!(
+                    "Keeper on {} did not shut down within {STOP_TIMEOUT:?}; leaving its thread",
+                    self.addr
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if let Err(panic) = thread.join()
+            && !std::thread::panicking()
+        {
+            panic!("Keeper's server thread panicked: {}", panic_message(&panic));
+        }
+    }
+}
+
+impl TestServer for Keeper {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn connect_string(&self) -> String {
+        self.addr.to_string()
+    }
+    fn name(&self) -> &'static str {
+        "keeper"
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.stop_server();
+    }
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper")
+            .field("addr", &self.addr)
+            .field("data_dir", &self.config.data_dir)
+            .finish()
+    }
+}
+
+/// Why a start failed; a taken address is worth retrying on restart, nothing else is.
+enum LaunchError {
+    AddrInUse(std::io::Error),
+    Other(String),
+}
+
+impl std::fmt::Display for LaunchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaunchError::AddrInUse(e) => write!(f, "Server::start returned {e}"),
+            LaunchError::Other(message) => f.write_str(message),
+        }
+    }
+}
+
+fn launch(config: Config) -> (SocketAddr, Running) {
+    try_launch(config).unwrap_or_else(|e| panic!("Keeper failed to start: {e}"))
+}
+
+/// Runs the server on its own thread; returns once it listens, or why it could not.
+fn try_launch(config: Config) -> Result<(SocketAddr, Running), LaunchError> {
+    let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<SocketAddr>>();
+    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("keeper-test-server".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("keeper-test-worker")
+                .enable_all()
+                .build()
+                .expect("build the test server's tokio runtime");
+            runtime.block_on(async move {
+                match Server::start(config).await {
+                    Ok(server) => {
+                        let _ = ready_tx.send(Ok(server.local_addr()));
+                        // Either an explicit stop or the Keeper handle being dropped.
+                        let _ = shutdown_rx.await;
+                        server.shutdown().await;
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+            runtime.shutdown_timeout(Duration::from_secs(10));
+        })
+        .map_err(|e| LaunchError::Other(format!("spawn the server thread: {e}")))?;
+
+    match ready_rx.recv_timeout(START_TIMEOUT) {
+        Ok(Ok(addr)) => Ok((
+            addr,
+            Running {
+                shutdown: shutdown_tx,
+                thread,
+            },
+        )),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                Err(LaunchError::AddrInUse(e))
+            } else {
+                Err(LaunchError::Other(format!("Server::start returned {e}")))
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(LaunchError::Other(match thread.join() {
+            Err(panic) => format!("Server::start panicked: {}", panic_message(&panic)),
+            Ok(()) => "the server thread ended without reporting".into(),
+        })),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            drop(shutdown_tx);
+            Err(LaunchError::Other(format!(
+                "Server::start did not return within {START_TIMEOUT:?}"
+            )))
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".into()
+    }
+}

@@ -1,0 +1,119 @@
+//! Where the external programs and jars that interop tests drive live on a Debian machine.
+//!
+//! Each helper panics with the Debian package to install when its program is missing, so a test
+//! that cannot run says why instead of failing somewhere deep inside a child process.
+//! `scripts/test` installs all of them.
+
+use std::path::{Path, PathBuf};
+
+/// Debian installs every Java library here, each also under a version-free name.
+pub const JAVA_LIB_DIR: &str = "/usr/share/java";
+
+/// The command-line client shipped by Debian's `zookeeper` package.
+pub const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
+
+/// The jars a ZooKeeper or Curator client program needs. The Debian jars carry their own
+/// dependencies (netty, jackson, ...) in their manifests' `Class-Path`, so naming the top-level
+/// ones is enough.
+const CLIENT_JARS: &[(&str, &str)] = &[
+    ("zookeeper", "zookeeper"),
+    ("zookeeper-jute", "zookeeper"),
+    ("curator-client", "libcurator-client-java"),
+    ("curator-framework", "libcurator-framework-java"),
+    ("curator-recipes", "libcurator-recipes-java"),
+    ("guava", "libguava-java"),
+    ("slf4j-api", "libslf4j-java"),
+];
+
+/// The jars Apache ZooKeeper's server needs, with a logging backend so that its log (kept in the
+/// test's temporary directory) explains a failed start.
+pub(crate) const SERVER_JARS: &[(&str, &str)] = &[
+    ("zookeeper", "zookeeper"),
+    ("zookeeper-jute", "zookeeper"),
+    ("slf4j-api", "libslf4j-java"),
+    ("slf4j-log4j12", "libslf4j-java"),
+    ("log4j-1.2", "liblog4j1.2-java"),
+];
+
+/// The path of `/usr/share/java/<name>.jar`, or a panic naming the Debian package that has it.
+pub fn java_jar(name: &str, package: &str) -> PathBuf {
+    let path = Path::new(JAVA_LIB_DIR).join(format!("{name}.jar"));
+    assert!(
+        path.is_file(),
+        "{} is missing: install the Debian package `{package}` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+pub(crate) fn classpath_of(jars: &[(&str, &str)]) -> String {
+    jars.iter()
+        .map(|(name, package)| java_jar(name, package).display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A `-cp` value for Java programs that use the ZooKeeper client and Curator 5 (framework and
+/// recipes), built from Debian's jars.
+pub fn java_classpath() -> String {
+    classpath_of(CLIENT_JARS)
+}
+
+/// The `java` launcher: `$JAVA_HOME/bin/java` when set, else `java` from `PATH`.
+pub fn java() -> PathBuf {
+    if let Some(home) = std::env::var_os("JAVA_HOME") {
+        let candidate = Path::new(&home).join("bin/java");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    find_on_path("java").unwrap_or_else(|| {
+        panic!("no `java` on PATH: install the Debian package `default-jdk-headless`")
+    })
+}
+
+/// The `javac` compiler, for tests that compile a small Java client (e.g. a Curator program).
+pub fn javac() -> PathBuf {
+    if let Some(home) = std::env::var_os("JAVA_HOME") {
+        let candidate = Path::new(&home).join("bin/javac");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    find_on_path("javac").unwrap_or_else(|| {
+        panic!("no `javac` on PATH: install the Debian package `default-jdk-headless`")
+    })
+}
+
+/// The Python 3 interpreter that has `kazoo` importable (`$PYTHON` if set, else `python3`).
+pub fn python3() -> PathBuf {
+    if let Some(explicit) = std::env::var_os("PYTHON") {
+        return PathBuf::from(explicit);
+    }
+    find_on_path("python3").unwrap_or_else(|| panic!("no `python3` on PATH"))
+}
+
+/// The `zkCli.sh` script, or a panic naming the package to install.
+pub fn zkcli() -> PathBuf {
+    let path = PathBuf::from(ZKCLI);
+    assert!(
+        path.is_file(),
+        "{ZKCLI} is missing: install the Debian package `zookeeper` (scripts/test does)"
+    );
+    path
+}
+
+/// The first executable file called `program` in a `PATH` directory.
+pub fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
