@@ -45,22 +45,31 @@ pub trait TestServer: Send + Sync {
 /// The environment variable that narrows [`both()`] to some backends.
 pub const BACKENDS_ENV: &str = "LOCKKEEPER_TEST_BACKENDS";
 
+/// Whether the backend called `name` (`"keeper"` or `"zookeeper"`) is selected by
+/// `LOCKKEEPER_TEST_BACKENDS` (both are when it is unset). Tests that build their own pair of
+/// servers (with non-default options) use this to honour the same selection as [`both()`].
+pub fn backend_enabled(name: &str) -> bool {
+    let Ok(wanted) = std::env::var(BACKENDS_ENV) else {
+        return true;
+    };
+    let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
+    for listed in &wanted {
+        assert!(
+            matches!(*listed, "keeper" | "zookeeper"),
+            "{BACKENDS_ENV} lists {listed:?}; expected `keeper` and/or `zookeeper`"
+        );
+    }
+    wanted.contains(&name)
+}
+
 /// One Keeper and one Apache ZooKeeper, in that order, each freshly started: the same test
 /// body runs against each.
 pub fn both() -> Vec<Box<dyn TestServer>> {
-    let wanted = std::env::var(BACKENDS_ENV).unwrap_or_else(|_| "keeper,zookeeper".into());
-    let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
-    for name in &wanted {
-        assert!(
-            matches!(*name, "keeper" | "zookeeper"),
-            "{BACKENDS_ENV} lists {name:?}; expected `keeper` and/or `zookeeper`"
-        );
-    }
     let mut servers: Vec<Box<dyn TestServer>> = Vec::new();
-    if wanted.contains(&"keeper") {
+    if backend_enabled("keeper") {
         servers.push(Box::new(Keeper::start()));
     }
-    if wanted.contains(&"zookeeper") {
+    if backend_enabled("zookeeper") {
         servers.push(Box::new(ApacheZk::start()));
     }
     servers
