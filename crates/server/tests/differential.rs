@@ -1,0 +1,496 @@
+//! Differential test: Keeper against Apache ZooKeeper on the same seeded random operations.
+//!
+//! For each seed, a generator (`differential/ops.rs`) draws operations over four sessions on a
+//! small path universe (creates of every node kind, deletes and setData with right and wrong
+//! versions, reads, ACLs with world/digest/ip/auth, multi and multiRead, getEphemerals,
+//! getAllChildrenNumber, sync, addauth, whoami, one-shot watches, session close) and both
+//! servers run each operation in lockstep, one request at a time, so both see the same order.
+//! Every answer is normalized (`differential/compare.rs` says what is ignored and why: times,
+//! session ids, absolute zxids, child order) and compared, along with the watch events each
+//! session received; each seed ends with a full dump of the tree. The first difference fails
+//! the test with the seed, the operation and both answers, then the failing sequence is shrunk
+//! by replaying subsets of it under fresh chroots on the same two servers.
+//!
+//! Environment:
+//! * `LOCKKEEPER_DIFF_SEED=<n>`: run only that seed (to reproduce a failure).
+//! * `LOCKKEEPER_DIFF_OPS=<n>`: operations per seed (default 400).
+//! * `LOCKKEEPER_DIFF_SELFCHECK=1`: compare Apache ZooKeeper with a second Apache ZooKeeper
+//!   instead of Keeper; it must always pass, which proves the comparison is not too strict.
+//! * `LOCKKEEPER_DIFF_SKIP=tag,tag`: never draw operations with these tags (see [`tags`]), to
+//!   look past a known difference.
+//! * `LOCKKEEPER_DIFF_TRACE=1`: print every operation and the reference answer.
+//! * `LOCKKEEPER_DIFF_SHRINK=0`: do not shrink a failure.
+
+#[path = "differential/compare.rs"]
+mod compare;
+#[path = "differential/ops.rs"]
+mod ops;
+#[path = "differential/run.rs"]
+mod run;
+
+use std::time::{Duration, Instant};
+
+use compare::{Step, difference, show_step};
+use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, ZkOptions};
+use ops::{Generator, NodeKind, Op, ReadOp, SubOp};
+use run::Backend;
+use zookeeper_client::{Acls, Client, CreateMode};
+
+/// The seeds every run covers. The first runs at the real root, the others each in a chroot of
+/// their own on the same two servers.
+const SEEDS: [u64; 5] = [1, 2, 3, 0x5eed, 20240601];
+
+const DEFAULT_OPS: usize = 400;
+
+/// How long shrinking a failure may take; the test has already failed, this only buys a
+/// shorter reproduction.
+const SHRINK_BUDGET: Duration = Duration::from_secs(120);
+
+/// Container and TTL reaping is timer driven, which no operation sequence can order against;
+/// both servers get an interval far longer than a run so that nothing is reaped.
+const REAP_INTERVAL: Duration = Duration::from_secs(3600);
+
+struct Settings {
+    seeds: Vec<u64>,
+    ops: usize,
+    selfcheck: bool,
+    skip: Vec<String>,
+    trace: bool,
+    shrink: bool,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let seeds = match var("LOCKKEEPER_DIFF_SEED") {
+            Some(seed) => vec![seed.parse().expect("LOCKKEEPER_DIFF_SEED is a u64")],
+            None => SEEDS.to_vec(),
+        };
+        let ops = var("LOCKKEEPER_DIFF_OPS")
+            .map(|n| n.parse().expect("LOCKKEEPER_DIFF_OPS is a count"))
+            .unwrap_or(DEFAULT_OPS);
+        let skip = var("LOCKKEEPER_DIFF_SKIP")
+            .map(|s| s.split(',').map(|t| t.trim().to_string()).collect())
+            .unwrap_or_default();
+        Settings {
+            seeds,
+            ops,
+            selfcheck: var("LOCKKEEPER_DIFF_SELFCHECK").is_some_and(|v| v != "0"),
+            skip,
+            trace: var("LOCKKEEPER_DIFF_TRACE").is_some_and(|v| v != "0"),
+            shrink: var("LOCKKEEPER_DIFF_SHRINK").is_none_or(|v| v != "0"),
+        }
+    }
+}
+
+/// Tags of an operation, for `LOCKKEEPER_DIFF_SKIP`: its name, `root` if it touches `/`,
+/// `ttl`, `container`, `sequential`, `ephemeral` if it creates such a node.
+fn tags(op: &Op) -> Vec<&'static str> {
+    let mut tags = Vec::new();
+    let kind = |k: NodeKind, tags: &mut Vec<&'static str>| match k {
+        NodeKind::Ttl => tags.push("ttl"),
+        NodeKind::TtlSequential => tags.extend(["ttl", "sequential"]),
+        NodeKind::Container => tags.push("container"),
+        NodeKind::PersistentSequential => tags.push("sequential"),
+        NodeKind::EphemeralSequential => tags.extend(["ephemeral", "sequential"]),
+        NodeKind::Ephemeral => tags.push("ephemeral"),
+        NodeKind::Persistent => {}
+    };
+    let mut paths: Vec<&str> = Vec::new();
+    let name = match op {
+        Op::Create { path, kind: k, .. } => {
+            kind(*k, &mut tags);
+            paths.push(path);
+            "create"
+        }
+        Op::Delete { path, .. } => {
+            paths.push(path);
+            "delete"
+        }
+        Op::SetData { path, .. } => {
+            paths.push(path);
+            "setData"
+        }
+        Op::GetData { path, .. } => {
+            paths.push(path);
+            "getData"
+        }
+        Op::Exists { path, .. } => {
+            paths.push(path);
+            "exists"
+        }
+        Op::ListChildren { path, .. } | Op::GetChildren { path, .. } => {
+            paths.push(path);
+            "getChildren"
+        }
+        Op::GetAcl { path, .. } => {
+            paths.push(path);
+            "getAcl"
+        }
+        Op::SetAcl { path, .. } => {
+            paths.push(path);
+            "setAcl"
+        }
+        Op::Multi { ops, .. } => {
+            for sub in ops {
+                match sub {
+                    SubOp::Create { path, kind: k, .. } => {
+                        kind(*k, &mut tags);
+                        paths.push(path);
+                    }
+                    SubOp::Delete { path, .. }
+                    | SubOp::SetData { path, .. }
+                    | SubOp::Check { path, .. } => paths.push(path),
+                }
+            }
+            "multi"
+        }
+        Op::MultiRead { ops, .. } => {
+            for read in ops {
+                match read {
+                    ReadOp::GetData(path) | ReadOp::GetChildren(path) => paths.push(path),
+                }
+            }
+            "multiRead"
+        }
+        Op::GetEphemerals { .. } => "getEphemerals",
+        Op::AllChildrenNumber { path, .. } => {
+            paths.push(path);
+            "getAllChildrenNumber"
+        }
+        Op::Sync { path, .. } => {
+            paths.push(path);
+            "sync"
+        }
+        Op::AddAuth { .. } => "addauth",
+        Op::WhoAmI { .. } => "whoami",
+        Op::Watch { path, .. } => {
+            paths.push(path);
+            "watch"
+        }
+        Op::CloseSession { .. } => "close",
+        Op::Dump => "dump",
+    };
+    tags.push(name);
+    if paths.contains(&"/") {
+        tags.push("root");
+    }
+    tags
+}
+
+/// The first difference of a run.
+struct Mismatch {
+    /// The operations up to and including the one that differed.
+    ops: Vec<Op>,
+    /// What the reference server answered to each of them.
+    reference: Vec<Step>,
+    /// The other server's answer to the last one.
+    other: Step,
+    why: String,
+}
+
+/// Whether the generator may hand `op` to the servers.
+///
+/// At the real root (`top_level`) the root's ACL is left alone: a random setAcl there could
+/// lock every later run out of creating its chroot.
+fn allowed(settings: &Settings, top_level: bool, op: &Op) -> bool {
+    if top_level && matches!(op, Op::SetAcl { path, .. } if path == "/") {
+        return false;
+    }
+    !tags(op)
+        .iter()
+        .any(|t| settings.skip.iter().any(|s| s == t))
+}
+
+/// Draws and runs `count` operations (then a dump) for `seed` on both backends in lockstep.
+async fn lockstep(
+    settings: &Settings,
+    seed: u64,
+    top_level: bool,
+    a: &mut Backend,
+    b: &mut Backend,
+) -> Result<(), Mismatch> {
+    let mut generator = Generator::new(seed);
+    let mut ops = Vec::new();
+    let mut reference = Vec::new();
+    for index in 0..=settings.ops {
+        let op = if index == settings.ops {
+            Op::Dump
+        } else {
+            loop {
+                let op = generator.next_op();
+                if allowed(settings, top_level, &op) {
+                    break op;
+                }
+            }
+        };
+        let step_a = a.step(index, &op).await;
+        let step_b = b.step(index, &op).await;
+        if settings.trace {
+            eprintln!("seed {seed} #{index} {op}\n    -> {}", show_step(&step_a));
+        }
+        generator.observe(&op, &step_a.outcome);
+        let why = difference(&step_a, &step_b);
+        ops.push(op);
+        reference.push(step_a);
+        if let Some(why) = why {
+            return Err(Mismatch {
+                ops,
+                reference,
+                other: step_b,
+                why,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The two servers under comparison: the reference (always Apache ZooKeeper) and the other.
+struct Pair {
+    reference: ApacheZk,
+    other: Box<dyn TestServer>,
+    /// Keeper's data directory, kept alive as long as the server.
+    _data: Option<tempfile::TempDir>,
+    /// Each chroot made for a run gets a fresh name.
+    chroots: usize,
+}
+
+impl Pair {
+    fn start(selfcheck: bool) -> Pair {
+        let options = ZkOptions {
+            container_check_interval_ms: REAP_INTERVAL.as_millis() as u64,
+            max_client_cnxns: 0,
+            ..ZkOptions::default()
+        };
+        let reference = ApacheZk::start_with(options.clone());
+        if selfcheck {
+            let other = Box::new(ApacheZk::start_with(options));
+            return Pair {
+                reference,
+                other,
+                _data: None,
+                chroots: 0,
+            };
+        }
+        let data = tempfile::Builder::new()
+            .prefix("lockkeeper-differential-")
+            .tempdir()
+            .expect("create Keeper's data directory");
+        let mut config = Keeper::test_config(data.path());
+        config.container_check_interval = REAP_INTERVAL;
+        config.max_client_cnxns = 10_000;
+        Pair {
+            reference,
+            other: Box::new(Keeper::start_with(config)),
+            _data: Some(data),
+            chroots: 0,
+        }
+    }
+
+    fn other_name(&self) -> &'static str {
+        if self.other.name() == "zookeeper" {
+            "zookeeper#2"
+        } else {
+            self.other.name()
+        }
+    }
+
+    /// Opens both backends, at the real root or under a fresh chroot made on both servers.
+    async fn open(&mut self, label: &str, chroot: bool) -> (Backend, Backend) {
+        let suffix = if chroot {
+            self.chroots += 1;
+            let node = format!("/{label}-{}", self.chroots);
+            for server in [&self.reference as &dyn TestServer, self.other.as_ref()] {
+                let admin = Client::connect(&server.connect_string())
+                    .await
+                    .unwrap_or_else(|e| panic!("connect to {}: {e}", server.name()));
+                admin
+                    .create(
+                        &node,
+                        b"",
+                        &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("create chroot {node} on {}: {e}", server.name()));
+            }
+            node
+        } else {
+            String::new()
+        };
+        let a = Backend::open(
+            "zookeeper",
+            format!("{}{suffix}", self.reference.connect_string()),
+            !chroot,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("open sessions on zookeeper: {e}"));
+        let b = Backend::open(
+            self.other_name(),
+            format!("{}{suffix}", self.other.connect_string()),
+            !chroot,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("open sessions on {}: {e}", self.other_name()));
+        (a, b)
+    }
+}
+
+/// Replays fixed operations on fresh backends; true if the first difference is at the last one.
+async fn fails_at_end(pair: &mut Pair, ops: &[Op]) -> bool {
+    let (mut a, mut b) = pair.open("shrink", true).await;
+    let mut result = false;
+    for (index, op) in ops.iter().enumerate() {
+        let step_a = a.step(index, op).await;
+        let step_b = b.step(index, op).await;
+        if difference(&step_a, &step_b).is_some() {
+            result = index + 1 == ops.len();
+            break;
+        }
+    }
+    a.close().await;
+    b.close().await;
+    result
+}
+
+/// Removes operations while the last one still differs: chunks of halving size, then single
+/// operations until none can go. Bounded by [`SHRINK_BUDGET`].
+async fn shrink(pair: &mut Pair, ops: &[Op]) -> Option<Vec<Op>> {
+    let deadline = Instant::now() + SHRINK_BUDGET;
+    let mut current = ops.to_vec();
+    if !fails_at_end(pair, &current).await {
+        return None;
+    }
+    let mut chunk = (current.len() / 2).max(1);
+    loop {
+        let mut removed = false;
+        let mut start = 0;
+        while start + 1 < current.len() {
+            if Instant::now() > deadline {
+                return Some(current);
+            }
+            let end = (start + chunk).min(current.len() - 1);
+            let mut candidate = current[..start].to_vec();
+            candidate.extend_from_slice(&current[end..]);
+            if fails_at_end(pair, &candidate).await {
+                current = candidate;
+                removed = true;
+            } else {
+                start = end;
+            }
+        }
+        if chunk == 1 && !removed {
+            return Some(current);
+        }
+        chunk = (chunk / 2).max(1);
+    }
+}
+
+/// Runs the shrunk sequence once more to print every step with both answers.
+async fn show_replay(pair: &mut Pair, ops: &[Op]) -> String {
+    let (mut a, mut b) = pair.open("shown", true).await;
+    let mut out = String::new();
+    for (index, op) in ops.iter().enumerate() {
+        let step_a = a.step(index, op).await;
+        let step_b = b.step(index, op).await;
+        out.push_str(&format!(
+            "  #{index} {op}\n      {}: {}\n",
+            a.name,
+            show_step(&step_a)
+        ));
+        if difference(&step_a, &step_b).is_some() {
+            out.push_str(&format!("      {}: {}\n", b.name, show_step(&step_b)));
+        }
+    }
+    a.close().await;
+    b.close().await;
+    out
+}
+
+fn report(
+    settings: &Settings,
+    seed: u64,
+    other: &str,
+    mismatch: &Mismatch,
+    shrunk: Option<String>,
+) -> String {
+    let index = mismatch.ops.len() - 1;
+    let mut out = format!(
+        "{other} differs from Apache ZooKeeper: {} (seed {seed}, operation #{index})\n\
+         \x20 operation: {}\n\
+         \x20 zookeeper: {}\n\
+         \x20 {other}: {}\n\
+         reproduce: LOCKKEEPER_DIFF_SEED={seed} LOCKKEEPER_DIFF_OPS={}{} cargo test -p lockkeeper-server --test differential\n",
+        mismatch.why,
+        mismatch.ops[index],
+        show_step(&mismatch.reference[index]),
+        show_step(&mismatch.other),
+        settings.ops,
+        if settings.skip.is_empty() {
+            String::new()
+        } else {
+            format!(" LOCKKEEPER_DIFF_SKIP={}", settings.skip.join(","))
+        },
+    );
+    match shrunk {
+        Some(shrunk) => out.push_str(&format!(
+            "shrunk reproduction (replayed in a fresh chroot; zookeeper's answer to each step, \
+             both answers where they differ):\n{shrunk}"
+        )),
+        None => {
+            out.push_str("the operations before it (with zookeeper's answers):\n");
+            let from = index.saturating_sub(20);
+            for i in from..index {
+                out.push_str(&format!(
+                    "  #{i} {}\n      {}\n",
+                    mismatch.ops[i],
+                    show_step(&mismatch.reference[i])
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn keeper_answers_like_apache_zookeeper() {
+    let settings = Settings::from_env();
+    let mut pair = Pair::start(settings.selfcheck);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("build the test's tokio runtime");
+    let other = pair.other_name();
+    let failure = runtime.block_on(async {
+        for (i, &seed) in settings.seeds.iter().enumerate() {
+            let started = Instant::now();
+            let (mut a, mut b) = pair.open(&format!("seed-{seed}"), i > 0).await;
+            let result = lockstep(&settings, seed, i == 0, &mut a, &mut b).await;
+            a.close().await;
+            b.close().await;
+            match result {
+                Ok(()) => eprintln!(
+                    "seed {seed}: {} operations agree with {other} ({:.1?})",
+                    settings.ops,
+                    started.elapsed()
+                ),
+                Err(mismatch) => {
+                    let shrunk = if settings.shrink {
+                        match shrink(&mut pair, &mismatch.ops).await {
+                            Some(ops) => Some(show_replay(&mut pair, &ops).await),
+                            None => None,
+                        }
+                    } else {
+                        None
+                    };
+                    return Some(report(&settings, seed, other, &mismatch, shrunk));
+                }
+            }
+        }
+        None
+    });
+    drop(runtime);
+    if let Some(failure) = failure {
+        panic!("{failure}");
+    }
+}

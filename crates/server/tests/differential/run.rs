@@ -1,0 +1,629 @@
+//! Runs operations against one server and turns its answers into comparable [`Step`]s.
+//!
+//! A [`Backend`] is one server seen through [`SLOTS`] sessions of the `zookeeper-client` crate
+//! (plus an inspector session used only for tree dumps). It owns the per-run normalization
+//! state of `compare.rs`: the zxid labels and the names of its own sessions.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use base64::Engine as _;
+use sha1::{Digest as _, Sha1};
+use zookeeper_client::{
+    Acl, Acls, AuthId, Client, CreateMode, CreateOptions, EventType, MultiReadResult,
+    MultiWriteError, MultiWriteResult, Permission, SessionState, Stat, WatchedEvent,
+};
+
+use super::compare::{MultiItem, NStat, Outcome, ReadItem, Step, TreeEntry, ZxidLabels};
+use super::ops::{AclChoice, NodeKind, Op, ReadOp, SLOTS, SubOp, USERS, WatchKind};
+
+/// How long any single request may take. Generous: the machine is shared and Keeper syncs its
+/// log to disk; this only turns a hang into a reported difference.
+const OP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Session timeout asked for. Long, so that a loaded machine never expires a session mid-run.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// TTL of TTL nodes: far longer than a run, so expiry never races the comparison.
+const TTL: Duration = Duration::from_secs(3600);
+
+/// A dump refuses trees larger than this; the generator's universe stays far below it.
+const DUMP_LIMIT: usize = 2000;
+
+/// `user:password` for [`USERS`]`[user]`, as addauth digest takes it.
+fn credential(user: usize) -> String {
+    let (name, password) = USERS[user];
+    format!("{name}:{password}")
+}
+
+/// The digest ACL id for [`USERS`]`[user]`: `user:base64(sha1(user:password))`.
+fn digest_id(user: usize) -> String {
+    let hash = Sha1::digest(credential(user).as_bytes());
+    format!(
+        "{}:{}",
+        USERS[user].0,
+        base64::engine::general_purpose::STANDARD.encode(hash)
+    )
+}
+
+fn acl_list(choice: AclChoice) -> Vec<Acl> {
+    let digest = |user: usize| AuthId::new("digest", &digest_id(user));
+    match choice {
+        AclChoice::AnyoneAll => vec![Acl::new(Permission::ALL, AuthId::anyone())],
+        AclChoice::AnyoneRead => vec![Acl::new(Permission::READ, AuthId::anyone())],
+        AclChoice::CreatorAll => vec![Acl::new(Permission::ALL, AuthId::authed())],
+        AclChoice::Alice => vec![Acl::new(Permission::ALL, digest(0))],
+        AclChoice::Mixed => vec![
+            Acl::new(Permission::ALL, digest(0)),
+            Acl::new(Permission::READ, digest(1)),
+            Acl::new(Permission::CREATE | Permission::READ, AuthId::anyone()),
+        ],
+        AclChoice::Loopback => vec![Acl::new(Permission::ALL, AuthId::new("ip", "127.0.0.1"))],
+        AclChoice::ForeignNetOrBob => vec![
+            Acl::new(Permission::READ, AuthId::new("ip", "10.0.0.0/8")),
+            Acl::new(Permission::ALL, digest(1)),
+        ],
+        AclChoice::NoDelete => vec![Acl::new(
+            Permission::READ | Permission::WRITE | Permission::CREATE | Permission::ADMIN,
+            AuthId::anyone(),
+        )],
+        AclChoice::Malformed => vec![Acl::new(Permission::ALL, AuthId::new("digest", "alice"))],
+    }
+}
+
+fn create_options(kind: NodeKind, acls: Acls<'_>) -> CreateOptions<'_> {
+    match kind {
+        NodeKind::Persistent => CreateMode::Persistent.with_acls(acls),
+        NodeKind::Ephemeral => CreateMode::Ephemeral.with_acls(acls),
+        NodeKind::PersistentSequential => CreateMode::PersistentSequential.with_acls(acls),
+        NodeKind::EphemeralSequential => CreateMode::EphemeralSequential.with_acls(acls),
+        NodeKind::Container => CreateMode::Container.with_acls(acls),
+        NodeKind::Ttl => CreateMode::Persistent.with_acls(acls).with_ttl(TTL),
+        NodeKind::TtlSequential => CreateMode::PersistentSequential
+            .with_acls(acls)
+            .with_ttl(TTL),
+    }
+}
+
+fn show_acl(acl: &[Acl]) -> Vec<String> {
+    acl.iter()
+        .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
+        .collect()
+}
+
+fn text(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+/// Awaits a client call for at most [`OP_TIMEOUT`]; errors become their names.
+async fn bounded<T>(
+    call: impl Future<Output = Result<T, zookeeper_client::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(OP_TIMEOUT, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{e:?}")),
+        Err(_) => Err(format!("no answer within {OP_TIMEOUT:?}")),
+    }
+}
+
+/// Opens a session and authenticates it as `users`.
+async fn connect(connect_string: &str, users: &[usize]) -> Result<Client, String> {
+    let client = bounded(
+        Client::connector()
+            .with_session_timeout(SESSION_TIMEOUT)
+            .connect(connect_string),
+    )
+    .await
+    .map_err(|e| format!("connect to {connect_string}: {e}"))?;
+    for &user in users {
+        bounded(client.auth("digest", credential(user).as_bytes()))
+            .await
+            .map_err(|e| format!("addauth on a new session: {e}"))?;
+    }
+    Ok(client)
+}
+
+/// Closes a session and waits until the server has confirmed it, so that its ephemerals are
+/// gone before the next operation.
+async fn close(client: Client) -> Result<(), String> {
+    let mut state = client.state_watcher();
+    drop(client);
+    let wait = async {
+        let mut now = state.peek_state();
+        while !now.is_terminated() {
+            now = state.changed().await;
+        }
+        now
+    };
+    match tokio::time::timeout(OP_TIMEOUT, wait).await {
+        Ok(SessionState::Closed) => Ok(()),
+        Ok(other) => Err(format!("session ended as {other:?}, not Closed")),
+        Err(_) => Err(format!("session not closed within {OP_TIMEOUT:?}")),
+    }
+}
+
+type EventFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+
+/// A one-shot watch not yet fired.
+struct Pending {
+    /// Index of the operation that set it.
+    origin: usize,
+    kind: WatchKind,
+    event: EventFuture,
+}
+
+struct Slot {
+    client: Client,
+    /// Digest identities ([`USERS`] indexes) this slot authenticates as; a reopened session
+    /// authenticates as the same users.
+    users: Vec<usize>,
+    generation: usize,
+    watches: Vec<Pending>,
+}
+
+/// Turns raw stats into [`NStat`]s for one run.
+#[derive(Default)]
+struct Normalizer {
+    zxids: ZxidLabels,
+    /// Our own session ids and their names in the run.
+    owners: HashMap<i64, String>,
+}
+
+impl Normalizer {
+    fn stat(&mut self, stat: &Stat) -> NStat {
+        let owner = match stat.ephemeral_owner {
+            0 => "-".to_string(),
+            id => self
+                .owners
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("{id:#x}")),
+        };
+        NStat {
+            czxid: self.zxids.label(stat.czxid),
+            mzxid: self.zxids.label(stat.mzxid),
+            pzxid: self.zxids.label(stat.pzxid),
+            version: stat.version,
+            cversion: stat.cversion,
+            aversion: stat.aversion,
+            owner,
+            data_length: stat.data_length,
+            num_children: stat.num_children,
+        }
+    }
+}
+
+/// One server, driven through [`SLOTS`] sessions.
+pub struct Backend {
+    pub name: String,
+    connect_string: String,
+    /// True when the sessions see the real root (no chroot): dumps then skip `/zookeeper`,
+    /// whose contents are server configuration rather than data.
+    top_level: bool,
+    slots: Vec<Slot>,
+    /// A session with every identity, used only to dump the tree.
+    inspector: Client,
+    norm: Normalizer,
+}
+
+impl Backend {
+    /// Opens the sessions: slot 0 authenticates as alice, slot 1 as bob, the others as nobody.
+    pub async fn open(
+        name: &str,
+        connect_string: String,
+        top_level: bool,
+    ) -> Result<Backend, String> {
+        let mut norm = Normalizer::default();
+        let mut slots = Vec::with_capacity(SLOTS);
+        for s in 0..SLOTS {
+            let users = match s {
+                0 => vec![0],
+                1 => vec![1],
+                _ => Vec::new(),
+            };
+            let client = connect(&connect_string, &users).await?;
+            norm.owners.insert(client.session_id().0, format!("s{s}.0"));
+            slots.push(Slot {
+                client,
+                users,
+                generation: 0,
+                watches: Vec::new(),
+            });
+        }
+        let inspector = connect(&connect_string, &[0, 1]).await?;
+        norm.owners
+            .insert(inspector.session_id().0, "inspector".to_string());
+        Ok(Backend {
+            name: name.to_string(),
+            connect_string,
+            top_level,
+            slots,
+            inspector,
+            norm,
+        })
+    }
+
+    /// Closes every session of this backend.
+    pub async fn close(self) {
+        for slot in self.slots {
+            let _ = close(slot.client).await;
+        }
+        let _ = close(self.inspector).await;
+    }
+
+    /// Runs operation number `index` and collects what it caused.
+    pub async fn step(&mut self, index: usize, op: &Op) -> Step {
+        let outcome = self.exec(index, op).await;
+        let events = self.collect_events().await;
+        let zxid_ranks = self.norm.zxids.take_fresh();
+        Step {
+            outcome,
+            events,
+            zxid_ranks,
+        }
+    }
+
+    /// Hands over the watch events every session has received so far.
+    ///
+    /// Each session with pending watches first does a read of its own: ZooKeeper sends a
+    /// session the events a change fired before it answers any later request of that session,
+    /// and the client hands an event to its watcher before it resolves the reply that follows
+    /// it. So once that read has returned, every event this step caused is ready to be polled.
+    async fn collect_events(&mut self) -> Vec<String> {
+        let mut events = Vec::new();
+        let mut cx = Context::from_waker(Waker::noop());
+        for (s, slot) in self.slots.iter_mut().enumerate() {
+            if slot.watches.is_empty() {
+                continue;
+            }
+            if let Err(e) = bounded(slot.client.check_stat("/")).await {
+                events.push(format!("s{s}: the read after the step failed: {e}"));
+            }
+            slot.watches
+                .retain_mut(|pending| match pending.event.as_mut().poll(&mut cx) {
+                    Poll::Ready(event) => {
+                        let what = if event.event_type == EventType::Session {
+                            format!("Session {:?}", event.session_state)
+                        } else {
+                            format!("{:?} {}", event.event_type, event.path)
+                        };
+                        events.push(format!(
+                            "s{s}: {what} (watch #{} {:?})",
+                            pending.origin, pending.kind
+                        ));
+                        false
+                    }
+                    Poll::Pending => true,
+                });
+        }
+        events.sort();
+        events
+    }
+
+    async fn exec(&mut self, index: usize, op: &Op) -> Outcome {
+        let norm = &mut self.norm;
+        match op {
+            Op::Create {
+                s,
+                path,
+                data,
+                kind,
+                acl,
+            } => {
+                let acl = acl_list(*acl);
+                let options = create_options(*kind, Acls::new(&acl));
+                match bounded(self.slots[*s].client.create(path, data, &options)).await {
+                    Ok((stat, sequence)) => {
+                        // The client checks that the server's path is our path plus a number
+                        // and returns the number; the exact digits are compared through the
+                        // children lists and the paths multi returns.
+                        let path = if kind.is_sequential() {
+                            format!("{path}{sequence}")
+                        } else {
+                            path.clone()
+                        };
+                        Outcome::Created {
+                            path,
+                            stat: norm.stat(&stat),
+                        }
+                    }
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::Delete { s, path, version } => {
+                match bounded(self.slots[*s].client.delete(path, *version)).await {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::SetData {
+                s,
+                path,
+                data,
+                version,
+            } => match bounded(self.slots[*s].client.set_data(path, data, *version)).await {
+                Ok(stat) => Outcome::Stat(norm.stat(&stat)),
+                Err(e) => Outcome::Error(e),
+            },
+            Op::GetData { s, path } => match bounded(self.slots[*s].client.get_data(path)).await {
+                Ok((data, stat)) => Outcome::Data {
+                    data: text(&data),
+                    stat: norm.stat(&stat),
+                },
+                Err(e) => Outcome::Error(e),
+            },
+            Op::Exists { s, path } => match bounded(self.slots[*s].client.check_stat(path)).await {
+                Ok(stat) => Outcome::Exists(stat.map(|stat| norm.stat(&stat))),
+                Err(e) => Outcome::Error(e),
+            },
+            Op::ListChildren { s, path } => {
+                match bounded(self.slots[*s].client.list_children(path)).await {
+                    Ok(names) => Outcome::Children {
+                        names: sorted(names),
+                        stat: None,
+                    },
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::GetChildren { s, path } => {
+                match bounded(self.slots[*s].client.get_children(path)).await {
+                    Ok((names, stat)) => Outcome::Children {
+                        names: sorted(names),
+                        stat: Some(norm.stat(&stat)),
+                    },
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::GetAcl { s, path } => match bounded(self.slots[*s].client.get_acl(path)).await {
+                Ok((acl, stat)) => Outcome::Acl {
+                    acl: show_acl(&acl),
+                    stat: norm.stat(&stat),
+                },
+                Err(e) => Outcome::Error(e),
+            },
+            Op::SetAcl {
+                s,
+                path,
+                acl,
+                version,
+            } => {
+                let acl = acl_list(*acl);
+                match bounded(self.slots[*s].client.set_acl(path, &acl, *version)).await {
+                    Ok(stat) => Outcome::Stat(norm.stat(&stat)),
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::Multi { s, ops } => multi(&self.slots[*s].client, norm, ops).await,
+            Op::MultiRead { s, ops } => multi_read(&self.slots[*s].client, norm, ops).await,
+            Op::GetEphemerals { s, prefix } => {
+                match bounded(self.slots[*s].client.list_ephemerals(prefix)).await {
+                    Ok(paths) => Outcome::Names(sorted(paths)),
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::AllChildrenNumber { s, path } => {
+                match bounded(self.slots[*s].client.count_descendants_number(path)).await {
+                    Ok(n) => Outcome::Count(n),
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::Sync { s, path } => match bounded(self.slots[*s].client.sync(path)).await {
+                Ok(()) => Outcome::Done,
+                Err(e) => Outcome::Error(e),
+            },
+            Op::AddAuth { s, user } => {
+                let slot = &mut self.slots[*s];
+                match bounded(slot.client.auth("digest", credential(*user).as_bytes())).await {
+                    Ok(()) => {
+                        if !slot.users.contains(user) {
+                            slot.users.push(*user);
+                        }
+                        Outcome::Done
+                    }
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::WhoAmI { s } => match bounded(self.slots[*s].client.list_auth_users()).await {
+                Ok(users) => Outcome::Names(sorted(
+                    users
+                        .iter()
+                        .map(|u| format!("{}:{}", u.scheme(), u.user()))
+                        .collect(),
+                )),
+                Err(e) => Outcome::Error(e),
+            },
+            Op::Watch { s, path, kind } => {
+                let slot = &mut self.slots[*s];
+                let client = &slot.client;
+                let (outcome, watcher) = match kind {
+                    WatchKind::Exists => match bounded(client.check_and_watch_stat(path)).await {
+                        Ok((stat, w)) => {
+                            (Outcome::Exists(stat.map(|stat| norm.stat(&stat))), Some(w))
+                        }
+                        Err(e) => (Outcome::Error(e), None),
+                    },
+                    WatchKind::Data => match bounded(client.get_and_watch_data(path)).await {
+                        Ok((data, stat, w)) => (
+                            Outcome::Data {
+                                data: text(&data),
+                                stat: norm.stat(&stat),
+                            },
+                            Some(w),
+                        ),
+                        Err(e) => (Outcome::Error(e), None),
+                    },
+                    WatchKind::Children => {
+                        match bounded(client.get_and_watch_children(path)).await {
+                            Ok((names, stat, w)) => (
+                                Outcome::Children {
+                                    names: sorted(names),
+                                    stat: Some(norm.stat(&stat)),
+                                },
+                                Some(w),
+                            ),
+                            Err(e) => (Outcome::Error(e), None),
+                        }
+                    }
+                };
+                if let Some(watcher) = watcher {
+                    slot.watches.push(Pending {
+                        origin: index,
+                        kind: *kind,
+                        event: Box::pin(watcher.changed()),
+                    });
+                }
+                outcome
+            }
+            Op::CloseSession { s } => {
+                let slot = &mut self.slots[*s];
+                let fresh = match connect(&self.connect_string, &slot.users).await {
+                    Ok(client) => client,
+                    Err(e) => return Outcome::Error(format!("reopen: {e}")),
+                };
+                let old = std::mem::replace(&mut slot.client, fresh);
+                slot.generation += 1;
+                norm.owners.insert(
+                    slot.client.session_id().0,
+                    format!("s{s}.{}", slot.generation),
+                );
+                let result = close(old).await;
+                // The old session's watches died with it; dropping them now (after the client
+                // is gone) sends nothing to the server.
+                slot.watches.clear();
+                match result {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => Outcome::Error(e),
+                }
+            }
+            Op::Dump => self.dump().await,
+        }
+    }
+
+    /// Reads every node (data, stat, ACL), depth first in name order.
+    async fn dump(&mut self) -> Outcome {
+        let mut entries = Vec::new();
+        let mut stack = vec!["/".to_string()];
+        while let Some(path) = stack.pop() {
+            if entries.len() >= DUMP_LIMIT {
+                return Outcome::Error(format!("dump: more than {DUMP_LIMIT} nodes"));
+            }
+            let client = &self.inspector;
+            let (data, stat) = match bounded(client.get_data(&path)).await {
+                Ok(found) => found,
+                Err(e) => return Outcome::Error(format!("dump: getData {path}: {e}")),
+            };
+            let acl = match bounded(client.get_acl(&path)).await {
+                Ok((acl, _)) => show_acl(&acl),
+                Err(e) => return Outcome::Error(format!("dump: getAcl {path}: {e}")),
+            };
+            let children = match bounded(client.list_children(&path)).await {
+                Ok(names) => sorted(names),
+                Err(e) => return Outcome::Error(format!("dump: getChildren {path}: {e}")),
+            };
+            for name in children.iter().rev() {
+                let child = if path == "/" {
+                    format!("/{name}")
+                } else {
+                    format!("{path}/{name}")
+                };
+                if self.top_level && child == "/zookeeper" {
+                    continue;
+                }
+                stack.push(child);
+            }
+            entries.push(TreeEntry {
+                path,
+                data: text(&data),
+                stat: self.norm.stat(&stat),
+                acl,
+            });
+        }
+        Outcome::Tree(entries)
+    }
+}
+
+async fn multi(client: &Client, norm: &mut Normalizer, ops: &[SubOp]) -> Outcome {
+    let mut writer = client.new_multi_writer();
+    for op in ops {
+        let added = match op {
+            SubOp::Create { path, data, kind } => {
+                writer.add_create(path, data, &create_options(*kind, Acls::anyone_all()))
+            }
+            SubOp::Delete { path, version } => writer.add_delete(path, *version),
+            SubOp::SetData {
+                path,
+                data,
+                version,
+            } => writer.add_set_data(path, data, *version),
+            SubOp::Check { path, version } => writer.add_check_version(path, *version),
+        };
+        if let Err(e) = added {
+            return Outcome::Error(format!("client refused: {e:?}"));
+        }
+    }
+    let results = match tokio::time::timeout(OP_TIMEOUT, writer.commit()).await {
+        Err(_) => return Outcome::Error(format!("no answer within {OP_TIMEOUT:?}")),
+        Ok(Err(MultiWriteError::OperationFailed { index, source })) => {
+            return Outcome::MultiFailed {
+                index,
+                error: format!("{source:?}"),
+            };
+        }
+        Ok(Err(MultiWriteError::RequestFailed { source })) => {
+            return Outcome::Error(format!("{source:?}"));
+        }
+        Ok(Ok(results)) => results,
+    };
+    let items = results
+        .into_iter()
+        .map(|result| match result {
+            MultiWriteResult::Check => MultiItem::Check,
+            MultiWriteResult::Delete => MultiItem::Delete,
+            MultiWriteResult::Create { path, stat } => MultiItem::Create {
+                path,
+                stat: (!stat.is_invalid()).then(|| norm.stat(&stat)),
+            },
+            MultiWriteResult::SetData { stat } => MultiItem::SetData(norm.stat(&stat)),
+            other => panic!("a multi result this test does not know: {other:?}"),
+        })
+        .collect();
+    Outcome::Multi(items)
+}
+
+async fn multi_read(client: &Client, norm: &mut Normalizer, ops: &[ReadOp]) -> Outcome {
+    let mut reader = client.new_multi_reader();
+    for op in ops {
+        let added = match op {
+            ReadOp::GetData(path) => reader.add_get_data(path),
+            ReadOp::GetChildren(path) => reader.add_get_children(path),
+        };
+        if let Err(e) = added {
+            return Outcome::Error(format!("client refused: {e:?}"));
+        }
+    }
+    match bounded(reader.commit()).await {
+        Ok(results) => Outcome::MultiRead(
+            results
+                .into_iter()
+                .map(|result| match result {
+                    MultiReadResult::Data { data, stat } => ReadItem::Data {
+                        data: text(&data),
+                        stat: norm.stat(&stat),
+                    },
+                    MultiReadResult::Children { children } => ReadItem::Children(sorted(children)),
+                    MultiReadResult::Error { err } => ReadItem::Error(format!("{err:?}")),
+                    other => panic!("a multiRead result this test does not know: {other:?}"),
+                })
+                .collect(),
+        ),
+        Err(e) => Outcome::Error(e),
+    }
+}
