@@ -1,1 +1,57 @@
-fn main() {}
+//! The `lockkeeper` command: run a Keeper server, or measure one.
+
+mod bench;
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+/// Distributed locks and coordination: a ZooKeeper-compatible server and tools around it.
+#[derive(Parser, Debug)]
+#[command(name = "lockkeeper", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run Keeper, a coordination server that ZooKeeper clients (Curator, kazoo, zkCli,
+    /// zookeeper-client) connect to unchanged.
+    Serve(serve::ServeArgs),
+    /// Load-test any ZooKeeper-protocol server, or compare Keeper with Apache ZooKeeper.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("lockkeeper: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockkeeper: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -94,6 +94,11 @@ impl Reader {
         (0..count).map(|_| T::read(self)).collect()
     }
 
+    /// Everything not yet read, e.g. a request body after its header.
+    pub fn rest(self) -> Bytes {
+        self.buf
+    }
+
     /// Fails if bytes are left: a record followed by junk is a malformed request.
     pub fn finish(&self) -> Result<(), DecodeError> {
         match self.buf.len() {
@@ -194,7 +199,7 @@ fn write_len(out: &mut Vec<u8>, len: usize) {
 macro_rules! record {
     ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty),* $(,)? }) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, Default)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
         pub struct $name { $($(#[$fmeta])* pub $field: $ty),* }
 
         impl $crate::jute::Jute for $name {

@@ -158,19 +158,29 @@ impl Request {
             Request::SetAcl(r) => r.write(out),
             Request::Multi(ops) => {
                 for op in ops {
-                    let (code, write): (OpCode, &dyn Fn(&mut Vec<u8>)) = match op {
-                        MultiOp::Create(c) => (c.op, &|o| write_create(c, o)),
-                        MultiOp::Delete(r) => (OpCode::Delete, &|o| r.write(o)),
-                        MultiOp::SetData(r) => (OpCode::SetData, &|o| r.write(o)),
-                        MultiOp::Check(r) => (OpCode::Check, &|o| r.write(o)),
-                    };
-                    MultiHeader {
+                    let header = |code: OpCode| MultiHeader {
                         op: code.code(),
                         done: false,
                         err: -1,
+                    };
+                    match op {
+                        MultiOp::Create(c) => {
+                            header(c.op).write(out);
+                            write_create(c, out);
+                        }
+                        MultiOp::Delete(r) => {
+                            header(OpCode::Delete).write(out);
+                            r.write(out);
+                        }
+                        MultiOp::SetData(r) => {
+                            header(OpCode::SetData).write(out);
+                            r.write(out);
+                        }
+                        MultiOp::Check(r) => {
+                            header(OpCode::Check).write(out);
+                            r.write(out);
+                        }
                     }
-                    .write(out);
-                    write(out);
                 }
                 MULTI_END.write(out);
             }

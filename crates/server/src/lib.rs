@@ -1,54 +1,186 @@
 //! Keeper: a coordination server that speaks the Apache ZooKeeper client protocol.
 //!
-//! (API pinned; implementation in progress.)
+//! The request pipeline, one module per stage, in ZooKeeper's words:
+//!
+//! ```text
+//! connection (decode frame) -> prep (validate, ACL, build txn) -> log (make durable)
+//!     -> apply (mutate the data tree, fire watches) -> reply (encode, write in request order)
+//! ```
+//!
+//! [`connection`] runs per client; prep, log and apply run in the single [`core`] task, which
+//! owns all state; replies go back through each connection's writer, which holds every message
+//! until the state it reveals is durable.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! let config = lockkeeper_server::Config { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() };
+//! let server = lockkeeper_server::Server::start(config).await?;
+//! println!("ZooKeeper clients can connect to {}", server.local_addr());
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
+pub mod acl;
+pub mod config;
+mod connection;
+mod core;
+pub mod four_letter;
+mod log;
+pub mod path;
+pub mod prep;
+mod read;
+mod reply;
+pub mod session;
+pub mod tree;
+pub mod txn;
+pub mod watch;
 
-/// How a Keeper server is run. `Config::default()` is what `lockkeeper serve` uses.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub listen: SocketAddr,
-    pub data_dir: PathBuf,
-    pub tick_time: Duration,
-    pub max_client_cnxns: usize,
-    pub jute_maxbuffer: usize,
-    pub container_check_interval: Duration,
-    pub four_letter_words: Vec<String>,
-    pub super_digest: Option<String>,
-}
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            listen: "127.0.0.1:2181".parse().expect("literal address"),
-            data_dir: PathBuf::from("lockkeeper-data"),
-            tick_time: Duration::from_millis(2000),
-            max_client_cnxns: 60,
-            jute_maxbuffer: 0xfffff,
-            container_check_interval: Duration::from_secs(60),
-            four_letter_words: vec!["*".into()],
-            super_digest: None,
-        }
-    }
-}
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch as signal};
+use tokio::task::{JoinHandle, JoinSet};
 
-/// A running server. Dropping it stops it.
+pub use crate::config::Config;
+use crate::connection::ConnectionCtx;
+use crate::core::Core;
+
+/// A running server. Dropping it stops it (abruptly); [`Server::shutdown`] stops it cleanly.
 pub struct Server {
     local_addr: SocketAddr,
+    shutdown: signal::Sender<bool>,
+    accept: Option<JoinHandle<()>>,
+    core: Option<JoinHandle<()>>,
 }
 
 impl Server {
-    /// Binds `config.listen` (port 0 picks a free port) and starts serving.
+    /// Binds `config.listen` (port 0 picks a free port) and starts serving. Returns once the
+    /// socket is listening, so a client may connect as soon as this returns.
     pub async fn start(config: Config) -> std::io::Result<Server> {
-        let _ = config;
-        todo!("in progress")
+        let listener = TcpListener::bind(config.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let config = Arc::new(Config {
+            listen: local_addr,
+            ..config
+        });
+        let core = Core::new(config.clone());
+        let durable = core.durable();
+        // Bounded, so a flood of requests pushes back on the connections that send them.
+        let (core_tx, core_rx) = mpsc::channel(4096);
+        let (shutdown, shutdown_rx) = signal::channel(false);
+        let core = tokio::spawn(core.run(core_rx, shutdown_rx.clone()));
+        let accept = tokio::spawn(accept_loop(listener, config, core_tx, durable, shutdown_rx));
+        tracing::info!(%local_addr, "keeper listening");
+        Ok(Server {
+            local_addr,
+            shutdown,
+            accept: Some(accept),
+            core: Some(core),
+        })
     }
+
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
-    /// Stops accepting, closes every connection, waits for the tasks to end.
-    pub async fn shutdown(self) {}
+
+    /// Stops accepting, closes every connection and waits for the tasks to end.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
+        if let Some(core) = self.core.take() {
+            let _ = core.await;
+        }
+    }
 }
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for task in [self.accept.take(), self.core.take()].into_iter().flatten() {
+            task.abort();
+        }
+    }
+}
+
+/// Connections per client address, for maxClientCnxns. A std `Mutex`: it is held for a map
+/// update only, never across an `.await`, so an async mutex would add cost and nothing else.
+type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// Decrements the per-address count when a connection task ends, however it ends.
+struct IpSlot {
+    per_ip: PerIp,
+    ip: IpAddr,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut map = self
+            .per_ip
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    config: Arc<Config>,
+    core: mpsc::Sender<CoreMsg>,
+    durable: signal::Receiver<i64>,
+    mut shutdown: signal::Receiver<bool>,
+) {
+    let per_ip: PerIp = Arc::default();
+    // Owning the connection tasks here means they are all aborted when this loop ends.
+    let mut connections = JoinSet::new();
+    let mut next_id: watch::ConnId = 1;
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            _ = shutdown.changed() => break,
+        };
+        let slot = {
+            let mut map = per_ip
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let count = map.entry(peer.ip()).or_insert(0);
+            if config.max_client_cnxns > 0 && *count >= config.max_client_cnxns {
+                tracing::warn!(%peer, max = config.max_client_cnxns, "too many connections from this address; closing");
+                drop(stream);
+                continue;
+            }
+            *count += 1;
+            IpSlot {
+                per_ip: per_ip.clone(),
+                ip: peer.ip(),
+            }
+        };
+        let ctx = ConnectionCtx::new(next_id, peer, core.clone(), durable.clone(), &config);
+        next_id += 1;
+        connections.spawn(async move {
+            connection::serve(stream, ctx).await;
+            drop(slot);
+        });
+    }
+    connections.shutdown().await;
+}
+
+use crate::core::CoreMsg;

@@ -1,0 +1,96 @@
+//! `lockkeeper serve`: runs Keeper in the foreground until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lockkeeper_server::{Config, Server};
+
+/// Flags mirror ZooKeeper's zoo.cfg settings of the same meaning.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on. Port 0 picks a free port (printed at start).
+    #[arg(long, default_value = "127.0.0.1:2181")]
+    listen: SocketAddr,
+    /// Directory for Keeper's data.
+    #[arg(long, default_value = "lockkeeper-data")]
+    data_dir: PathBuf,
+    /// Base time unit in milliseconds; session timeouts are negotiated into 2..20 ticks.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    tick_time: u64,
+    /// Lower bound of negotiated session timeouts in ms (default: 2 ticks).
+    #[arg(long)]
+    min_session_timeout: Option<u64>,
+    /// Upper bound of negotiated session timeouts in ms (default: 20 ticks).
+    #[arg(long)]
+    max_session_timeout: Option<u64>,
+    /// Most concurrent connections from one IP address; 0 means no limit.
+    #[arg(long, default_value_t = 60)]
+    max_client_cnxns: usize,
+    /// Largest request frame in bytes (ZooKeeper's jute.maxbuffer).
+    #[arg(long, default_value_t = 0xfffff, value_parser = clap::value_parser!(u64).range(1024..=(1 << 30)))]
+    jute_maxbuffer: u64,
+    /// How often empty container nodes and expired TTL nodes are removed, in ms.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    container_check_interval: u64,
+    /// Comma-separated four-letter words to allow (ruok,srvr,stat,mntr,cons,dump,wchs,envi,conf), or "*".
+    #[arg(
+        long = "4lw-whitelist",
+        default_value = "srvr,stat,ruok,mntr",
+        value_delimiter = ','
+    )]
+    four_letter_words: Vec<String>,
+    /// Digest of a super user that passes every ACL, as "super:<base64 sha1>"
+    /// (ZooKeeper's DigestAuthenticationProvider.superDigest).
+    #[arg(long)]
+    super_digest: Option<String>,
+}
+
+pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    for word in &args.four_letter_words {
+        if word != "*" && !lockkeeper_server::four_letter::WORDS.contains(&word.as_str()) {
+            return Err(format!("unknown four-letter word {word:?} in --4lw-whitelist").into());
+        }
+    }
+    if let Some(digest) = &args.super_digest
+        && digest.split(':').count() != 2
+    {
+        return Err("--super-digest must look like super:<base64 sha1>".into());
+    }
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| format!("cannot create data dir {}: {e}", args.data_dir.display()))?;
+    let config = Config {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        tick_time: Duration::from_millis(args.tick_time),
+        min_session_timeout: args.min_session_timeout.map(Duration::from_millis),
+        max_session_timeout: args.max_session_timeout.map(Duration::from_millis),
+        max_client_cnxns: args.max_client_cnxns,
+        jute_maxbuffer: args.jute_maxbuffer as usize,
+        container_check_interval: Duration::from_millis(args.container_check_interval),
+        four_letter_words: args.four_letter_words,
+        super_digest: args.super_digest,
+        ..Config::default()
+    };
+    let server = Server::start(config.clone())
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    tracing::warn!("this version keeps data in memory only: it is lost when the server stops");
+    println!(
+        "lockkeeper serving ZooKeeper clients on {}",
+        server.local_addr()
+    );
+    shutdown_signal().await?;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}

@@ -1,0 +1,276 @@
+//! Access control: who a connection is (its auth ids) and what a node's ACL lets it do.
+//!
+//! Auth ids belong to the *connection*, as in ZooKeeper: a client re-sends its `auth` packets
+//! after reconnecting, and a session moved to a new connection does not inherit them.
+//! Schemes: `world` (anyone), `auth` (whoever created the node; expanded at write time), `digest`
+//! (user:base64(sha1(user:password))) and `ip` (address or CIDR block), plus a super user whose
+//! digest is given at start.
+
+use std::net::IpAddr;
+
+use base64::Engine;
+use lockkeeper_proto::{Acl, ErrorCode, Id};
+use sha1::{Digest, Sha1};
+
+/// The identities one connection has proven.
+#[derive(Debug, Clone, Default)]
+pub struct AuthIds {
+    ids: Vec<Id>,
+    is_super: bool,
+}
+
+impl AuthIds {
+    /// Every connection is implicitly authenticated by its address under the `ip` scheme.
+    pub fn for_peer(peer: IpAddr) -> AuthIds {
+        AuthIds {
+            ids: vec![Id {
+                scheme: "ip".into(),
+                id: peer.to_string(),
+            }],
+            is_super: false,
+        }
+    }
+
+    /// Handles an `auth` packet. `Err(AuthFailed)` for a scheme Keeper does not know; ZooKeeper
+    /// closes the connection after that answer, and so does the caller.
+    pub fn add(
+        &mut self,
+        scheme: &str,
+        auth: &[u8],
+        super_digest: Option<&str>,
+    ) -> Result<(), ErrorCode> {
+        match scheme {
+            "digest" => {
+                let id = digest(&String::from_utf8_lossy(auth));
+                if super_digest == Some(id.as_str()) {
+                    self.is_super = true;
+                    self.push(Id {
+                        scheme: "super".into(),
+                        id: String::new(),
+                    });
+                }
+                self.push(Id {
+                    scheme: "digest".into(),
+                    id,
+                });
+                Ok(())
+            }
+            // Proving an address you already connect from adds nothing, but is accepted.
+            "ip" => Ok(()),
+            _ => Err(ErrorCode::AuthFailed),
+        }
+    }
+
+    fn push(&mut self, id: Id) {
+        if !self.ids.contains(&id) {
+            self.ids.push(id);
+        }
+    }
+
+    pub fn ids(&self) -> &[Id] {
+        &self.ids
+    }
+
+    /// ZooKeeper's `checkACL`: an empty ACL or the super user passes; otherwise some entry must
+    /// grant `perm` to `world:anyone` or to one of this connection's ids.
+    pub fn check(&self, acl: &[Acl], perm: i32) -> Result<(), ErrorCode> {
+        if acl.is_empty() || self.is_super {
+            return Ok(());
+        }
+        let granted = acl.iter().filter(|a| a.perms & perm != 0).any(|a| {
+            (a.id.scheme == "world" && a.id.id == "anyone")
+                || self
+                    .ids
+                    .iter()
+                    .any(|mine| mine.scheme == a.id.scheme && id_matches(&a.id, &mine.id))
+        });
+        if granted {
+            Ok(())
+        } else {
+            Err(ErrorCode::NoAuth)
+        }
+    }
+
+    /// Validates an ACL given in a create or setACL and expands the `auth` scheme into this
+    /// connection's authenticated (digest) ids, dropping duplicates.
+    pub fn fixup(&self, acl: &[Acl]) -> Result<Vec<Acl>, ErrorCode> {
+        if acl.is_empty() {
+            return Err(ErrorCode::InvalidAcl);
+        }
+        let mut out: Vec<Acl> = Vec::with_capacity(acl.len());
+        let mut add = |a: Acl| {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        };
+        for a in acl {
+            match a.id.scheme.as_str() {
+                "world" if a.id.id == "anyone" => add(a.clone()),
+                "digest" if a.id.id.split(':').count() == 2 => add(a.clone()),
+                "ip" if parse_ip_pattern(&a.id.id).is_some() => add(a.clone()),
+                "auth" => {
+                    let mut any = false;
+                    for id in self.ids.iter().filter(|id| id.scheme == "digest") {
+                        any = true;
+                        add(Acl {
+                            perms: a.perms,
+                            id: id.clone(),
+                        });
+                    }
+                    if !any {
+                        return Err(ErrorCode::InvalidAcl);
+                    }
+                }
+                _ => return Err(ErrorCode::InvalidAcl),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `user:password` -> `user:base64(sha1(user:password))`, the digest scheme's stored id.
+pub fn digest(user_password: &str) -> String {
+    let user = user_password.split(':').next().unwrap_or_default();
+    let hash = Sha1::digest(user_password.as_bytes());
+    format!(
+        "{user}:{}",
+        base64::engine::general_purpose::STANDARD.encode(hash)
+    )
+}
+
+fn id_matches(acl_id: &Id, mine: &str) -> bool {
+    match acl_id.scheme.as_str() {
+        "ip" => match (parse_ip_pattern(&acl_id.id), mine.parse::<IpAddr>()) {
+            (Some((net, bits)), Ok(addr)) => ip_in(addr, net, bits),
+            _ => false,
+        },
+        _ => acl_id.id == mine,
+    }
+}
+
+/// "10.0.0.1" or "10.0.0.0/8" -> (address, prefix bits).
+fn parse_ip_pattern(pattern: &str) -> Option<(IpAddr, u32)> {
+    let (addr, bits) = match pattern.split_once('/') {
+        Some((addr, bits)) => (addr, Some(bits.parse::<u32>().ok()?)),
+        None => (pattern, None),
+    };
+    let addr: IpAddr = addr.parse().ok()?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let bits = bits.unwrap_or(max);
+    (bits <= max).then_some((addr, bits))
+}
+
+fn ip_in(addr: IpAddr, net: IpAddr, bits: u32) -> bool {
+    let (a, n, width) = match (addr, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => (u128::from(u32::from(a)), u128::from(u32::from(n)), 32),
+        (IpAddr::V6(a), IpAddr::V6(n)) => (u128::from(a), u128::from(n), 128),
+        _ => return false,
+    };
+    if bits == 0 {
+        return true;
+    }
+    let shift = width - bits;
+    (a >> shift) == (n >> shift)
+}
+
+/// The ACL a client gets for `world:anyone` with every permission.
+pub fn open_acl() -> Vec<Acl> {
+    vec![Acl {
+        perms: lockkeeper_proto::perms::ALL,
+        id: Id {
+            scheme: "world".into(),
+            id: "anyone".into(),
+        },
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockkeeper_proto::perms;
+
+    fn acl(perms: i32, scheme: &str, id: &str) -> Acl {
+        Acl {
+            perms,
+            id: Id {
+                scheme: scheme.into(),
+                id: id.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn digest_matches_zookeepers_known_value() {
+        // The super digest from ZooKeeper's Administrator's Guide example.
+        assert_eq!(digest("super:test"), "super:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+    }
+
+    #[test]
+    fn digest_acl_admits_only_its_user() {
+        let mut alice = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        alice.add("digest", b"alice:secret", None).unwrap();
+        let bob = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        let node = vec![acl(perms::READ, "digest", &digest("alice:secret"))];
+        assert_eq!(alice.check(&node, perms::READ), Ok(()));
+        assert_eq!(alice.check(&node, perms::WRITE), Err(ErrorCode::NoAuth));
+        assert_eq!(bob.check(&node, perms::READ), Err(ErrorCode::NoAuth));
+    }
+
+    #[test]
+    fn ip_acl_matches_cidr_blocks() {
+        let local = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        assert_eq!(
+            local.check(&[acl(perms::ALL, "ip", "127.0.0.0/8")], perms::READ),
+            Ok(())
+        );
+        assert_eq!(
+            local.check(&[acl(perms::ALL, "ip", "10.0.0.0/8")], perms::READ),
+            Err(ErrorCode::NoAuth)
+        );
+    }
+
+    #[test]
+    fn super_digest_passes_everything() {
+        let mut root = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        let sup = digest("super:test");
+        root.add("digest", b"super:test", Some(&sup)).unwrap();
+        assert_eq!(
+            root.check(&[acl(perms::READ, "digest", "x:y")], perms::ADMIN),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn fixup_expands_auth_and_rejects_bad_acls() {
+        let anon = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        assert_eq!(
+            anon.fixup(&[acl(perms::ALL, "auth", "")]),
+            Err(ErrorCode::InvalidAcl)
+        );
+        assert_eq!(anon.fixup(&[]), Err(ErrorCode::InvalidAcl));
+        assert_eq!(
+            anon.fixup(&[acl(perms::ALL, "world", "someone")]),
+            Err(ErrorCode::InvalidAcl)
+        );
+        assert_eq!(
+            anon.fixup(&[acl(perms::ALL, "nope", "x")]),
+            Err(ErrorCode::InvalidAcl)
+        );
+        assert_eq!(
+            anon.fixup(&[acl(perms::ALL, "ip", "300.1.1.1")]),
+            Err(ErrorCode::InvalidAcl)
+        );
+        let mut alice = anon.clone();
+        alice.add("digest", b"alice:pw", None).unwrap();
+        let fixed = alice
+            .fixup(&[acl(perms::ALL, "auth", ""), acl(perms::ALL, "auth", "")])
+            .unwrap();
+        assert_eq!(fixed, vec![acl(perms::ALL, "digest", &digest("alice:pw"))]);
+    }
+
+    #[test]
+    fn unknown_auth_scheme_fails() {
+        let mut ids = AuthIds::default();
+        assert_eq!(ids.add("kerberos", b"x", None), Err(ErrorCode::AuthFailed));
+    }
+}

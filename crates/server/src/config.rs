@@ -1,0 +1,71 @@
+//! Server configuration: what `lockkeeper serve` flags set, with ZooKeeper's defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a Keeper server is run. `Config::default()` is what `lockkeeper serve` uses.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen; port 0 picks a free port (see `Server::local_addr`).
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// ZooKeeper's tickTime: the unit of session timeouts (negotiated into 2..20 ticks).
+    pub tick_time: Duration,
+    /// Overrides the 2-tick lower bound of negotiated session timeouts.
+    pub min_session_timeout: Option<Duration>,
+    /// Overrides the 20-tick upper bound of negotiated session timeouts.
+    pub max_session_timeout: Option<Duration>,
+    /// Most concurrent connections from one IP address (0: no limit). ZooKeeper's maxClientCnxns.
+    pub max_client_cnxns: usize,
+    /// Largest frame accepted (jute.maxbuffer); a larger one closes the connection.
+    pub jute_maxbuffer: usize,
+    /// How often empty containers and expired TTL nodes are removed.
+    pub container_check_interval: Duration,
+    /// Four-letter words that may run ("*" for all), ZooKeeper's 4lw.commands.whitelist.
+    pub four_letter_words: Vec<String>,
+    /// `super:<base64 sha1>` digest of a user that passes every ACL check.
+    pub super_digest: Option<String>,
+    /// How long a new connection may take to send its connect request.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 2181)),
+            data_dir: PathBuf::from("lockkeeper-data"),
+            tick_time: Duration::from_millis(2000),
+            min_session_timeout: None,
+            max_session_timeout: None,
+            max_client_cnxns: 60,
+            jute_maxbuffer: 0xfffff,
+            container_check_interval: Duration::from_secs(60),
+            four_letter_words: ["srvr", "stat", "ruok", "mntr"].map(String::from).to_vec(),
+            super_digest: None,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Config {
+    pub fn min_session_timeout(&self) -> Duration {
+        self.min_session_timeout.unwrap_or(self.tick_time * 2)
+    }
+
+    pub fn max_session_timeout(&self) -> Duration {
+        self.max_session_timeout
+            .unwrap_or(self.tick_time * 20)
+            .max(self.min_session_timeout())
+    }
+
+    /// Sessions are checked for expiry several times a tick, so one expires within a small
+    /// fraction of a tick after its deadline.
+    pub fn expiry_check_interval(&self) -> Duration {
+        (self.tick_time / 4).clamp(Duration::from_millis(10), Duration::from_millis(500))
+    }
+
+    pub fn four_letter_word_allowed(&self, word: &str) -> bool {
+        self.four_letter_words.iter().any(|w| w == "*" || w == word)
+    }
+}

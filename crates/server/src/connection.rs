@@ -1,0 +1,258 @@
+//! Connection: the first and last stage of the pipeline for one client socket.
+//!
+//! The reader half peeks at the first four bytes (a four-letter word or a frame length), reads
+//! the connect request, then decodes frames into requests for the core. The writer half takes
+//! the core's replies in order, holds each until the state it reveals is durable, encodes them
+//! and writes them in batches. Bad input closes this connection only; the core and every other
+//! session carry on.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use lockkeeper_proto::{
+    ConnectRequest, DecodeError, ErrorCode, FrameError, Jute, Reader, Request, RequestHeader,
+    decode_frame,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::Config;
+use crate::core::CoreMsg;
+use crate::four_letter;
+use crate::reply::Outgoing;
+use crate::watch::ConnId;
+
+/// Why a connection ended early; logged, never sent.
+#[derive(Debug, thiserror::Error)]
+enum Closed {
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("bad frame: {0}")]
+    Frame(#[from] FrameError),
+    #[error("bad connect request: {0}")]
+    Connect(DecodeError),
+    #[error("bad request header: {0}")]
+    Header(DecodeError),
+    #[error("no connect request within the handshake timeout")]
+    HandshakeTimeout,
+    #[error("peer closed")]
+    Eof,
+    #[error("server is shutting down")]
+    Shutdown,
+}
+
+pub struct ConnectionCtx {
+    pub id: ConnId,
+    pub peer: SocketAddr,
+    pub core: mpsc::Sender<CoreMsg>,
+    pub durable: watch::Receiver<i64>,
+    pub max_frame: usize,
+    pub handshake_timeout: std::time::Duration,
+}
+
+impl ConnectionCtx {
+    pub fn new(
+        id: ConnId,
+        peer: SocketAddr,
+        core: mpsc::Sender<CoreMsg>,
+        durable: watch::Receiver<i64>,
+        config: &Config,
+    ) -> Self {
+        ConnectionCtx {
+            id,
+            peer,
+            core,
+            durable,
+            max_frame: config.jute_maxbuffer,
+            handshake_timeout: config.handshake_timeout,
+        }
+    }
+}
+
+/// Serves one client until it disconnects, misbehaves or the core closes it.
+pub async fn serve(stream: TcpStream, ctx: ConnectionCtx) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(4096);
+    let result = match tokio::time::timeout(
+        ctx.handshake_timeout,
+        handshake(&mut reader, writer, &mut buf, &ctx),
+    )
+    .await
+    {
+        Err(_) => Err(Closed::HandshakeTimeout),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(None)) => Ok(()),
+        Ok(Ok(Some(writer_done))) => read_requests(&mut reader, &mut buf, &ctx, writer_done).await,
+    };
+    match result {
+        Ok(()) | Err(Closed::Eof) | Err(Closed::Shutdown) => {
+            tracing::trace!(peer = %ctx.peer, "connection closed")
+        }
+        Err(e) => tracing::debug!(peer = %ctx.peer, error = %e, "connection closed"),
+    }
+    let _ = ctx.core.send(CoreMsg::Disconnected { conn: ctx.id }).await;
+}
+
+/// Reads until `buf` holds at least `n` bytes.
+async fn fill(reader: &mut OwnedReadHalf, buf: &mut BytesMut, n: usize) -> Result<(), Closed> {
+    while buf.len() < n {
+        if reader.read_buf(buf).await? == 0 {
+            return Err(Closed::Eof);
+        }
+    }
+    Ok(())
+}
+
+/// Answers a four-letter word (returns `None`), or reads the connect request, hands the core
+/// this connection's outbox and starts the writer (returns a signal that fires when it ends).
+async fn handshake(
+    reader: &mut OwnedReadHalf,
+    mut writer: OwnedWriteHalf,
+    buf: &mut BytesMut,
+    ctx: &ConnectionCtx,
+) -> Result<Option<oneshot::Receiver<()>>, Closed> {
+    fill(reader, buf, 4).await?;
+    if let Some(word) = four_letter::is_four_letter_word(&buf[..4]) {
+        let (reply, answer) = oneshot::channel();
+        ctx.core
+            .send(CoreMsg::FourLetter {
+                word: word.to_string(),
+                reply,
+            })
+            .await
+            .map_err(|_| Closed::Shutdown)?;
+        let text = answer.await.map_err(|_| Closed::Shutdown)?;
+        writer.write_all(text.as_bytes()).await?;
+        writer.shutdown().await?;
+        return Ok(None);
+    }
+    let frame = next_frame(reader, buf, ctx.max_frame).await?;
+    let request = ConnectRequest::decode(frame).map_err(Closed::Connect)?;
+    let (outbox, outgoing) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = oneshot::channel();
+    let durable = ctx.durable.clone();
+    let peer = ctx.peer;
+    tokio::spawn(async move {
+        if let Err(e) = write_replies(writer, outgoing, durable).await {
+            tracing::debug!(%peer, error = %e, "writer ended");
+        }
+        let _ = done_tx.send(());
+    });
+    let msg = CoreMsg::Connect {
+        conn: ctx.id,
+        peer: ctx.peer,
+        request,
+        outbox,
+    };
+    ctx.core.send(msg).await.map_err(|_| Closed::Shutdown)?;
+    Ok(Some(done_rx))
+}
+
+async fn next_frame(
+    reader: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<Bytes, Closed> {
+    loop {
+        if let Some(frame) = decode_frame(buf, max)? {
+            return Ok(frame);
+        }
+        if reader.read_buf(buf).await? == 0 {
+            return Err(Closed::Eof);
+        }
+    }
+}
+
+/// Decodes frames into requests until the peer goes, a frame is unreadable, or the writer ends
+/// (the core closed the connection: session closed, expired or moved).
+async fn read_requests(
+    reader: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    ctx: &ConnectionCtx,
+    mut writer_done: oneshot::Receiver<()>,
+) -> Result<(), Closed> {
+    loop {
+        while let Some(frame) = decode_frame(buf, ctx.max_frame)? {
+            let received = Instant::now();
+            let mut r = Reader::new(frame);
+            let header = RequestHeader::read(&mut r).map_err(Closed::Header)?;
+            let body = r.rest();
+            let msg = match Request::decode(header.op, body) {
+                Ok(request) => CoreMsg::Request {
+                    conn: ctx.id,
+                    xid: header.xid,
+                    request,
+                    received,
+                },
+                Err(DecodeError::UnknownOpCode(op)) => {
+                    tracing::debug!(peer = %ctx.peer, op, "unknown opcode");
+                    CoreMsg::Malformed {
+                        conn: ctx.id,
+                        xid: header.xid,
+                        err: ErrorCode::Unimplemented,
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(peer = %ctx.peer, op = header.op, error = %e, "undecodable request");
+                    CoreMsg::Malformed {
+                        conn: ctx.id,
+                        xid: header.xid,
+                        err: ErrorCode::MarshallingError,
+                    }
+                }
+            };
+            ctx.core.send(msg).await.map_err(|_| Closed::Shutdown)?;
+        }
+        tokio::select! {
+            read = reader.read_buf(buf) => {
+                if read? == 0 {
+                    return Err(Closed::Eof);
+                }
+            }
+            _ = &mut writer_done => return Ok(()),
+        }
+    }
+}
+
+/// Writes replies in order, in batches, each only once the zxid it reveals is durable.
+async fn write_replies(
+    mut writer: OwnedWriteHalf,
+    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+    mut durable: watch::Receiver<i64>,
+) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(16 * 1024);
+    while let Some(first) = outgoing.recv().await {
+        let mut next = Some(first);
+        while let Some(msg) = next.take().or_else(|| outgoing.try_recv().ok()) {
+            if *durable.borrow() < msg.visible_at {
+                // Send what is already allowed out, then wait for the log to catch up.
+                if !out.is_empty() {
+                    writer.write_all(&out).await?;
+                    out.clear();
+                }
+                if durable.wait_for(|d| *d >= msg.visible_at).await.is_err() {
+                    return Ok(());
+                }
+            }
+            msg.message.encode(&mut out);
+            if msg.close {
+                writer.write_all(&out).await?;
+                writer.shutdown().await?;
+                return Ok(());
+            }
+            if out.len() >= 64 * 1024 {
+                writer.write_all(&out).await?;
+                out.clear();
+            }
+        }
+        if !out.is_empty() {
+            writer.write_all(&out).await?;
+            out.clear();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,462 @@
+//! The core: the one task that owns the data tree, the sessions and the watches.
+//!
+//! Connections send it decoded requests; it runs them strictly in arrival order through the
+//! pipeline's middle stages (prep, log, apply) and queues each reply on the connection's outbox.
+//! Owning all state in one task gives ZooKeeper's total order for free and needs no locks; the
+//! expensive parts (socket IO, encoding, decoding) run in the connection tasks in parallel.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lockkeeper_proto::*;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::acl::AuthIds;
+use crate::config::Config;
+use crate::log::TxnLog;
+use crate::prep::{self, Ctx, Rejected};
+use crate::reply::{Body, Message, MultiResult, Outgoing};
+use crate::session::Sessions;
+use crate::tree::DataTree;
+use crate::txn::{self, Txn, TxnResult};
+use crate::watch::{ConnId, Fired, Watches};
+
+pub type Outbox = mpsc::UnboundedSender<Outgoing>;
+
+/// What connections (and the server) tell the core.
+pub enum CoreMsg {
+    Connect {
+        conn: ConnId,
+        peer: SocketAddr,
+        request: ConnectRequest,
+        outbox: Outbox,
+    },
+    Request {
+        conn: ConnId,
+        xid: i32,
+        request: Request,
+        received: Instant,
+    },
+    /// A request whose body did not decode: answered with `err`, in order.
+    Malformed {
+        conn: ConnId,
+        xid: i32,
+        err: ErrorCode,
+    },
+    Disconnected {
+        conn: ConnId,
+    },
+    FourLetter {
+        word: String,
+        reply: oneshot::Sender<String>,
+    },
+}
+
+pub(crate) struct Connection {
+    pub outbox: Outbox,
+    pub peer: SocketAddr,
+    pub session: Option<i64>,
+    pub auth: AuthIds,
+    pub received: u64,
+    pub sent: u64,
+}
+
+/// Request counters and latency, for `srvr`, `stat` and `mntr`.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub received: u64,
+    pub sent: u64,
+    pub latency_min_us: u64,
+    pub latency_max_us: u64,
+    pub latency_total_us: u64,
+    pub latency_count: u64,
+}
+
+pub struct Core {
+    pub(crate) config: Arc<Config>,
+    pub(crate) tree: DataTree,
+    pub(crate) sessions: Sessions,
+    pub(crate) watches: Watches,
+    pub(crate) conns: HashMap<ConnId, Connection>,
+    pub(crate) last_zxid: i64,
+    pub(crate) log: TxnLog,
+    pub(crate) counters: Counters,
+    pub(crate) started: Instant,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Core {
+    pub fn new(config: Arc<Config>) -> Core {
+        let sessions = Sessions::new(config.min_session_timeout(), config.max_session_timeout());
+        Core {
+            config,
+            tree: DataTree::new(),
+            sessions,
+            watches: Watches::default(),
+            conns: HashMap::new(),
+            last_zxid: 0,
+            log: TxnLog::in_memory(0),
+            counters: Counters::default(),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn durable(&self) -> watch::Receiver<i64> {
+        self.log.durable()
+    }
+
+    /// Runs until `rx` closes or `shutdown` flips. Messages are taken in batches so one log flush
+    /// covers every write that arrived together (group commit).
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<CoreMsg>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut expiry = tokio::time::interval(self.config.expiry_check_interval());
+        let mut reaper = tokio::time::interval(self.config.container_check_interval);
+        expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut batch = Vec::with_capacity(256);
+        loop {
+            tokio::select! {
+                n = rx.recv_many(&mut batch, 256) => {
+                    if n == 0 {
+                        break;
+                    }
+                    for msg in batch.drain(..) {
+                        self.handle(msg);
+                    }
+                }
+                _ = expiry.tick() => self.expire_sessions(),
+                _ = reaper.tick() => self.reap_containers(),
+                _ = shutdown.changed() => break,
+            }
+            self.log.flush();
+        }
+    }
+
+    fn handle(&mut self, msg: CoreMsg) {
+        match msg {
+            CoreMsg::Connect {
+                conn,
+                peer,
+                request,
+                outbox,
+            } => self.connect(conn, peer, request, outbox),
+            CoreMsg::Request {
+                conn,
+                xid,
+                request,
+                received,
+            } => {
+                self.counters.received += 1;
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.received += 1;
+                    if let Some(session) = c.session {
+                        self.sessions.touch(session, Instant::now());
+                    }
+                } else {
+                    return;
+                }
+                self.request(conn, xid, request);
+                self.record_latency(received);
+            }
+            CoreMsg::Malformed { conn, xid, err } => {
+                self.reply(conn, xid, self.last_zxid, err, Body::Empty)
+            }
+            CoreMsg::Disconnected { conn } => self.disconnect(conn),
+            CoreMsg::FourLetter { word, reply } => {
+                let _ = reply.send(crate::four_letter::answer(self, &word));
+            }
+        }
+    }
+
+    fn record_latency(&mut self, received: Instant) {
+        let us = received.elapsed().as_micros() as u64;
+        let c = &mut self.counters;
+        c.latency_min_us = if c.latency_count == 0 {
+            us
+        } else {
+            c.latency_min_us.min(us)
+        };
+        c.latency_max_us = c.latency_max_us.max(us);
+        c.latency_total_us += us;
+        c.latency_count += 1;
+    }
+
+    pub(crate) fn next_zxid(&mut self) -> i64 {
+        self.last_zxid += 1;
+        self.last_zxid
+    }
+
+    /// Queues a message for `conn`. A connection that has gone away is simply skipped: its
+    /// Disconnected message is already on its way to the core.
+    pub(crate) fn send(&mut self, conn: ConnId, message: Message, close: bool) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.sent += 1;
+            self.counters.sent += 1;
+            let _ = c.outbox.send(Outgoing {
+                message,
+                visible_at: self.last_zxid,
+                close,
+            });
+        }
+    }
+
+    pub(crate) fn reply(&mut self, conn: ConnId, xid: i32, zxid: i64, err: ErrorCode, body: Body) {
+        let header = ReplyHeader {
+            xid,
+            zxid,
+            err: err.code(),
+        };
+        self.send(conn, Message::Reply { header, body }, false);
+    }
+
+    fn connect(&mut self, conn: ConnId, peer: SocketAddr, request: ConnectRequest, outbox: Outbox) {
+        self.conns.insert(
+            conn,
+            Connection {
+                outbox,
+                peer,
+                session: None,
+                auth: AuthIds::for_peer(peer.ip()),
+                received: 1,
+                sent: 0,
+            },
+        );
+        // A client that has seen newer state than ours must go elsewhere, as ZooKeeper says.
+        if request.last_zxid_seen > self.last_zxid {
+            tracing::warn!(%peer, seen = request.last_zxid_seen, ours = self.last_zxid, "client has seen a newer zxid; closing");
+            self.close(conn);
+            return;
+        }
+        let read_only = request.read_only.map(|_| false);
+        let refused = ConnectResponse {
+            protocol_version: 0,
+            timeout: 0,
+            session_id: 0,
+            passwd: vec![0u8; 16].into(),
+            read_only,
+        };
+        if request.session_id == 0 {
+            let timeout = self.sessions.negotiate(request.timeout);
+            let session_id = self.sessions.next_id();
+            let passwd: [u8; 16] = rand::random();
+            let timeout_ms = timeout.as_millis() as i32;
+            self.write_txn(Txn::CreateSession {
+                session_id,
+                timeout_ms,
+                passwd,
+            });
+            self.attach(conn, session_id);
+            let response = ConnectResponse {
+                protocol_version: 0,
+                timeout: timeout_ms,
+                session_id,
+                passwd: passwd.to_vec().into(),
+                read_only,
+            };
+            tracing::debug!(%peer, session = format_args!("{session_id:#x}"), timeout_ms, "session created");
+            self.send(conn, Message::Connect(response), false);
+            return;
+        }
+        let valid = self
+            .sessions
+            .get(request.session_id)
+            .is_some_and(|s| s.passwd[..] == request.passwd[..]);
+        if !valid {
+            tracing::debug!(%peer, session = format_args!("{:#x}", request.session_id), "re-attach refused: unknown session or wrong password");
+            self.send(conn, Message::Connect(refused), true);
+            return;
+        }
+        self.attach(conn, request.session_id);
+        let Some(session) = self.sessions.get(request.session_id) else {
+            return;
+        };
+        let response = ConnectResponse {
+            protocol_version: 0,
+            timeout: session.timeout.as_millis() as i32,
+            session_id: session.id,
+            passwd: session.passwd.to_vec().into(),
+            read_only,
+        };
+        self.send(conn, Message::Connect(response), false);
+    }
+
+    /// Binds `session` to `conn`, closing the connection it had before (a client that moved).
+    fn attach(&mut self, conn: ConnId, session_id: i64) {
+        let now = Instant::now();
+        let Some(session) = self.sessions.get_mut(session_id) else {
+            return;
+        };
+        let previous = session.conn.replace(conn);
+        session.deadline = now + session.timeout;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.session = Some(session_id);
+        }
+        if let Some(old) = previous.filter(|old| *old != conn) {
+            if let Some(c) = self.conns.get_mut(&old) {
+                c.session = None;
+            }
+            self.close(old);
+        }
+    }
+
+    /// Asks a connection's writer to close after what is already queued.
+    pub(crate) fn close(&mut self, conn: ConnId) {
+        self.send(conn, Message::Text(String::new()), true);
+    }
+
+    fn disconnect(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        self.watches.remove_connection(conn);
+        if let Some(session) = c.session.and_then(|s| self.sessions.get_mut(s))
+            && session.conn == Some(conn)
+        {
+            session.conn = None;
+        }
+    }
+
+    /// Logs and applies a txn at a new zxid, fires its watches, returns what it did.
+    pub(crate) fn write_txn(&mut self, txn: Txn) -> TxnResult {
+        let zxid = self.next_zxid();
+        self.apply_at(zxid, txn)
+    }
+
+    fn apply_at(&mut self, zxid: i64, txn: Txn) -> TxnResult {
+        let time = now_ms();
+        self.log.append(zxid, time, &txn);
+        match &txn {
+            Txn::CreateSession {
+                session_id,
+                timeout_ms,
+                passwd,
+            } => {
+                let timeout = Duration::from_millis(*timeout_ms as u64);
+                self.sessions
+                    .insert(*session_id, *passwd, timeout, Instant::now());
+            }
+            Txn::CloseSession { session_id } => {
+                self.sessions.remove(*session_id);
+            }
+            _ => {}
+        }
+        let mut triggers = Vec::new();
+        let result = txn::apply(&mut self.tree, &txn, zxid, time, &mut triggers);
+        let mut fired = Vec::new();
+        for (path, event) in triggers {
+            self.watches.trigger(&path, event, &mut fired);
+        }
+        self.deliver(fired);
+        result
+    }
+
+    pub(crate) fn deliver(&mut self, fired: Vec<Fired>) {
+        for Fired { conn, event, path } in fired {
+            let header = ReplyHeader {
+                xid: XID_NOTIFICATION,
+                zxid: -1,
+                err: 0,
+            };
+            let body = Body::Event(WatcherEvent {
+                event_type: event.code(),
+                state: KeeperState::SyncConnected.code(),
+                path,
+            });
+            self.send(conn, Message::Reply { header, body }, false);
+        }
+    }
+
+    fn expire_sessions(&mut self) {
+        for session_id in self.sessions.expired(Instant::now()) {
+            let conn = self.sessions.get(session_id).and_then(|s| s.conn);
+            tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
+            self.write_txn(Txn::CloseSession { session_id });
+            if let Some(conn) = conn {
+                self.close(conn);
+            }
+        }
+    }
+
+    fn reap_containers(&mut self) {
+        for path in self.tree.reapable(now_ms()) {
+            tracing::debug!(%path, "removing empty container or expired TTL node");
+            self.write_txn(Txn::Delete { path });
+        }
+    }
+
+    /// Write requests: prep, then log and apply, then reply, all at one zxid.
+    pub(crate) fn write_request(&mut self, conn: ConnId, xid: i32, request: &Request) {
+        let zxid = self.next_zxid();
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let session_id = c.session.unwrap_or_default();
+        let ctx = Ctx {
+            session_id,
+            auth: &c.auth,
+        };
+        let prepared = match request {
+            Request::Create(op) => prep::create(&self.tree, &ctx, op).map_err(Rejected::Op),
+            Request::Delete(req) => prep::delete(&self.tree, &ctx, req).map_err(Rejected::Op),
+            Request::SetData(req) => prep::set_data(&self.tree, &ctx, req).map_err(Rejected::Op),
+            Request::SetAcl(req) => prep::set_acl(&self.tree, &ctx, req).map_err(Rejected::Op),
+            Request::Multi(ops) => prep::multi(&self.tree, &ctx, ops),
+            Request::CloseSession => Ok(Txn::CloseSession { session_id }),
+            _ => Err(Rejected::Op(ErrorCode::Unimplemented)),
+        };
+        let txn = match prepared {
+            Ok(txn) => txn,
+            Err(Rejected::Op(code)) => {
+                self.log.skip(zxid);
+                return self.reply(conn, xid, zxid, code, Body::Empty);
+            }
+            Err(Rejected::Multi(codes)) => {
+                self.log.skip(zxid);
+                let results = codes.into_iter().map(MultiResult::Error).collect();
+                return self.reply(conn, xid, zxid, ErrorCode::Ok, Body::Multi(results));
+            }
+        };
+        let result = self.apply_at(zxid, txn);
+        let body = match (request, result) {
+            (Request::Create(op), TxnResult::Created { path, stat }) => {
+                if op.op == OpCode::Create {
+                    Body::Path(path)
+                } else {
+                    Body::PathStat { path, stat }
+                }
+            }
+            (Request::Multi(ops), TxnResult::Multi(results)) => Body::Multi(
+                ops.iter()
+                    .zip(results)
+                    .map(|(op, result)| match (op, result) {
+                        (MultiOp::Create(c), TxnResult::Created { path, stat }) => {
+                            MultiResult::Created {
+                                op: c.op,
+                                path,
+                                stat,
+                            }
+                        }
+                        (_, TxnResult::DataSet(stat)) => MultiResult::DataSet(stat),
+                        (_, TxnResult::Deleted) => MultiResult::Deleted,
+                        _ => MultiResult::Checked,
+                    })
+                    .collect(),
+            ),
+            (_, TxnResult::DataSet(stat) | TxnResult::AclSet(stat)) => Body::Stat(stat),
+            _ => Body::Empty,
+        };
+        let close = matches!(request, Request::CloseSession);
+        let header = ReplyHeader { xid, zxid, err: 0 };
+        self.send(conn, Message::Reply { header, body }, close);
+    }
+}

@@ -1,0 +1,184 @@
+//! Four-letter words: the plain-text admin commands (`echo ruok | nc host 2181`).
+//!
+//! They arrive *instead of* a length prefix as the first four bytes of a connection, so the
+//! connection peeks at those bytes before framing. Output follows ZooKeeper's layout so that
+//! monitoring scripts written for it keep working.
+
+use std::fmt::Write;
+
+use crate::core::Core;
+use crate::tree::Owner;
+
+/// Words Keeper knows. Anything else in the first four bytes is treated as a frame length.
+pub const WORDS: [&str; 9] = [
+    "ruok", "srvr", "stat", "mntr", "cons", "dump", "wchs", "envi", "conf",
+];
+
+pub fn is_four_letter_word(first: &[u8]) -> Option<&'static str> {
+    WORDS.iter().copied().find(|w| w.as_bytes() == first)
+}
+
+pub const VERSION: &str = concat!("3.8.0-lockkeeper-", env!("CARGO_PKG_VERSION"));
+
+pub fn answer(core: &Core, word: &str) -> String {
+    if !core.config.four_letter_word_allowed(word) {
+        return format!("{word} is not executed because it is not in the whitelist.\n");
+    }
+    let mut out = String::new();
+    match word {
+        "ruok" => out.push_str("imok"),
+        "srvr" => srvr(core, &mut out),
+        "stat" => {
+            let _ = writeln!(out, "Zookeeper version: {VERSION}");
+            out.push_str("Clients:\n");
+            cons(core, &mut out);
+            out.push('\n');
+            srvr_body(core, &mut out);
+        }
+        "mntr" => mntr(core, &mut out),
+        "cons" => cons(core, &mut out),
+        "dump" => dump(core, &mut out),
+        "wchs" => {
+            let (conns, paths) = core.watches.summary();
+            let _ = writeln!(
+                out,
+                "{conns} connections watching {paths} paths\nTotal watches:{}",
+                core.watches.count()
+            );
+        }
+        "envi" => {
+            out.push_str("Environment:\n");
+            let _ = writeln!(out, "zookeeper.version={VERSION}");
+            let _ = writeln!(out, "host.name=localhost");
+            let _ = writeln!(out, "os.name={}", std::env::consts::OS);
+            let _ = writeln!(out, "os.arch={}", std::env::consts::ARCH);
+            let _ = writeln!(
+                out,
+                "user.dir={}",
+                std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default()
+            );
+        }
+        "conf" => {
+            let c = &core.config;
+            let _ = writeln!(out, "clientPort={}", c.listen.port());
+            let _ = writeln!(out, "clientPortAddress={}", c.listen.ip());
+            let _ = writeln!(out, "dataDir={}", c.data_dir.display());
+            let _ = writeln!(out, "tickTime={}", c.tick_time.as_millis());
+            let _ = writeln!(out, "maxClientCnxns={}", c.max_client_cnxns);
+            let _ = writeln!(
+                out,
+                "minSessionTimeout={}",
+                c.min_session_timeout().as_millis()
+            );
+            let _ = writeln!(
+                out,
+                "maxSessionTimeout={}",
+                c.max_session_timeout().as_millis()
+            );
+            let _ = writeln!(out, "serverId=0");
+        }
+        _ => {}
+    }
+    out
+}
+
+fn srvr(core: &Core, out: &mut String) {
+    let _ = writeln!(out, "Zookeeper version: {VERSION}");
+    srvr_body(core, out);
+}
+
+fn srvr_body(core: &Core, out: &mut String) {
+    let c = &core.counters;
+    let avg = if c.latency_count == 0 {
+        0.0
+    } else {
+        c.latency_total_us as f64 / c.latency_count as f64 / 1000.0
+    };
+    let _ = writeln!(
+        out,
+        "Latency min/avg/max: {}/{avg:.4}/{}",
+        c.latency_min_us / 1000,
+        c.latency_max_us / 1000
+    );
+    let _ = writeln!(out, "Received: {}", c.received);
+    let _ = writeln!(out, "Sent: {}", c.sent);
+    let _ = writeln!(out, "Connections: {}", core.conns.len());
+    let _ = writeln!(out, "Outstanding: 0");
+    let _ = writeln!(out, "Zxid: {:#x}", core.last_zxid);
+    let _ = writeln!(out, "Mode: standalone");
+    let _ = writeln!(out, "Node count: {}", core.tree.len());
+}
+
+fn mntr(core: &Core, out: &mut String) {
+    let c = &core.counters;
+    let avg = if c.latency_count == 0 {
+        0.0
+    } else {
+        c.latency_total_us as f64 / c.latency_count as f64 / 1000.0
+    };
+    let lines: [(&str, String); 14] = [
+        ("zk_version", VERSION.to_string()),
+        ("zk_server_state", "standalone".into()),
+        ("zk_avg_latency", format!("{avg:.4}")),
+        ("zk_max_latency", (c.latency_max_us / 1000).to_string()),
+        ("zk_min_latency", (c.latency_min_us / 1000).to_string()),
+        ("zk_packets_received", c.received.to_string()),
+        ("zk_packets_sent", c.sent.to_string()),
+        ("zk_num_alive_connections", core.conns.len().to_string()),
+        ("zk_outstanding_requests", "0".into()),
+        ("zk_znode_count", core.tree.len().to_string()),
+        ("zk_watch_count", core.watches.count().to_string()),
+        (
+            "zk_ephemerals_count",
+            core.tree.ephemeral_count().to_string(),
+        ),
+        (
+            "zk_approximate_data_size",
+            core.tree.approximate_data_size().to_string(),
+        ),
+        ("zk_uptime", core.started.elapsed().as_millis().to_string()),
+    ];
+    for (key, value) in lines {
+        let _ = writeln!(out, "{key}\t{value}");
+    }
+    let _ = writeln!(out, "zk_global_sessions\t{}", core.sessions.len());
+}
+
+fn cons(core: &Core, out: &mut String) {
+    let mut conns: Vec<_> = core.conns.iter().collect();
+    conns.sort_by_key(|(id, _)| **id);
+    for (_, c) in conns {
+        let session = c
+            .session
+            .map(|s| format!("{s:#x}"))
+            .unwrap_or_else(|| "0x0".into());
+        let _ = writeln!(
+            out,
+            " /{}[1](queued=0,recved={},sent={},sid={session})",
+            c.peer, c.received, c.sent
+        );
+    }
+}
+
+fn dump(core: &Core, out: &mut String) {
+    out.push_str("SessionTracker dump:\n");
+    let _ = writeln!(out, "Global Sessions({}):", core.sessions.len());
+    let mut sessions: Vec<_> = core.sessions.iter().collect();
+    sessions.sort_by_key(|s| s.id);
+    for s in sessions {
+        let _ = writeln!(out, "{:#x}\t{}ms", s.id, s.timeout.as_millis());
+    }
+    out.push_str("ephemeral nodes dump:\n");
+    let mut owners: Vec<_> = core.tree.sessions_with_ephemerals().collect();
+    owners.sort_by_key(|(id, _)| **id);
+    let _ = writeln!(out, "Sessions with Ephemerals ({}):", owners.len());
+    for (id, paths) in owners {
+        debug_assert!(matches!(Owner::decode(*id), Owner::Ephemeral(_)));
+        let _ = writeln!(out, "{id:#x}:");
+        for p in paths {
+            let _ = writeln!(out, "\t{p}");
+        }
+    }
+}

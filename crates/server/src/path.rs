@@ -1,0 +1,121 @@
+//! Znode path rules: what a valid path is, and how to split one into parent and name.
+//!
+//! The rules are ZooKeeper's (`PathUtils.validatePath`), so a path rejected by the Java client
+//! is rejected here too when a raw client sends it.
+
+/// Checks `path` as ZooKeeper does before any write. `Err` carries the reason for logs; the
+/// client sees `BadArguments`.
+pub fn validate(path: &str) -> Result<(), &'static str> {
+    if path.is_empty() {
+        return Err("path length must be > 0");
+    }
+    if !path.starts_with('/') {
+        return Err("path must start with / character");
+    }
+    if path.len() == 1 {
+        return Ok(());
+    }
+    if path.ends_with('/') {
+        return Err("path must not end with / character");
+    }
+    for segment in path[1..].split('/') {
+        match segment {
+            "" => return Err("empty node name specified"),
+            "." | ".." => return Err("relative paths not allowed"),
+            _ => {}
+        }
+    }
+    if path.chars().any(is_forbidden_char) {
+        return Err("invalid character in path");
+    }
+    Ok(())
+}
+
+/// Control characters, the C1 block, surrogates/private use and specials are refused.
+fn is_forbidden_char(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+}
+
+/// The parent of a non-root path ("/a/b" -> "/a", "/a" -> "/"). `None` for "/" or a path
+/// without a slash.
+pub fn parent(path: &str) -> Option<&str> {
+    let slash = path.rfind('/')?;
+    if path.len() == 1 {
+        return None;
+    }
+    Some(if slash == 0 { "/" } else { &path[..slash] })
+}
+
+/// The last component ("/a/b" -> "b").
+pub fn name(path: &str) -> &str {
+    path.rfind('/').map_or(path, |slash| &path[slash + 1..])
+}
+
+/// Joins a parent path and a child name.
+pub fn child(parent: &str, name: &str) -> String {
+    if parent == "/" {
+        format!("/{name}")
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+/// `path` itself, then each ancestor up to "/" (for persistent recursive watches).
+pub fn self_and_ancestors(path: &str) -> impl Iterator<Item = &str> {
+    std::iter::successors(Some(path), |p| parent(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_what_zookeeper_accepts() {
+        for ok in [
+            "/",
+            "/a",
+            "/a/b",
+            "/a.b",
+            "/..a",
+            "/a..",
+            "/zookeeper",
+            "/ünïcode",
+        ] {
+            assert_eq!(validate(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_zookeeper_rejects() {
+        for bad in [
+            "",
+            "a",
+            "/a/",
+            "//a",
+            "/a//b",
+            "/.",
+            "/a/..",
+            "/a/./b",
+            "/a\u{0}b",
+            "/a\u{1}",
+            "/\u{85}",
+            "/\u{fff5}",
+        ] {
+            assert!(validate(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn splits_paths() {
+        assert_eq!(parent("/a/b"), Some("/a"));
+        assert_eq!(parent("/a"), Some("/"));
+        assert_eq!(parent("/"), None);
+        assert_eq!(name("/a/b"), "b");
+        assert_eq!(child("/", "a"), "/a");
+        assert_eq!(child("/a", "b"), "/a/b");
+        assert_eq!(
+            self_and_ancestors("/a/b").collect::<Vec<_>>(),
+            ["/a/b", "/a", "/"]
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! Request dispatch in the core, and every operation that does not change the tree: reads,
+//! watch registration, auth, pings. Reads see all writes before them (they run in the same
+//! task) and their replies wait for durability like any other.
+
+use lockkeeper_proto::*;
+
+use crate::core::Core;
+use crate::reply::{Body, ReadResult};
+use crate::tree::Node;
+use crate::watch::ConnId;
+
+impl Core {
+    pub(crate) fn request(&mut self, conn: ConnId, xid: i32, request: Request) {
+        if request.is_write() {
+            return self.write_request(conn, xid, &request);
+        }
+        let zxid = self.last_zxid;
+        match request {
+            Request::Ping => self.reply(conn, XID_PING, zxid, ErrorCode::Ok, Body::Empty),
+            Request::Auth(auth) => self.auth(conn, auth),
+            Request::SetWatches(set) => {
+                self.set_watches(conn, set);
+                self.reply(conn, XID_SET_WATCHES, zxid, ErrorCode::Ok, Body::Empty);
+            }
+            other => {
+                let (err, body) = match self.read(conn, other) {
+                    Ok(body) => (ErrorCode::Ok, body),
+                    Err(err) => (err, Body::Empty),
+                };
+                self.reply(conn, xid, zxid, err, body);
+            }
+        }
+    }
+
+    fn read(&mut self, conn: ConnId, request: Request) -> Result<Body, ErrorCode> {
+        match request {
+            Request::Exists(req) => {
+                if req.path.contains('\0') {
+                    return Err(ErrorCode::BadArguments);
+                }
+                if req.watch {
+                    self.watches.add_data(&req.path, conn);
+                }
+                self.tree
+                    .get(&req.path)
+                    .map(|n| Body::Stat(n.stat()))
+                    .ok_or(ErrorCode::NoNode)
+            }
+            Request::GetData(req) => {
+                let node = self.readable(conn, &req.path, perms::READ)?;
+                let body = Body::Data {
+                    data: node.data.clone(),
+                    stat: node.stat(),
+                };
+                if req.watch {
+                    self.watches.add_data(&req.path, conn);
+                }
+                Ok(body)
+            }
+            Request::GetChildren(req) => {
+                let node = self.readable(conn, &req.path, perms::READ)?;
+                let body = Body::Children(children(node));
+                if req.watch {
+                    self.watches.add_child(&req.path, conn);
+                }
+                Ok(body)
+            }
+            Request::GetChildren2(req) => {
+                let node = self.readable(conn, &req.path, perms::READ)?;
+                let body = Body::ChildrenStat {
+                    children: children(node),
+                    stat: node.stat(),
+                };
+                if req.watch {
+                    self.watches.add_child(&req.path, conn);
+                }
+                Ok(body)
+            }
+            Request::GetAcl(req) => self.get_acl(conn, &req.path),
+            Request::GetAllChildrenNumber(req) => {
+                self.readable(conn, &req.path, perms::READ)?;
+                Ok(Body::Count(self.tree.descendant_count(&req.path) as i32))
+            }
+            Request::GetEphemerals(req) => {
+                let session = self
+                    .conns
+                    .get(&conn)
+                    .and_then(|c| c.session)
+                    .unwrap_or_default();
+                let prefix = req.path;
+                let paths = self
+                    .tree
+                    .ephemerals_of(session)
+                    .filter(|p| prefix == "/" || p.starts_with(&prefix))
+                    .cloned()
+                    .collect();
+                Ok(Body::Children(paths))
+            }
+            Request::Sync(req) => Ok(Body::Path(req.path)),
+            Request::Check(_) => Err(ErrorCode::Unimplemented),
+            Request::MultiRead(ops) => Ok(Body::MultiRead(
+                ops.into_iter().map(|op| self.read_op(conn, op)).collect(),
+            )),
+            Request::AddWatch(req) => {
+                let recursive = match AddWatchMode::try_from(req.mode) {
+                    Ok(AddWatchMode::Persistent) => false,
+                    Ok(AddWatchMode::PersistentRecursive) => true,
+                    Err(_) => return Err(ErrorCode::BadArguments),
+                };
+                self.watches.add_persistent(&req.path, conn, recursive);
+                Ok(Body::Code(0))
+            }
+            Request::RemoveWatches(req) => {
+                let kind =
+                    WatcherType::try_from(req.watcher_type).map_err(|_| ErrorCode::BadArguments)?;
+                if self.watches.remove(&req.path, conn, kind) {
+                    Ok(Body::Empty)
+                } else {
+                    Err(ErrorCode::NoWatcher)
+                }
+            }
+            Request::CheckWatches(req) => {
+                let kind =
+                    WatcherType::try_from(req.watcher_type).map_err(|_| ErrorCode::BadArguments)?;
+                if self.watches.has(&req.path, conn, kind) {
+                    Ok(Body::Empty)
+                } else {
+                    Err(ErrorCode::NoWatcher)
+                }
+            }
+            Request::WhoAmI => {
+                let ids = self
+                    .conns
+                    .get(&conn)
+                    .map(|c| c.auth.ids().to_vec())
+                    .unwrap_or_default();
+                Ok(Body::WhoAmI(
+                    ids.into_iter()
+                        .map(|id| {
+                            let user = if id.scheme == "digest" {
+                                id.id.split(':').next().unwrap_or_default().to_string()
+                            } else {
+                                id.id
+                            };
+                            ClientInfo {
+                                auth_scheme: id.scheme,
+                                user,
+                            }
+                        })
+                        .collect(),
+                ))
+            }
+            Request::Unsupported(_) => Err(ErrorCode::Unimplemented),
+            // Writes, pings, auth and setWatches are dispatched before reaching here.
+            _ => Err(ErrorCode::Unimplemented),
+        }
+    }
+
+    /// The node at `path` if it exists and this connection may `perm` it.
+    fn readable(&self, conn: ConnId, path: &str, perm: i32) -> Result<&Node, ErrorCode> {
+        let node = self.tree.get(path).ok_or(ErrorCode::NoNode)?;
+        if let Some(c) = self.conns.get(&conn) {
+            c.auth.check(&node.acl, perm)?;
+        }
+        Ok(node)
+    }
+
+    /// getACL needs READ or ADMIN; without ADMIN, digest hashes are masked as ZooKeeper does.
+    fn get_acl(&self, conn: ConnId, path: &str) -> Result<Body, ErrorCode> {
+        let node = self.readable(conn, path, perms::READ | perms::ADMIN)?;
+        let admin = self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| c.auth.check(&node.acl, perms::ADMIN).is_ok());
+        let acl = node
+            .acl
+            .iter()
+            .map(|a| {
+                if admin || a.id.scheme != "digest" {
+                    return a.clone();
+                }
+                let user = a.id.id.split(':').next().unwrap_or_default();
+                Acl {
+                    perms: a.perms,
+                    id: Id {
+                        scheme: a.id.scheme.clone(),
+                        id: format!("{user}:x"),
+                    },
+                }
+            })
+            .collect();
+        Ok(Body::Acl {
+            acl,
+            stat: node.stat(),
+        })
+    }
+
+    fn read_op(&mut self, conn: ConnId, op: ReadOp) -> ReadResult {
+        let result = match op {
+            ReadOp::GetChildren(req) => self
+                .readable(conn, &req.path, perms::READ)
+                .map(|n| ReadResult::Children(children(n))),
+            ReadOp::GetData(req) => {
+                self.readable(conn, &req.path, perms::READ)
+                    .map(|n| ReadResult::Data {
+                        data: n.data.clone(),
+                        stat: n.stat(),
+                    })
+            }
+        };
+        result.unwrap_or_else(ReadResult::Error)
+    }
+
+    fn auth(&mut self, conn: ConnId, auth: AuthPacket) {
+        let super_digest = self.config.super_digest.clone();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let result = c
+            .auth
+            .add(&auth.scheme, &auth.auth, super_digest.as_deref());
+        let zxid = self.last_zxid;
+        match result {
+            Ok(()) => self.reply(conn, XID_AUTH, zxid, ErrorCode::Ok, Body::Empty),
+            Err(err) => {
+                tracing::info!(scheme = %auth.scheme, "authentication failed; closing connection");
+                self.reply(conn, XID_AUTH, zxid, err, Body::Empty);
+                self.close(conn);
+            }
+        }
+    }
+
+    /// Re-registers a reconnecting client's watches, first firing those whose change it missed
+    /// while away (anything newer than `relative_zxid`, the last zxid it saw).
+    fn set_watches(&mut self, conn: ConnId, set: SetWatches2) {
+        let mut fired = Vec::new();
+        let since = set.relative_zxid;
+        let mut fire =
+            |path: String, event: EventType| fired.push(crate::watch::Fired { conn, event, path });
+        for p in set.data_watches {
+            match self.tree.get(&p) {
+                None => fire(p, EventType::NodeDeleted),
+                Some(n) if n.mzxid > since => fire(p, EventType::NodeDataChanged),
+                Some(_) => self.watches.add_data(&p, conn),
+            }
+        }
+        for p in set.exist_watches {
+            match self.tree.get(&p) {
+                Some(_) => fire(p, EventType::NodeCreated),
+                None => self.watches.add_data(&p, conn),
+            }
+        }
+        for p in set.child_watches {
+            match self.tree.get(&p) {
+                None => fire(p, EventType::NodeDeleted),
+                Some(n) if n.pzxid > since => fire(p, EventType::NodeChildrenChanged),
+                Some(_) => self.watches.add_child(&p, conn),
+            }
+        }
+        for p in set.persistent_watches {
+            self.watches.add_persistent(&p, conn, false);
+        }
+        for p in set.persistent_recursive_watches {
+            self.watches.add_persistent(&p, conn, true);
+        }
+        self.deliver(fired);
+    }
+}
+
+fn children(node: &Node) -> Vec<String> {
+    node.children.iter().map(|c| c.to_string()).collect()
+}

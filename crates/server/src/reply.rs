@@ -1,0 +1,198 @@
+//! Reply: what the core sends back to a connection, and how it is encoded on the wire.
+//!
+//! The core decides *what* to send; the connection's writer task encodes it, so serialization
+//! runs in parallel with the single-threaded core. Every message carries the zxid of the newest
+//! state it may reveal; the writer holds it back until that zxid is durable.
+
+use bytes::Bytes;
+use lockkeeper_proto::request::MULTI_END;
+use lockkeeper_proto::*;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MultiResult {
+    Created {
+        op: OpCode,
+        path: String,
+        stat: Stat,
+    },
+    Deleted,
+    DataSet(Stat),
+    Checked,
+    Error(ErrorCode),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadResult {
+    Children(Vec<String>),
+    Data { data: Bytes, stat: Stat },
+    Error(ErrorCode),
+}
+
+/// The body that follows a reply header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    Empty,
+    Stat(Stat),
+    Path(String),
+    PathStat {
+        path: String,
+        stat: Stat,
+    },
+    Data {
+        data: Bytes,
+        stat: Stat,
+    },
+    Children(Vec<String>),
+    ChildrenStat {
+        children: Vec<String>,
+        stat: Stat,
+    },
+    Acl {
+        acl: Vec<Acl>,
+        stat: Stat,
+    },
+    Count(i32),
+    /// addWatch answers with an ErrorResponse record carrying 0.
+    Code(i32),
+    Multi(Vec<MultiResult>),
+    MultiRead(Vec<ReadResult>),
+    WhoAmI(Vec<ClientInfo>),
+    Event(WatcherEvent),
+}
+
+#[derive(Debug)]
+pub enum Message {
+    /// The answer to the connect request: no reply header.
+    Connect(ConnectResponse),
+    Reply {
+        header: ReplyHeader,
+        body: Body,
+    },
+    /// Four-letter-word output: raw text, no framing.
+    Text(String),
+}
+
+/// One message for a connection's writer.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub message: Message,
+    /// The writer waits until this zxid is durable before writing.
+    pub visible_at: i64,
+    /// Close the connection after writing this message.
+    pub close: bool,
+}
+
+impl Message {
+    /// Appends this message, framed, to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Message::Connect(response) => encode_frame(out, |b| response.write(b)),
+            Message::Reply { header, body } => encode_frame(out, |b| {
+                header.write(b);
+                // ZooKeeper's clients ignore the body of an error reply; send none.
+                if header.err == 0 {
+                    body.write(b);
+                }
+            }),
+            Message::Text(text) => out.extend_from_slice(text.as_bytes()),
+        }
+    }
+}
+
+impl Body {
+    fn write(&self, b: &mut Vec<u8>) {
+        match self {
+            Body::Empty => {}
+            Body::Stat(stat) => stat.write(b),
+            Body::Path(path) => path.write(b),
+            Body::PathStat { path, stat } => {
+                path.write(b);
+                stat.write(b);
+            }
+            Body::Data { data, stat } => {
+                data.write(b);
+                stat.write(b);
+            }
+            Body::Children(children) => children.write(b),
+            Body::ChildrenStat { children, stat } => {
+                children.write(b);
+                stat.write(b);
+            }
+            Body::Acl { acl, stat } => {
+                acl.write(b);
+                stat.write(b);
+            }
+            Body::Count(n) | Body::Code(n) => n.write(b),
+            Body::Multi(results) => {
+                for result in results {
+                    write_multi_result(result, b);
+                }
+                MULTI_END.write(b);
+            }
+            Body::MultiRead(results) => {
+                for result in results {
+                    match result {
+                        ReadResult::Children(children) => {
+                            MultiHeader {
+                                op: OpCode::GetChildren.code(),
+                                done: false,
+                                err: 0,
+                            }
+                            .write(b);
+                            children.write(b);
+                        }
+                        ReadResult::Data { data, stat } => {
+                            MultiHeader {
+                                op: OpCode::GetData.code(),
+                                done: false,
+                                err: 0,
+                            }
+                            .write(b);
+                            data.write(b);
+                            stat.write(b);
+                        }
+                        ReadResult::Error(code) => write_error_result(*code, b),
+                    }
+                }
+                MULTI_END.write(b);
+            }
+            Body::WhoAmI(infos) => infos.write(b),
+            Body::Event(event) => event.write(b),
+        }
+    }
+}
+
+fn write_multi_result(result: &MultiResult, b: &mut Vec<u8>) {
+    let header = |op: OpCode| MultiHeader {
+        op: op.code(),
+        done: false,
+        err: 0,
+    };
+    match result {
+        MultiResult::Created { op, path, stat } => {
+            header(*op).write(b);
+            path.write(b);
+            // Only the plain create answers without a stat.
+            if *op != OpCode::Create {
+                stat.write(b);
+            }
+        }
+        MultiResult::Deleted => header(OpCode::Delete).write(b),
+        MultiResult::DataSet(stat) => {
+            header(OpCode::SetData).write(b);
+            stat.write(b);
+        }
+        MultiResult::Checked => header(OpCode::Check).write(b),
+        MultiResult::Error(code) => write_error_result(*code, b),
+    }
+}
+
+fn write_error_result(code: ErrorCode, b: &mut Vec<u8>) {
+    MultiHeader {
+        op: OpCode::Error.code(),
+        done: false,
+        err: code.code(),
+    }
+    .write(b);
+    ErrorResponse { err: code.code() }.write(b);
+}

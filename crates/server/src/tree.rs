@@ -1,0 +1,391 @@
+//! The data tree: every znode, with the indexes the server needs (ephemerals by session,
+//! containers and TTL nodes for the reaper).
+//!
+//! The tree is owned by the core task alone, so it is plain data with no locks. Mutations here
+//! cannot fail: `prep` has already checked every precondition against the same state, which is
+//! what lets a multi be all-or-nothing without an undo log.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lockkeeper_proto::{Acl, Stat};
+
+use crate::path;
+
+/// `ephemeralOwner` of a container node, as ZooKeeper encodes it.
+pub const CONTAINER_OWNER: i64 = i64::MIN;
+/// High byte that marks a TTL node's `ephemeralOwner`; the TTL in ms fills the low 40 bits.
+const TTL_MARK: i64 = 0xff00_0000_0000_0000_u64 as i64;
+/// Largest TTL ZooKeeper can encode (40 bits of milliseconds, about 34 years).
+pub const MAX_TTL: i64 = 0x0000_00ff_ffff_ffff;
+
+/// What kind of node an `ephemeralOwner` value denotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    Persistent,
+    Ephemeral(i64),
+    Container,
+    Ttl(i64),
+}
+
+impl Owner {
+    pub fn decode(ephemeral_owner: i64) -> Owner {
+        match ephemeral_owner {
+            0 => Owner::Persistent,
+            CONTAINER_OWNER => Owner::Container,
+            v if v & TTL_MARK == TTL_MARK => Owner::Ttl(v & MAX_TTL),
+            session => Owner::Ephemeral(session),
+        }
+    }
+
+    pub fn ttl(ttl_ms: i64) -> i64 {
+        TTL_MARK | ttl_ms
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub data: Bytes,
+    pub acl: Arc<[Acl]>,
+    pub czxid: i64,
+    pub mzxid: i64,
+    pub ctime: i64,
+    pub mtime: i64,
+    pub version: i32,
+    pub aversion: i32,
+    /// Children ever created under this node. It numbers sequential children, and clients see
+    /// `cversion = 2 * child_creations - numChildren` (creations plus deletions), as in ZooKeeper.
+    pub child_creations: i32,
+    pub ephemeral_owner: i64,
+    pub pzxid: i64,
+    pub children: BTreeSet<Box<str>>,
+}
+
+impl Node {
+    pub fn stat(&self) -> Stat {
+        let num_children = self.children.len() as i32;
+        Stat {
+            czxid: self.czxid,
+            mzxid: self.mzxid,
+            ctime: self.ctime,
+            mtime: self.mtime,
+            version: self.version,
+            cversion: self
+                .child_creations
+                .wrapping_mul(2)
+                .wrapping_sub(num_children),
+            aversion: self.aversion,
+            ephemeral_owner: self.ephemeral_owner,
+            data_length: self.data.len() as i32,
+            num_children,
+            pzxid: self.pzxid,
+        }
+    }
+
+    fn new(data: Bytes, acl: Arc<[Acl]>, ephemeral_owner: i64, zxid: i64, time: i64) -> Node {
+        Node {
+            data,
+            acl,
+            czxid: zxid,
+            mzxid: zxid,
+            ctime: time,
+            mtime: time,
+            version: 0,
+            aversion: 0,
+            child_creations: 0,
+            ephemeral_owner,
+            pzxid: zxid,
+            children: BTreeSet::new(),
+        }
+    }
+}
+
+pub struct DataTree {
+    nodes: HashMap<String, Node>,
+    ephemerals: HashMap<i64, BTreeSet<String>>,
+    containers: HashSet<String>,
+    ttl_nodes: HashSet<String>,
+    /// Most nodes share a handful of ACLs; one `Arc` per distinct ACL keeps them cheap.
+    acl_cache: HashMap<Vec<Acl>, Arc<[Acl]>>,
+}
+
+impl Default for DataTree {
+    fn default() -> Self {
+        DataTree::new()
+    }
+}
+
+impl DataTree {
+    /// A fresh tree as ZooKeeper starts one: "/" plus "/zookeeper" with its "quota" and "config"
+    /// children, added without transactions (hence root's cversion of -1 and zxids of 0).
+    pub fn new() -> DataTree {
+        let mut tree = DataTree {
+            nodes: HashMap::new(),
+            ephemerals: HashMap::new(),
+            containers: HashSet::new(),
+            ttl_nodes: HashSet::new(),
+            acl_cache: HashMap::new(),
+        };
+        let open = tree.intern_acl(crate::acl::open_acl());
+        let read_only = tree.intern_acl(vec![Acl {
+            perms: lockkeeper_proto::perms::READ,
+            id: lockkeeper_proto::Id {
+                scheme: "world".into(),
+                id: "anyone".into(),
+            },
+        }]);
+        for (p, acl) in [
+            ("/", &open),
+            ("/zookeeper", &open),
+            ("/zookeeper/quota", &open),
+            ("/zookeeper/config", &read_only),
+        ] {
+            tree.nodes
+                .insert(p.to_string(), Node::new(Bytes::new(), acl.clone(), 0, 0, 0));
+            if let Some(parent) = path::parent(p).and_then(|parent| tree.nodes.get_mut(parent)) {
+                parent.children.insert(path::name(p).into());
+            }
+        }
+        if let Some(config) = tree.nodes.get_mut("/zookeeper/config") {
+            config.aversion = -1;
+        }
+        tree
+    }
+
+    pub fn get(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn intern_acl(&mut self, acl: Vec<Acl>) -> Arc<[Acl]> {
+        if let Some(shared) = self.acl_cache.get(&acl) {
+            return shared.clone();
+        }
+        let shared: Arc<[Acl]> = acl.clone().into();
+        self.acl_cache.insert(acl, shared.clone());
+        shared
+    }
+
+    /// Adds a node whose parent exists and whose path is free (checked by `prep`).
+    pub fn create(
+        &mut self,
+        path: &str,
+        data: Bytes,
+        acl: Vec<Acl>,
+        ephemeral_owner: i64,
+        zxid: i64,
+        time: i64,
+    ) -> Stat {
+        let acl = self.intern_acl(acl);
+        let node = Node::new(data, acl, ephemeral_owner, zxid, time);
+        let stat = node.stat();
+        if let Some(parent) = path::parent(path).and_then(|p| self.nodes.get_mut(p)) {
+            parent.children.insert(path::name(path).into());
+            parent.child_creations = parent.child_creations.wrapping_add(1);
+            parent.pzxid = zxid;
+        }
+        match Owner::decode(ephemeral_owner) {
+            Owner::Ephemeral(session) => {
+                self.ephemerals
+                    .entry(session)
+                    .or_default()
+                    .insert(path.to_string());
+            }
+            Owner::Container => {
+                self.containers.insert(path.to_string());
+            }
+            Owner::Ttl(_) => {
+                self.ttl_nodes.insert(path.to_string());
+            }
+            Owner::Persistent => {}
+        }
+        self.nodes.insert(path.to_string(), node);
+        stat
+    }
+
+    /// Removes a childless node (checked by `prep`).
+    pub fn delete(&mut self, path: &str, zxid: i64) {
+        let Some(node) = self.nodes.remove(path) else {
+            return;
+        };
+        if let Some(parent) = path::parent(path).and_then(|p| self.nodes.get_mut(p)) {
+            parent.children.remove(path::name(path));
+            // A delete replayed after a later create must not move pzxid backwards.
+            parent.pzxid = parent.pzxid.max(zxid);
+        }
+        match Owner::decode(node.ephemeral_owner) {
+            Owner::Ephemeral(session) => {
+                if let Some(paths) = self.ephemerals.get_mut(&session) {
+                    paths.remove(path);
+                    if paths.is_empty() {
+                        self.ephemerals.remove(&session);
+                    }
+                }
+            }
+            Owner::Container => {
+                self.containers.remove(path);
+            }
+            Owner::Ttl(_) => {
+                self.ttl_nodes.remove(path);
+            }
+            Owner::Persistent => {}
+        }
+    }
+
+    pub fn set_data(
+        &mut self,
+        path: &str,
+        data: Bytes,
+        version: i32,
+        zxid: i64,
+        time: i64,
+    ) -> Stat {
+        match self.nodes.get_mut(path) {
+            Some(node) => {
+                node.data = data;
+                node.version = version;
+                node.mzxid = zxid;
+                node.mtime = time;
+                node.stat()
+            }
+            None => Stat::default(),
+        }
+    }
+
+    pub fn set_acl(&mut self, path: &str, acl: Vec<Acl>, aversion: i32) -> Stat {
+        let acl = self.intern_acl(acl);
+        match self.nodes.get_mut(path) {
+            Some(node) => {
+                node.acl = acl;
+                node.aversion = aversion;
+                node.stat()
+            }
+            None => Stat::default(),
+        }
+    }
+
+    /// The session's ephemeral paths, deepest first is not needed: ephemerals have no children.
+    pub fn ephemerals_of(&self, session: i64) -> impl Iterator<Item = &String> {
+        self.ephemerals.get(&session).into_iter().flatten()
+    }
+
+    pub fn ephemeral_count(&self) -> usize {
+        self.ephemerals.values().map(BTreeSet::len).sum()
+    }
+
+    pub fn sessions_with_ephemerals(&self) -> impl Iterator<Item = (&i64, &BTreeSet<String>)> {
+        self.ephemerals.iter()
+    }
+
+    /// Number of descendants of `path` (ZooKeeper's getAllChildrenNumber).
+    pub fn descendant_count(&self, path: &str) -> usize {
+        if path == "/" {
+            return self.nodes.len() - 1;
+        }
+        let prefix = format!("{path}/");
+        self.nodes.keys().filter(|k| k.starts_with(&prefix)).count()
+    }
+
+    /// Containers that had children and have none left, and TTL nodes without children whose
+    /// TTL has passed since their last change: what the reaper deletes.
+    pub fn reapable(&self, now_ms: i64) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .containers
+            .iter()
+            .filter(|p| {
+                self.nodes
+                    .get(*p)
+                    .is_some_and(|n| n.children.is_empty() && n.child_creations > 0)
+            })
+            .cloned()
+            .collect();
+        out.extend(
+            self.ttl_nodes
+                .iter()
+                .filter(|p| {
+                    self.nodes
+                        .get(*p)
+                        .is_some_and(|n| match Owner::decode(n.ephemeral_owner) {
+                            Owner::Ttl(ttl) => {
+                                n.children.is_empty() && now_ms > n.mtime.saturating_add(ttl)
+                            }
+                            _ => false,
+                        })
+                })
+                .cloned(),
+        );
+        out.sort();
+        out
+    }
+
+    /// Approximate bytes of node data, for `mntr`.
+    pub fn approximate_data_size(&self) -> usize {
+        self.nodes.iter().map(|(p, n)| p.len() + n.data.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_tree_matches_zookeepers_initial_stats() {
+        let tree = DataTree::new();
+        let root = tree.get("/").unwrap().stat();
+        assert_eq!((root.cversion, root.num_children, root.pzxid), (-1, 1, 0));
+        let zk = tree.get("/zookeeper").unwrap().stat();
+        assert_eq!((zk.cversion, zk.num_children), (-2, 2));
+        assert_eq!(tree.get("/zookeeper/config").unwrap().stat().aversion, -1);
+    }
+
+    #[test]
+    fn cversion_counts_creations_and_deletions() {
+        let mut tree = DataTree::new();
+        tree.create("/p", Bytes::new(), crate::acl::open_acl(), 0, 1, 0);
+        tree.create("/p/a", Bytes::new(), crate::acl::open_acl(), 0, 2, 0);
+        tree.create("/p/b", Bytes::new(), crate::acl::open_acl(), 0, 3, 0);
+        tree.delete("/p/a", 4);
+        let p = tree.get("/p").unwrap();
+        assert_eq!(
+            p.child_creations, 2,
+            "the next sequential child is numbered 2"
+        );
+        assert_eq!(
+            (p.stat().cversion, p.stat().num_children, p.stat().pzxid),
+            (3, 1, 4)
+        );
+    }
+
+    #[test]
+    fn owner_encoding_round_trips() {
+        assert_eq!(Owner::decode(0), Owner::Persistent);
+        assert_eq!(Owner::decode(CONTAINER_OWNER), Owner::Container);
+        assert_eq!(Owner::decode(Owner::ttl(5000)), Owner::Ttl(5000));
+        assert_eq!(Owner::decode(0x0123_4567), Owner::Ephemeral(0x0123_4567));
+    }
+
+    #[test]
+    fn reaps_used_empty_containers_and_expired_ttl_nodes() {
+        let mut tree = DataTree::new();
+        let acl = crate::acl::open_acl();
+        tree.create("/c", Bytes::new(), acl.clone(), CONTAINER_OWNER, 1, 0);
+        tree.create("/fresh", Bytes::new(), acl.clone(), CONTAINER_OWNER, 2, 0);
+        tree.create("/c/x", Bytes::new(), acl.clone(), 0, 3, 0);
+        tree.create("/t", Bytes::new(), acl, Owner::ttl(100), 4, 1000);
+        assert!(tree.reapable(1050).is_empty());
+        tree.delete("/c/x", 5);
+        assert_eq!(tree.reapable(1050), vec!["/c".to_string()]);
+        assert_eq!(
+            tree.reapable(1101),
+            vec!["/c".to_string(), "/t".to_string()]
+        );
+    }
+}
