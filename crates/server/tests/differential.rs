@@ -1,6 +1,6 @@
 //! Differential test: Keeper against Apache ZooKeeper on the same seeded random operations.
 //!
-//! For each seed, a generator (`differential/ops.rs`) draws operations over four sessions on a
+//! For each seed, a generator (`differential/generate.rs`) draws operations over four sessions on a
 //! small path universe (creates of every node kind, deletes and setData with right and wrong
 //! versions, reads, ACLs with world/digest/ip/auth, multi and multiRead, getEphemerals,
 //! getAllChildrenNumber, sync, addauth, whoami, one-shot watches, session close) and both
@@ -23,6 +23,8 @@
 
 #[path = "differential/compare.rs"]
 mod compare;
+#[path = "differential/generate.rs"]
+mod generate;
 #[path = "differential/ops.rs"]
 mod ops;
 #[path = "differential/run.rs"]
@@ -31,8 +33,9 @@ mod run;
 use std::time::{Duration, Instant};
 
 use compare::{Step, difference, show_step};
+use generate::Generator;
 use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, ZkOptions};
-use ops::{Generator, NodeKind, Op, ReadOp, SubOp};
+use ops::{NodeKind, Op, ReadOp, SubOp};
 use run::Backend;
 use zookeeper_client::{Acls, Client, CreateMode};
 
