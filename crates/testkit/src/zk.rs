@@ -92,7 +92,9 @@ impl ApacheZk {
                         dir,
                     };
                 }
-                Err(StartError::PortTaken) => failures.push(format!("port {port} was taken")),
+                Err(StartError::PortTaken(why)) => {
+                    failures.push(format!("port {port} was taken ({why})"))
+                }
                 Err(StartError::Failed(message)) => panic!("{message}"),
             }
         }
@@ -146,11 +148,13 @@ impl ApacheZk {
                     *self.child.lock().unwrap_or_else(|p| p.into_inner()) = child;
                     return;
                 }
-                Err(StartError::PortTaken) if Instant::now() < deadline => {
+                Err(StartError::PortTaken(_)) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(500));
                 }
-                Err(StartError::PortTaken) => {
-                    panic!("ZooKeeper restart: port {port} stayed taken for {START_TIMEOUT:?}")
+                Err(StartError::PortTaken(why)) => {
+                    panic!(
+                        "ZooKeeper restart: port {port} stayed taken for {START_TIMEOUT:?}: {why}"
+                    )
                 }
                 Err(StartError::Failed(message)) => panic!("ZooKeeper restart: {message}"),
             }
@@ -191,7 +195,8 @@ const LOG_FILE: &str = "zookeeper.log";
 
 enum StartError {
     /// Someone else bound the port between `free_port` and ZooKeeper's bind: try another.
-    PortTaken,
+    /// Carries what showed it, for the message if every attempt fails.
+    PortTaken(String),
     /// Anything else; the message carries the log tail.
     Failed(String),
 }
@@ -267,7 +272,10 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
             Ok(Some(status)) => {
                 let log = read_from(&log_path, log_start);
                 if log.contains("Address already in use") || log.contains("BindException") {
-                    return Err(StartError::PortTaken);
+                    return Err(StartError::PortTaken(format!(
+                        "ZooKeeper exited: {}",
+                        tail(&log, 3)
+                    )));
                 }
                 return Err(StartError::Failed(format!(
                     "Apache ZooKeeper exited during start ({status}); log {}:\n{}",
@@ -283,15 +291,19 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
             if answer == "imok" {
                 // Make sure the server answering is ours and not another test's that grabbed
                 // the port: `conf` names its data directory.
+                // `ruok` answers before the server serves requests; `conf` answers once it
+                // does, and names the data directory, which tells whether the server on this
+                // port is ours and not another test's that grabbed the port first.
                 match try_four_letter_word(addr, "conf", Duration::from_secs(5)) {
                     Ok(conf) if conf.contains(&expected_data_dir) => return Ok(child),
-                    Ok(conf) => {
-                        last_answer = format!("conf -> {conf:?}");
-                        if !conf.is_empty() {
-                            kill_and_reap(&mut child);
-                            return Err(StartError::PortTaken);
-                        }
+                    Ok(conf) if conf.contains("dataDir=") => {
+                        kill_and_reap(&mut child);
+                        return Err(StartError::PortTaken(format!(
+                            "another server answers: {}",
+                            tail(&conf, 5)
+                        )));
                     }
+                    Ok(conf) => last_answer = format!("conf -> {conf:?}"),
                     Err(e) => last_answer = format!("conf -> {e}"),
                 }
             }

@@ -78,13 +78,28 @@ fn options_reach_the_server() {
 }
 
 #[test]
-fn two_servers_side_by_side_get_different_ports() {
-    let a = ApacheZk::start();
-    let b = ApacheZk::start();
-    assert_ne!(a.addr(), b.addr());
-    assert_ne!(a.pid(), b.pid());
-    assert_eq!(four_letter_word(a.addr(), "ruok"), "imok");
-    assert_eq!(four_letter_word(b.addr(), "ruok"), "imok");
+fn servers_started_concurrently_are_each_ready_and_distinct() {
+    // Starting JVMs at the same moment is the race a loaded CI meets: a server that answers
+    // `ruok` is not necessarily serving yet, and must not be mistaken for someone else's.
+    let starters: Vec<_> = (0..4)
+        .map(|_| std::thread::spawn(ApacheZk::start))
+        .collect();
+    let servers: Vec<ApacheZk> = starters
+        .into_iter()
+        .map(|h| h.join().expect("ApacheZk::start panicked"))
+        .collect();
+    let mut addrs: Vec<_> = servers.iter().map(|s| s.addr()).collect();
+    addrs.sort();
+    addrs.dedup();
+    assert_eq!(addrs.len(), servers.len(), "two servers share an address");
+    for server in &servers {
+        assert_eq!(four_letter_word(server.addr(), "ruok"), "imok");
+        let conf = four_letter_word(server.addr(), "conf");
+        assert!(
+            conf.contains(&server.data_dir().display().to_string()),
+            "{server:?} answers with another server's conf: {conf}"
+        );
+    }
 }
 
 #[test]
