@@ -157,14 +157,22 @@ impl Core {
                 received,
             } => {
                 self.counters.received += 1;
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    c.received += 1;
-                    if let Some(session) = c.session {
-                        self.sessions.touch(session, Instant::now());
-                    }
-                } else {
+                let Some(c) = self.conns.get_mut(&conn) else {
                     return;
+                };
+                c.received += 1;
+                // A connection whose session moved to a newer connection (or ended) must not act
+                // for it: an ephemeral created with no session would outlive everyone.
+                let Some(session) = c.session else {
+                    let zxid = self.last_zxid;
+                    return self.reply(conn, xid, zxid, ErrorCode::SessionMoved, Body::Empty);
+                };
+                // Requests pipelined behind a closeSession find their session gone.
+                if self.sessions.get(session).is_none() {
+                    let zxid = self.last_zxid;
+                    return self.reply(conn, xid, zxid, ErrorCode::SessionExpired, Body::Empty);
                 }
+                self.sessions.touch(session, Instant::now());
                 self.request(conn, xid, request);
                 self.record_latency(received);
             }
