@@ -11,7 +11,9 @@
 #[path = "clients/zkcli/harness.rs"]
 mod harness;
 
-use harness::{Script, Transcript, concat, digest_id, lines, run_zkcli, stat, zxid_shape, zxids};
+use harness::{
+    Findings, Script, Transcript, concat, digest_id, lines, run_zkcli, stat, zxid_shape, zxids,
+};
 use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, ZkOptions, backend_enabled, both};
 
 /// The commands every backend gets; see `check_transcript` for what each section must print.
@@ -134,14 +136,10 @@ fn script(connect: &str) -> Script {
 }
 
 /// Every assertion on one backend's transcript. Failures name the backend and show the output.
-fn check_transcript(backend: &str, t: &Transcript) {
+fn check_transcript(backend: &'static str, t: &Transcript) {
+    let f = Findings::new(backend);
     let check = |name: &str, expected: Vec<String>| {
-        let actual = t.masked(name);
-        assert_eq!(
-            actual, expected,
-            "[{backend}] zkCli section {name:?} differs (left: actual, right: expected); whole output:\n{}",
-            t.raw
-        );
+        f.eq(&format!("section {name:?}"), t.masked(name), expected);
     };
 
     check(
@@ -185,11 +183,9 @@ fn check_transcript(backend: &str, t: &Transcript) {
     );
     let set_section = t.section("set");
     let (c, m) = (zxids(set_section, "cZxid"), zxids(set_section, "mZxid"));
-    assert!(
-        m[0] > c[0],
-        "[{backend}] after two sets mZxid {:#x} must be above cZxid {:#x}",
-        m[0],
-        c[0]
+    f.that(
+        m.first() > c.first(),
+        format!("after two sets mZxid {m:x?} must be above cZxid {c:x?}"),
     );
 
     check(
@@ -214,7 +210,8 @@ fn check_transcript(backend: &str, t: &Transcript) {
     // The recursive listing's order follows the server's child order, which is not a contract.
     let mut recursive = t.section("list-recursive").to_vec();
     recursive.sort();
-    assert_eq!(
+    f.eq(
+        "ls -R",
         recursive,
         lines(&[
             "/zk-cli",
@@ -225,8 +222,6 @@ fn check_transcript(backend: &str, t: &Transcript) {
             "/zk-cli/seq-0000000002",
             "/zk-cli/ttl",
         ]),
-        "[{backend}] ls -R; whole output:\n{}",
-        t.raw
     );
     check(
         "delete",
@@ -241,25 +236,24 @@ fn check_transcript(backend: &str, t: &Transcript) {
     // whoami: a header, then one line per identity; the identities' order is not a contract.
     let sorted_identities = |name: &str| {
         let section = t.section(name);
-        assert_eq!(
+        f.eq(
+            "whoami header",
             section.first().map(String::as_str),
             Some("Auth scheme: User"),
-            "[{backend}] whoami header; whole output:\n{}",
-            t.raw
         );
-        let mut ids = section[1..].to_vec();
+        let mut ids = section.get(1..).unwrap_or_default().to_vec();
         ids.sort();
         ids
     };
-    assert_eq!(
+    f.eq(
+        "whoami before addauth",
         sorted_identities("whoami"),
         lines(&["ip: 127.0.0.1"]),
-        "[{backend}] whoami before addauth"
     );
-    assert_eq!(
+    f.eq(
+        "whoami after addauth",
         sorted_identities("whoami-digest"),
         lines(&["digest: alice", "ip: 127.0.0.1"]),
-        "[{backend}] whoami after addauth"
     );
 
     let alice = format!("'digest,'{}", digest_id("alice", "secret"));
@@ -375,18 +369,16 @@ fn check_transcript(backend: &str, t: &Transcript) {
         "state:SyncConnected type:NodeDeleted path:/zk-pr/a/b",
         "state:SyncConnected type:PersistentWatchRemoved path:/zk-pr",
     ]);
-    assert_eq!(
-        node_events, expected_events,
-        "[{backend}] watch notifications; whole output:\n{}",
-        t.raw
-    );
+    f.eq("watch notifications", node_events, expected_events);
     // Two connects and two closes: the first session's close, the second's at quit.
-    let states: Vec<&String> = t
+    let states: Vec<&str> = t
         .events
         .iter()
         .filter(|e| e.contains("type:None"))
+        .map(String::as_str)
         .collect();
-    assert_eq!(
+    f.eq(
+        "connection events",
         states,
         vec![
             "state:SyncConnected type:None path:null",
@@ -394,9 +386,8 @@ fn check_transcript(backend: &str, t: &Transcript) {
             "state:SyncConnected type:None path:null",
             "state:Closed type:None path:null",
         ],
-        "[{backend}] connection events; whole output:\n{}",
-        t.raw
     );
+    f.finish(&t.raw);
 }
 
 const SECTIONS: &[&str] = &[

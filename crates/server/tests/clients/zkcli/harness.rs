@@ -1,7 +1,9 @@
 //! The machinery of the zkCli interop test: building a script cut into sections, running
 //! `zkCli.sh` on it with a bound on time, and parsing what it printed.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt::Debug;
 use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -236,4 +238,47 @@ pub fn zxid_shape(t: &Transcript, names: &[&str]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Collects every failed check of one backend's transcript, so that one run reports all the
+/// differences at once instead of stopping at the first.
+pub struct Findings {
+    backend: &'static str,
+    failures: RefCell<Vec<String>>,
+}
+
+impl Findings {
+    pub fn new(backend: &'static str) -> Findings {
+        Findings {
+            backend,
+            failures: RefCell::new(Vec::new()),
+        }
+    }
+
+    pub fn eq<T: PartialEq + Debug>(&self, what: &str, actual: T, expected: T) {
+        if actual != expected {
+            self.failures.borrow_mut().push(format!(
+                "{what}:\n    actual:   {actual:?}\n    expected: {expected:?}"
+            ));
+        }
+    }
+
+    pub fn that(&self, condition: bool, what: String) {
+        if !condition {
+            self.failures.borrow_mut().push(what);
+        }
+    }
+
+    /// Panics listing every failure, followed by zkCli's whole output.
+    pub fn finish(self, raw: &str) {
+        let failures = self.failures.into_inner();
+        if !failures.is_empty() {
+            panic!(
+                "[{}] {} zkCli check(s) failed:\n- {}\n\nwhole zkCli output:\n{raw}",
+                self.backend,
+                failures.len(),
+                failures.join("\n- ")
+            );
+        }
+    }
 }
