@@ -17,7 +17,11 @@
 //! * `LOCKKEEPER_DIFF_SELFCHECK=1`: compare Apache ZooKeeper with a second Apache ZooKeeper
 //!   instead of Keeper; it must always pass, which proves the comparison is not too strict.
 //! * `LOCKKEEPER_DIFF_SKIP=tag,tag`: never draw operations with these tags (see [`tags`]), to
-//!   look past a known difference.
+//!   look past a known difference. The tag `auth` also keeps every session unauthenticated.
+//! * `LOCKKEEPER_DIFF_ALLOW=name,name`: accept these known differences (see `run::Options`):
+//!   `multi-create-stat` (a create inside a multi answered with a stat, which Apache ZooKeeper
+//!   3.8 omits), `owner-marker` (a container or TTL marker shown as ephemeralOwner, where
+//!   ZooKeeper shows 0).
 //! * `LOCKKEEPER_DIFF_TRACE=1`: print every operation and the reference answer.
 //! * `LOCKKEEPER_DIFF_SHRINK=0`: do not shrink a failure.
 
@@ -35,8 +39,8 @@ use std::time::{Duration, Instant};
 use compare::{Step, difference, show_step};
 use generate::Generator;
 use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, ZkOptions};
-use ops::{NodeKind, Op, ReadOp, SubOp};
-use run::Backend;
+use ops::{AclChoice, NodeKind, Op, ReadOp, SubOp};
+use run::{Backend, Options};
 use zookeeper_client::{Acls, Client, CreateMode};
 
 /// The seeds every run covers. The first runs at the real root, the others each in a chroot of
@@ -53,11 +57,15 @@ const SHRINK_BUDGET: Duration = Duration::from_secs(120);
 /// both servers get an interval far longer than a run so that nothing is reaped.
 const REAP_INTERVAL: Duration = Duration::from_secs(3600);
 
+/// The known differences `LOCKKEEPER_DIFF_ALLOW` can name.
+const ALLOWANCES: [&str; 2] = ["multi-create-stat", "owner-marker"];
+
 struct Settings {
     seeds: Vec<u64>,
     ops: usize,
     selfcheck: bool,
     skip: Vec<String>,
+    allow: Vec<String>,
     trace: bool,
     shrink: bool,
 }
@@ -75,7 +83,17 @@ impl Settings {
         let skip = var("LOCKKEEPER_DIFF_SKIP")
             .map(|s| s.split(',').map(|t| t.trim().to_string()).collect())
             .unwrap_or_default();
+        let allow: Vec<String> = var("LOCKKEEPER_DIFF_ALLOW")
+            .map(|s| s.split(',').map(|t| t.trim().to_string()).collect())
+            .unwrap_or_default();
+        for name in &allow {
+            assert!(
+                ALLOWANCES.contains(&name.as_str()),
+                "LOCKKEEPER_DIFF_ALLOW names {name:?}; known: {ALLOWANCES:?}"
+            );
+        }
         Settings {
+            allow,
             seeds,
             ops,
             selfcheck: var("LOCKKEEPER_DIFF_SELFCHECK").is_some_and(|v| v != "0"),
@@ -87,7 +105,9 @@ impl Settings {
 }
 
 /// Tags of an operation, for `LOCKKEEPER_DIFF_SKIP`: its name, `root` if it touches `/`,
-/// `ttl`, `container`, `sequential`, `ephemeral` if it creates such a node.
+/// `ttl`, `container`, `sequential`, `ephemeral` if it creates such a node, `acl` if it sets
+/// an ACL other than world:anyone:ALL, `auth` for addauth, `multi-special-create` for a multi
+/// that creates a container or TTL node.
 fn tags(op: &Op) -> Vec<&'static str> {
     let mut tags = Vec::new();
     let kind = |k: NodeKind, tags: &mut Vec<&'static str>| match k {
@@ -101,8 +121,13 @@ fn tags(op: &Op) -> Vec<&'static str> {
     };
     let mut paths: Vec<&str> = Vec::new();
     let name = match op {
-        Op::Create { path, kind: k, .. } => {
+        Op::Create {
+            path, kind: k, acl, ..
+        } => {
             kind(*k, &mut tags);
+            if *acl != AclChoice::AnyoneAll {
+                tags.push("acl");
+            }
             paths.push(path);
             "create"
         }
@@ -132,6 +157,7 @@ fn tags(op: &Op) -> Vec<&'static str> {
         }
         Op::SetAcl { path, .. } => {
             paths.push(path);
+            tags.push("acl");
             "setAcl"
         }
         Op::Multi { ops, .. } => {
@@ -139,6 +165,12 @@ fn tags(op: &Op) -> Vec<&'static str> {
                 match sub {
                     SubOp::Create { path, kind: k, .. } => {
                         kind(*k, &mut tags);
+                        if matches!(
+                            k,
+                            NodeKind::Container | NodeKind::Ttl | NodeKind::TtlSequential
+                        ) {
+                            tags.push("multi-special-create");
+                        }
                         paths.push(path);
                     }
                     SubOp::Delete { path, .. }
@@ -165,7 +197,10 @@ fn tags(op: &Op) -> Vec<&'static str> {
             paths.push(path);
             "sync"
         }
-        Op::AddAuth { .. } => "addauth",
+        Op::AddAuth { .. } => {
+            tags.push("auth");
+            "addauth"
+        }
         Op::WhoAmI { .. } => "whoami",
         Op::Watch { path, .. } => {
             paths.push(path);
@@ -256,23 +291,31 @@ struct Pair {
     _data: Option<tempfile::TempDir>,
     /// Each chroot made for a run gets a fresh name.
     chroots: usize,
+    options: Options,
 }
 
 impl Pair {
-    fn start(selfcheck: bool) -> Pair {
-        let options = ZkOptions {
+    fn start(settings: &Settings) -> Pair {
+        let allowed = |name: &str| settings.allow.iter().any(|a| a == name);
+        let options = Options {
+            authenticate: !settings.skip.iter().any(|t| t == "auth"),
+            multi_create_stats: !allowed("multi-create-stat"),
+            owner_markers: !allowed("owner-marker"),
+        };
+        let zk_options = ZkOptions {
             container_check_interval_ms: REAP_INTERVAL.as_millis() as u64,
             max_client_cnxns: 0,
             ..ZkOptions::default()
         };
-        let reference = ApacheZk::start_with(options.clone());
-        if selfcheck {
-            let other = Box::new(ApacheZk::start_with(options));
+        let reference = ApacheZk::start_with(zk_options.clone());
+        if settings.selfcheck {
+            let other = Box::new(ApacheZk::start_with(zk_options));
             return Pair {
                 reference,
                 other,
                 _data: None,
                 chroots: 0,
+                options,
             };
         }
         let data = tempfile::Builder::new()
@@ -287,6 +330,7 @@ impl Pair {
             other: Box::new(Keeper::start_with(config)),
             _data: Some(data),
             chroots: 0,
+            options,
         }
     }
 
@@ -324,6 +368,7 @@ impl Pair {
             "zookeeper",
             format!("{}{suffix}", self.reference.connect_string()),
             !chroot,
+            self.options,
         )
         .await
         .unwrap_or_else(|e| panic!("open sessions on zookeeper: {e}"));
@@ -331,6 +376,7 @@ impl Pair {
             self.other_name(),
             format!("{}{suffix}", self.other.connect_string()),
             !chroot,
+            self.options,
         )
         .await
         .unwrap_or_else(|e| panic!("open sessions on {}: {e}", self.other_name()));
@@ -409,6 +455,27 @@ async fn show_replay(pair: &mut Pair, ops: &[Op]) -> String {
     out
 }
 
+/// The environment a reproduction needs beside the seed and the length.
+fn env_flags(settings: &Settings) -> String {
+    let mut out = String::new();
+    if !settings.skip.is_empty() {
+        out.push_str(&format!(
+            " LOCKKEEPER_DIFF_SKIP={}",
+            settings.skip.join(",")
+        ));
+    }
+    if !settings.allow.is_empty() {
+        out.push_str(&format!(
+            " LOCKKEEPER_DIFF_ALLOW={}",
+            settings.allow.join(",")
+        ));
+    }
+    if settings.selfcheck {
+        out.push_str(" LOCKKEEPER_DIFF_SELFCHECK=1");
+    }
+    out
+}
+
 fn report(
     settings: &Settings,
     seed: u64,
@@ -428,11 +495,7 @@ fn report(
         show_step(&mismatch.reference[index]),
         show_step(&mismatch.other),
         settings.ops,
-        if settings.skip.is_empty() {
-            String::new()
-        } else {
-            format!(" LOCKKEEPER_DIFF_SKIP={}", settings.skip.join(","))
-        },
+        env_flags(settings),
     );
     match shrunk {
         Some(shrunk) => out.push_str(&format!(
@@ -457,7 +520,7 @@ fn report(
 #[test]
 fn keeper_answers_like_apache_zookeeper() {
     let settings = Settings::from_env();
-    let mut pair = Pair::start(settings.selfcheck);
+    let mut pair = Pair::start(&settings);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

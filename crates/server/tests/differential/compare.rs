@@ -5,8 +5,8 @@
 //! * **Times** (`ctime`, `mtime`) are dropped.
 //! * **Session ids** differ by construction. An `ephemeralOwner` that is one of our own sessions
 //!   is replaced by the session's name in the run (`s2.1`: slot 2, second session opened there);
-//!   any other value is kept in hex, because ZooKeeper stores markers there that must match
-//!   exactly (`0x8000000000000000` for containers, `0xff00…` plus the TTL for TTL nodes).
+//!   any other value is kept in hex and must match exactly. (ZooKeeper stores markers there for
+//!   containers and TTL nodes but shows clients 0; a server leaking its marker shows up here.)
 //! * **Zxids** (`czxid`, `mzxid`, `pzxid`) are compared *relatively*. Absolute values depend on
 //!   how many transactions a server spends on things a client cannot order against its own
 //!   requests (session creation and close, failed writes that ZooKeeper still logs as error
@@ -95,9 +95,10 @@ pub enum ReadItem {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeEntry {
     pub path: String,
-    pub data: String,
-    pub stat: NStat,
-    pub acl: Vec<String>,
+    /// Data and stat, or the error reading them (an ACL can hide a node even from the
+    /// inspector when sessions do not authenticate).
+    pub node: Result<(String, NStat), String>,
+    pub acl: Result<Vec<String>, String>,
 }
 
 /// The normalized answer to one operation.
