@@ -1,0 +1,509 @@
+//! `lockkeeper bench --compare`: Keeper and Apache ZooKeeper measured in the same run, on the
+//! same machine, by the same client, and printed side by side as ratios Keeper/ZooKeeper.
+//!
+//! Each server in turn (never both at once, so they do not share the CPU) is started as a child
+//! process and goes through the same steps: time from spawn to the first accepted session (best of
+//! several fresh starts, reported as the median), every workload, then resident memory after bulk
+//! creating persistent znodes. Ratios rather than absolute numbers are the claim, because only a
+//! ratio measured in one run on one machine means anything elsewhere.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use futures::future::{AbortHandle, Abortable};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use zookeeper_client as zk;
+
+use super::BoxError;
+use super::process::{ChildServer, Launcher, ServerKind};
+use super::stats::{self, Json, RunStats};
+use super::workload::{Namespace, Plan, Workload};
+
+/// What `--compare` does besides the workloads, from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub plan: Plan,
+    pub workloads: Vec<Workload>,
+    pub sessions: Vec<usize>,
+    pub servers: Vec<ServerKind>,
+    pub launcher: Launcher,
+    pub startup_trials: usize,
+    /// Bound on one server's start-up, from spawn to first session.
+    pub startup_limit: Duration,
+    pub rss_znodes: u64,
+    /// Bound on creating the `rss_znodes` znodes.
+    pub populate_limit: Duration,
+}
+
+/// Sessions used to create the znodes of the memory figure.
+const POPULATE_SESSIONS: usize = 4;
+
+/// Everything measured on one server. A figure that could not be taken is `None` (or an `Err`
+/// run) and the reason is in `errors`, so one failing step does not hide the others.
+pub struct ServerReport {
+    pub kind: ServerKind,
+    pub command: String,
+    pub startup: Vec<Duration>,
+    pub rss_idle_kib: Option<u64>,
+    pub rss_loaded_kib: Option<u64>,
+    pub populate_time: Option<Duration>,
+    pub runs: Vec<(Workload, usize, Result<RunStats, String>)>,
+    pub errors: Vec<String>,
+}
+
+impl ServerReport {
+    fn new(kind: ServerKind, command: String) -> ServerReport {
+        ServerReport {
+            kind,
+            command,
+            startup: Vec::new(),
+            rss_idle_kib: None,
+            rss_loaded_kib: None,
+            populate_time: None,
+            runs: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn run(&self, workload: Workload, sessions: usize) -> Option<&RunStats> {
+        self.runs
+            .iter()
+            .find(|(w, s, _)| *w == workload && *s == sessions)
+            .and_then(|(_, _, r)| r.as_ref().ok())
+    }
+
+    fn startup_median(&self) -> Option<Duration> {
+        stats::median(&self.startup)
+    }
+}
+
+/// Pending session attempts beyond which the oldest is abandoned.
+const MAX_ATTEMPTS_IN_FLIGHT: usize = 32;
+
+/// Bound on one session attempt.
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(5);
+
+/// Pause between the starts of two session attempts: 1% of the time waited so far, at least a
+/// millisecond. The figure is then never off by more than about 1%, and a slow starter is not
+/// slowed further by a flood of connections it has to turn away.
+fn attempt_period(waited: Duration) -> Duration {
+    (waited / 100).max(Duration::from_millis(1))
+}
+
+/// One try at a session: handshake, then a request that must be answered.
+async fn try_session(addr: &str) -> Result<(), zk::Error> {
+    let client = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .with_fail_eagerly()
+        .connect(addr)
+        .await?;
+    client.check_stat("/").await?;
+    Ok(())
+}
+
+/// Polls `server` until a session is established and a request on it is answered; returns the
+/// time since spawn.
+///
+/// Attempts overlap: new ones start (see [`attempt_period`]) while earlier ones are still
+/// pending, and past [`MAX_ATTEMPTS_IN_FLIGHT`] the oldest is abandoned. A server may accept a TCP
+/// connection early in its start-up and never answer it (Apache ZooKeeper does so with the
+/// connections that arrive just after it binds its port; later ones are closed until it is ready,
+/// then served). Waiting for such an attempt to time out would add seconds that say nothing about
+/// when the server became ready.
+pub async fn first_session(
+    server: &mut ChildServer,
+    limit: Duration,
+) -> Result<Duration, BoxError> {
+    let addr = server.addr().to_string();
+    let deadline = server.spawned_at() + limit;
+    let mut attempts = FuturesUnordered::new();
+    // Abort handles of the pending attempts, oldest first, with the attempt's number.
+    let mut pending: VecDeque<(u64, AbortHandle)> = VecDeque::new();
+    let mut launched = 0u64;
+    let mut next_attempt = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= next_attempt {
+            if pending.len() >= MAX_ATTEMPTS_IN_FLIGHT
+                && let Some((_, oldest)) = pending.pop_front()
+            {
+                oldest.abort();
+            }
+            let (handle, registration) = AbortHandle::new_pair();
+            let id = launched;
+            launched += 1;
+            let attempt = tokio::time::timeout(ATTEMPT_LIMIT, try_session(&addr));
+            attempts.push(Abortable::new(attempt, registration).map(move |outcome| (id, outcome)));
+            pending.push_back((id, handle));
+            next_attempt = now + attempt_period(now - server.spawned_at());
+        }
+        tokio::select! {
+            Some((id, outcome)) = attempts.next() => {
+                if let Ok(Ok(Ok(()))) = outcome {
+                    return Ok(server.spawned_at().elapsed());
+                }
+                pending.retain(|(pending_id, _)| *pending_id != id);
+            }
+            _ = tokio::time::sleep_until(next_attempt.into()) => {}
+        }
+        if let Some(status) = server.exited() {
+            return Err(format!(
+                "{} exited ({status}) before accepting a session; its last output:\n{}",
+                server.kind(),
+                server.log_tail(20)
+            )
+            .into());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} accepted no session within {}; its last output:\n{}",
+                server.kind(),
+                stats::fmt_duration(limit),
+                server.log_tail(20)
+            )
+            .into());
+        }
+    }
+}
+
+/// Takes every figure on one server. Errors that make the rest meaningless (the server does not
+/// start) end the measurement early; the report says what is missing and why.
+async fn measure(kind: ServerKind, settings: &Settings) -> ServerReport {
+    let mut report = ServerReport::new(kind, settings.launcher.describe(kind));
+    println!("\n== {kind}: {}", report.command);
+
+    // Fresh processes with fresh data directories; the last one stays up for the workloads.
+    let mut server = None;
+    for trial in 0..settings.startup_trials.max(1) {
+        let mut child = match ChildServer::spawn(kind, &settings.launcher) {
+            Ok(child) => child,
+            Err(e) => {
+                report.errors.push(e.to_string());
+                return report;
+            }
+        };
+        match first_session(&mut child, settings.startup_limit).await {
+            Ok(d) => {
+                println!(
+                    "start to first session, trial {}: {}",
+                    trial + 1,
+                    stats::fmt_duration(d)
+                );
+                report.startup.push(d);
+            }
+            Err(e) => {
+                report.errors.push(e.to_string());
+                return report;
+            }
+        }
+        server = Some(child);
+    }
+    let Some(server) = server else {
+        return report;
+    };
+    let mut plan = settings.plan.clone();
+    plan.connect = server.addr().to_string();
+
+    // Let a freshly started JVM finish its start-up allocations before the idle figure.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    report.rss_idle_kib = take_rss(&server, &mut report.errors);
+
+    let mut namespace = match Namespace::create(&plan).await {
+        Ok(ns) => ns,
+        Err(e) => {
+            report.errors.push(e.to_string());
+            return report;
+        }
+    };
+    println!("{}", stats::run_header());
+    for &workload in &settings.workloads {
+        for &sessions in &settings.sessions {
+            let label = format!("{kind} ");
+            let result = namespace.run(workload, sessions, &plan, &label).await;
+            match &result {
+                Ok(s) => println!("{}", stats::run_row(s)),
+                Err(e) => println!("{:<16} {:>8}  error: {e}", workload.name(), sessions),
+            }
+            report
+                .runs
+                .push((workload, sessions, result.map_err(|e| e.to_string())));
+        }
+    }
+
+    if settings.rss_znodes > 0 {
+        let populated = namespace
+            .populate(
+                settings.rss_znodes,
+                POPULATE_SESSIONS,
+                settings.populate_limit,
+                &plan,
+                &format!("{kind} "),
+            )
+            .await;
+        match populated {
+            Ok(d) => {
+                report.populate_time = Some(d);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                report.rss_loaded_kib = take_rss(&server, &mut report.errors);
+            }
+            Err(e) => report.errors.push(e.to_string()),
+        }
+    }
+    println!(
+        "RSS: {} after start, {} with {} znodes of {} bytes",
+        report.rss_idle_kib.map_or("-".into(), stats::fmt_kib),
+        report.rss_loaded_kib.map_or("-".into(), stats::fmt_kib),
+        settings.rss_znodes,
+        plan.data_size
+    );
+    // The server, its data directory and every session die here; nothing to clean up remotely.
+    drop(namespace);
+    drop(server);
+    report
+}
+
+fn take_rss(server: &ChildServer, errors: &mut Vec<String>) -> Option<u64> {
+    match server.rss_kib() {
+        Ok(kib) => Some(kib),
+        Err(e) => {
+            errors.push(format!("reading RSS of {}: {e}", server.kind()));
+            None
+        }
+    }
+}
+
+/// Runs the comparison and prints it; returns the JSON document for `--json`.
+pub async fn compare(settings: &Settings) -> Result<Json, BoxError> {
+    let mut reports = Vec::new();
+    for &kind in &settings.servers {
+        reports.push(measure(kind, settings).await);
+    }
+    let keeper = reports.iter().find(|r| r.kind == ServerKind::Keeper);
+    let zookeeper = reports.iter().find(|r| r.kind == ServerKind::Zookeeper);
+    let rows = figures(settings, keeper, zookeeper);
+
+    println!();
+    println!(
+        "{:<44} {:>12} {:>12} {:>17}",
+        "figure", "Keeper", "ZooKeeper", "Keeper/ZooKeeper"
+    );
+    for row in &rows {
+        println!(
+            "{:<44} {:>12} {:>12} {:>17}",
+            row.label,
+            row.show(row.keeper),
+            row.show(row.zookeeper),
+            stats::fmt_ratio(row.keeper, row.zookeeper)
+        );
+    }
+    let mut failed = false;
+    for report in &reports {
+        for e in &report.errors {
+            failed = true;
+            eprintln!("{} error: {e}", report.kind);
+        }
+        for (w, s, r) in &report.runs {
+            if let Err(e) = r {
+                failed = true;
+                eprintln!("{} error in {} x{s}: {e}", report.kind, w.name());
+            }
+        }
+    }
+
+    let json = to_json(settings, &reports, &rows);
+    if failed {
+        // Still hand back the JSON of what was measured, then report failure.
+        return Err(Box::new(Partial(json)));
+    }
+    Ok(json)
+}
+
+/// A comparison in which some figure could not be taken; carries what was measured.
+#[derive(Debug)]
+pub struct Partial(pub Json);
+
+impl std::fmt::Display for Partial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("some figures could not be measured (errors above)")
+    }
+}
+
+impl std::error::Error for Partial {}
+
+/// How a figure's values are shown.
+#[derive(Clone, Copy)]
+enum Unit {
+    Micros,
+    Rate,
+    Kib,
+}
+
+/// One line of the side-by-side table.
+struct Figure {
+    label: String,
+    key: String,
+    unit: Unit,
+    keeper: Option<f64>,
+    zookeeper: Option<f64>,
+}
+
+impl Figure {
+    fn show(&self, v: Option<f64>) -> String {
+        match (v, self.unit) {
+            (None, _) => "-".to_string(),
+            (Some(v), Unit::Micros) => stats::fmt_duration(Duration::from_micros(v as u64)),
+            (Some(v), Unit::Rate) => format!("{v:.0}/s"),
+            (Some(v), Unit::Kib) => stats::fmt_kib(v as u64),
+        }
+    }
+}
+
+fn figures(
+    settings: &Settings,
+    keeper: Option<&ServerReport>,
+    zookeeper: Option<&ServerReport>,
+) -> Vec<Figure> {
+    let both =
+        |f: &dyn Fn(&ServerReport) -> Option<f64>| (keeper.and_then(f), zookeeper.and_then(f));
+    let mut rows = Vec::new();
+    let mut push = |label: String, key: String, unit: Unit, (k, z): (Option<f64>, Option<f64>)| {
+        rows.push(Figure {
+            label,
+            key,
+            unit,
+            keeper: k,
+            zookeeper: z,
+        })
+    };
+    push(
+        format!(
+            "start to first session (median of {})",
+            settings.startup_trials.max(1)
+        ),
+        "start_to_first_session_us".into(),
+        Unit::Micros,
+        both(&|r| r.startup_median().map(|d| d.as_micros() as f64)),
+    );
+    for &w in &settings.workloads {
+        for &s in &settings.sessions {
+            let name = format!("{} x{s}", w.name());
+            push(
+                format!("{name}: ops/s"),
+                format!("{name} ops_per_sec"),
+                Unit::Rate,
+                both(&|r| r.run(w, s).map(RunStats::ops_per_sec)),
+            );
+            push(
+                format!("{name}: p99 latency"),
+                format!("{name} p99_us"),
+                Unit::Micros,
+                both(&|r| r.run(w, s).map(|x| x.quantile(0.99).as_micros() as f64)),
+            );
+        }
+    }
+    push(
+        "RSS after start".into(),
+        "rss_idle_kib".into(),
+        Unit::Kib,
+        both(&|r| r.rss_idle_kib.map(|v| v as f64)),
+    );
+    push(
+        format!(
+            "RSS with {} znodes of {} B",
+            settings.rss_znodes, settings.plan.data_size
+        ),
+        "rss_loaded_kib".into(),
+        Unit::Kib,
+        both(&|r| r.rss_loaded_kib.map(|v| v as f64)),
+    );
+    rows
+}
+
+fn to_json(settings: &Settings, reports: &[ServerReport], rows: &[Figure]) -> Json {
+    let plan = &settings.plan;
+    let servers = reports
+        .iter()
+        .map(|r| {
+            let runs = r
+                .runs
+                .iter()
+                .map(|(w, s, res)| match res {
+                    Ok(stats) => stats::run_json(stats),
+                    Err(e) => Json::obj(vec![
+                        ("workload", Json::Str(w.name().into())),
+                        ("sessions", Json::num(*s as u32)),
+                        ("error", Json::Str(e.clone())),
+                    ]),
+                })
+                .collect();
+            let body = Json::obj(vec![
+                ("command", Json::Str(r.command.clone())),
+                (
+                    "start_to_first_session_us",
+                    Json::Arr(
+                        r.startup
+                            .iter()
+                            .map(|d| Json::Num(d.as_micros() as f64))
+                            .collect(),
+                    ),
+                ),
+                (
+                    "start_to_first_session_median_us",
+                    Json::opt_num(r.startup_median().map(|d| d.as_micros() as f64)),
+                ),
+                (
+                    "rss_idle_kib",
+                    Json::opt_num(r.rss_idle_kib.map(|v| v as f64)),
+                ),
+                (
+                    "rss_loaded_kib",
+                    Json::opt_num(r.rss_loaded_kib.map(|v| v as f64)),
+                ),
+                (
+                    "populate_s",
+                    Json::opt_num(r.populate_time.map(|d| d.as_secs_f64())),
+                ),
+                ("runs", Json::Arr(runs)),
+                (
+                    "errors",
+                    Json::Arr(r.errors.iter().map(|e| Json::Str(e.clone())).collect()),
+                ),
+            ]);
+            (r.kind.json_key().to_string(), body)
+        })
+        .collect();
+    let ratios = rows
+        .iter()
+        .map(|f| {
+            (
+                f.key.clone(),
+                Json::opt_num(stats::ratio(f.keeper, f.zookeeper)),
+            )
+        })
+        .collect();
+    Json::obj(vec![
+        (
+            "command",
+            Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+        ),
+        (
+            "settings",
+            Json::obj(vec![
+                ("duration_s", Json::num(plan.duration.as_secs_f64())),
+                ("warmup_s", Json::num(plan.warmup.as_secs_f64())),
+                ("pipeline", Json::num(plan.pipeline as u32)),
+                ("max_ops", Json::Num(plan.max_requests as f64)),
+                ("data_size", Json::num(plan.data_size as u32)),
+                ("rss_znodes", Json::Num(settings.rss_znodes as f64)),
+                ("startup_trials", Json::num(settings.startup_trials as u32)),
+                (
+                    "cpus",
+                    Json::num(std::thread::available_parallelism().map_or(0, |n| n.get()) as u32),
+                ),
+            ]),
+        ),
+        ("servers", Json::Obj(servers)),
+        ("ratios_keeper_over_zookeeper", Json::Obj(ratios)),
+    ])
+}

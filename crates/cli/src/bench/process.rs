@@ -1,0 +1,367 @@
+//! Child server processes for `lockkeeper bench --compare`.
+//!
+//! Both servers under comparison run as plain child processes so that the figures describe what a
+//! user gets from a shell: Keeper is this very binary's `serve` subcommand, Apache ZooKeeper is
+//! `ZooKeeperServerMain` on the jars Debian installs. Each gets a free loopback port and a
+//! temporary directory of its own (data, config, log), and each is killed, by its PID, when its
+//! handle drops, so no exit path of the benchmark leaves a server behind.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Instant;
+
+/// Which server a child process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServerKind {
+    /// lockkeeper's own coordination server (`lockkeeper serve`).
+    Keeper,
+    /// Apache ZooKeeper, standalone, from the Debian packages.
+    Zookeeper,
+}
+
+impl ServerKind {
+    /// Name used in tables and JSON keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerKind::Keeper => "Keeper",
+            ServerKind::Zookeeper => "ZooKeeper",
+        }
+    }
+
+    pub fn json_key(self) -> &'static str {
+        match self {
+            ServerKind::Keeper => "keeper",
+            ServerKind::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+impl fmt::Display for ServerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to launch each server; filled from the command-line flags.
+#[derive(Clone, Debug)]
+pub struct Launcher {
+    /// The binary whose `serve` subcommand runs Keeper.
+    pub keeper_bin: PathBuf,
+    /// The `java` executable for ZooKeeper.
+    pub java: PathBuf,
+    /// Class path holding `org.apache.zookeeper.server.ZooKeeperServerMain` and its dependencies.
+    pub zookeeper_classpath: String,
+    /// Extra JVM options placed before `-cp`.
+    pub zookeeper_jvm_opts: Vec<String>,
+}
+
+impl Launcher {
+    /// A short description of the command line, printed so a reader knows what was measured.
+    pub fn describe(&self, kind: ServerKind) -> String {
+        match kind {
+            ServerKind::Keeper => format!(
+                "{} serve --listen 127.0.0.1:PORT --data-dir DIR",
+                self.keeper_bin.display()
+            ),
+            ServerKind::Zookeeper => {
+                let mut s = self.java.display().to_string();
+                for opt in &self.zookeeper_jvm_opts {
+                    s.push(' ');
+                    s.push_str(opt);
+                }
+                format!(
+                    "{s} -cp {} org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg \
+                     (standalone, forceSync=yes)",
+                    self.zookeeper_classpath
+                )
+            }
+        }
+    }
+}
+
+/// A running server process; killed and reaped on drop.
+pub struct ChildServer {
+    kind: ServerKind,
+    child: Child,
+    addr: SocketAddr,
+    spawned_at: Instant,
+    log_path: PathBuf,
+    /// Kept so the directory outlives the process that writes into it; removed on drop.
+    _dir: tempfile::TempDir,
+}
+
+impl ChildServer {
+    /// Starts `kind` on a free 127.0.0.1 port in a fresh temporary directory.
+    ///
+    /// Returns as soon as the process exists; whether it accepts sessions is the caller's to
+    /// find out (that wait is one of the figures the benchmark reports).
+    pub fn spawn(kind: ServerKind, launcher: &Launcher) -> io::Result<ChildServer> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("lockkeeper-bench-{}-", kind.json_key()))
+            .tempdir()?;
+        let data_dir = dir.path().join("data");
+        fs::create_dir_all(&data_dir)?;
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let log_path = dir.path().join("server.log");
+        let log = File::create(&log_path)?;
+
+        let mut cmd = match kind {
+            ServerKind::Keeper => {
+                let mut cmd = Command::new(&launcher.keeper_bin);
+                cmd.arg("serve")
+                    .arg("--listen")
+                    .arg(addr.to_string())
+                    .arg("--data-dir")
+                    .arg(&data_dir);
+                // Logging at info level per request would be measured as server cost; the JVM
+                // side runs with a no-op logger, so keep Keeper quiet too unless asked otherwise.
+                if std::env::var_os("RUST_LOG").is_none() {
+                    cmd.env("RUST_LOG", "warn");
+                }
+                cmd
+            }
+            ServerKind::Zookeeper => {
+                let cfg = dir.path().join("zoo.cfg");
+                fs::write(&cfg, zoo_cfg(&data_dir, port))?;
+                let mut cmd = Command::new(&launcher.java);
+                cmd.args(&launcher.zookeeper_jvm_opts)
+                    .arg("-cp")
+                    .arg(&launcher.zookeeper_classpath)
+                    .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+                    .arg(&cfg);
+                cmd
+            }
+        };
+        cmd.current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        die_with_parent(&mut cmd);
+
+        let spawned_at = Instant::now();
+        let child = cmd.spawn().map_err(|e| {
+            let program = match kind {
+                ServerKind::Keeper => launcher.keeper_bin.display().to_string(),
+                ServerKind::Zookeeper => launcher.java.display().to_string(),
+            };
+            io::Error::new(e.kind(), format!("cannot start {kind} ({program}): {e}"))
+        })?;
+        Ok(ChildServer {
+            kind,
+            child,
+            addr,
+            spawned_at,
+            log_path,
+            _dir: dir,
+        })
+    }
+
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The instant just before the process was spawned: the origin of the start-up figure.
+    pub fn spawned_at(&self) -> Instant {
+        self.spawned_at
+    }
+
+    /// `Some(status)` once the process has exited (it should not, while we use it).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The last `lines` lines of the server's own output, for error messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(&self.log_path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Resident set size of the server process, in KiB.
+    pub fn rss_kib(&self) -> io::Result<u64> {
+        rss_kib(self.pid())
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        // `Child::kill` signals exactly this PID (SIGKILL); reaping avoids leaving a zombie.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Resident set size (`VmRSS` in `/proc/PID/status`) of any process, in KiB.
+pub fn rss_kib(pid: u32) -> io::Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_vm_rss(&status).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("no VmRSS line in /proc/{pid}/status"),
+        )
+    })
+}
+
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut fields = line["VmRSS:".len()..].split_whitespace();
+    let value = fields.next()?.parse().ok()?;
+    match fields.next() {
+        Some("kB") | None => Some(value),
+        Some(_) => None,
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1. The server binds it right after; the window
+/// in which another process could take it is small, and a clash shows up as a start-up error.
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A standalone ZooKeeper configuration: loopback only, no admin HTTP server, four-letter words
+/// allowed, and otherwise ZooKeeper's defaults (notably `forceSync=yes`, as Keeper always syncs).
+fn zoo_cfg(data_dir: &Path, port: u16) -> String {
+    format!(
+        "tickTime=2000\n\
+         dataDir={}\n\
+         clientPort={port}\n\
+         clientPortAddress=127.0.0.1\n\
+         admin.enableServer=false\n\
+         4lw.commands.whitelist=*\n",
+        data_dir.display()
+    )
+}
+
+/// Asks the kernel to kill the child if this process dies without running its destructors
+/// (SIGKILL, abort), so a server is never orphaned.
+///
+/// Linux delivers the signal when the *thread* that forked exits, so children must be spawned
+/// from a thread that lives as long as the benchmark: the runtime's main or worker threads, never
+/// a `spawn_blocking` thread (those are retired when idle).
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which is
+    // async-signal-safe; it allocates nothing and touches no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut Command) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_is_read_in_kib() {
+        let status = "Name:\tjava\nVmPeak:\t  999 kB\nVmRSS:\t   62240 kB\nRssAnon:\t 1 kB\n";
+        assert_eq!(parse_vm_rss(status), Some(62240));
+    }
+
+    #[test]
+    fn vm_rss_missing_or_odd_unit_is_none() {
+        assert_eq!(parse_vm_rss("Name:\tzombie\n"), None);
+        assert_eq!(parse_vm_rss("VmRSS:\t 12 MB\n"), None);
+    }
+
+    #[test]
+    fn own_rss_is_positive() {
+        let kib = rss_kib(std::process::id()).expect("read own /proc status");
+        assert!(kib > 0);
+    }
+
+    #[test]
+    fn zoo_cfg_binds_loopback_on_the_given_port() {
+        let cfg = zoo_cfg(Path::new("/tmp/x"), 4242);
+        assert!(cfg.contains("clientPort=4242\n"));
+        assert!(cfg.contains("clientPortAddress=127.0.0.1\n"));
+        assert!(cfg.contains("dataDir=/tmp/x\n"));
+        assert!(!cfg.contains("forceSync"));
+    }
+
+    /// A launcher whose "Keeper" is a shell script, so process handling is tested without
+    /// depending on either real server.
+    fn script_launcher(dir: &Path, body: &str) -> Launcher {
+        use std::os::unix::fs::PermissionsExt;
+        let script = dir.join("fake-server");
+        fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("write script");
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).expect("chmod");
+        Launcher {
+            keeper_bin: script,
+            java: PathBuf::from("java"),
+            zookeeper_classpath: String::new(),
+            zookeeper_jvm_opts: Vec::new(),
+        }
+    }
+
+    /// Spawns, retrying on ETXTBSY: a fork in another test thread may briefly hold the freshly
+    /// written script open.
+    fn spawn_script(launcher: &Launcher) -> ChildServer {
+        for _ in 0..100 {
+            match ChildServer::spawn(ServerKind::Keeper, launcher) {
+                Ok(server) => return server,
+                Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                Err(e) => panic!("spawn: {e}"),
+            }
+        }
+        panic!("script stayed busy");
+    }
+
+    #[test]
+    fn dropping_a_child_server_kills_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let launcher = script_launcher(dir.path(), "exec sleep 60");
+        let mut server = spawn_script(&launcher);
+        let pid = server.pid();
+        assert!(
+            server.exited().is_none(),
+            "the fake server should still run"
+        );
+        assert!(server.rss_kib().expect("rss of a live child") > 0);
+        drop(server);
+        // Killed and reaped: the PID no longer names a process (not even a zombie).
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_server_that_exits_is_noticed_and_its_output_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let launcher = script_launcher(dir.path(), "echo \"args: $*\"; exit 3");
+        let mut server = spawn_script(&launcher);
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = server.exited() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "fake server did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        assert_eq!(status.code(), Some(3));
+        let tail = server.log_tail(5);
+        assert!(tail.contains("args: serve --listen 127.0.0.1:"), "{tail}");
+        assert!(tail.contains("--data-dir"), "{tail}");
+    }
+}
