@@ -353,7 +353,11 @@ mod tests {
             Err(ErrorCode::NoNode)
         );
         assert_eq!(
-            create(&tree, &ctx, &create_op("/zookeeper/..", CreateMode::Persistent)),
+            create(
+                &tree,
+                &ctx,
+                &create_op("/zookeeper/..", CreateMode::Persistent)
+            ),
             Err(ErrorCode::BadArguments)
         );
         let txn = create(&tree, &ctx, &create_op("/e", CreateMode::Ephemeral));
