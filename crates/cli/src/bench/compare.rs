@@ -18,7 +18,7 @@ use zookeeper_client as zk;
 use super::BoxError;
 use super::process::{ChildServer, Launcher, ServerKind};
 use super::stats::{self, Json, RunStats};
-use super::workload::{Namespace, Plan, Workload};
+use super::workload::{Namespace, Plan, Workload, close_session};
 
 /// What `--compare` does besides the workloads, from the command line.
 #[derive(Clone, Debug)]
@@ -92,14 +92,14 @@ fn attempt_period(waited: Duration) -> Duration {
 }
 
 /// One try at a session: handshake, then a request that must be answered.
-async fn try_session(addr: &str) -> Result<(), zk::Error> {
+async fn try_session(addr: &str) -> Result<zk::Client, zk::Error> {
     let client = zk::Client::connector()
         .with_session_timeout(Duration::from_secs(10))
         .with_fail_eagerly()
         .connect(addr)
         .await?;
     client.check_stat("/").await?;
-    Ok(())
+    Ok(client)
 }
 
 /// Polls `server` until a session is established and a request on it is answered; returns the
@@ -140,8 +140,10 @@ pub async fn first_session(
         }
         tokio::select! {
             Some((id, outcome)) = attempts.next() => {
-                if let Ok(Ok(Ok(()))) = outcome {
-                    return Ok(server.spawned_at().elapsed());
+                if let Ok(Ok(Ok(client))) = outcome {
+                    let elapsed = server.spawned_at().elapsed();
+                    close_session(client).await;
+                    return Ok(elapsed);
                 }
                 pending.retain(|(pending_id, _)| *pending_id != id);
             }
@@ -257,8 +259,8 @@ async fn measure(kind: ServerKind, settings: &Settings) -> ServerReport {
         settings.rss_znodes,
         plan.data_size
     );
-    // The server, its data directory and every session die here; nothing to clean up remotely.
-    drop(namespace);
+    // The server and its data directory go away here; nothing to clean up remotely.
+    namespace.close().await;
     drop(server);
     report
 }

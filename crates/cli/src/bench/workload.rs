@@ -85,6 +85,30 @@ pub async fn open_session(connect: &str, timeout: Duration) -> Result<zk::Client
     }
 }
 
+/// Closes a session and waits, briefly, until the server has answered the close. A server that
+/// is killed right after then leaves no client retrying in the background.
+pub async fn close_session(client: zk::Client) {
+    let mut state = client.state_watcher();
+    drop(client);
+    let closed = async {
+        loop {
+            match state.changed().await {
+                zk::SessionState::Closed
+                | zk::SessionState::Expired
+                | zk::SessionState::AuthFailed => {
+                    break;
+                }
+                _ => {}
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), closed).await;
+}
+
+async fn close_sessions(clients: Vec<zk::Client>) {
+    futures::future::join_all(clients.into_iter().map(close_session)).await;
+}
+
 async fn open_sessions(
     connect: &str,
     count: usize,
@@ -444,7 +468,9 @@ impl Namespace {
             plan.max_requests,
             (plan.progress, title, Goal::Time(plan.duration)),
         )
-        .await?;
+        .await;
+        close_sessions(clients).await;
+        let driven = driven?;
         Ok(RunStats {
             workload,
             sessions,
@@ -487,7 +513,9 @@ impl Namespace {
                 Goal::Requests(count),
             ),
         )
-        .await?;
+        .await;
+        close_sessions(clients).await;
+        let driven = driven?;
         self.populated = driven.requests;
         if driven.requests < count {
             return Err(format!(
@@ -506,7 +534,7 @@ impl Namespace {
         let parent = format!("{}/mem", self.root);
         if self.populated > 0 {
             let clients = open_sessions(&plan.connect, 4, plan.connect_timeout).await?;
-            drive(
+            let driven = drive(
                 &clients,
                 Op::Delete {
                     prefix: format!("{parent}/z-"),
@@ -521,7 +549,9 @@ impl Namespace {
                     Goal::Requests(self.populated),
                 ),
             )
-            .await?;
+            .await;
+            close_sessions(clients).await;
+            driven?;
         }
         for path in [parent, format!("{}/get", self.root)] {
             match self.admin.delete(&path, None).await {
@@ -531,15 +561,23 @@ impl Namespace {
         }
         // Ephemerals of sessions that just closed may linger for a moment.
         let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        let removed = loop {
             match self.admin.delete(&self.root, None).await {
-                Ok(()) | Err(zk::Error::NoNode) => return Ok(()),
+                Ok(()) | Err(zk::Error::NoNode) => break Ok(()),
                 Err(zk::Error::NotEmpty) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
-                Err(e) => return Err(format!("deleting {}: {e}", self.root).into()),
+                Err(e) => break Err(format!("deleting {}: {e}", self.root).into()),
             }
-        }
+        };
+        close_session(self.admin).await;
+        removed
+    }
+
+    /// Closes the namespace's own session, leaving its znodes in place (for a server about to be
+    /// stopped anyway).
+    pub async fn close(self) {
+        close_session(self.admin).await;
     }
 }
 
