@@ -509,3 +509,97 @@ fn to_json(settings: &Settings, reports: &[ServerReport], rows: &[Figure]) -> Js
         ("ratios_keeper_over_zookeeper", Json::Obj(ratios)),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::super::process::tests::{script_launcher, spawn_script};
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_that_never_listens_is_given_up_on_in_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = spawn_script(&script_launcher(dir.path(), "exec sleep 60"));
+        let started = Instant::now();
+        let err = first_session(&mut server, Duration::from_millis(500))
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            err.to_string().contains("accepted no session within"),
+            "{err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_server_that_exits_is_reported_with_its_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = spawn_script(&script_launcher(dir.path(), "echo cannot bind >&2; exit 2"));
+        let err = first_session(&mut server, Duration::from_secs(30))
+            .await
+            .expect_err("server exits");
+        let text = err.to_string();
+        assert!(text.contains("exited"), "{text}");
+        assert!(text.contains("cannot bind"), "{text}");
+    }
+
+    /// The whole `--compare` path on Apache ZooKeeper (Debian's jars and Java, which the test
+    /// script installs), with tiny durations.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn measures_apache_zookeeper_end_to_end() {
+        let settings = Settings {
+            plan: Plan {
+                connect: String::new(),
+                duration: Duration::from_millis(300),
+                warmup: Duration::from_millis(100),
+                pipeline: 16,
+                max_requests: 1_000_000,
+                data_size: 16,
+                connect_timeout: Duration::from_secs(60),
+                progress: false,
+            },
+            workloads: vec![Workload::CreateDelete, Workload::Get],
+            sessions: vec![2],
+            servers: vec![ServerKind::Zookeeper],
+            launcher: Launcher {
+                keeper_bin: PathBuf::from("unused"),
+                java: PathBuf::from("java"),
+                zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
+                zookeeper_jvm_opts: Vec::new(),
+            },
+            startup_trials: 1,
+            startup_limit: Duration::from_secs(60),
+            rss_znodes: 1000,
+            populate_limit: Duration::from_secs(60),
+        };
+        let report = measure(ServerKind::Zookeeper, &settings).await;
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.startup.len(), 1);
+        assert!(report.startup[0] > Duration::ZERO);
+        assert_eq!(report.runs.len(), 2);
+        for (workload, sessions, run) in &report.runs {
+            let run = run.as_ref().expect("run succeeded");
+            assert_eq!((*workload, *sessions), (run.workload, run.sessions));
+            assert!(run.requests > 0, "{} made no requests", workload.name());
+            assert_eq!(run.latency.len(), run.requests);
+        }
+        assert!(report.rss_idle_kib.expect("idle RSS") > 1024);
+        assert!(report.rss_loaded_kib.expect("loaded RSS") > 1024);
+        assert!(report.populate_time.is_some());
+
+        // The side-by-side figures use what was measured, and no ratio without Keeper.
+        let rows = figures(&settings, None, Some(&report));
+        assert_eq!(rows.len(), 1 + 2 * 2 + 2);
+        assert!(
+            rows.iter()
+                .all(|f| f.zookeeper.is_some() && f.keeper.is_none())
+        );
+        let json = to_json(&settings, std::slice::from_ref(&report), &rows).render();
+        assert!(json.contains("\"zookeeper\""), "{json}");
+        assert!(
+            json.contains("\"create-delete x2 ops_per_sec\": null"),
+            "{json}"
+        );
+    }
+}

@@ -270,7 +270,7 @@ fn die_with_parent(cmd: &mut Command) {
 fn die_with_parent(_cmd: &mut Command) {}
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -302,7 +302,7 @@ mod tests {
 
     /// A launcher whose "Keeper" is a shell script, so process handling is tested without
     /// depending on either real server.
-    fn script_launcher(dir: &Path, body: &str) -> Launcher {
+    pub(crate) fn script_launcher(dir: &Path, body: &str) -> Launcher {
         use std::os::unix::fs::PermissionsExt;
         let script = dir.join("fake-server");
         fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("write script");
@@ -317,7 +317,7 @@ mod tests {
 
     /// Spawns, retrying on ETXTBSY: a fork in another test thread may briefly hold the freshly
     /// written script open.
-    fn spawn_script(launcher: &Launcher) -> ChildServer {
+    pub(crate) fn spawn_script(launcher: &Launcher) -> ChildServer {
         for _ in 0..100 {
             match ChildServer::spawn(ServerKind::Keeper, launcher) {
                 Ok(server) => return server,

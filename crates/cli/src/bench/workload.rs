@@ -424,6 +424,12 @@ impl Namespace {
         })
     }
 
+    /// The persistent znode everything else lives under.
+    #[cfg(test)]
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
     /// Warms up, then measures `workload` with `sessions` sessions.
     pub async fn run(
         &self,
@@ -622,5 +628,109 @@ mod tests {
             "unexpected error: {err}"
         );
         assert!(started.elapsed() < Duration::from_secs(15));
+    }
+
+    fn quick_plan(connect: String) -> Plan {
+        Plan {
+            connect,
+            duration: Duration::from_millis(300),
+            warmup: Duration::from_millis(50),
+            pipeline: 16,
+            max_requests: 1_000_000,
+            data_size: 16,
+            connect_timeout: Duration::from_secs(30),
+            progress: false,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn workloads_run_and_clean_up_on_an_in_process_keeper() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = lockkeeper_server::Config {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: dir.path().join("data"),
+            ..Default::default()
+        };
+        let server = lockkeeper_server::Server::start(config)
+            .await
+            .expect("start keeper");
+        let plan = quick_plan(server.local_addr().to_string());
+        let mut namespace = Namespace::create(&plan).await.expect("namespace");
+        let root = namespace.root().to_string();
+
+        let writes = namespace
+            .run(Workload::CreateDelete, 2, &plan, "")
+            .await
+            .expect("create-delete run");
+        assert!(writes.requests > 0);
+        assert_eq!(
+            writes.requests % 2,
+            0,
+            "a create always comes with its delete"
+        );
+        assert_eq!(
+            writes.latency.len(),
+            writes.requests,
+            "one latency per request"
+        );
+        assert_eq!(writes.sessions, 2);
+
+        let reads = namespace
+            .run(Workload::Get, 1, &plan, "")
+            .await
+            .expect("get run");
+        assert!(reads.requests > 0);
+        assert_eq!(reads.latency.len(), reads.requests);
+
+        let probe = open_session(&plan.connect, plan.connect_timeout)
+            .await
+            .expect("probe");
+        namespace
+            .populate(500, 2, Duration::from_secs(60), &plan, "")
+            .await
+            .expect("populate");
+        let children = probe
+            .list_children(&format!("{root}/mem"))
+            .await
+            .expect("list populated znodes");
+        assert_eq!(children.len(), 500);
+        let (data, _) = probe
+            .get_data(&format!("{root}/mem/z-0000000499"))
+            .await
+            .expect("last populated znode");
+        assert_eq!(data.len(), 16);
+
+        namespace.remove(&plan).await.expect("remove");
+        assert_eq!(probe.check_stat(&root).await.expect("exists"), None);
+        close_session(probe).await;
+        server.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_is_bounded_by_its_request_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = lockkeeper_server::Config {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: dir.path().join("data"),
+            ..Default::default()
+        };
+        let server = lockkeeper_server::Server::start(config)
+            .await
+            .expect("start keeper");
+        let mut plan = quick_plan(server.local_addr().to_string());
+        // A budget this small ends the run long before its (long) deadline.
+        plan.duration = Duration::from_secs(60);
+        plan.warmup = Duration::ZERO;
+        plan.max_requests = 100;
+        let namespace = Namespace::create(&plan).await.expect("namespace");
+        let started = Instant::now();
+        let stats = namespace
+            .run(Workload::Get, 4, &plan, "")
+            .await
+            .expect("run");
+        assert_eq!(stats.requests, 100);
+        assert!(started.elapsed() < Duration::from_secs(30));
+        namespace.remove(&plan).await.expect("remove");
+        server.shutdown().await;
     }
 }
