@@ -18,11 +18,13 @@
 //!   server that numbers transactions out of order, so each step also records, for every label
 //!   it introduced, its rank among all zxids seen so far; those ranks must match too. Gaps
 //!   between zxids are deliberately not compared.
-//! * **Child order** is not part of the protocol (ZooKeeper keeps children in a hash set), so
-//!   children lists are sorted; so are `getEphemerals` answers and `whoami` identities.
+//! * **Order inside sets** is not part of the protocol, so children lists, `getEphemerals`
+//!   answers, `whoami` identities and ACL entries are sorted. ZooKeeper keeps children and a
+//!   session's identities in hash sets; an `auth` ACL expands to the session's digest
+//!   identities in that set's iteration order, and no ACL check depends on entry order.
 //!
 //! Everything else must be equal: error codes, data, every other stat field, created paths
-//! (sequential names included), ACLs in order, and the watch events each session received
+//! (sequential names included), ACL entries, and the watch events each session received
 //! after each step.
 
 use std::collections::BTreeMap;

@@ -88,10 +88,13 @@ fn create_options(kind: NodeKind, acls: Acls<'_>) -> CreateOptions<'_> {
     }
 }
 
+/// ACL entries as `scheme:id:PERMS`, sorted: see `compare.rs` on why order is not compared.
 fn show_acl(acl: &[Acl]) -> Vec<String> {
-    acl.iter()
-        .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
-        .collect()
+    sorted(
+        acl.iter()
+            .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
+            .collect(),
+    )
 }
 
 fn text(data: &[u8]) -> String {
