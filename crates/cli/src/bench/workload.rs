@@ -298,7 +298,7 @@ fn start_ticker(enabled: bool, label: String, goal: Goal, shared: Arc<Shared>) -
     } else {
         ProgressBar::hidden()
     };
-    let style = ProgressStyle::with_template("{prefix:<30} [{bar:30}] {msg}")
+    let style = ProgressStyle::with_template("{prefix} {msg} [{wide_bar}]")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ");
     bar.set_style(style);
@@ -317,7 +317,7 @@ fn start_ticker(enabled: bool, label: String, goal: Goal, shared: Arc<Shared>) -
             };
             ticking.set_position(position.min(len));
             let rate = done as f64 / elapsed.as_secs_f64().max(1e-3);
-            ticking.set_message(format!("{done} requests, {rate:.0}/s"));
+            ticking.set_message(format!("{done} requests {rate:.0}/s"));
         }
     });
     Ticker(handle, bar)
