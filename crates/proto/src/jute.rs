@@ -13,8 +13,6 @@ pub enum DecodeError {
     Truncated { needed: usize },
     #[error("negative length {0} where a value is required")]
     NegativeLength(i32),
-    #[error("string is not valid UTF-8")]
-    InvalidUtf8,
     #[error("unknown opcode {0}")]
     UnknownOpCode(i32),
     #[error("opcode {0} is not allowed here")]
@@ -65,17 +63,21 @@ impl Reader {
         Ok(self.array::<1>()?[0] != 0)
     }
 
-    /// A length-prefixed buffer; jute's null (`-1`) reads as empty.
+    /// A length-prefixed buffer; jute's null (`-1`) reads as empty, any other negative length
+    /// is an error (as in ZooKeeper's `BinaryInputArchive`).
     pub fn read_buffer(&mut self) -> Result<Bytes, DecodeError> {
         match self.read_i32()? {
-            len if len < 0 => Ok(Bytes::new()),
+            -1 => Ok(Bytes::new()),
+            len if len < 0 => Err(DecodeError::NegativeLength(len)),
             len => self.take(len as usize),
         }
     }
 
+    /// Invalid UTF-8 becomes U+FFFD, as Java's decoder does on a ZooKeeper server, so a bad path
+    /// gets ZooKeeper's answer for an invalid path instead of failing to decode.
     pub fn read_string(&mut self) -> Result<String, DecodeError> {
         let bytes = self.read_buffer()?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::InvalidUtf8)
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// A length-prefixed vector; null reads as empty. Each element must decode from bytes that

@@ -113,18 +113,14 @@ impl Request {
             OpCode::Reconfig | OpCode::Sasl | OpCode::DeleteContainer => {
                 return Ok(Request::Unsupported(op));
             }
-            OpCode::Notification | OpCode::CreateSession | OpCode::Error => {
-                return Err(DecodeError::UnexpectedOpCode(op.code()));
+            // ZooKeeper treats these two as unknown numbers; createSession it knows, but only
+            // as the connect request, so a client sending it later gets a decoding error.
+            OpCode::Notification | OpCode::Error => {
+                return Err(DecodeError::UnknownOpCode(op.code()));
             }
+            OpCode::CreateSession => return Err(DecodeError::UnexpectedOpCode(op.code())),
         };
-        // Bodiless requests (ping, whoAmI, closeSession) may carry padding from some clients;
-        // only records with a body must be followed by nothing.
-        if !matches!(
-            request,
-            Request::Ping | Request::WhoAmI | Request::CloseSession
-        ) {
-            r.finish()?;
-        }
+        // Bytes after the record are ignored, as ZooKeeper ignores them.
         Ok(request)
     }
 

@@ -175,15 +175,27 @@ fn a_vector_count_larger_than_the_frame_fails_without_allocating() {
 }
 
 #[test]
-fn unknown_opcodes_and_trailing_bytes_are_errors() {
+fn unknown_opcodes_are_errors_and_trailing_bytes_are_ignored() {
     assert_eq!(
         Request::decode(999, Bytes::new()),
         Err(DecodeError::UnknownOpCode(999))
     );
     let mut body = PathRequest { path: "/a".into() }.encode();
-    body.push(0);
+    body.extend_from_slice(b"junk");
     assert_eq!(
         Request::decode(OpCode::Sync.code(), Bytes::from(body)),
-        Err(DecodeError::TrailingBytes(1))
+        Ok(Request::Sync(PathRequest { path: "/a".into() }))
     );
+}
+
+#[test]
+fn invalid_utf8_decodes_as_replacement_characters() {
+    let mut body = Vec::new();
+    Bytes::from_static(b"/bad\xff").write(&mut body);
+    false.write(&mut body);
+    let Ok(Request::GetData(req)) = Request::decode(OpCode::GetData.code(), Bytes::from(body))
+    else {
+        panic!("getData with a non-UTF-8 path must decode");
+    };
+    assert_eq!(req.path, "/bad\u{fffd}");
 }

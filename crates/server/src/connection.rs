@@ -131,7 +131,8 @@ async fn handshake(
         return Ok(None);
     }
     let frame = next_frame(reader, buf, ctx.max_frame).await?;
-    let request = ConnectRequest::decode(frame).map_err(Closed::Connect)?;
+    // Read, not decode: bytes after the record are ignored, as ZooKeeper ignores them.
+    let request = ConnectRequest::read(&mut Reader::new(frame)).map_err(Closed::Connect)?;
     let (outbox, outgoing) = mpsc::unbounded_channel();
     let (done_tx, done_rx) = oneshot::channel();
     let durable = ctx.durable.clone();
@@ -194,6 +195,7 @@ async fn read_requests(
                         conn: ctx.id,
                         xid: header.xid,
                         err: ErrorCode::Unimplemented,
+                        close: true,
                     }
                 }
                 Err(e) => {
@@ -202,6 +204,7 @@ async fn read_requests(
                         conn: ctx.id,
                         xid: header.xid,
                         err: ErrorCode::MarshallingError,
+                        close: false,
                     }
                 }
             };

@@ -39,11 +39,13 @@ pub enum CoreMsg {
         request: Request,
         received: Instant,
     },
-    /// A request whose body did not decode: answered with `err`, in order.
+    /// A request that did not decode: answered with `err`, in order, then the connection is
+    /// closed if `close` (ZooKeeper drops a client that sends an unknown opcode).
     Malformed {
         conn: ConnId,
         xid: i32,
         err: ErrorCode,
+        close: bool,
     },
     Disconnected {
         conn: ConnId,
@@ -176,8 +178,16 @@ impl Core {
                 self.request(conn, xid, request);
                 self.record_latency(received);
             }
-            CoreMsg::Malformed { conn, xid, err } => {
-                self.reply(conn, xid, self.last_zxid, err, Body::Empty)
+            CoreMsg::Malformed {
+                conn,
+                xid,
+                err,
+                close,
+            } => {
+                self.reply(conn, xid, self.last_zxid, err, Body::Empty);
+                if close {
+                    self.close(conn);
+                }
             }
             CoreMsg::Disconnected { conn } => self.disconnect(conn),
             CoreMsg::FourLetter { word, reply } => {

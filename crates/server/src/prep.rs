@@ -166,11 +166,7 @@ fn create_in(view: &mut View, ctx: &Ctx, op: &CreateOp) -> Result<Txn, ErrorCode
     } else if ttl >= 0 {
         return Err(ErrorCode::BadArguments);
     }
-    if mode == CreateMode::Container && op.op != OpCode::CreateContainer
-        || op.op == OpCode::CreateContainer && mode != CreateMode::Container
-    {
-        return Err(ErrorCode::BadArguments);
-    }
+    // As in ZooKeeper, the flags decide the mode whichever create opcode carried them.
     if op.path.contains('\0') {
         return Err(ErrorCode::BadArguments);
     }

@@ -153,8 +153,9 @@ impl DataTree {
         tree
     }
 
+    /// The node at `path`. ZooKeeper also files the root under "", so reads of "" see "/".
     pub fn get(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path)
+        self.nodes.get(if path.is_empty() { "/" } else { path })
     }
 
     pub fn len(&self) -> usize {
