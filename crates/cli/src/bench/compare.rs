@@ -48,6 +48,8 @@ pub struct ServerReport {
     pub rss_idle_kib: Option<u64>,
     pub rss_loaded_kib: Option<u64>,
     pub populate_time: Option<Duration>,
+    /// Bytes in the data directory once every write was answered.
+    pub data_dir_bytes: Option<u64>,
     pub runs: Vec<(Workload, usize, Result<RunStats, String>)>,
     pub errors: Vec<String>,
 }
@@ -61,6 +63,7 @@ impl ServerReport {
             rss_idle_kib: None,
             rss_loaded_kib: None,
             populate_time: None,
+            data_dir_bytes: None,
             runs: Vec::new(),
             errors: Vec::new(),
         }
@@ -252,6 +255,12 @@ async fn measure(kind: ServerKind, settings: &Settings) -> ServerReport {
             Err(e) => report.errors.push(e.to_string()),
         }
     }
+    match server.data_dir_bytes() {
+        Ok(bytes) => report.data_dir_bytes = Some(bytes),
+        Err(e) => report
+            .errors
+            .push(format!("reading {kind}'s data directory: {e}")),
+    }
     println!(
         "RSS: {} after start, {} with {} znodes of {} bytes",
         report.rss_idle_kib.map_or("-".into(), stats::fmt_kib),
@@ -313,12 +322,36 @@ pub async fn compare(settings: &Settings) -> Result<Json, BoxError> {
         }
     }
 
-    let json = to_json(settings, &reports, &rows);
+    let notes = caveats(&reports);
+    for note in &notes {
+        println!("note: {note}");
+    }
+
+    let json = to_json(settings, &reports, &rows, &notes);
     if failed {
         // Still hand back the JSON of what was measured, then report failure.
         return Err(Box::new(Partial(json)));
     }
     Ok(json)
+}
+
+/// Conditions under which a ratio would mislead, stated next to the figures.
+fn caveats(reports: &[ServerReport]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for r in reports {
+        let wrote = r.populate_time.is_some()
+            || r.runs.iter().any(|(w, _, run)| {
+                *w == Workload::CreateDelete && run.as_ref().is_ok_and(|s| s.requests > 0)
+            });
+        if wrote && r.data_dir_bytes == Some(0) {
+            notes.push(format!(
+                "{} wrote nothing to its data directory: its writes were not durable, so write \
+                 figures against a server that syncs to disk are not like for like",
+                r.kind
+            ));
+        }
+    }
+    notes
 }
 
 /// A comparison in which some figure could not be taken; carries what was measured.
@@ -422,7 +455,12 @@ fn figures(
     rows
 }
 
-fn to_json(settings: &Settings, reports: &[ServerReport], rows: &[Figure]) -> Json {
+fn to_json(
+    settings: &Settings,
+    reports: &[ServerReport],
+    rows: &[Figure],
+    notes: &[String],
+) -> Json {
     let plan = &settings.plan;
     let servers = reports
         .iter()
@@ -466,6 +504,10 @@ fn to_json(settings: &Settings, reports: &[ServerReport], rows: &[Figure]) -> Js
                     "populate_s",
                     Json::opt_num(r.populate_time.map(|d| d.as_secs_f64())),
                 ),
+                (
+                    "data_dir_bytes",
+                    Json::opt_num(r.data_dir_bytes.map(|v| v as f64)),
+                ),
                 ("runs", Json::Arr(runs)),
                 (
                     "errors",
@@ -500,6 +542,17 @@ fn to_json(settings: &Settings, reports: &[ServerReport], rows: &[Figure]) -> Js
                 ("rss_znodes", Json::Num(settings.rss_znodes as f64)),
                 ("startup_trials", Json::num(settings.startup_trials as u32)),
                 (
+                    "zookeeper_force_sync",
+                    Json::Str(
+                        if settings.launcher.zookeeper_force_sync {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                        .into(),
+                    ),
+                ),
+                (
                     "cpus",
                     Json::num(std::thread::available_parallelism().map_or(0, |n| n.get()) as u32),
                 ),
@@ -507,6 +560,10 @@ fn to_json(settings: &Settings, reports: &[ServerReport], rows: &[Figure]) -> Js
         ),
         ("servers", Json::Obj(servers)),
         ("ratios_keeper_over_zookeeper", Json::Obj(ratios)),
+        (
+            "notes",
+            Json::Arr(notes.iter().map(|n| Json::Str(n.clone())).collect()),
+        ),
     ])
 }
 
@@ -567,6 +624,7 @@ mod tests {
                 java: PathBuf::from("java"),
                 zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
                 zookeeper_jvm_opts: Vec::new(),
+                zookeeper_force_sync: true,
             },
             startup_trials: 1,
             startup_limit: Duration::from_secs(60),
@@ -587,6 +645,9 @@ mod tests {
         assert!(report.rss_idle_kib.expect("idle RSS") > 1024);
         assert!(report.rss_loaded_kib.expect("loaded RSS") > 1024);
         assert!(report.populate_time.is_some());
+        // ZooKeeper logs every write: its data directory cannot be empty after them.
+        assert!(report.data_dir_bytes.expect("data dir size") > 0);
+        assert!(caveats(std::slice::from_ref(&report)).is_empty());
 
         // The side-by-side figures use what was measured, and no ratio without Keeper.
         let rows = figures(&settings, None, Some(&report));
@@ -595,11 +656,33 @@ mod tests {
             rows.iter()
                 .all(|f| f.zookeeper.is_some() && f.keeper.is_none())
         );
-        let json = to_json(&settings, std::slice::from_ref(&report), &rows).render();
+        let json = to_json(&settings, std::slice::from_ref(&report), &rows, &[]).render();
         assert!(json.contains("\"zookeeper\""), "{json}");
         assert!(
             json.contains("\"create-delete x2 ops_per_sec\": null"),
             "{json}"
         );
+    }
+
+    #[test]
+    fn a_server_that_wrote_nothing_to_disk_is_called_out() {
+        let mut latency = stats::new_histogram();
+        stats::record(&mut latency, Duration::from_micros(10));
+        let run = RunStats {
+            workload: Workload::CreateDelete,
+            sessions: 1,
+            pipeline: 1,
+            requests: 1,
+            elapsed: Duration::from_secs(1),
+            latency,
+        };
+        let mut report = ServerReport::new(ServerKind::Keeper, "keeper".into());
+        report.runs.push((Workload::CreateDelete, 1, Ok(run)));
+        report.data_dir_bytes = Some(0);
+        let notes = caveats(std::slice::from_ref(&report));
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with("Keeper wrote nothing"), "{}", notes[0]);
+        report.data_dir_bytes = Some(4096);
+        assert!(caveats(std::slice::from_ref(&report)).is_empty());
     }
 }

@@ -124,6 +124,11 @@ pub struct BenchArgs {
     )]
     pub zookeeper_jvm_opts: Vec<String>,
 
+    /// With --compare: ZooKeeper's forceSync (fsync its log before replying), yes or no.
+    #[arg(long, value_name = "yes|no", default_value = "yes", action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub zookeeper_force_sync: bool,
+
     /// With --compare: the java executable.
     #[arg(long, value_name = "PATH", default_value = "java")]
     pub java: PathBuf,
@@ -169,6 +174,7 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
             java: args.java.clone(),
             zookeeper_classpath: args.zookeeper_classpath.clone(),
             zookeeper_jvm_opts: args.zookeeper_jvm_opts.clone(),
+            zookeeper_force_sync: args.zookeeper_force_sync,
         };
         let settings = compare::Settings {
             plan,
@@ -379,6 +385,7 @@ mod tests {
         assert_eq!(args.duration, Duration::from_secs(5));
         assert_eq!(args.rss_znodes, 100_000);
         assert_eq!(args.data_size, 16);
+        assert!(args.zookeeper_force_sync);
     }
 
     #[test]
@@ -408,6 +415,8 @@ mod tests {
         .expect("parse");
         assert_eq!(args.only, Some(ServerKind::Zookeeper));
         assert_eq!(args.zookeeper_jvm_opts, vec!["-Xmx1g".to_string()]);
+        let args = parse(&["--compare", "--zookeeper-force-sync", "no"]).expect("parse");
+        assert!(!args.zookeeper_force_sync);
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub struct Launcher {
     pub zookeeper_classpath: String,
     /// Extra JVM options placed before `-cp`.
     pub zookeeper_jvm_opts: Vec<String>,
+    /// ZooKeeper's `forceSync`: fsync the transaction log before replying (its default).
+    pub zookeeper_force_sync: bool,
 }
 
 impl Launcher {
@@ -75,8 +77,13 @@ impl Launcher {
                 }
                 format!(
                     "{s} -cp {} org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg \
-                     (standalone, forceSync=yes)",
-                    self.zookeeper_classpath
+                     (standalone, forceSync={})",
+                    self.zookeeper_classpath,
+                    if self.zookeeper_force_sync {
+                        "yes"
+                    } else {
+                        "no"
+                    }
                 )
             }
         }
@@ -89,6 +96,7 @@ pub struct ChildServer {
     child: Child,
     addr: SocketAddr,
     spawned_at: Instant,
+    data_dir: PathBuf,
     log_path: PathBuf,
     /// Kept so the directory outlives the process that writes into it; removed on drop.
     _dir: tempfile::TempDir,
@@ -127,7 +135,10 @@ impl ChildServer {
             }
             ServerKind::Zookeeper => {
                 let cfg = dir.path().join("zoo.cfg");
-                fs::write(&cfg, zoo_cfg(&data_dir, port))?;
+                fs::write(
+                    &cfg,
+                    zoo_cfg(&data_dir, port, launcher.zookeeper_force_sync),
+                )?;
                 let mut cmd = Command::new(&launcher.java);
                 cmd.args(&launcher.zookeeper_jvm_opts)
                     .arg("-cp")
@@ -156,6 +167,7 @@ impl ChildServer {
             child,
             addr,
             spawned_at,
+            data_dir,
             log_path,
             _dir: dir,
         })
@@ -194,6 +206,26 @@ impl ChildServer {
     pub fn rss_kib(&self) -> io::Result<u64> {
         rss_kib(self.pid())
     }
+
+    /// Total size of the files in the server's data directory. Zero after writes means the
+    /// server kept them in memory only, which matters when comparing write throughput.
+    pub fn data_dir_bytes(&self) -> io::Result<u64> {
+        tree_bytes(&self.data_dir)
+    }
+}
+
+fn tree_bytes(dir: &Path) -> io::Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            total += tree_bytes(&entry.path())?;
+        } else if kind.is_file() {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
 }
 
 impl Drop for ChildServer {
@@ -232,9 +264,9 @@ pub fn free_port() -> io::Result<u16> {
 }
 
 /// A standalone ZooKeeper configuration: loopback only, no admin HTTP server, four-letter words
-/// allowed, and otherwise ZooKeeper's defaults (notably `forceSync=yes`, as Keeper always syncs).
-fn zoo_cfg(data_dir: &Path, port: u16) -> String {
-    format!(
+/// allowed, and otherwise ZooKeeper's defaults (`forceSync=yes` unless told otherwise).
+fn zoo_cfg(data_dir: &Path, port: u16, force_sync: bool) -> String {
+    let mut cfg = format!(
         "tickTime=2000\n\
          dataDir={}\n\
          clientPort={port}\n\
@@ -242,7 +274,11 @@ fn zoo_cfg(data_dir: &Path, port: u16) -> String {
          admin.enableServer=false\n\
          4lw.commands.whitelist=*\n",
         data_dir.display()
-    )
+    );
+    if !force_sync {
+        cfg.push_str("forceSync=no\n");
+    }
+    cfg
 }
 
 /// Asks the kernel to kill the child if this process dies without running its destructors
@@ -293,11 +329,15 @@ pub(crate) mod tests {
 
     #[test]
     fn zoo_cfg_binds_loopback_on_the_given_port() {
-        let cfg = zoo_cfg(Path::new("/tmp/x"), 4242);
+        let cfg = zoo_cfg(Path::new("/tmp/x"), 4242, true);
         assert!(cfg.contains("clientPort=4242\n"));
         assert!(cfg.contains("clientPortAddress=127.0.0.1\n"));
         assert!(cfg.contains("dataDir=/tmp/x\n"));
-        assert!(!cfg.contains("forceSync"));
+        assert!(
+            !cfg.contains("forceSync"),
+            "the default (yes) is left to ZooKeeper"
+        );
+        assert!(zoo_cfg(Path::new("/tmp/x"), 4242, false).contains("forceSync=no\n"));
     }
 
     /// A launcher whose "Keeper" is a shell script, so process handling is tested without
@@ -312,6 +352,7 @@ pub(crate) mod tests {
             java: PathBuf::from("java"),
             zookeeper_classpath: String::new(),
             zookeeper_jvm_opts: Vec::new(),
+            zookeeper_force_sync: true,
         }
     }
 
@@ -341,6 +382,11 @@ pub(crate) mod tests {
             "the fake server should still run"
         );
         assert!(server.rss_kib().expect("rss of a live child") > 0);
+        assert_eq!(server.data_dir_bytes().expect("data dir"), 0);
+        fs::create_dir_all(server.data_dir.join("log")).expect("mkdir");
+        fs::write(server.data_dir.join("log/1"), [0u8; 100]).expect("write");
+        fs::write(server.data_dir.join("snap"), [0u8; 23]).expect("write");
+        assert_eq!(server.data_dir_bytes().expect("data dir"), 123);
         drop(server);
         // Killed and reaped: the PID no longer names a process (not even a zombie).
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
