@@ -1,10 +1,10 @@
 //! `lockkeeper bench --compare`: Keeper and Apache ZooKeeper measured in the same run, on the
 //! same machine, by the same client, and printed side by side as ratios Keeper/ZooKeeper.
 //!
-//! Each server in turn (never both at once, so they do not share the CPU) is started as a child
-//! process and goes through the same steps: time from spawn to the first accepted session (best of
-//! several fresh starts, reported as the median), every workload, then resident memory after bulk
-//! creating persistent znodes. Ratios rather than absolute numbers are the claim, because only a
+//! Each server is started as a child process and goes through the same steps: time from spawn to
+//! the first accepted session (several fresh starts, the median reported), every workload, then
+//! resident memory after bulk creating persistent znodes. Only one server is under load at any
+//! moment, and the steps alternate between the servers (see [`measure_all`]). Ratios rather than absolute numbers are the claim, because only a
 //! ratio measured in one run on one machine means anything elsewhere.
 
 use std::collections::VecDeque;
@@ -172,106 +172,165 @@ pub async fn first_session(
     }
 }
 
-/// Takes every figure on one server. Errors that make the rest meaningless (the server does not
-/// start) end the measurement early; the report says what is missing and why.
-async fn measure(kind: ServerKind, settings: &Settings) -> ServerReport {
-    let mut report = ServerReport::new(kind, settings.launcher.describe(kind));
-    println!("\n== {kind}: {}", report.command);
+/// One server under comparison while it is being measured.
+struct Contender {
+    report: ServerReport,
+    server: Option<ChildServer>,
+    namespace: Option<Namespace>,
+    plan: Plan,
+}
 
-    // Fresh processes with fresh data directories; the last one stays up for the workloads.
-    let mut server = None;
-    for trial in 0..settings.startup_trials.max(1) {
-        let mut child = match ChildServer::spawn(kind, &settings.launcher) {
-            Ok(child) => child,
-            Err(e) => {
-                report.errors.push(e.to_string());
-                return report;
+impl Contender {
+    /// Records an error that makes this server's remaining figures impossible.
+    fn fail(&mut self, error: String) {
+        self.report.errors.push(error);
+        self.namespace = None;
+        self.server = None;
+    }
+}
+
+/// Takes every figure on every server in `settings.servers`.
+///
+/// Steps are interleaved (start-up trial 1 of each server, then trial 2, ...; each workload on
+/// each server in turn), so that a change in the machine's load during the benchmark, such as
+/// another process compiling, weighs on both sides alike instead of on whichever ran at that
+/// moment. While one server is measured the other is up but idle. An error that makes a server's
+/// remaining figures impossible (it does not start) is recorded and that server sits out the rest.
+async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
+    let mut contenders: Vec<Contender> = settings
+        .servers
+        .iter()
+        .map(|&kind| {
+            let report = ServerReport::new(kind, settings.launcher.describe(kind));
+            println!("{kind}: {}", report.command);
+            Contender {
+                report,
+                server: None,
+                namespace: None,
+                plan: settings.plan.clone(),
             }
-        };
-        match first_session(&mut child, settings.startup_limit).await {
-            Ok(d) => {
-                println!(
-                    "start to first session, trial {}: {}",
-                    trial + 1,
-                    stats::fmt_duration(d)
-                );
-                report.startup.push(d);
+        })
+        .collect();
+
+    // Fresh processes with fresh data directories. Each is stopped right after its figure,
+    // except in the last trial, whose servers stay up for the rest.
+    println!();
+    let trials = settings.startup_trials.max(1);
+    for trial in 0..trials {
+        for c in &mut contenders {
+            if !c.report.errors.is_empty() {
+                continue;
             }
-            Err(e) => {
-                report.errors.push(e.to_string());
-                return report;
+            let kind = c.report.kind;
+            let mut child = match ChildServer::spawn(kind, &settings.launcher) {
+                Ok(child) => child,
+                Err(e) => {
+                    c.fail(e.to_string());
+                    continue;
+                }
+            };
+            match first_session(&mut child, settings.startup_limit).await {
+                Ok(d) => {
+                    println!(
+                        "{kind}: start to first session, trial {}: {}",
+                        trial + 1,
+                        stats::fmt_duration(d)
+                    );
+                    c.report.startup.push(d);
+                    if trial + 1 == trials {
+                        c.server = Some(child);
+                    }
+                }
+                Err(e) => c.fail(e.to_string()),
             }
         }
-        server = Some(child);
     }
-    let Some(server) = server else {
-        return report;
-    };
-    let mut plan = settings.plan.clone();
-    plan.connect = server.addr().to_string();
 
     // Let a freshly started JVM finish its start-up allocations before the idle figure.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    report.rss_idle_kib = take_rss(&server, &mut report.errors);
-
-    let mut namespace = match Namespace::create(&plan).await {
-        Ok(ns) => ns,
-        Err(e) => {
-            report.errors.push(e.to_string());
-            return report;
+    for c in &mut contenders {
+        let Some(server) = &c.server else { continue };
+        c.report.rss_idle_kib = take_rss(server, &mut c.report.errors);
+        c.plan.connect = server.addr().to_string();
+        match Namespace::create(&c.plan).await {
+            Ok(ns) => c.namespace = Some(ns),
+            Err(e) => c.fail(e.to_string()),
         }
-    };
-    println!("{}", stats::run_header());
+    }
+
+    println!("\n{:<10} {}", "server", stats::run_header());
     for &workload in &settings.workloads {
         for &sessions in &settings.sessions {
-            let label = format!("{kind} ");
-            let result = namespace.run(workload, sessions, &plan, &label).await;
-            match &result {
-                Ok(s) => println!("{}", stats::run_row(s)),
-                Err(e) => println!("{:<16} {:>8}  error: {e}", workload.name(), sessions),
+            for c in &mut contenders {
+                let Some(namespace) = &c.namespace else {
+                    continue;
+                };
+                let kind = c.report.kind;
+                let result = namespace
+                    .run(workload, sessions, &c.plan, &format!("{kind} "))
+                    .await;
+                match &result {
+                    Ok(s) => println!("{:<10} {}", kind.name(), stats::run_row(s)),
+                    Err(e) => println!(
+                        "{:<10} {:<16} {:>8}  error: {e}",
+                        kind.name(),
+                        workload.name(),
+                        sessions
+                    ),
+                }
+                c.report
+                    .runs
+                    .push((workload, sessions, result.map_err(|e| e.to_string())));
             }
-            report
-                .runs
-                .push((workload, sessions, result.map_err(|e| e.to_string())));
         }
     }
 
-    if settings.rss_znodes > 0 {
-        let populated = namespace
-            .populate(
-                settings.rss_znodes,
-                POPULATE_SESSIONS,
-                settings.populate_limit,
-                &plan,
-                &format!("{kind} "),
-            )
-            .await;
-        match populated {
-            Ok(d) => {
-                report.populate_time = Some(d);
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                report.rss_loaded_kib = take_rss(&server, &mut report.errors);
+    println!();
+    for c in &mut contenders {
+        let (Some(server), Some(namespace)) = (&c.server, &mut c.namespace) else {
+            continue;
+        };
+        let kind = c.report.kind;
+        if settings.rss_znodes > 0 {
+            let populated = namespace
+                .populate(
+                    settings.rss_znodes,
+                    POPULATE_SESSIONS,
+                    settings.populate_limit,
+                    &c.plan,
+                    &format!("{kind} "),
+                )
+                .await;
+            match populated {
+                Ok(d) => {
+                    c.report.populate_time = Some(d);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    c.report.rss_loaded_kib = take_rss(server, &mut c.report.errors);
+                }
+                Err(e) => c.report.errors.push(e.to_string()),
             }
-            Err(e) => report.errors.push(e.to_string()),
         }
+        match server.data_dir_bytes() {
+            Ok(bytes) => c.report.data_dir_bytes = Some(bytes),
+            Err(e) => c
+                .report
+                .errors
+                .push(format!("reading {kind}'s data directory: {e}")),
+        }
+        println!(
+            "{kind}: RSS {} after start, {} with {} znodes of {} bytes",
+            c.report.rss_idle_kib.map_or("-".into(), stats::fmt_kib),
+            c.report.rss_loaded_kib.map_or("-".into(), stats::fmt_kib),
+            settings.rss_znodes,
+            c.plan.data_size
+        );
+        // The server and its data directory go away here; nothing to clean up remotely.
+        if let Some(namespace) = c.namespace.take() {
+            namespace.close().await;
+        }
+        c.server = None;
     }
-    match server.data_dir_bytes() {
-        Ok(bytes) => report.data_dir_bytes = Some(bytes),
-        Err(e) => report
-            .errors
-            .push(format!("reading {kind}'s data directory: {e}")),
-    }
-    println!(
-        "RSS: {} after start, {} with {} znodes of {} bytes",
-        report.rss_idle_kib.map_or("-".into(), stats::fmt_kib),
-        report.rss_loaded_kib.map_or("-".into(), stats::fmt_kib),
-        settings.rss_znodes,
-        plan.data_size
-    );
-    // The server and its data directory go away here; nothing to clean up remotely.
-    namespace.close().await;
-    drop(server);
-    report
+    contenders.into_iter().map(|c| c.report).collect()
 }
 
 fn take_rss(server: &ChildServer, errors: &mut Vec<String>) -> Option<u64> {
@@ -286,10 +345,7 @@ fn take_rss(server: &ChildServer, errors: &mut Vec<String>) -> Option<u64> {
 
 /// Runs the comparison and prints it; returns the JSON document for `--json`.
 pub async fn compare(settings: &Settings) -> Result<Json, BoxError> {
-    let mut reports = Vec::new();
-    for &kind in &settings.servers {
-        reports.push(measure(kind, settings).await);
-    }
+    let reports = measure_all(settings).await;
     let keeper = reports.iter().find(|r| r.kind == ServerKind::Keeper);
     let zookeeper = reports.iter().find(|r| r.kind == ServerKind::Zookeeper);
     let rows = figures(settings, keeper, zookeeper);
@@ -631,7 +687,9 @@ mod tests {
             rss_znodes: 1000,
             populate_limit: Duration::from_secs(60),
         };
-        let report = measure(ServerKind::Zookeeper, &settings).await;
+        let mut reports = measure_all(&settings).await;
+        assert_eq!(reports.len(), 1);
+        let report = reports.remove(0);
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.startup.len(), 1);
         assert!(report.startup[0] > Duration::ZERO);
