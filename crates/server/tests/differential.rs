@@ -206,6 +206,10 @@ fn tags(op: &Op) -> Vec<&'static str> {
             paths.push(path);
             "watch"
         }
+        Op::AddWatch { path, .. } => {
+            paths.push(path);
+            "addWatch"
+        }
         Op::CloseSession { .. } => "close",
         Op::Dump => "dump",
     };

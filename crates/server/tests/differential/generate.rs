@@ -11,7 +11,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use super::compare::{MultiItem, Outcome};
-use super::ops::{AclChoice, NodeKind, Op, ReadOp, SLOTS, SubOp, USERS, WatchKind};
+use super::ops::{
+    AclChoice, NodeKind, Op, PERSISTENT_SLOT, ReadOp, SLOTS, SubOp, USERS, WatchKind,
+};
 
 /// Fixed node names; every one of them is created, deleted and recreated many times.
 const FIXED: [&str; 8] = [
@@ -47,6 +49,10 @@ pub struct Generator {
     known: BTreeSet<String>,
     /// Ephemerals created per slot, forgotten when that slot's session closes.
     ephemerals: BTreeMap<String, usize>,
+    /// The addWatch mode (recursive or not) drawn for each path, kept for the whole run:
+    /// ZooKeeper 3.8 keeps one mode per path and connection, the last one asked for
+    /// (ZOOKEEPER-4466), which is not behaviour worth pinning.
+    watch_modes: BTreeMap<String, bool>,
 }
 
 fn parent(path: &str) -> &str {
@@ -65,6 +71,7 @@ impl Generator {
             acl_versions: BTreeMap::new(),
             known: BTreeSet::new(),
             ephemerals: BTreeMap::new(),
+            watch_modes: BTreeMap::new(),
         }
     }
 
@@ -363,14 +370,25 @@ impl Generator {
                 user: self.rng.gen_range(0..USERS.len()),
             },
             842..=851 => Op::WhoAmI { s },
-            852..=959 => {
+            852..=934 => {
                 let kind = *[WatchKind::Exists, WatchKind::Data, WatchKind::Children]
                     .choose(&mut self.rng)
                     .expect("not empty");
                 Op::Watch {
-                    s,
+                    // Never the persistent slot; see PERSISTENT_SLOT.
+                    s: s % PERSISTENT_SLOT,
                     path: self.path(),
                     kind,
+                }
+            }
+            935..=959 => {
+                let path = self.path();
+                let fresh = self.rng.gen_bool(0.5);
+                let recursive = *self.watch_modes.entry(path.clone()).or_insert(fresh);
+                Op::AddWatch {
+                    s: PERSISTENT_SLOT,
+                    path,
+                    recursive,
                 }
             }
             960..=984 => Op::CloseSession { s },

@@ -13,8 +13,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use sha1::{Digest as _, Sha1};
 use zookeeper_client::{
-    Acl, Acls, AuthId, Client, CreateMode, CreateOptions, EventType, MultiReadResult,
-    MultiWriteError, MultiWriteResult, Permission, SessionState, Stat, WatchedEvent,
+    Acl, Acls, AddWatchMode, AuthId, Client, CreateMode, CreateOptions, EventType, MultiReadResult,
+    MultiWriteError, MultiWriteResult, Permission, PersistentWatcher, SessionState, Stat,
+    WatchedEvent,
 };
 
 use super::compare::{MultiItem, NStat, Outcome, ReadItem, Step, TreeEntry, ZxidLabels};
@@ -163,6 +164,13 @@ struct Pending {
     event: EventFuture,
 }
 
+/// A persistent watch and the operation that set it.
+struct Persistent {
+    origin: usize,
+    recursive: bool,
+    watcher: PersistentWatcher,
+}
+
 struct Slot {
     client: Client,
     /// Digest identities ([`USERS`] indexes) this slot authenticates as; a reopened session
@@ -170,6 +178,17 @@ struct Slot {
     users: Vec<usize>,
     generation: usize,
     watches: Vec<Pending>,
+    persistent: Vec<Persistent>,
+}
+
+/// Names a watch event for the comparison.
+fn show_event(s: usize, event: &WatchedEvent, watch: String) -> String {
+    let what = if event.event_type == EventType::Session {
+        format!("Session {:?}", event.session_state)
+    } else {
+        format!("{:?} {}", event.event_type, event.path)
+    };
+    format!("s{s}: {what} ({watch})")
 }
 
 /// How a backend's sessions are set up, and which known differences both sides normalize away
@@ -264,6 +283,7 @@ impl Backend {
                 users,
                 generation: 0,
                 watches: Vec::new(),
+                persistent: Vec::new(),
             });
         }
         let everyone: &[usize] = if authenticate { &[0, 1] } else { &[] };
@@ -311,7 +331,7 @@ impl Backend {
         let mut events = Vec::new();
         let mut cx = Context::from_waker(Waker::noop());
         for (s, slot) in self.slots.iter_mut().enumerate() {
-            if slot.watches.is_empty() {
+            if slot.watches.is_empty() && slot.persistent.is_empty() {
                 continue;
             }
             if let Err(e) = bounded(slot.client.check_stat("/")).await {
@@ -320,19 +340,29 @@ impl Backend {
             slot.watches
                 .retain_mut(|pending| match pending.event.as_mut().poll(&mut cx) {
                     Poll::Ready(event) => {
-                        let what = if event.event_type == EventType::Session {
-                            format!("Session {:?}", event.session_state)
-                        } else {
-                            format!("{:?} {}", event.event_type, event.path)
-                        };
-                        events.push(format!(
-                            "s{s}: {what} (watch #{} {:?})",
-                            pending.origin, pending.kind
-                        ));
+                        let watch = format!("watch #{} {:?}", pending.origin, pending.kind);
+                        events.push(show_event(s, &event, watch));
                         false
                     }
                     Poll::Pending => true,
                 });
+            for persistent in &mut slot.persistent {
+                // A persistent watcher's events queue up in a channel; a `changed()` future
+                // that is still pending can be dropped without losing one.
+                loop {
+                    let mut next = std::pin::pin!(persistent.watcher.changed());
+                    let Poll::Ready(event) = next.as_mut().poll(&mut cx) else {
+                        break;
+                    };
+                    let mode = if persistent.recursive {
+                        "recursive"
+                    } else {
+                        "persistent"
+                    };
+                    let watch = format!("addWatch #{} {mode}", persistent.origin);
+                    events.push(show_event(s, &event, watch));
+                }
+            }
         }
         events.sort();
         events
@@ -515,6 +545,25 @@ impl Backend {
                 }
                 outcome
             }
+            Op::AddWatch { s, path, recursive } => {
+                let slot = &mut self.slots[*s];
+                let mode = if *recursive {
+                    AddWatchMode::PersistentRecursive
+                } else {
+                    AddWatchMode::Persistent
+                };
+                match bounded(slot.client.watch(path, mode)).await {
+                    Ok(watcher) => {
+                        slot.persistent.push(Persistent {
+                            origin: index,
+                            recursive: *recursive,
+                            watcher,
+                        });
+                        Outcome::Done
+                    }
+                    Err(e) => Outcome::Error(e),
+                }
+            }
             Op::CloseSession { s } => {
                 let slot = &mut self.slots[*s];
                 let fresh = match connect(&self.connect_string, &slot.users).await {
@@ -531,6 +580,7 @@ impl Backend {
                 // The old session's watches died with it; dropping them now (after the client
                 // is gone) sends nothing to the server.
                 slot.watches.clear();
+                slot.persistent.clear();
                 match result {
                     Ok(()) => Outcome::Done,
                     Err(e) => Outcome::Error(e),
