@@ -252,6 +252,7 @@ async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
         let Some(server) = &c.server else { continue };
         c.report.rss_idle_kib = take_rss(server, &mut c.report.errors);
         c.plan.connect = server.addr().to_string();
+        c.plan.server_pid = Some(server.pid());
         match Namespace::create(&c.plan).await {
             Ok(ns) => c.namespace = Some(ns),
             Err(e) => c.fail(e.to_string()),
@@ -426,6 +427,8 @@ impl std::error::Error for Partial {}
 #[derive(Clone, Copy)]
 enum Unit {
     Micros,
+    /// Fractional microseconds of CPU time.
+    CpuMicros,
     Rate,
     Kib,
 }
@@ -444,6 +447,7 @@ impl Figure {
         match (v, self.unit) {
             (None, _) => "-".to_string(),
             (Some(v), Unit::Micros) => stats::fmt_duration(Duration::from_micros(v as u64)),
+            (Some(v), Unit::CpuMicros) => format!("{v:.1}us"),
             (Some(v), Unit::Rate) => format!("{v:.0}/s"),
             (Some(v), Unit::Kib) => stats::fmt_kib(v as u64),
         }
@@ -490,6 +494,12 @@ fn figures(
                 format!("{name} p99_us"),
                 Unit::Micros,
                 both(&|r| r.run(w, s).map(|x| x.quantile(0.99).as_micros() as f64)),
+            );
+            push(
+                format!("{name}: server CPU per request"),
+                format!("{name} server_cpu_us_per_request"),
+                Unit::CpuMicros,
+                both(&|r| r.run(w, s).and_then(RunStats::server_cpu_us_per_request)),
             );
         }
     }
@@ -671,6 +681,7 @@ mod tests {
                 data_size: 16,
                 connect_timeout: Duration::from_secs(60),
                 progress: false,
+                server_pid: None,
             },
             workloads: vec![Workload::CreateDelete, Workload::Get],
             sessions: vec![2],
@@ -699,6 +710,7 @@ mod tests {
             assert_eq!((*workload, *sessions), (run.workload, run.sessions));
             assert!(run.requests > 0, "{} made no requests", workload.name());
             assert_eq!(run.latency.len(), run.requests);
+            assert!(run.server_cpu.expect("server CPU") > Duration::ZERO);
         }
         assert!(report.rss_idle_kib.expect("idle RSS") > 1024);
         assert!(report.rss_loaded_kib.expect("loaded RSS") > 1024);
@@ -709,7 +721,7 @@ mod tests {
 
         // The side-by-side figures use what was measured, and no ratio without Keeper.
         let rows = figures(&settings, None, Some(&report));
-        assert_eq!(rows.len(), 1 + 2 * 2 + 2);
+        assert_eq!(rows.len(), 1 + 2 * 3 + 2);
         assert!(
             rows.iter()
                 .all(|f| f.zookeeper.is_some() && f.keeper.is_none())
@@ -733,6 +745,7 @@ mod tests {
             requests: 1,
             elapsed: Duration::from_secs(1),
             latency,
+            server_cpu: None,
         };
         let mut report = ServerReport::new(ServerKind::Keeper, "keeper".into());
         report.runs.push((Workload::CreateDelete, 1, Ok(run)));

@@ -87,8 +87,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 100_000)]
     pub rss_znodes: u64,
 
-    /// Without --compare: PID of the server at --connect, to report its memory with --rss-znodes
-    /// znodes (the znodes are deleted again afterwards).
+    /// Without --compare: PID of the server at --connect (on this machine), to report its CPU
+    /// time per request and its memory with --rss-znodes znodes (deleted again afterwards).
     #[arg(long, value_name = "PID", conflicts_with = "compare")]
     pub server_pid: Option<u32>,
 
@@ -162,6 +162,7 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
         data_size: args.data_size as usize,
         connect_timeout: args.connect_timeout,
         progress: !args.no_progress,
+        server_pid: args.server_pid,
     };
     let sessions: Vec<usize> = args.sessions.iter().map(|&s| usize::from(s)).collect();
     let result = if args.compare {

@@ -247,6 +247,36 @@ pub fn rss_kib(pid: u32) -> io::Result<u64> {
     })
 }
 
+/// CPU time (user + system) a process has used so far, from `/proc/PID/stat`.
+pub fn cpu_time(pid: u32) -> io::Result<std::time::Duration> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let ticks = parse_cpu_ticks(&stat).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected /proc/{pid}/stat"),
+        )
+    })?;
+    // SAFETY: sysconf only reads a system constant.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = u64::try_from(per_second)
+        .ok()
+        .filter(|&t| t > 0)
+        .unwrap_or(100);
+    Ok(std::time::Duration::from_micros(
+        ticks.saturating_mul(1_000_000) / per_second,
+    ))
+}
+
+/// utime + stime in clock ticks. The command name (field 2) is in parentheses and may contain
+/// spaces, so fields are counted from the last `)`: utime and stime are fields 14 and 15.
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 fn parse_vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let mut fields = line["VmRSS:".len()..].split_whitespace();
@@ -319,6 +349,26 @@ pub(crate) mod tests {
     fn vm_rss_missing_or_odd_unit_is_none() {
         assert_eq!(parse_vm_rss("Name:\tzombie\n"), None);
         assert_eq!(parse_vm_rss("VmRSS:\t 12 MB\n"), None);
+    }
+
+    #[test]
+    fn cpu_ticks_are_read_past_a_command_name_with_spaces() {
+        let stat = "4242 (java main) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 56 0 0 20 0 30 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(1234 + 56));
+        assert_eq!(parse_cpu_ticks("4242 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn own_cpu_time_grows_with_work() {
+        let before = cpu_time(std::process::id()).expect("cpu time");
+        let start = Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(200) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = cpu_time(std::process::id()).expect("cpu time");
+        assert!(after > before, "{before:?} -> {after:?}");
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub struct RunStats {
     /// From the first request sent to the last reply received.
     pub elapsed: Duration,
     pub latency: Histogram<u64>,
+    /// CPU time (user + system) the server process used during the measured window, when its
+    /// PID is known. Per request, it shows the server's cost even where the load generator,
+    /// sharing the machine, is what limits throughput.
+    pub server_cpu: Option<Duration>,
 }
 
 impl RunStats {
@@ -48,6 +52,12 @@ impl RunStats {
         }
     }
 
+    /// Server CPU time per request, in microseconds.
+    pub fn server_cpu_us_per_request(&self) -> Option<f64> {
+        let cpu = self.server_cpu?;
+        (self.requests > 0).then(|| cpu.as_secs_f64() * 1e6 / self.requests as f64)
+    }
+
     /// Latency at quantile `q` (0.5 = p50, 0.999 = p99.9).
     pub fn quantile(&self, q: f64) -> Duration {
         Duration::from_micros(self.latency.value_at_quantile(q))
@@ -57,14 +67,22 @@ impl RunStats {
 /// The per-run table header, aligned with [`run_row`].
 pub fn run_header() -> String {
     format!(
-        "{:<16} {:>8} {:>8} {:>10} {:>11} {:>9} {:>9} {:>9}",
-        "workload", "sessions", "pipeline", "requests", "ops/s", "p50", "p99", "p99.9"
+        "{:<16} {:>8} {:>8} {:>10} {:>11} {:>9} {:>9} {:>9} {:>13}",
+        "workload",
+        "sessions",
+        "pipeline",
+        "requests",
+        "ops/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "server-cpu"
     )
 }
 
 pub fn run_row(s: &RunStats) -> String {
     format!(
-        "{:<16} {:>8} {:>8} {:>10} {:>11.0} {:>9} {:>9} {:>9}",
+        "{:<16} {:>8} {:>8} {:>10} {:>11.0} {:>9} {:>9} {:>9} {:>13}",
         s.workload.name(),
         s.sessions,
         s.pipeline,
@@ -73,6 +91,8 @@ pub fn run_row(s: &RunStats) -> String {
         fmt_duration(s.quantile(0.5)),
         fmt_duration(s.quantile(0.99)),
         fmt_duration(s.quantile(0.999)),
+        s.server_cpu_us_per_request()
+            .map_or("-".to_string(), |us| format!("{us:.1}us/req")),
     )
 }
 
@@ -244,6 +264,10 @@ pub fn run_json(s: &RunStats) -> Json {
             Json::Num(s.latency.value_at_quantile(0.999) as f64),
         ),
         ("max_us", Json::Num(s.latency.max() as f64)),
+        (
+            "server_cpu_us_per_request",
+            Json::opt_num(s.server_cpu_us_per_request()),
+        ),
     ])
 }
 
@@ -263,6 +287,7 @@ mod tests {
             requests: latencies_us.len() as u64,
             elapsed,
             latency,
+            server_cpu: Some(Duration::from_millis(3)),
         }
     }
 
@@ -275,6 +300,9 @@ mod tests {
         assert_eq!(s.quantile(0.5), Duration::from_micros(500));
         assert_eq!(s.quantile(0.99), Duration::from_micros(990));
         assert_eq!(s.quantile(1.0), Duration::from_micros(1000));
+        // 3 ms of server CPU over 1000 requests.
+        let per_request = s.server_cpu_us_per_request().expect("cpu known");
+        assert!((per_request - 3.0).abs() < 1e-9, "{per_request}");
     }
 
     #[test]
@@ -293,6 +321,7 @@ mod tests {
         assert_eq!(header.len(), row.len(), "{header}\n{row}");
         assert!(row.starts_with("get "));
         assert!(row.contains(" 3 "), "{row}");
+        assert!(row.ends_with("1000.0us/req"), "{row}");
     }
 
     #[test]

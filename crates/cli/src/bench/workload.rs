@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 use zookeeper_client as zk;
 
 use super::BoxError;
+use super::process;
 use super::stats::{self, RunStats};
 
 /// How long replies may keep arriving after a run's deadline before the run is declared stuck.
@@ -63,6 +64,8 @@ pub struct Plan {
     /// Bound on opening a session.
     pub connect_timeout: Duration,
     pub progress: bool,
+    /// PID of the server, when known (it runs on this machine), for its CPU time.
+    pub server_pid: Option<u32>,
 }
 
 /// Opens one session, failing fast and clearly when nothing answers at `connect`.
@@ -465,6 +468,7 @@ impl Namespace {
             )
             .await?;
         }
+        let cpu_before = plan.server_pid.and_then(|pid| process::cpu_time(pid).ok());
         let driven = drive(
             &clients,
             op(),
@@ -475,6 +479,7 @@ impl Namespace {
             (plan.progress, title, Goal::Time(plan.duration)),
         )
         .await;
+        let cpu_after = plan.server_pid.and_then(|pid| process::cpu_time(pid).ok());
         close_sessions(clients).await;
         let driven = driven?;
         Ok(RunStats {
@@ -484,6 +489,10 @@ impl Namespace {
             requests: driven.requests,
             elapsed: driven.elapsed,
             latency: driven.latency,
+            server_cpu: match (cpu_before, cpu_after) {
+                (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+                _ => None,
+            },
         })
     }
 
@@ -640,6 +649,7 @@ mod tests {
             data_size: 16,
             connect_timeout: Duration::from_secs(30),
             progress: false,
+            server_pid: Some(std::process::id()),
         }
     }
 
@@ -674,6 +684,8 @@ mod tests {
             "one latency per request"
         );
         assert_eq!(writes.sessions, 2);
+        // The in-process server is this test process, so its CPU time is known and non-zero.
+        assert!(writes.server_cpu.expect("cpu time") > Duration::ZERO);
 
         let reads = namespace
             .run(Workload::Get, 1, &plan, "")
