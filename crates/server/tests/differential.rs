@@ -383,7 +383,14 @@ impl Pair {
             self.options,
         )
         .await
-        .unwrap_or_else(|e| panic!("open sessions on {}: {e}", self.other_name()));
+        .unwrap_or_else(|e| {
+            // The same sessions (connect, then addauth) just worked on Apache ZooKeeper.
+            panic!(
+                "{} differs from Apache ZooKeeper before the first operation: opening the \
+                 sessions ZooKeeper accepted failed: {e}",
+                self.other_name()
+            )
+        });
         (a, b)
     }
 }
