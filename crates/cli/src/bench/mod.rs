@@ -54,7 +54,7 @@ pub struct BenchArgs {
     pub duration: Duration,
 
     /// Unmeasured warm-up before each run, so JIT compilers and caches are hot.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub warmup: Duration,
 
     /// Session counts to run each workload with, comma-separated.
@@ -384,6 +384,7 @@ mod tests {
         assert_eq!(args.pipeline, 64);
         assert_eq!(args.workload, vec![Workload::CreateDelete, Workload::Get]);
         assert_eq!(args.duration, Duration::from_secs(5));
+        assert_eq!(args.warmup, Duration::from_secs(2));
         assert_eq!(args.rss_znodes, 100_000);
         assert_eq!(args.data_size, 16);
         assert!(args.zookeeper_force_sync);
