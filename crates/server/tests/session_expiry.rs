@@ -1,5 +1,6 @@
-//! A client process killed with SIGKILL: its session must expire after the negotiated timeout,
-//! taking its ephemerals with it, against Keeper and against Apache ZooKeeper alike.
+//! A client process killed with SIGKILL or frozen with SIGSTOP: its session must expire after
+//! the negotiated timeout, taking its ephemerals with it, against Keeper and against Apache
+//! ZooKeeper alike.
 //!
 //! A crashed client cannot say goodbye, so this is the path every lock and leader election
 //! depends on to recover: the server alone notices the silence, expires the session and deletes
@@ -8,7 +9,8 @@
 //! reconnect; one that never expires leaves a lock held forever.
 //!
 //! The holder is a small kazoo program (`clients/expiry/hold_ephemeral.py`) that keeps its
-//! session alive with pings until killed. The watcher is the `zookeeper-client` crate.
+//! session alive with pings until killed (or paused with SIGSTOP, which leaves its connection
+//! open). The watcher is the `zookeeper-client` crate.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -28,6 +30,8 @@ const SLACK: Duration = Duration::from_secs(4);
 /// The kazoo holder process; killed (by its PID) on drop if the test did not already.
 struct Holder {
     child: Child,
+    /// The holder's stdout, line by line.
+    lines: mpsc::Receiver<String>,
     session_id: i64,
     granted: Duration,
 }
@@ -66,22 +70,59 @@ impl Holder {
         });
         let mut holder = Holder {
             child,
+            lines: rx,
             session_id: 0,
             granted: Duration::ZERO,
         };
-        let ready = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|e| {
-                let status = holder.child.try_wait();
-                panic!(
-                    "{backend}: the holder printed no READY line within 60 s ({e}; exit {status:?})"
-                )
-            });
+        let ready = holder.wait_for_line(
+            |l| l.starts_with("READY "),
+            Duration::from_secs(60),
+            backend,
+        );
         let (session_id, granted) = parse_ready(&ready)
             .unwrap_or_else(|| panic!("{backend}: unexpected holder output {ready:?}"));
         holder.session_id = session_id;
         holder.granted = granted;
         holder
+    }
+
+    /// Skips output lines until one matches `wanted`, which is returned; panics after `limit`.
+    fn wait_for_line(
+        &mut self,
+        wanted: impl Fn(&str) -> bool,
+        limit: Duration,
+        backend: &str,
+    ) -> String {
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if wanted(&line) => return line,
+                Ok(line) => seen.push(line),
+                Err(e) => {
+                    let status = self.child.try_wait();
+                    panic!(
+                        "{backend}: the holder did not print the expected line within {limit:?} \
+                         ({e}; exit {status:?}); it printed {seen:?}"
+                    )
+                }
+            }
+        }
+    }
+
+    /// Sends `signal` (e.g. "STOP", "CONT") to the holder's PID only.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(
+            status.success(),
+            "kill -{signal} {} failed: {status}",
+            self.child.id()
+        );
     }
 
     /// SIGKILL, and reap, so the kernel closes its socket right away.
@@ -113,9 +154,19 @@ fn parse_ready(line: &str) -> Option<(i64, Duration)> {
     Some((session, timeout))
 }
 
-/// Runs the kill-and-expire scenario with the holder asking for `requested` and expecting the
-/// server to grant `granted`.
-async fn killed_client_expires(requested: Duration, granted: Duration) {
+/// How the holder falls silent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Silence {
+    /// SIGKILL: the kernel closes its connection at once.
+    Kill,
+    /// SIGSTOP: the connection stays open but nothing is sent on it; only the server's session
+    /// timer can notice. The holder is resumed afterwards and must learn its session is gone.
+    Pause,
+}
+
+/// Runs the silence-and-expire scenario with the holder asking for `requested` and expecting
+/// the server to grant `granted`.
+async fn silent_client_expires(silence: Silence, requested: Duration, granted: Duration) {
     for server in both() {
         let backend = server.name();
         let connect = server.connect_string();
@@ -154,28 +205,36 @@ async fn killed_client_expires(requested: Duration, granted: Duration) {
                 .check_and_watch_stat(path)
                 .await
                 .expect("set exists watch");
-            assert!(stat.is_some(), "{backend}: {path} present before the kill");
+            assert!(
+                stat.is_some(),
+                "{backend}: {path} present before the holder fell silent"
+            );
             watches.push((path, watch));
         }
-        holder.kill();
-        let killed = Instant::now();
+        match silence {
+            Silence::Kill => holder.kill(),
+            Silence::Pause => holder.signal("STOP"),
+        }
+        let silent_since = Instant::now();
 
         let upper = granted + 2 * TICK + SLACK;
         // The holder pings every third of the timeout, so its last sign of life is at most that
-        // long before the kill; half the timeout leaves room for jitter on both sides.
+        // long before it fell silent; half the timeout leaves room for jitter on both sides.
         let lower = granted / 2;
         for (path, watch) in watches {
             let event = tokio::time::timeout(upper + Duration::from_secs(5), watch.changed())
                 .await
                 .unwrap_or_else(|_| {
                     panic!(
-                        "{backend}: {path} still there {:?} after the holder was killed \
+                        "{backend}: {path} still there {:?} after the holder fell silent ({silence:?}) \
                          (session timeout {granted:?})",
-                        killed.elapsed()
+                        silent_since.elapsed()
                     )
                 });
-            let elapsed = killed.elapsed();
-            eprintln!("{backend}: {path} deleted {elapsed:?} after the kill (timeout {granted:?})");
+            let elapsed = silent_since.elapsed();
+            eprintln!(
+                "{backend}: {path} deleted {elapsed:?} after {silence:?} (timeout {granted:?})"
+            );
             assert_eq!(
                 (event.event_type, event.path.as_str()),
                 (EventType::NodeDeleted, path),
@@ -183,12 +242,12 @@ async fn killed_client_expires(requested: Duration, granted: Duration) {
             );
             assert!(
                 elapsed >= lower,
-                "{backend}: {path} deleted {elapsed:?} after the kill, before the session \
+                "{backend}: {path} deleted {elapsed:?} after {silence:?}, before the session \
                  timeout ({granted:?}) could have passed"
             );
             assert!(
                 elapsed <= upper,
-                "{backend}: {path} deleted {elapsed:?} after the kill; the session timeout is \
+                "{backend}: {path} deleted {elapsed:?} after {silence:?}; the session timeout is \
                  {granted:?}, so expiry must come within {upper:?}"
             );
         }
@@ -197,6 +256,11 @@ async fn killed_client_expires(requested: Duration, granted: Duration) {
             None,
             "{backend}: the expired session's node is gone for readers too"
         );
+        if silence == Silence::Pause {
+            // Resumed, the holder finds its connection closed and its session expired.
+            holder.signal("CONT");
+            holder.wait_for_line(|l| l == "STATE LOST", Duration::from_secs(60), backend);
+        }
         // The path is free again for a new owner.
         let eph =
             zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
@@ -210,11 +274,33 @@ async fn killed_client_expires(requested: Duration, granted: Duration) {
 /// The minimum timeout on both servers: 2 ticks.
 #[tokio::test]
 async fn killed_client_session_expires_after_minimum_timeout() {
-    killed_client_expires(Duration::from_millis(4000), Duration::from_millis(4000)).await;
+    silent_client_expires(
+        Silence::Kill,
+        Duration::from_millis(4000),
+        Duration::from_millis(4000),
+    )
+    .await;
 }
 
 /// A longer timeout is honoured as granted, not cut to some server-side constant.
 #[tokio::test]
 async fn killed_client_session_expires_after_longer_timeout() {
-    killed_client_expires(Duration::from_millis(8000), Duration::from_millis(8000)).await;
+    silent_client_expires(
+        Silence::Kill,
+        Duration::from_millis(8000),
+        Duration::from_millis(8000),
+    )
+    .await;
+}
+
+/// A frozen client whose connection stays open expires just the same: expiry is the session
+/// timer's job, not a side effect of the connection closing.
+#[tokio::test]
+async fn paused_client_session_expires_with_its_connection_open() {
+    silent_client_expires(
+        Silence::Pause,
+        Duration::from_millis(4000),
+        Duration::from_millis(4000),
+    )
+    .await;
 }

@@ -4,9 +4,10 @@ Usage: hold_ephemeral.py CONNECT PATH... [--timeout SECONDS]
 
 Connects with the requested session timeout, creates each PATH as an ephemeral node, prints one
 line `READY session=0x... timeout_ms=N` (N is the timeout the server granted) and then keeps the
-session alive (kazoo pings in the background) until the test kills this process. The test kills
-it with SIGKILL, so nothing here can close the session: the server must expire it. As a bound
-against a forgotten child, it exits by itself after five minutes.
+session alive (kazoo pings in the background) until the test kills or pauses this process.
+Nothing here can close the session then: the server must expire it. Session state changes are
+printed as `STATE <kazoo state>` lines. As a bound against a forgotten child, it exits by itself
+after five minutes.
 """
 
 import sys
@@ -28,6 +29,9 @@ def main() -> int:
     connect, paths = args[0], args[1:]
 
     client = KazooClient(hosts=connect, timeout=timeout)
+    # Every state change is reported, so a test that paused this process can see that the
+    # server expired the session meanwhile (LOST) once the process runs again.
+    client.add_listener(lambda state: print(f"STATE {state}", flush=True))
     client.start(timeout=30)
     for path in paths:
         client.create(path, b"held", ephemeral=True, makepath=True)
