@@ -94,6 +94,15 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+impl Counters {
+    pub fn average_latency_ms(&self) -> f64 {
+        if self.latency_count == 0 {
+            return 0.0;
+        }
+        self.latency_total_us as f64 / self.latency_count as f64 / 1000.0
+    }
+}
+
 impl Core {
     pub fn new(config: Arc<Config>) -> Core {
         let sessions = Sessions::new(config.min_session_timeout(), config.max_session_timeout());

@@ -91,11 +91,7 @@ fn srvr(core: &Core, out: &mut String) {
 
 fn srvr_body(core: &Core, out: &mut String) {
     let c = &core.counters;
-    let avg = if c.latency_count == 0 {
-        0.0
-    } else {
-        c.latency_total_us as f64 / c.latency_count as f64 / 1000.0
-    };
+    let avg = c.average_latency_ms();
     let _ = writeln!(
         out,
         "Latency min/avg/max: {}/{avg:.4}/{}",
@@ -113,11 +109,7 @@ fn srvr_body(core: &Core, out: &mut String) {
 
 fn mntr(core: &Core, out: &mut String) {
     let c = &core.counters;
-    let avg = if c.latency_count == 0 {
-        0.0
-    } else {
-        c.latency_total_us as f64 / c.latency_count as f64 / 1000.0
-    };
+    let avg = c.average_latency_ms();
     let lines: [(&str, String); 14] = [
         ("zk_version", VERSION.to_string()),
         ("zk_server_state", "standalone".into()),
