@@ -402,8 +402,8 @@ fn caveats(reports: &[ServerReport]) -> Vec<String> {
             });
         if wrote && r.data_dir_bytes == Some(0) {
             notes.push(format!(
-                "{} wrote nothing to its data directory: its writes were not durable, so write \
-                 figures against a server that syncs to disk are not like for like",
+                "{} wrote nothing to its data directory, so its writes were not durable: write \
+                 figures are not like for like with a server that logs them to disk",
                 r.kind
             ));
         }

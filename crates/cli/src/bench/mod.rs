@@ -37,7 +37,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
     lockkeeper bench --compare --json bench.json\n  \
     lockkeeper bench --compare --only zookeeper")]
 pub struct BenchArgs {
-    /// Server to load, as host:port (any ZooKeeper-protocol server). Not used with --compare.
+    /// Server to load, as host:port (any ZooKeeper-protocol server) [default: 127.0.0.1:2181].
+    /// Everything is created under /lockkeeper-bench-<pid>-<random> and removed at the end
+    /// (not after Ctrl-C). Not used with --compare.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "compare")]
     pub connect: Option<String>,
 
