@@ -380,8 +380,16 @@ impl Core {
         let mut triggers = Vec::new();
         let result = txn::apply(&mut self.tree, &txn, zxid, time, &mut triggers);
         let mut fired = Vec::new();
-        for (path, event) in triggers {
-            self.watches.trigger(&path, event, &mut fired);
+        let mut matched = Vec::new();
+        for t in triggers {
+            self.watches.trigger(&t.path, t.event, &mut matched);
+            // The watches are used up either way; only watchers who may read the node hear of it.
+            let conns = &self.conns;
+            fired.extend(matched.drain(..).filter(|f| {
+                conns
+                    .get(&f.conn)
+                    .is_some_and(|c| c.auth.check(&t.acl, perms::READ).is_ok())
+            }));
         }
         self.deliver(fired);
         result

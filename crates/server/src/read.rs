@@ -17,10 +17,10 @@ impl Core {
         let zxid = self.last_zxid;
         match request {
             Request::Ping => self.reply(conn, XID_PING, zxid, ErrorCode::Ok, Body::Empty),
-            Request::Auth(auth) => self.auth(conn, auth),
+            Request::Auth(auth) => self.auth(conn, xid, auth),
             Request::SetWatches(set) => {
                 self.set_watches(conn, set);
-                self.reply(conn, XID_SET_WATCHES, zxid, ErrorCode::Ok, Body::Empty);
+                self.reply(conn, xid, zxid, ErrorCode::Ok, Body::Empty);
             }
             other => {
                 let (err, body) = match self.read(conn, other) {
@@ -211,7 +211,9 @@ impl Core {
         result.unwrap_or_else(ReadResult::Error)
     }
 
-    fn auth(&mut self, conn: ConnId, auth: AuthPacket) {
+    /// Handles an `auth` packet. Like ZooKeeper, the reply echoes the request's xid (clients
+    /// other than the Java one do not use -4) and carries zxid 0.
+    fn auth(&mut self, conn: ConnId, xid: i32, auth: AuthPacket) {
         let super_digest = self.config.super_digest.clone();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -219,12 +221,11 @@ impl Core {
         let result = c
             .auth
             .add(&auth.scheme, &auth.auth, super_digest.as_deref());
-        let zxid = self.last_zxid;
         match result {
-            Ok(()) => self.reply(conn, XID_AUTH, zxid, ErrorCode::Ok, Body::Empty),
+            Ok(()) => self.reply(conn, xid, 0, ErrorCode::Ok, Body::Empty),
             Err(err) => {
                 tracing::info!(scheme = %auth.scheme, "authentication failed; closing connection");
-                self.reply(conn, XID_AUTH, zxid, err, Body::Empty);
+                self.reply(conn, xid, 0, err, Body::Empty);
                 self.close(conn);
             }
         }

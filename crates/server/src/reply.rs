@@ -170,10 +170,14 @@ fn write_multi_result(result: &MultiResult, b: &mut Vec<u8>) {
     };
     match result {
         MultiResult::Created { op, path, stat } => {
-            header(*op).write(b);
-            path.write(b);
-            // Only the plain create answers without a stat.
-            if *op != OpCode::Create {
+            // ZooKeeper 3.8 answers create and create2 inside a multi with the path alone,
+            // labelled create, and container and TTL creates with path and stat, labelled create2.
+            if matches!(op, OpCode::Create | OpCode::Create2) {
+                header(OpCode::Create).write(b);
+                path.write(b);
+            } else {
+                header(OpCode::Create2).write(b);
+                path.write(b);
                 stat.write(b);
             }
         }

@@ -76,7 +76,11 @@ impl Node {
                 .wrapping_mul(2)
                 .wrapping_sub(num_children),
             aversion: self.aversion,
-            ephemeral_owner: self.ephemeral_owner,
+            // Clients see 0 for containers and TTL nodes, as ZooKeeper shows them.
+            ephemeral_owner: match Owner::decode(self.ephemeral_owner) {
+                Owner::Ephemeral(session) => session,
+                _ => 0,
+            },
             data_length: self.data.len() as i32,
             num_children,
             pzxid: self.pzxid,

@@ -3,6 +3,8 @@
 //! A txn is fully decided by `prep` (sequential names chosen, ACLs expanded, versions computed),
 //! so applying it is deterministic: replaying the same txns in zxid order rebuilds the same tree.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use lockkeeper_proto::{Acl, EventType, Stat};
 
@@ -58,8 +60,22 @@ pub enum TxnResult {
     Multi(Vec<TxnResult>),
 }
 
-/// A change a watch may be waiting for.
-pub type Trigger = (String, EventType);
+/// A change a watch may be waiting for, with the ACL of the node it concerns: a watcher that
+/// may not READ that node is not told (ZooKeeper filters events the same way).
+#[derive(Debug, Clone)]
+pub struct Trigger {
+    pub path: String,
+    pub event: EventType,
+    pub acl: Arc<[Acl]>,
+}
+
+fn trigger(tree: &DataTree, path: &str, event: EventType, triggers: &mut Vec<Trigger>) {
+    let acl = tree
+        .get(path)
+        .map_or_else(|| Arc::from([]), |n| n.acl.clone());
+    let path = path.to_string();
+    triggers.push(Trigger { path, event, acl });
+}
 
 /// Applies `txn` at `zxid`, appending the watch triggers it causes to `triggers`.
 pub fn apply(
@@ -85,9 +101,9 @@ pub fn apply(
             ephemeral_owner,
         } => {
             let stat = tree.create(p, data.clone(), acl.clone(), *ephemeral_owner, zxid, time);
-            triggers.push((p.clone(), EventType::NodeCreated));
+            trigger(tree, p, EventType::NodeCreated, triggers);
             if let Some(parent) = path::parent(p) {
-                triggers.push((parent.to_string(), EventType::NodeChildrenChanged));
+                trigger(tree, parent, EventType::NodeChildrenChanged, triggers);
             }
             TxnResult::Created {
                 path: p.clone(),
@@ -104,7 +120,7 @@ pub fn apply(
             version,
         } => {
             let stat = tree.set_data(p, data.clone(), *version, zxid, time);
-            triggers.push((p.clone(), EventType::NodeDataChanged));
+            trigger(tree, p, EventType::NodeDataChanged, triggers);
             TxnResult::DataSet(stat)
         }
         Txn::SetAcl {
@@ -122,9 +138,10 @@ pub fn apply(
 }
 
 fn delete(tree: &mut DataTree, p: &str, zxid: i64, triggers: &mut Vec<Trigger>) {
+    // The deleted node's ACL decides who hears of the delete, so look before deleting.
+    trigger(tree, p, EventType::NodeDeleted, triggers);
     tree.delete(p, zxid);
-    triggers.push((p.to_string(), EventType::NodeDeleted));
     if let Some(parent) = path::parent(p) {
-        triggers.push((parent.to_string(), EventType::NodeChildrenChanged));
+        trigger(tree, parent, EventType::NodeChildrenChanged, triggers);
     }
 }

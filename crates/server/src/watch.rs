@@ -83,10 +83,14 @@ impl Watches {
         self.child.add(path, conn);
     }
 
+    /// Adds a persistent watch; a connection has one mode per path, the last one asked for
+    /// (as in ZooKeeper 3.8).
     pub fn add_persistent(&mut self, path: &str, conn: ConnId, recursive: bool) {
         if recursive {
+            self.persistent.remove(path, conn);
             self.recursive.add(path, conn)
         } else {
+            self.recursive.remove(path, conn);
             self.persistent.add(path, conn)
         }
     }
