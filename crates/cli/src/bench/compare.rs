@@ -351,19 +351,25 @@ pub async fn compare(settings: &Settings) -> Result<Json, BoxError> {
     let zookeeper = reports.iter().find(|r| r.kind == ServerKind::Zookeeper);
     let rows = figures(settings, keeper, zookeeper);
 
-    println!();
-    println!(
-        "{:<44} {:>12} {:>12} {:>17}",
-        "figure", "Keeper", "ZooKeeper", "Keeper/ZooKeeper"
-    );
-    for row in &rows {
+    // A table of dashes only hides the errors below it.
+    if rows
+        .iter()
+        .any(|r| r.keeper.is_some() || r.zookeeper.is_some())
+    {
+        println!();
         println!(
             "{:<44} {:>12} {:>12} {:>17}",
-            row.label,
-            row.show(row.keeper),
-            row.show(row.zookeeper),
-            stats::fmt_ratio(row.keeper, row.zookeeper)
+            "figure", "Keeper", "ZooKeeper", "Keeper/ZooKeeper"
         );
+        for row in &rows {
+            println!(
+                "{:<44} {:>12} {:>12} {:>17}",
+                row.label,
+                row.show(row.keeper),
+                row.show(row.zookeeper),
+                stats::fmt_ratio(row.keeper, row.zookeeper)
+            );
+        }
     }
     let mut failed = false;
     for report in &reports {
