@@ -193,6 +193,25 @@ impl std::fmt::Debug for ApacheZk {
 
 const LOG_FILE: &str = "zookeeper.log";
 
+/// Kills the JVM if the test process dies without dropping its `ApacheZk` (a test killed by a
+/// timeout, say), so that no ZooKeeper outlives its test run. A watcher polls every second that
+/// the test process (the shell's parent) is alive; once it is gone, and only if the PID still
+/// belongs to our JVM (its command line names our directory, `$1`), it kills it. The watcher
+/// ends on its own when the JVM ends first.
+const ORPHAN_GUARD: &str = r#"
+parent=$PPID
+me=$$
+marker=$1
+shift
+(
+    while kill -0 "$parent" 2>/dev/null && kill -0 "$me" 2>/dev/null; do sleep 1; done
+    if kill -0 "$me" 2>/dev/null && grep -qaF "$marker" "/proc/$me/cmdline" 2>/dev/null; then
+        kill -9 "$me"
+    fi
+) </dev/null >/dev/null 2>&1 &
+exec "$@"
+"#;
+
 enum StartError {
     /// Someone else bound the port between `free_port` and ZooKeeper's bind: try another.
     /// Carries what showed it, for the message if every attempt fails.
@@ -221,9 +240,16 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
         .map_err(|e| StartError::Failed(format!("dup log file: {e}")))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
 
-    let mut command = Command::new(java());
+    // The JVM is started through `sh -c ORPHAN_GUARD`, which execs it (so the child's PID is
+    // the JVM's) after leaving a watcher behind; see ORPHAN_GUARD.
+    let mut command = Command::new("sh");
     command
         .current_dir(dir)
+        .arg("-c")
+        .arg(ORPHAN_GUARD)
+        .arg("sh")
+        .arg(dir)
+        .arg(java())
         // Small and quick to start: tests need a few MB of data, and a C1-only JIT starts
         // faster and leaves the second core to the test itself.
         .args([

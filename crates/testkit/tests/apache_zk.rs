@@ -122,3 +122,88 @@ fn restart_keeps_address_and_data() {
         "restarted with another data dir: {conf:?}"
     );
 }
+
+/// Whether `pid` is a live process (not gone, not a zombie waiting to be reaped).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the field after the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
+}
+
+const ORPHAN_HELPER_ENV: &str = "LOCKKEEPER_TESTKIT_ORPHAN_HELPER";
+
+/// Run only as a child of `jvm_dies_with_a_killed_test_process`: starts ZooKeeper, says its
+/// PID, and waits to be killed.
+#[test]
+#[ignore = "helper process for jvm_dies_with_a_killed_test_process"]
+fn orphan_helper() {
+    if std::env::var_os(ORPHAN_HELPER_ENV).is_none() {
+        return;
+    }
+    let zk = ApacheZk::start();
+    println!("ZK_PID={}", zk.pid());
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn jvm_dies_with_a_killed_test_process() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut helper = Command::new(std::env::current_exe().expect("test binary path"))
+        .args([
+            "--exact",
+            "orphan_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ORPHAN_HELPER_ENV, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the helper test process");
+    let stdout = helper.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // libtest prints it after "test orphan_helper ... " on the same line.
+            if let Some((_, pid)) = line.split_once("ZK_PID=") {
+                let _ = tx.send(pid.trim().parse::<u32>().expect("numeric pid"));
+                return;
+            }
+        }
+    });
+    let jvm = match rx.recv_timeout(Duration::from_secs(90)) {
+        Ok(pid) => pid,
+        Err(e) => {
+            let _ = helper.kill();
+            let _ = helper.wait();
+            panic!("the helper did not report a ZooKeeper PID: {e}");
+        }
+    };
+    assert!(
+        running(jvm),
+        "ZooKeeper {jvm} should run while its test process does"
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{jvm}/comm")).expect("comm of the JVM"),
+        "java\n",
+        "pid() must be the JVM itself"
+    );
+    // SIGKILL: no destructor runs, as when a runner kills a test that timed out.
+    helper.kill().expect("kill the helper");
+    helper.wait().expect("reap the helper");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running(jvm) {
+        assert!(
+            Instant::now() < deadline,
+            "ZooKeeper {jvm} outlived its killed test process by 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
