@@ -259,7 +259,9 @@ async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
         }
     }
 
-    println!("\n{:<10} {}", "server", stats::run_header());
+    if contenders.iter().any(|c| c.namespace.is_some()) {
+        println!("\n{:<10} {}", "server", stats::run_header());
+    }
     for &workload in &settings.workloads {
         for &sessions in &settings.sessions {
             for c in &mut contenders {
