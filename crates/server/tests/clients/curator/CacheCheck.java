@@ -44,6 +44,13 @@ public final class CacheCheck {
         Harness.checkEq(want, next(events, want.toString()), "next cache event");
     }
 
+    /** Path to data of everything the cache holds now. */
+    private static Map<String, String> snapshot(CuratorCache cache) {
+        Map<String, String> out = new HashMap<>();
+        cache.stream().forEach(d -> out.put(d.getPath(), text(d)));
+        return out;
+    }
+
     static void check(String connect, String[] args) throws Exception {
         String root = args[0];
         CuratorFramework writer = Harness.client(connect);
@@ -82,8 +89,10 @@ public final class CacheCheck {
         writer.delete().forPath(root + "/pre");
         expect(events, new Seen("DELETED", root + "/pre", "before"));
 
-        // A burst with no waiting in between: per node, creation is seen before deletion, and the
-        // cache converges to the writer's final state.
+        // A burst with no waiting in between. The cache may legitimately skip a node that was
+        // created and deleted before it fetched it, so the events are not counted; what must
+        // hold is that the cache converges to the writer's final state, and that per node the
+        // events it did report make sense (created once, before any deletion).
         int burst = 20;
         for (int i = 0; i < burst; i++) {
             writer.create().forPath(root + "/n" + i, bytes("v" + i));
@@ -91,36 +100,34 @@ public final class CacheCheck {
         for (int i = 0; i < burst; i += 2) {
             writer.delete().forPath(root + "/n" + i);
         }
-        Map<String, Integer> created = new HashMap<>();
-        Map<String, Integer> deleted = new HashMap<>();
-        int position = 0;
-        int expectedEvents = burst + burst / 2;
-        while (position < expectedEvents) {
-            Seen s = next(events, "burst event " + position + " of " + expectedEvents);
+        Map<String, String> expected = new HashMap<>();
+        expected.put(root, "root2");
+        for (int i = 1; i < burst; i += 2) {
+            expected.put(root + "/n" + i, "v" + i);
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        Map<String, String> cached = snapshot(cache);
+        while (!cached.equals(expected)) {
+            if (System.nanoTime() > deadline) {
+                throw new Harness.CheckFailed("cache did not converge within 20 s: expected "
+                        + expected + " but holds " + cached + "; events seen " + events);
+            }
+            Thread.sleep(50);
+            cached = snapshot(cache);
+        }
+        Map<String, String> history = new HashMap<>();
+        for (Seen s : events) {
+            String before = history.getOrDefault(s.path(), "");
             switch (s.kind()) {
-                case "CREATED" -> Harness.check(created.put(s.path(), position) == null, "created twice: " + s);
-                case "DELETED" -> {
-                    Harness.check(created.containsKey(s.path()), "deleted before created: " + s);
-                    Harness.check(deleted.put(s.path(), position) == null, "deleted twice: " + s);
-                }
-                default -> throw new Harness.CheckFailed("unexpected event in burst: " + s);
+                case "CREATED" -> Harness.check(before.isEmpty(), "created again after '" + before + "': " + s + " in " + events);
+                case "DELETED" -> Harness.check(before.equals("C"), "deleted without a creation before: " + s + " in " + events);
+                default -> throw new Harness.CheckFailed("unexpected event in the burst: " + s + " in " + events);
             }
-            position++;
+            history.put(s.path(), before + s.kind().charAt(0));
         }
-        Harness.checkEq(burst, created.size(), "nodes seen created in the burst");
-        Harness.checkEq(burst / 2, deleted.size(), "nodes seen deleted in the burst");
-        for (int i = 0; i < burst; i++) {
-            String p = root + "/n" + i;
-            boolean gone = i % 2 == 0;
-            Harness.checkEq(gone, cache.get(p).isEmpty(), "cache has " + p + " deleted");
-            if (!gone) {
-                Harness.checkEq("v" + i, text(cache.get(p).get()), "cached data of " + p);
-            }
+        for (int i = 1; i < burst; i += 2) {
+            Harness.checkEq("C", history.get(root + "/n" + i), "events of surviving node n" + i + " in " + events);
         }
-        Harness.checkEq("root2", text(cache.get(root).orElse(null)), "cached data of the root");
-        Harness.checkEq(1 + burst / 2, cache.size(), "cache size after the burst");
-        Seen stray = events.poll(300, TimeUnit.MILLISECONDS);
-        Harness.check(stray == null, "unexpected extra event: " + stray);
         cache.close();
     }
 }
