@@ -10,7 +10,9 @@
 //! SIGTERM, panic, and even SIGKILL of the benchmark, via the parent-death signal).
 
 mod compare;
+mod driver;
 mod process;
+mod startup;
 mod stats;
 mod workload;
 
