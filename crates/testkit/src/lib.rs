@@ -1,9 +1,9 @@
 //! Test support for lockkeeper: real servers on random 127.0.0.1 ports, stopped on drop.
 //!
-//! Behaviour is tested against real components, never mocks: Keeper in-process ([`Keeper`]) and
-//! Apache ZooKeeper 3.8 as a child JVM ([`ApacheZk`]). Both implement [`TestServer`], and
-//! [`both()`] returns one of each so the same test body pins that Keeper answers as ZooKeeper
-//! does:
+//! Behaviour is tested against real components, never mocks: Keeper in-process ([`Keeper`]),
+//! Apache ZooKeeper 3.8 as a child JVM ([`ApacheZk`]) and redis-server ([`RedisServer`]).
+//! The two ZooKeeper-protocol servers implement [`TestServer`], and [`both()`] returns one of
+//! each so the same test body pins that Keeper answers as ZooKeeper does:
 //!
 //! ```no_run
 //! for server in lockkeeper_testkit::both() {
@@ -16,9 +16,11 @@
 //! Set `LOCKKEEPER_TEST_BACKENDS=keeper` (or `zookeeper`, or `keeper,zookeeper`, the default)
 //! to run the [`both()`] tests against fewer backends while debugging.
 
+mod child;
 mod fourlw;
 mod keeper;
 mod ports;
+mod redis;
 mod tools;
 mod zk;
 
@@ -27,6 +29,7 @@ use std::net::SocketAddr;
 pub use fourlw::{four_letter_word, try_four_letter_word};
 pub use keeper::Keeper;
 pub use ports::free_port;
+pub use redis::RedisServer;
 pub use tools::{
     JAVA_LIB_DIR, ZKCLI, find_on_path, java, java_classpath, java_jar, javac, python3, zkcli,
 };

@@ -7,16 +7,16 @@
 //! words allowed.
 
 use std::fs;
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use crate::TestServer;
+use crate::child::{guarded_command, kill_and_reap, read_from, tail};
 use crate::fourlw::try_four_letter_word;
 use crate::ports::free_port;
 use crate::tools::{SERVER_JARS, classpath_of, java};
@@ -193,25 +193,6 @@ impl std::fmt::Debug for ApacheZk {
 
 const LOG_FILE: &str = "zookeeper.log";
 
-/// Kills the JVM if the test process dies without dropping its `ApacheZk` (a test killed by a
-/// timeout, say), so that no ZooKeeper outlives its test run. A watcher polls every second that
-/// the test process (the shell's parent) is alive; once it is gone, and only if the PID still
-/// belongs to our JVM (its command line names our directory, `$1`), it kills it. The watcher
-/// ends on its own when the JVM ends first.
-const ORPHAN_GUARD: &str = r#"
-parent=$PPID
-me=$$
-marker=$1
-shift
-(
-    while kill -0 "$parent" 2>/dev/null && kill -0 "$me" 2>/dev/null; do sleep 1; done
-    if kill -0 "$me" 2>/dev/null && grep -qaF "$marker" "/proc/$me/cmdline" 2>/dev/null; then
-        kill -9 "$me"
-    fi
-) </dev/null >/dev/null 2>&1 &
-exec "$@"
-"#;
-
 enum StartError {
     /// Someone else bound the port between `free_port` and ZooKeeper's bind: try another.
     /// Carries what showed it, for the message if every attempt fails.
@@ -240,16 +221,9 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
         .map_err(|e| StartError::Failed(format!("dup log file: {e}")))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
 
-    // The JVM is started through `sh -c ORPHAN_GUARD`, which execs it (so the child's PID is
-    // the JVM's) after leaving a watcher behind; see ORPHAN_GUARD.
-    let mut command = Command::new("sh");
+    let mut command = guarded_command(dir, java());
     command
         .current_dir(dir)
-        .arg("-c")
-        .arg(ORPHAN_GUARD)
-        .arg("sh")
-        .arg(dir)
-        .arg(java())
         // Small and quick to start: tests need a few MB of data, and a C1-only JIT starts
         // faster and leaves the second core to the test itself.
         .args([
@@ -373,24 +347,3 @@ log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
 log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
 log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} [%t] %-5p %c{1} - %m%n
 ";
-
-fn kill_and_reap(child: &mut Child) {
-    // `Child::kill` signals exactly this PID; an already-exited child is not an error here.
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn read_from(path: &Path, offset: u64) -> String {
-    let mut text = Vec::new();
-    if let Ok(mut file) = fs::File::open(path) {
-        use std::io::{Seek, SeekFrom};
-        let _ = file.seek(SeekFrom::Start(offset));
-        let _ = file.read_to_end(&mut text);
-    }
-    String::from_utf8_lossy(&text).into_owned()
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}

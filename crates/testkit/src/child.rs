@@ -1,0 +1,64 @@
+//! Server processes (ZooKeeper's JVM, redis-server) started for a test and never left behind.
+//!
+//! A server is killed and reaped when its handle is dropped; if the test process dies first
+//! (a runner killing a test that timed out runs no destructor), a watcher kills it instead.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command};
+
+/// Kills the server if the test process dies without dropping its handle (a test killed by a
+/// timeout, say), so that no ZooKeeper outlives its test run. A watcher polls every second that
+/// the test process (the shell's parent) is alive; once it is gone, and only if the PID still
+/// belongs to our server (its command line names our directory, `$1`), it kills it. The watcher
+/// ends on its own when the server ends first.
+const ORPHAN_GUARD: &str = r#"
+parent=$PPID
+me=$$
+marker=$1
+shift
+(
+    while kill -0 "$parent" 2>/dev/null && kill -0 "$me" 2>/dev/null; do sleep 1; done
+    if kill -0 "$me" 2>/dev/null && grep -qaF "$marker" "/proc/$me/cmdline" 2>/dev/null; then
+        kill -9 "$me"
+    fi
+) </dev/null >/dev/null 2>&1 &
+exec "$@"
+"#;
+
+/// A command that runs `program` (add its arguments) under the orphan guard. The spawned
+/// child's PID is the program's own: the wrapping shell `exec`s it. `marker` must appear in
+/// the program's command line (the server's temporary directory does).
+pub(crate) fn guarded_command(marker: &Path, program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(ORPHAN_GUARD)
+        .arg("sh")
+        .arg(marker)
+        .arg(program);
+    command
+}
+
+pub(crate) fn kill_and_reap(child: &mut Child) {
+    // `Child::kill` signals exactly this PID; an already-exited child is not an error here.
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+pub(crate) fn read_from(path: &Path, offset: u64) -> String {
+    let mut text = Vec::new();
+    if let Ok(mut file) = fs::File::open(path) {
+        use std::io::{Seek, SeekFrom};
+        let _ = file.seek(SeekFrom::Start(offset));
+        let _ = file.read_to_end(&mut text);
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+pub(crate) fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

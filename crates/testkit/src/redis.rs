@@ -1,0 +1,152 @@
+//! redis-server (Debian's) started for one test on a free loopback port, for the Redis lock
+//! family. No persistence: a test's keys live as long as its server.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::child::{guarded_command, kill_and_reap, tail};
+use crate::ports::free_port;
+use crate::tools::find_on_path;
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const START_ATTEMPTS: usize = 4;
+const LOG_FILE: &str = "redis.log";
+
+/// A running redis-server, killed (by its PID) when dropped.
+pub struct RedisServer {
+    child: Mutex<Child>,
+    pid: u32,
+    addr: SocketAddr,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// Starts redis-server on a free 127.0.0.1 port; returns once it answers `PING`.
+    pub fn start() -> RedisServer {
+        let program = find_on_path("redis-server").unwrap_or_else(|| {
+            panic!("no `redis-server` on PATH: install the Debian package `redis-server`")
+        });
+        let dir = tempfile::Builder::new()
+            .prefix("lockkeeper-redis-")
+            .tempdir()
+            .expect("create a temporary directory for redis-server");
+        let log_path = dir.path().join(LOG_FILE);
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let log = fs::File::create(&log_path).expect("create the redis log");
+            let mut command = guarded_command(dir.path(), &program);
+            command
+                .current_dir(dir.path())
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(dir.path())
+                // No snapshots or append-only file: tests need no durability from Redis.
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                // Keep the command line (it names our directory) for the orphan guard.
+                .args(["--set-proc-title", "no", "--protected-mode", "yes"])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("dup the redis log"))
+                .stderr(log);
+            let mut child = command.spawn().expect("spawn redis-server");
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            let started = Instant::now();
+            let outcome = loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    break Err(format!("exited ({status})"));
+                }
+                if ping(addr) {
+                    break Ok(());
+                }
+                if started.elapsed() > START_TIMEOUT {
+                    kill_and_reap(&mut child);
+                    break Err(format!("no PONG within {START_TIMEOUT:?}"));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            match outcome {
+                Ok(()) => {
+                    let pid = child.id();
+                    return RedisServer {
+                        child: Mutex::new(child),
+                        pid,
+                        addr,
+                        dir,
+                    };
+                }
+                Err(why) => {
+                    let log = fs::read_to_string(&log_path).unwrap_or_default();
+                    if !log.contains("Address already in use") {
+                        panic!("redis-server on {addr} {why}; log:\n{}", tail(&log, 40));
+                    }
+                    failures.push(format!("port {port} was taken"));
+                }
+            }
+        }
+        panic!(
+            "redis-server did not start after {START_ATTEMPTS} attempts: {}",
+            failures.join("; ")
+        );
+    }
+
+    /// The loopback address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `redis://127.0.0.1:PORT`, the form Redis clients take.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// The PID of redis-server, e.g. to pause it with SIGSTOP in a fault-injection test.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The server's working directory (holding its log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Everything the server has logged so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join(LOG_FILE)).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        kill_and_reap(&mut child);
+    }
+}
+
+impl std::fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("addr", &self.addr)
+            .field("pid", &self.pid)
+            .finish()
+    }
+}
+
+/// Whether a Redis server answers `PING` with `+PONG` at `addr` within a second.
+fn ping(addr: SocketAddr) -> bool {
+    let attempt = || -> std::io::Result<bool> {
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        stream.write_all(b"PING\r\n")?;
+        let mut answer = [0u8; 7];
+        stream.read_exact(&mut answer)?;
+        Ok(&answer == b"+PONG\r\n")
+    };
+    attempt().unwrap_or(false)
+}
