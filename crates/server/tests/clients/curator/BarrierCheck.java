@@ -20,6 +20,9 @@ public final class BarrierCheck {
 
     static void check(String connect, String[] args) throws Exception {
         String base = args[0];
+        // A persistent base, so the server's container reaper never removes the parent of the
+        // double barrier after the first barrier is gone.
+        Harness.client(connect).create().creatingParentsIfNeeded().forPath(base);
         barrier(connect, base + "/barrier");
         doubleBarrier(connect, base + "/double");
     }
