@@ -2,8 +2,9 @@
 //!
 //! Each test runs one script from `tests/clients/kazoo/` (`python3 SCRIPT.py HOST:PORT`) against
 //! every backend of `testkit::both()`. The scripts hold the checks (mutual exclusion, leader
-//! hand-over, barriers, FIFO queues, watches, ephemerals, transactions) and exit non-zero when
-//! one fails; every wait in them is bounded and a hard alarm ends them if something hangs.
+//! hand-over, barriers, FIFO queues, watches, ephemerals, transactions, session expiry of a
+//! frozen lock holder) and exit non-zero when one fails; every wait in them is bounded and a
+//! hard alarm ends them if something hangs.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -103,4 +104,9 @@ fn kazoo_barrier_and_double_barrier() {
 #[test]
 fn kazoo_queue_and_locking_queue() {
     run_against_both("queues.py");
+}
+
+#[test]
+fn kazoo_session_expiry_frees_a_paused_holders_lock() {
+    run_against_both("session_expiry.py");
 }
