@@ -167,6 +167,24 @@ impl Jute for Bytes {
     }
 }
 
+/// Node data, where ZooKeeper tells null (`-1`) from empty: a node created with null data reads
+/// back as null.
+impl Jute for Option<Bytes> {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Some(bytes) => bytes.write(out),
+            None => out.put_i32(-1),
+        }
+    }
+    fn read(r: &mut Reader) -> Result<Self, DecodeError> {
+        match r.read_i32()? {
+            -1 => Ok(None),
+            len if len < 0 => Err(DecodeError::NegativeLength(len)),
+            len => r.take(len as usize).map(Some),
+        }
+    }
+}
+
 impl Jute for String {
     fn write(&self, out: &mut Vec<u8>) {
         write_len(out, self.len());

@@ -146,17 +146,17 @@ pub type GetEphemeralsRequest = PathRequest;
 pub type CreateResponse = PathRequest;
 
 record! {
-    pub struct SetDataRequest { pub path: String, pub data: Bytes, pub version: i32 }
+    pub struct SetDataRequest { pub path: String, pub data: Option<Bytes>, pub version: i32 }
 }
 
 record! {
-    pub struct CreateRequest { pub path: String, pub data: Bytes, pub acl: Vec<Acl>, pub flags: i32 }
+    pub struct CreateRequest { pub path: String, pub data: Option<Bytes>, pub acl: Vec<Acl>, pub flags: i32 }
 }
 
 record! {
     pub struct CreateTtlRequest {
         pub path: String,
-        pub data: Bytes,
+        pub data: Option<Bytes>,
         pub acl: Vec<Acl>,
         pub flags: i32,
         pub ttl: i64,
@@ -226,7 +226,7 @@ record! {
 }
 
 record! {
-    pub struct GetDataResponse { pub data: Bytes, pub stat: Stat }
+    pub struct GetDataResponse { pub data: Option<Bytes>, pub stat: Stat }
 }
 
 record! {

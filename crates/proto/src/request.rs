@@ -15,7 +15,8 @@ pub struct CreateOp {
     /// Which create it was: decides the reply (path only, or path and stat) and allowed modes.
     pub op: OpCode,
     pub path: String,
-    pub data: Bytes,
+    /// `None` is jute's null, kept apart from empty data as ZooKeeper keeps it.
+    pub data: Option<Bytes>,
     pub acl: Vec<Acl>,
     /// Raw create flags; the server maps them to a `CreateMode` and rejects unknown ones.
     pub flags: i32,

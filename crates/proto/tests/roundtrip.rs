@@ -10,8 +10,8 @@ fn path() -> impl Strategy<Value = String> {
     "(/[a-z0-9_-]{1,8}){1,4}"
 }
 
-fn data() -> impl Strategy<Value = Bytes> {
-    proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from)
+fn data() -> impl Strategy<Value = Option<Bytes>> {
+    proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from))
 }
 
 fn acl() -> impl Strategy<Value = Acl> {
@@ -121,7 +121,7 @@ fn request() -> impl Strategy<Value = Request> {
         ("[a-z]{1,8}", data()).prop_map(|(scheme, auth)| Request::Auth(AuthPacket {
             auth_type: 0,
             scheme,
-            auth
+            auth: auth.unwrap_or_default()
         })),
         Just(Request::Ping),
         Just(Request::WhoAmI),

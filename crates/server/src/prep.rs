@@ -306,7 +306,6 @@ fn check_in(view: &View, ctx: &Ctx, req: &PathVersionRequest) -> Result<Txn, Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     fn create_op(path: &str, mode: CreateMode) -> CreateOp {
         CreateOp {
@@ -316,7 +315,7 @@ mod tests {
                 OpCode::Create
             },
             path: path.into(),
-            data: Bytes::new(),
+            data: None,
             acl: crate::acl::open_acl(),
             flags: mode.code(),
             ttl: 0,

@@ -24,7 +24,7 @@ pub enum MultiResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadResult {
     Children(Vec<String>),
-    Data { data: Bytes, stat: Stat },
+    Data { data: Option<Bytes>, stat: Stat },
     Error(ErrorCode),
 }
 
@@ -39,7 +39,7 @@ pub enum Body {
         stat: Stat,
     },
     Data {
-        data: Bytes,
+        data: Option<Bytes>,
         stat: Stat,
     },
     Children(Vec<String>),

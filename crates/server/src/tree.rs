@@ -46,7 +46,8 @@ impl Owner {
 
 #[derive(Debug, Clone)]
 pub struct Node {
-    pub data: Bytes,
+    /// `None` is null data, which ZooKeeper keeps apart from empty data.
+    pub data: Option<Bytes>,
     pub acl: Arc<[Acl]>,
     pub czxid: i64,
     pub mzxid: i64,
@@ -81,13 +82,19 @@ impl Node {
                 Owner::Ephemeral(session) => session,
                 _ => 0,
             },
-            data_length: self.data.len() as i32,
+            data_length: self.data.as_ref().map_or(0, |d| d.len() as i32),
             num_children,
             pzxid: self.pzxid,
         }
     }
 
-    fn new(data: Bytes, acl: Arc<[Acl]>, ephemeral_owner: i64, zxid: i64, time: i64) -> Node {
+    fn new(
+        data: Option<Bytes>,
+        acl: Arc<[Acl]>,
+        ephemeral_owner: i64,
+        zxid: i64,
+        time: i64,
+    ) -> Node {
         Node {
             data,
             acl,
@@ -146,7 +153,7 @@ impl DataTree {
             ("/zookeeper/config", &read_only),
         ] {
             tree.nodes
-                .insert(p.to_string(), Node::new(Bytes::new(), acl.clone(), 0, 0, 0));
+                .insert(p.to_string(), Node::new(None, acl.clone(), 0, 0, 0));
             if let Some(parent) = path::parent(p).and_then(|parent| tree.nodes.get_mut(parent)) {
                 parent.children.insert(path::name(p).into());
             }
@@ -183,7 +190,7 @@ impl DataTree {
     pub fn create(
         &mut self,
         path: &str,
-        data: Bytes,
+        data: Option<Bytes>,
         acl: Vec<Acl>,
         ephemeral_owner: i64,
         zxid: i64,
@@ -248,7 +255,7 @@ impl DataTree {
     pub fn set_data(
         &mut self,
         path: &str,
-        data: Bytes,
+        data: Option<Bytes>,
         version: i32,
         zxid: i64,
         time: i64,
@@ -333,7 +340,10 @@ impl DataTree {
 
     /// Approximate bytes of node data, for `mntr`.
     pub fn approximate_data_size(&self) -> usize {
-        self.nodes.iter().map(|(p, n)| p.len() + n.data.len()).sum()
+        self.nodes
+            .iter()
+            .map(|(p, n)| p.len() + n.data.as_ref().map_or(0, Bytes::len))
+            .sum()
     }
 }
 
@@ -354,9 +364,9 @@ mod tests {
     #[test]
     fn cversion_counts_creations_and_deletions() {
         let mut tree = DataTree::new();
-        tree.create("/p", Bytes::new(), crate::acl::open_acl(), 0, 1, 0);
-        tree.create("/p/a", Bytes::new(), crate::acl::open_acl(), 0, 2, 0);
-        tree.create("/p/b", Bytes::new(), crate::acl::open_acl(), 0, 3, 0);
+        tree.create("/p", None, crate::acl::open_acl(), 0, 1, 0);
+        tree.create("/p/a", None, crate::acl::open_acl(), 0, 2, 0);
+        tree.create("/p/b", None, crate::acl::open_acl(), 0, 3, 0);
         tree.delete("/p/a", 4);
         let p = tree.get("/p").unwrap();
         assert_eq!(
@@ -381,10 +391,10 @@ mod tests {
     fn reaps_used_empty_containers_and_expired_ttl_nodes() {
         let mut tree = DataTree::new();
         let acl = crate::acl::open_acl();
-        tree.create("/c", Bytes::new(), acl.clone(), CONTAINER_OWNER, 1, 0);
-        tree.create("/fresh", Bytes::new(), acl.clone(), CONTAINER_OWNER, 2, 0);
-        tree.create("/c/x", Bytes::new(), acl.clone(), 0, 3, 0);
-        tree.create("/t", Bytes::new(), acl, Owner::ttl(100), 4, 1000);
+        tree.create("/c", None, acl.clone(), CONTAINER_OWNER, 1, 0);
+        tree.create("/fresh", None, acl.clone(), CONTAINER_OWNER, 2, 0);
+        tree.create("/c/x", None, acl.clone(), 0, 3, 0);
+        tree.create("/t", None, acl, Owner::ttl(100), 4, 1000);
         assert!(tree.reapable(1050).is_empty());
         tree.delete("/c/x", 5);
         assert_eq!(tree.reapable(1050), vec!["/c".to_string()]);

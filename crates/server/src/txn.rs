@@ -24,7 +24,7 @@ pub enum Txn {
     },
     Create {
         path: String,
-        data: Bytes,
+        data: Option<Bytes>,
         acl: Vec<Acl>,
         ephemeral_owner: i64,
     },
@@ -33,7 +33,7 @@ pub enum Txn {
     },
     SetData {
         path: String,
-        data: Bytes,
+        data: Option<Bytes>,
         version: i32,
     },
     SetAcl {

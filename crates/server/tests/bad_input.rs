@@ -69,7 +69,7 @@ fn create(op: OpCode, path: &str, acl: Vec<Acl>, flags: i32, ttl: i64) -> Reques
     Request::Create(CreateOp {
         op,
         path: path.to_string(),
-        data: Bytes::from_static(b"data"),
+        data: Some(Bytes::from_static(b"data")),
         acl,
         flags,
         ttl,
@@ -490,7 +490,7 @@ async fn bytes_after_a_complete_request_are_ignored() {
         })),
         with_junk(Request::SetData(SetDataRequest {
             path: "/trailing".into(),
-            data: Bytes::from_static(b"new"),
+            data: Some(Bytes::from_static(b"new")),
             version: -1,
         })),
         with_junk(Request::GetChildren(PathWatchRequest {
@@ -638,7 +638,7 @@ async fn path_codes(conn: &mut Raw, path: &str) -> [i32; 8] {
         }),
         Request::SetData(SetDataRequest {
             path: p.clone(),
-            data: Bytes::new(),
+            data: Some(Bytes::new()),
             version: -1,
         }),
         Request::GetData(PathWatchRequest {
@@ -709,7 +709,7 @@ async fn a_path_that_is_not_utf8_is_an_invalid_path() {
         (
             Request::SetData(SetDataRequest {
                 path: p(),
-                data: Bytes::new(),
+                data: Some(Bytes::new()),
                 version: -1,
             }),
             ErrorCode::BadArguments,
@@ -1356,7 +1356,7 @@ fn fuzz_templates() -> Vec<Request> {
         }),
         Request::SetData(SetDataRequest {
             path: path("/fuzz/a"),
-            data: Bytes::from_static(b"fuzzed"),
+            data: Some(Bytes::from_static(b"fuzzed")),
             version: -1,
         }),
         Request::GetData(PathWatchRequest {
@@ -1375,7 +1375,7 @@ fn fuzz_templates() -> Vec<Request> {
             MultiOp::Create(CreateOp {
                 op: OpCode::Create,
                 path: path("/fuzz/m"),
-                data: Bytes::from_static(b"m"),
+                data: Some(Bytes::from_static(b"m")),
                 acl: open_acl(),
                 flags: 0,
                 ttl: 0,
@@ -1386,7 +1386,7 @@ fn fuzz_templates() -> Vec<Request> {
             }),
             MultiOp::SetData(SetDataRequest {
                 path: path("/fuzz/m"),
-                data: Bytes::from_static(b"n"),
+                data: Some(Bytes::from_static(b"n")),
                 version: -1,
             }),
             MultiOp::Delete(PathVersionRequest {

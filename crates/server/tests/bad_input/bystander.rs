@@ -75,7 +75,7 @@ impl Bystander {
             .call(&Request::Create(CreateOp {
                 op: OpCode::Create,
                 path: path.to_string(),
-                data: data.clone(),
+                data: Some(data.clone()),
                 acl: open_acl(),
                 flags: 0,
                 ttl: 0,
@@ -95,7 +95,7 @@ impl Bystander {
             .conn
             .call(&Request::SetData(SetDataRequest {
                 path: path.to_string(),
-                data: data.clone(),
+                data: Some(data.clone()),
                 version: -1,
             }))
             .await;
@@ -123,7 +123,8 @@ async fn read_back(conn: &mut Raw, acknowledged: &[(String, Bytes)]) {
         };
         let reply = GetDataResponse::decode(body).expect("a getData reply decodes");
         assert_eq!(
-            &reply.data, data,
+            reply.data.as_ref(),
+            Some(data),
             "{}: {path} lost its acknowledged data",
             conn.label
         );
