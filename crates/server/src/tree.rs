@@ -96,7 +96,7 @@ impl Node {
         time: i64,
     ) -> Node {
         Node {
-            data,
+            data: own(data),
             acl,
             czxid: zxid,
             mzxid: zxid,
@@ -110,6 +110,12 @@ impl Node {
             children: BTreeSet::new(),
         }
     }
+}
+
+/// Copies data into an allocation of its own. Request data arrives as a slice of the socket's
+/// read buffer; keeping that slice would pin the whole buffer (kilobytes) for every node.
+fn own(data: Option<Bytes>) -> Option<Bytes> {
+    data.map(|d| Bytes::copy_from_slice(&d))
 }
 
 pub struct DataTree {
@@ -262,7 +268,7 @@ impl DataTree {
     ) -> Stat {
         match self.nodes.get_mut(path) {
             Some(node) => {
-                node.data = data;
+                node.data = own(data);
                 node.version = version;
                 node.mzxid = zxid;
                 node.mtime = time;
