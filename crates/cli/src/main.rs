@@ -26,8 +26,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(
+                |_| // The ZooKeeper client used by `bench` logs every connection at info.
+                tracing_subscriber::EnvFilter::new("info,zookeeper_client=error"),
+            ),
         )
         .with_writer(std::io::stderr)
         .init();
