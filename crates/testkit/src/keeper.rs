@@ -44,6 +44,7 @@ impl Keeper {
             data_dir: data_dir.to_path_buf(),
             tick_time: Duration::from_millis(2000),
             container_check_interval: Duration::from_secs(1),
+            four_letter_words: vec!["*".to_string()],
             ..Config::default()
         }
     }
