@@ -343,8 +343,8 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn workloads_run_and_clean_up_on_an_in_process_keeper() {
+    /// A Keeper on a free loopback port, with a data dir that lives as long as the returned guard.
+    async fn in_process_keeper() -> (lockkeeper_server::Server, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = lockkeeper_server::Config {
             listen: "127.0.0.1:0".parse().expect("addr"),
@@ -354,6 +354,12 @@ mod tests {
         let server = lockkeeper_server::Server::start(config)
             .await
             .expect("start keeper");
+        (server, dir)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn workloads_run_and_clean_up_on_an_in_process_keeper() {
+        let (server, _dir) = in_process_keeper().await;
         let plan = quick_plan(server.local_addr().to_string());
         let mut namespace = Namespace::create(&plan).await.expect("namespace");
         let root = namespace.root().to_string();
@@ -410,15 +416,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_is_bounded_by_its_request_budget() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = lockkeeper_server::Config {
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            data_dir: dir.path().join("data"),
-            ..Default::default()
-        };
-        let server = lockkeeper_server::Server::start(config)
-            .await
-            .expect("start keeper");
+        let (server, _dir) = in_process_keeper().await;
         let mut plan = quick_plan(server.local_addr().to_string());
         // A budget this small ends the run long before its (long) deadline.
         plan.duration = Duration::from_secs(60);

@@ -10,10 +10,9 @@ from harness import (
     check_eq,
     join_all,
     new_client,
-    run,
+    run_scenarios,
     spawn,
     step,
-    unique_root,
     wait_until,
 )
 
@@ -119,17 +118,5 @@ def double_barrier(root):
             c.close()
 
 
-def main():
-    root = unique_root("barrier")
-    admin = new_client()
-    try:
-        barrier(root)
-        double_barrier(root)
-        admin.delete(root, recursive=True)
-    finally:
-        admin.stop()
-        admin.close()
-
-
 if __name__ == "__main__":
-    run(main)
+    run_scenarios("barrier", barrier, double_barrier)

@@ -138,6 +138,23 @@ def run(main):
     os._exit(0)
 
 
+def run_scenarios(name, *scenarios):
+    """Runs each scenario with a fresh root of its own under the hard limit, then removes it."""
+
+    def main():
+        root = unique_root(name)
+        admin = new_client()
+        try:
+            for scenario in scenarios:
+                scenario(root)
+            admin.delete(root, recursive=True)
+        finally:
+            admin.stop()
+            admin.close()
+
+    run(main)
+
+
 def step(message):
     print("-", message)
     sys.stdout.flush()

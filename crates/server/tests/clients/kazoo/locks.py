@@ -12,10 +12,9 @@ from harness import (
     check_eq,
     join_all,
     new_client,
-    run,
+    run_scenarios,
     spawn,
     step,
-    unique_root,
     wait_until,
 )
 
@@ -189,19 +188,5 @@ def semaphore(root):
             c.close()
 
 
-def main():
-    root = unique_root("lock")
-    admin = new_client()
-    try:
-        contention(root)
-        timeouts_and_crashes(root)
-        read_write(root)
-        semaphore(root)
-        admin.delete(root, recursive=True)
-    finally:
-        admin.stop()
-        admin.close()
-
-
 if __name__ == "__main__":
-    run(main)
+    run_scenarios("lock", contention, timeouts_and_crashes, read_write, semaphore)

@@ -9,10 +9,9 @@ from harness import (
     check_eq,
     join_all,
     new_client,
-    run,
+    run_scenarios,
     spawn,
     step,
-    unique_root,
     wait_until,
 )
 
@@ -122,17 +121,5 @@ def locking_queue(root):
         b.close()
 
 
-def main():
-    root = unique_root("queue")
-    admin = new_client()
-    try:
-        plain_queue(root)
-        locking_queue(root)
-        admin.delete(root, recursive=True)
-    finally:
-        admin.stop()
-        admin.close()
-
-
 if __name__ == "__main__":
-    run(main)
+    run_scenarios("queue", plain_queue, locking_queue)
