@@ -51,6 +51,11 @@ impl Reader {
         Ok(out)
     }
 
+    /// `n` raw bytes (fixed-size fields of lockkeeper's own files, not part of jute).
+    pub fn read_raw(&mut self, n: usize) -> Result<Bytes, DecodeError> {
+        self.take(n)
+    }
+
     pub fn read_i32(&mut self) -> Result<i32, DecodeError> {
         Ok(i32::from_be_bytes(self.array()?))
     }

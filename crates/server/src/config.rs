@@ -4,6 +4,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// When the transaction log is synced to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Every acknowledged write has been fdatasync'ed (many writes share one sync).
+    #[default]
+    Always,
+    /// Writes reach the OS but are never synced: they survive a crash of Keeper, not of the
+    /// machine. For throwaway test servers.
+    None,
+}
+
 /// How a Keeper server is run. `Config::default()` is what `lockkeeper serve` uses.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -28,6 +39,11 @@ pub struct Config {
     pub super_digest: Option<String>,
     /// How long a new connection may take to send its connect request.
     pub handshake_timeout: Duration,
+    pub sync: SyncMode,
+    /// A snapshot starts after this many txns (ZooKeeper's snapCount).
+    pub snap_count: u64,
+    /// Snapshots kept (with the logs needed to recover from the oldest of them).
+    pub snap_retain: usize,
 }
 
 impl Default for Config {
@@ -44,6 +60,9 @@ impl Default for Config {
             four_letter_words: ["srvr", "stat", "ruok", "mntr"].map(String::from).to_vec(),
             super_digest: None,
             handshake_timeout: Duration::from_secs(10),
+            sync: SyncMode::Always,
+            snap_count: 100_000,
+            snap_retain: 3,
         }
     }
 }

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::config::Config;
 use crate::core::CoreMsg;
 use crate::four_letter;
+use crate::log::Durable;
 use crate::reply::Outgoing;
 use crate::watch::ConnId;
 
@@ -48,7 +49,7 @@ pub struct ConnectionCtx {
     pub id: ConnId,
     pub peer: SocketAddr,
     pub core: mpsc::Sender<CoreMsg>,
-    pub durable: watch::Receiver<i64>,
+    pub durable: watch::Receiver<Durable>,
     pub max_frame: usize,
     pub handshake_timeout: std::time::Duration,
 }
@@ -58,7 +59,7 @@ impl ConnectionCtx {
         id: ConnId,
         peer: SocketAddr,
         core: mpsc::Sender<CoreMsg>,
-        durable: watch::Receiver<i64>,
+        durable: watch::Receiver<Durable>,
         config: &Config,
     ) -> Self {
         ConnectionCtx {
@@ -225,19 +226,24 @@ async fn read_requests(
 async fn write_replies(
     mut writer: OwnedWriteHalf,
     mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
-    mut durable: watch::Receiver<i64>,
+    mut durable: watch::Receiver<Durable>,
 ) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(16 * 1024);
     while let Some(first) = outgoing.recv().await {
         let mut next = Some(first);
         while let Some(msg) = next.take().or_else(|| outgoing.try_recv().ok()) {
-            if *durable.borrow() < msg.visible_at {
+            if durable.borrow().zxid < msg.visible_at {
                 // Send what is already allowed out, then wait for the log to catch up.
                 if !out.is_empty() {
                     writer.write_all(&out).await?;
                     out.clear();
                 }
-                if durable.wait_for(|d| *d >= msg.visible_at).await.is_err() {
+                let waited = durable
+                    .wait_for(|d| d.zxid >= msg.visible_at || d.faults != msg.faults)
+                    .await
+                    .map(|d| d.zxid >= msg.visible_at);
+                if !matches!(waited, Ok(true)) {
+                    // The disk failed first: this may reveal state that never became durable.
                     return Ok(());
                 }
             }

@@ -15,10 +15,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::acl::AuthIds;
 use crate::config::Config;
-use crate::log::TxnLog;
+use crate::log::{Durable, LogEvent, TxnLog};
 use crate::prep::{self, Ctx, Rejected};
+use crate::recovery;
 use crate::reply::{Body, Message, MultiResult, Outgoing};
 use crate::session::Sessions;
+use crate::snapshot::{self, SnapshotMsg};
 use crate::tree::DataTree;
 use crate::txn::{self, Txn, TxnResult};
 use crate::watch::{ConnId, Fired, Watches};
@@ -83,7 +85,15 @@ pub struct Core {
     pub(crate) watches: Watches,
     pub(crate) conns: HashMap<ConnId, Connection>,
     pub(crate) last_zxid: i64,
+    /// The epoch of zxids this run hands out (one more than the newest recovered).
+    pub(crate) epoch: i64,
     pub(crate) log: TxnLog,
+    pub(crate) durable_rx: watch::Receiver<Durable>,
+    pub(crate) log_events: mpsc::UnboundedReceiver<LogEvent>,
+    pub(crate) snapshots: std::sync::mpsc::Sender<SnapshotMsg>,
+    pub(crate) txns_since_snapshot: u64,
+    /// Set while the disk fails: the zxid the log resumes at once it works again.
+    pub(crate) read_only: Option<i64>,
     pub(crate) counters: Counters,
     pub(crate) started: Instant,
 }
@@ -104,22 +114,81 @@ impl Counters {
 }
 
 impl Core {
-    pub fn new(config: Arc<Config>) -> Core {
-        let sessions = Sessions::new(config.min_session_timeout(), config.max_session_timeout());
-        Core {
+    /// Rebuilds the state from `config.data_dir` and starts the log and snapshot writers.
+    /// Blocking (it reads the whole data dir): run it off the async runtime.
+    pub fn recover(config: Arc<Config>) -> std::io::Result<Core> {
+        let started = Instant::now();
+        let recovered =
+            recovery::recover(&config.data_dir, recovery::Mode::Repair).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "{e}; check it with `lockkeeper verify {}`",
+                        config.data_dir.display()
+                    ),
+                )
+            })?;
+        let (log_events_tx, log_events) = mpsc::unbounded_channel();
+        let log = TxnLog::open(
+            &config.data_dir,
+            config.sync,
+            recovered.last_zxid,
+            log_events_tx,
+        )?;
+        let snapshots = snapshot::spawn_writer(config.data_dir.clone(), config.snap_retain)?;
+        let mut sessions =
+            Sessions::new(config.min_session_timeout(), config.max_session_timeout());
+        let now = Instant::now();
+        for s in &recovered.sessions {
+            sessions.insert(
+                s.id,
+                s.passwd,
+                Duration::from_millis(s.timeout_ms.max(0) as u64),
+                now,
+            );
+        }
+        // Every ephemeral must belong to a session that can expire, or it would live forever.
+        for owner in recovered.tree.ephemeral_owners() {
+            if sessions.get(owner).is_none() {
+                tracing::warn!(
+                    session = format_args!("{owner:#x}"),
+                    "ephemerals of an unknown session; it will expire"
+                );
+                sessions.insert(owner, rand::random(), config.min_session_timeout(), now);
+            }
+        }
+        let epoch = (recovered.last_zxid >> 32) + 1;
+        tracing::info!(
+            nodes = recovered.tree.len(),
+            sessions = sessions.len(),
+            snapshot = ?recovered.snapshot_zxid.map(|z| format!("{z:#x}")),
+            replayed = recovered.replayed,
+            last_zxid = format_args!("{:#x}", recovered.last_zxid),
+            epoch,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovered data dir"
+        );
+        let durable_rx = log.durable();
+        Ok(Core {
             config,
-            tree: DataTree::new(),
+            tree: recovered.tree,
             sessions,
             watches: Watches::default(),
             conns: HashMap::new(),
-            last_zxid: 0,
-            log: TxnLog::in_memory(0),
+            last_zxid: recovered.last_zxid,
+            epoch,
+            log,
+            durable_rx,
+            log_events,
+            snapshots,
+            txns_since_snapshot: 0,
+            read_only: None,
             counters: Counters::default(),
             started: Instant::now(),
-        }
+        })
     }
 
-    pub fn durable(&self) -> watch::Receiver<i64> {
+    pub fn durable(&self) -> watch::Receiver<Durable> {
         self.log.durable()
     }
 
@@ -134,8 +203,13 @@ impl Core {
         let mut reaper = tokio::time::interval(self.config.container_check_interval);
         expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // While the disk fails, it is probed once a second.
+        let mut probe = tokio::time::interval(Duration::from_secs(1));
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(256);
         loop {
+            let walking = self.tree.capturing() && !self.tree.capture_walked();
+            let finishing = self.tree.capture_walked();
             tokio::select! {
                 n = rx.recv_many(&mut batch, 256) => {
                     if n == 0 {
@@ -145,10 +219,16 @@ impl Core {
                         self.handle(msg);
                     }
                 }
-                _ = expiry.tick() => self.expire_sessions(),
-                _ = reaper.tick() => self.reap_containers(),
+                Some(event) = self.log_events.recv() => self.on_log_event(event),
+                _ = expiry.tick(), if self.read_only.is_none() => self.expire_sessions(),
+                _ = reaper.tick(), if self.read_only.is_none() => self.reap_containers(),
+                _ = probe.tick(), if self.read_only.is_some() => self.probe_disk(),
+                // A snapshot walks the tree a chunk per turn, between batches of requests.
+                _ = tokio::task::yield_now(), if walking => self.snapshot_step(),
+                _ = self.durable_rx.changed(), if finishing => self.snapshot_step(),
                 _ = shutdown.changed() => break,
             }
+            self.maybe_start_snapshot();
             self.log.flush();
         }
     }
@@ -218,7 +298,11 @@ impl Core {
         c.latency_count += 1;
     }
 
+    /// The next zxid: `epoch << 32 | counter`, so zxids keep increasing across restarts.
     pub(crate) fn next_zxid(&mut self) -> i64 {
+        if self.last_zxid >> 32 < self.epoch {
+            self.last_zxid = self.epoch << 32;
+        }
         self.last_zxid += 1;
         self.last_zxid
     }
@@ -232,6 +316,7 @@ impl Core {
             let _ = c.outbox.send(Outgoing {
                 message,
                 visible_at: self.last_zxid,
+                faults: self.durable_rx.borrow().faults,
                 close,
             });
         }
@@ -277,11 +362,17 @@ impl Core {
             let session_id = self.sessions.next_id();
             let passwd: [u8; 16] = rand::random();
             let timeout_ms = timeout.as_millis() as i32;
-            self.write_txn(Txn::CreateSession {
-                session_id,
-                timeout_ms,
-                passwd,
-            });
+            if self.read_only.is_some() {
+                // Reads still work while the disk fails; the session is logged once it recovers.
+                self.sessions
+                    .insert_unlogged(session_id, passwd, timeout, Instant::now());
+            } else {
+                self.write_txn(Txn::CreateSession {
+                    session_id,
+                    timeout_ms,
+                    passwd,
+                });
+            }
             self.attach(conn, session_id);
             let response = ConnectResponse {
                 protocol_version: 0,
@@ -362,6 +453,7 @@ impl Core {
     fn apply_at(&mut self, zxid: i64, txn: Txn) -> TxnResult {
         let time = now_ms();
         self.log.append(zxid, time, &txn);
+        self.txns_since_snapshot += 1;
         match &txn {
             Txn::CreateSession {
                 session_id,
@@ -431,6 +523,10 @@ impl Core {
 
     /// Write requests: prep, then log and apply, then reply, all at one zxid.
     pub(crate) fn write_request(&mut self, conn: ConnId, xid: i32, request: &Request) {
+        if self.read_only.is_some() {
+            let zxid = self.last_zxid;
+            return self.reply(conn, xid, zxid, ErrorCode::NotReadOnly, Body::Empty);
+        }
         let zxid = self.next_zxid();
         let Some(c) = self.conns.get(&conn) else {
             return;

@@ -84,6 +84,15 @@ pub fn answer(core: &Core, word: &str) -> String {
     out
 }
 
+/// "read-only" while the disk fails and writes are refused.
+fn mode(core: &Core) -> &'static str {
+    if core.read_only.is_some() {
+        "read-only"
+    } else {
+        "standalone"
+    }
+}
+
 fn srvr(core: &Core, out: &mut String) {
     let _ = writeln!(out, "Zookeeper version: {VERSION}");
     srvr_body(core, out);
@@ -103,7 +112,7 @@ fn srvr_body(core: &Core, out: &mut String) {
     let _ = writeln!(out, "Connections: {}", core.conns.len());
     let _ = writeln!(out, "Outstanding: 0");
     let _ = writeln!(out, "Zxid: {:#x}", core.last_zxid);
-    let _ = writeln!(out, "Mode: standalone");
+    let _ = writeln!(out, "Mode: {}", mode(core));
     let _ = writeln!(out, "Node count: {}", core.tree.len());
 }
 
@@ -112,7 +121,7 @@ fn mntr(core: &Core, out: &mut String) {
     let avg = c.average_latency_ms();
     let lines: [(&str, String); 14] = [
         ("zk_version", VERSION.to_string()),
-        ("zk_server_state", "standalone".into()),
+        ("zk_server_state", mode(core).into()),
         ("zk_avg_latency", format!("{avg:.4}")),
         ("zk_max_latency", (c.latency_max_us / 1000).to_string()),
         ("zk_min_latency", (c.latency_min_us / 1000).to_string()),

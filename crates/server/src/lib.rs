@@ -24,13 +24,16 @@ pub mod acl;
 pub mod config;
 mod connection;
 mod core;
+mod durability;
 pub mod four_letter;
-mod log;
+pub mod log;
 pub mod path;
 pub mod prep;
 mod read;
+pub mod recovery;
 mod reply;
 pub mod session;
+pub mod snapshot;
 pub mod tree;
 pub mod txn;
 pub mod watch;
@@ -65,7 +68,10 @@ impl Server {
             listen: local_addr,
             ..config
         });
-        let core = Core::new(config.clone());
+        let recovering = config.clone();
+        let core = tokio::task::spawn_blocking(move || Core::recover(recovering))
+            .await
+            .map_err(std::io::Error::other)??;
         let durable = core.durable();
         // Bounded, so a flood of requests pushes back on the connections that send them.
         let (core_tx, core_rx) = mpsc::channel(4096);
@@ -136,7 +142,7 @@ async fn accept_loop(
     listener: TcpListener,
     config: Arc<Config>,
     core: mpsc::Sender<CoreMsg>,
-    durable: signal::Receiver<i64>,
+    durable: signal::Receiver<log::Durable>,
     mut shutdown: signal::Receiver<bool>,
 ) {
     let per_ip: PerIp = Arc::default();

@@ -78,6 +78,9 @@ pub struct Outgoing {
     pub message: Message,
     /// The writer waits until this zxid is durable before writing.
     pub visible_at: i64,
+    /// Disk faults seen when it was queued: if another happens before `visible_at` is durable,
+    /// the state it reveals may never be, so the connection is closed instead.
+    pub faults: u64,
     /// Close the connection after writing this message.
     pub close: bool,
 }

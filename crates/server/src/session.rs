@@ -17,6 +17,8 @@ pub struct Session {
     pub deadline: Instant,
     /// The connection currently attached, if any.
     pub conn: Option<ConnId>,
+    /// Whether its creation is in the log (false only for sessions opened while the disk failed).
+    pub logged: bool,
 }
 
 pub struct Sessions {
@@ -53,18 +55,31 @@ impl Sessions {
         id
     }
 
+    /// Adds a session whose creation is logged; an existing one (opened while the disk failed)
+    /// is just marked logged, keeping its connection.
     pub fn insert(&mut self, id: i64, passwd: [u8; 16], timeout: Duration, now: Instant) {
+        if let Some(existing) = self.map.get_mut(&id) {
+            existing.logged = true;
+            return;
+        }
         self.next_id = self.next_id.max(id + 1);
-        self.map.insert(
+        let session = Session {
             id,
-            Session {
-                id,
-                passwd,
-                timeout,
-                deadline: now + timeout,
-                conn: None,
-            },
-        );
+            passwd,
+            timeout,
+            deadline: now + timeout,
+            conn: None,
+            logged: true,
+        };
+        self.map.insert(id, session);
+    }
+
+    /// Adds a session that is not in the log yet (opened while the disk fails).
+    pub fn insert_unlogged(&mut self, id: i64, passwd: [u8; 16], timeout: Duration, now: Instant) {
+        self.insert(id, passwd, timeout, now);
+        if let Some(s) = self.map.get_mut(&id) {
+            s.logged = false;
+        }
     }
 
     pub fn get(&self, id: i64) -> Option<&Session> {

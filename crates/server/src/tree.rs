@@ -5,13 +5,15 @@
 //! cannot fail: `prep` has already checked every precondition against the same state, which is
 //! what lets a multi be all-or-nothing without an undo log.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use lockkeeper_proto::{Acl, Stat};
 
 use crate::path;
+use crate::snapshot::{Capture, NodeRecord};
 
 /// `ephemeralOwner` of a container node, as ZooKeeper encodes it.
 pub const CONTAINER_OWNER: i64 = i64::MIN;
@@ -119,12 +121,15 @@ fn own(data: Option<Bytes>) -> Option<Bytes> {
 }
 
 pub struct DataTree {
-    nodes: HashMap<String, Node>,
+    /// Ordered by path so a snapshot can walk it in chunks while it changes.
+    nodes: BTreeMap<String, Node>,
     ephemerals: HashMap<i64, BTreeSet<String>>,
     containers: HashSet<String>,
     ttl_nodes: HashSet<String>,
     /// Most nodes share a handful of ACLs; one `Arc` per distinct ACL keeps them cheap.
     acl_cache: HashMap<Vec<Acl>, Arc<[Acl]>>,
+    /// The snapshot being taken, which must see each node as it was at its zxid.
+    capture: Option<Capture>,
 }
 
 impl Default for DataTree {
@@ -138,11 +143,12 @@ impl DataTree {
     /// children, added without transactions (hence root's cversion of -1 and zxids of 0).
     pub fn new() -> DataTree {
         let mut tree = DataTree {
-            nodes: HashMap::new(),
+            nodes: BTreeMap::new(),
             ephemerals: HashMap::new(),
             containers: HashSet::new(),
             ttl_nodes: HashSet::new(),
             acl_cache: HashMap::new(),
+            capture: None,
         };
         let open = tree.intern_acl(crate::acl::open_acl());
         let read_only = tree.intern_acl(vec![Acl {
@@ -205,32 +211,30 @@ impl DataTree {
         let acl = self.intern_acl(acl);
         let node = Node::new(data, acl, ephemeral_owner, zxid, time);
         let stat = node.stat();
+        if let Some(capture) = &mut self.capture {
+            if let Some(parent) = path::parent(path) {
+                capture.before_change(parent, &self.nodes);
+            }
+            capture.on_create(path);
+        }
         if let Some(parent) = path::parent(path).and_then(|p| self.nodes.get_mut(p)) {
             parent.children.insert(path::name(path).into());
             parent.child_creations = parent.child_creations.wrapping_add(1);
             parent.pzxid = zxid;
         }
-        match Owner::decode(ephemeral_owner) {
-            Owner::Ephemeral(session) => {
-                self.ephemerals
-                    .entry(session)
-                    .or_default()
-                    .insert(path.to_string());
-            }
-            Owner::Container => {
-                self.containers.insert(path.to_string());
-            }
-            Owner::Ttl(_) => {
-                self.ttl_nodes.insert(path.to_string());
-            }
-            Owner::Persistent => {}
-        }
+        self.index(path, ephemeral_owner);
         self.nodes.insert(path.to_string(), node);
         stat
     }
 
     /// Removes a childless node (checked by `prep`).
     pub fn delete(&mut self, path: &str, zxid: i64) {
+        if let Some(capture) = &mut self.capture {
+            capture.before_change(path, &self.nodes);
+            if let Some(parent) = path::parent(path) {
+                capture.before_change(parent, &self.nodes);
+            }
+        }
         let Some(node) = self.nodes.remove(path) else {
             return;
         };
@@ -266,6 +270,9 @@ impl DataTree {
         zxid: i64,
         time: i64,
     ) -> Stat {
+        if let Some(capture) = &mut self.capture {
+            capture.before_change(path, &self.nodes);
+        }
         match self.nodes.get_mut(path) {
             Some(node) => {
                 node.data = own(data);
@@ -280,6 +287,9 @@ impl DataTree {
 
     pub fn set_acl(&mut self, path: &str, acl: Vec<Acl>, aversion: i32) -> Stat {
         let acl = self.intern_acl(acl);
+        if let Some(capture) = &mut self.capture {
+            capture.before_change(path, &self.nodes);
+        }
         match self.nodes.get_mut(path) {
             Some(node) => {
                 node.acl = acl;
@@ -309,7 +319,99 @@ impl DataTree {
             return self.nodes.len() - 1;
         }
         let prefix = format!("{path}/");
-        self.nodes.keys().filter(|k| k.starts_with(&prefix)).count()
+        self.nodes
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .count()
+    }
+
+    /// Starts a snapshot of the current state (at `capture.zxid`).
+    pub fn start_capture(&mut self, capture: Capture) {
+        self.capture = Some(capture);
+    }
+
+    pub fn capture_zxid(&self) -> Option<i64> {
+        self.capture.as_ref().map(|c| c.zxid)
+    }
+
+    pub fn capturing(&self) -> bool {
+        self.capture.is_some()
+    }
+
+    /// Advances the snapshot by up to `limit` nodes and returns the bytes produced so far.
+    pub fn capture_step(&mut self, limit: usize) -> Vec<u8> {
+        match &mut self.capture {
+            Some(capture) => {
+                capture.walk(&self.nodes, limit);
+                capture.take_bytes()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether the snapshot walk is complete (only its closing bytes remain).
+    pub fn capture_walked(&self) -> bool {
+        self.capture.as_ref().is_some_and(Capture::is_walked)
+    }
+
+    /// Ends a walked snapshot and returns its closing bytes.
+    pub fn finish_capture(&mut self) -> Vec<u8> {
+        self.capture.take().map(Capture::finish).unwrap_or_default()
+    }
+
+    /// Rebuilds a tree from a snapshot's nodes: children and indexes are derived from paths.
+    pub fn restore(records: Vec<NodeRecord>) -> DataTree {
+        let mut tree = DataTree::new();
+        tree.nodes.clear();
+        for r in records {
+            let acl = tree.intern_acl(r.acl);
+            let node = Node {
+                data: r.data,
+                acl,
+                czxid: r.czxid,
+                mzxid: r.mzxid,
+                ctime: r.ctime,
+                mtime: r.mtime,
+                version: r.version,
+                aversion: r.aversion,
+                child_creations: r.child_creations,
+                ephemeral_owner: r.ephemeral_owner,
+                pzxid: r.pzxid,
+                children: BTreeSet::new(),
+            };
+            tree.index(&r.path, node.ephemeral_owner);
+            tree.nodes.insert(r.path, node);
+        }
+        let paths: Vec<String> = tree.nodes.keys().cloned().collect();
+        for p in paths {
+            if let Some(parent) = path::parent(&p).and_then(|parent| tree.nodes.get_mut(parent)) {
+                parent.children.insert(path::name(&p).into());
+            }
+        }
+        tree
+    }
+
+    fn index(&mut self, path: &str, ephemeral_owner: i64) {
+        match Owner::decode(ephemeral_owner) {
+            Owner::Ephemeral(session) => {
+                self.ephemerals
+                    .entry(session)
+                    .or_default()
+                    .insert(path.to_string());
+            }
+            Owner::Container => {
+                self.containers.insert(path.to_string());
+            }
+            Owner::Ttl(_) => {
+                self.ttl_nodes.insert(path.to_string());
+            }
+            Owner::Persistent => {}
+        }
+    }
+
+    /// Sessions that own ephemerals, for recovery's check that every owner is a known session.
+    pub fn ephemeral_owners(&self) -> Vec<i64> {
+        self.ephemerals.keys().copied().collect()
     }
 
     /// Containers that had children and have none left, and TTL nodes without children whose

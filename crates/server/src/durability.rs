@@ -1,0 +1,140 @@
+//! The core's side of durability: when to take snapshots, and what to do when the disk fails.
+//!
+//! On a failed write or sync, memory may hold txns that never reached the disk (the core applies
+//! before the log syncs, and only replies wait). So the core throws its state away and reloads
+//! what is durable, closes every connection (their pending requests see a connection loss, never
+//! a false success), and serves reads only. Once a probe write and sync succeed, writes resume
+//! in a new epoch.
+
+use std::time::{Duration, Instant};
+
+use crate::core::Core;
+use crate::log::LogEvent;
+use crate::recovery;
+use crate::snapshot::{Capture, SessionRecord, SnapshotMsg};
+use crate::txn::Txn;
+use crate::watch::Watches;
+
+/// Nodes a snapshot records per turn of the core: small enough to keep the stall short.
+const SNAPSHOT_CHUNK: usize = 2000;
+
+impl Core {
+    /// Starts a snapshot once enough txns have been logged since the last one.
+    pub(crate) fn maybe_start_snapshot(&mut self) {
+        if self.txns_since_snapshot < self.config.snap_count
+            || self.tree.capturing()
+            || self.read_only.is_some()
+        {
+            return;
+        }
+        self.txns_since_snapshot = 0;
+        // The log rolls here, so the segments before the snapshot can be purged later.
+        self.log.roll();
+        let sessions: Vec<SessionRecord> = self
+            .sessions
+            .iter()
+            .map(|s| SessionRecord {
+                id: s.id,
+                timeout_ms: s.timeout.as_millis() as i32,
+                passwd: s.passwd,
+            })
+            .collect();
+        let zxid = self.last_zxid;
+        tracing::info!(
+            zxid = format_args!("{zxid:#x}"),
+            nodes = self.tree.len(),
+            "starting snapshot"
+        );
+        let mut capture = Capture::new(zxid, &sessions);
+        let header = capture.take_bytes();
+        self.tree.start_capture(capture);
+        let _ = self.snapshots.send(SnapshotMsg::Start { zxid });
+        let _ = self.snapshots.send(SnapshotMsg::Chunk(header));
+    }
+
+    /// Walks one more chunk, or finishes once the walk is done and the log has caught up.
+    pub(crate) fn snapshot_step(&mut self) {
+        if !self.tree.capture_walked() {
+            let bytes = self.tree.capture_step(SNAPSHOT_CHUNK);
+            let _ = self.snapshots.send(SnapshotMsg::Chunk(bytes));
+        }
+        // A snapshot must not hold state the log could still lose: wait for the log.
+        if self.tree.capture_walked() && self.log.durable_zxid() >= self.capture_zxid() {
+            let bytes = self.tree.finish_capture();
+            let _ = self.snapshots.send(SnapshotMsg::Finish(bytes));
+        }
+    }
+
+    fn capture_zxid(&self) -> i64 {
+        // Only called while a capture exists; its zxid is at most the last zxid handed out.
+        self.tree.capture_zxid().unwrap_or(self.last_zxid)
+    }
+
+    pub(crate) fn on_log_event(&mut self, event: LogEvent) {
+        match event {
+            LogEvent::Failed(error) => self.enter_read_only(&error),
+            LogEvent::StillFailing(error) => {
+                tracing::warn!(%error, "disk still failing; writes stay refused")
+            }
+            LogEvent::Resumed => self.leave_read_only(),
+        }
+    }
+
+    fn enter_read_only(&mut self, error: &str) {
+        tracing::error!(%error, "disk fault: reloading durable state, closing connections, refusing writes until the disk recovers");
+        self.log.abandon_pending();
+        let recovered = match recovery::recover(&self.config.data_dir, recovery::Mode::Check) {
+            Ok(recovered) => recovered,
+            Err(e) => {
+                // Memory is ahead of a disk that cannot even be read back: nothing safe to serve.
+                tracing::error!(error = %e, "cannot reload durable state after a disk fault; stopping");
+                std::process::exit(70);
+            }
+        };
+        self.tree = recovered.tree;
+        self.last_zxid = recovered.last_zxid;
+        let now = Instant::now();
+        let min_timeout = self.config.min_session_timeout();
+        let mut sessions =
+            crate::session::Sessions::new(min_timeout, self.config.max_session_timeout());
+        for s in recovered.sessions {
+            sessions.insert(
+                s.id,
+                s.passwd,
+                Duration::from_millis(s.timeout_ms.max(0) as u64),
+                now,
+            );
+        }
+        self.sessions = sessions;
+        self.conns.clear();
+        self.watches = Watches::default();
+        self.txns_since_snapshot = 0;
+        self.epoch += 1;
+        self.read_only = Some(self.epoch << 32 | 1);
+    }
+
+    pub(crate) fn probe_disk(&mut self) {
+        if let Some(next_zxid) = self.read_only {
+            self.log.resume(next_zxid);
+        }
+    }
+
+    fn leave_read_only(&mut self) {
+        self.read_only = None;
+        tracing::warn!("disk recovered: accepting writes again");
+        // Sessions created while read-only exist only in memory: log them now.
+        let unlogged: Vec<(i64, i32, [u8; 16])> = self
+            .sessions
+            .iter()
+            .filter(|s| !s.logged)
+            .map(|s| (s.id, s.timeout.as_millis() as i32, s.passwd))
+            .collect();
+        for (session_id, timeout_ms, passwd) in unlogged {
+            self.write_txn(Txn::CreateSession {
+                session_id,
+                timeout_ms,
+                passwd,
+            });
+        }
+    }
+}

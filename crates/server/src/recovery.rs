@@ -1,0 +1,663 @@
+//! Recovery: rebuilding the state from the data dir at start, and `lockkeeper verify`.
+//!
+//! The newest snapshot that checks out is loaded, then every log record after its zxid is
+//! replayed in order. A record cut short or failing its checksum at the very end of the last
+//! segment is a torn tail: a write that was never acknowledged (replies wait for the sync), so it
+//! is dropped and the segment truncated. Damage anywhere else means acknowledged data may be
+//! missing, so recovery refuses and names the file and offset.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use lockkeeper_proto::Reader;
+
+use crate::log::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, segment_name, sync_dir};
+use crate::snapshot::{self, SessionRecord, snapshot_name};
+use crate::tree::DataTree;
+use crate::txn::{self, Txn};
+
+/// The zxid of the very first txn a data dir ever holds (epoch 1, counter 1): a log that starts
+/// there is complete even without a snapshot.
+pub const FIRST_ZXID: i64 = (1 << 32) | 1;
+
+/// Whether recovery may change files (truncate a torn tail, remove stale temp files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Repair,
+    Check,
+}
+
+/// Damage that recovery will not paper over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub reason: String,
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "corrupt {} at offset {}: {}",
+            self.file.display(),
+            self.offset,
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for Corruption {}
+
+/// A line about one file, for logs and `lockkeeper verify`.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    pub file: PathBuf,
+    pub status: String,
+}
+
+/// A torn tail found (and, in repair mode, cut off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub dropped_bytes: u64,
+}
+
+pub struct Recovered {
+    pub tree: DataTree,
+    pub sessions: Vec<SessionRecord>,
+    pub last_zxid: i64,
+    pub snapshot_zxid: Option<i64>,
+    pub replayed: u64,
+    pub torn_tail: Option<TornTail>,
+    pub files: Vec<FileReport>,
+}
+
+/// Rebuilds the state stored in `dir` (an empty or missing dir is a fresh server).
+pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
+    let io_error = |e: std::io::Error| Corruption {
+        file: dir.to_path_buf(),
+        offset: 0,
+        reason: e.to_string(),
+    };
+    if mode == Mode::Repair {
+        fs::create_dir_all(dir).map_err(io_error)?;
+        remove_stale_temp_files(dir);
+    } else if !dir.exists() {
+        return Err(Corruption {
+            file: dir.to_path_buf(),
+            offset: 0,
+            reason: "no such directory".into(),
+        });
+    }
+    let (snapshots, logs) = snapshot::list(dir).map_err(io_error)?;
+    let mut files = Vec::new();
+
+    let mut base = None;
+    for zxid in snapshots.iter().rev() {
+        let path = dir.join(snapshot_name(*zxid));
+        match snapshot::load(&path) {
+            Ok(loaded) if base.is_none() => {
+                files.push(FileReport {
+                    file: path,
+                    status: format!("valid, {} nodes, zxid {zxid:#x}", loaded.nodes.len()),
+                });
+                base = Some(loaded);
+            }
+            Ok(_) => files.push(FileReport {
+                file: path,
+                status: "valid (older, not needed)".into(),
+            }),
+            Err(reason) => {
+                tracing::warn!(file = %path.display(), %reason, "skipping unusable snapshot");
+                files.push(FileReport {
+                    file: path,
+                    status: format!("unusable: {reason}"),
+                });
+            }
+        }
+    }
+    let (mut tree, mut sessions, snapshot_zxid) = match base {
+        Some(loaded) => {
+            let sessions = loaded
+                .sessions
+                .into_iter()
+                .map(|s| (s.id, s))
+                .collect::<BTreeMap<_, _>>();
+            (DataTree::restore(loaded.nodes), sessions, Some(loaded.zxid))
+        }
+        None => {
+            // Without a snapshot, the logs must reach back to the first txn ever.
+            if let Some(first) = logs.first().filter(|first| **first != FIRST_ZXID) {
+                let file = dir.join(segment_name(*first));
+                let reason = if snapshots.is_empty() {
+                    "no snapshot, and the log does not start at the first transaction".to_string()
+                } else {
+                    "no usable snapshot, and the log does not reach back far enough to replace it"
+                        .to_string()
+                };
+                return Err(Corruption {
+                    file,
+                    offset: 0,
+                    reason,
+                });
+            }
+            (DataTree::new(), BTreeMap::new(), None)
+        }
+    };
+
+    let from = snapshot_zxid.unwrap_or(0);
+    // The segment holding `from + 1` is the last one starting at or before it.
+    let first_needed = logs
+        .iter()
+        .rposition(|start| *start <= from + 1)
+        .unwrap_or(0);
+    let needed = &logs[first_needed.min(logs.len())..];
+    let mut last_zxid = from;
+    let mut replayed = 0;
+    let mut torn_tail = None;
+    for (i, start) in needed.iter().enumerate() {
+        let path = dir.join(segment_name(*start));
+        let is_last = i + 1 == needed.len();
+        let bytes = fs::read(&path).map_err(|e| Corruption {
+            file: path.clone(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        let scan = scan_segment(&path, &bytes, is_last)?;
+        let mut count = 0;
+        for record in scan.records {
+            if record.zxid <= from {
+                continue;
+            }
+            if record.zxid <= last_zxid {
+                return Err(Corruption {
+                    file: path.clone(),
+                    offset: record.offset,
+                    reason: format!("zxid {:#x} does not follow {last_zxid:#x}", record.zxid),
+                });
+            }
+            replay(
+                &mut tree,
+                &mut sessions,
+                &record.txn,
+                record.zxid,
+                record.time,
+            );
+            last_zxid = record.zxid;
+            count += 1;
+        }
+        replayed += count;
+        let status = match &scan.torn_at {
+            Some(offset) => format!(
+                "{count} records replayed; torn tail at offset {offset} ({} bytes dropped)",
+                scan.end - offset
+            ),
+            None => format!("{count} records replayed"),
+        };
+        files.push(FileReport {
+            file: path.clone(),
+            status,
+        });
+        if let Some(offset) = scan.torn_at {
+            if mode == Mode::Repair {
+                truncate(&path, offset).map_err(|e| Corruption {
+                    file: path.clone(),
+                    offset,
+                    reason: e.to_string(),
+                })?;
+                tracing::warn!(file = %path.display(), offset, dropped = scan.end - offset, "truncated torn tail (never acknowledged)");
+            }
+            torn_tail = Some(TornTail {
+                file: path,
+                offset,
+                dropped_bytes: scan.end - offset,
+            });
+        }
+    }
+    Ok(Recovered {
+        tree,
+        sessions: sessions.into_values().collect(),
+        last_zxid,
+        snapshot_zxid,
+        replayed,
+        torn_tail,
+        files,
+    })
+}
+
+fn replay(
+    tree: &mut DataTree,
+    sessions: &mut BTreeMap<i64, SessionRecord>,
+    txn: &Txn,
+    zxid: i64,
+    time: i64,
+) {
+    match txn {
+        Txn::CreateSession {
+            session_id,
+            timeout_ms,
+            passwd,
+        } => {
+            sessions.insert(
+                *session_id,
+                SessionRecord {
+                    id: *session_id,
+                    timeout_ms: *timeout_ms,
+                    passwd: *passwd,
+                },
+            );
+        }
+        Txn::CloseSession { session_id } => {
+            sessions.remove(session_id);
+        }
+        _ => {}
+    }
+    txn::apply(tree, txn, zxid, time, &mut Vec::new());
+}
+
+struct Record {
+    offset: u64,
+    zxid: i64,
+    time: i64,
+    txn: Txn,
+}
+
+struct Scan {
+    records: Vec<Record>,
+    /// Where a torn tail starts, if the segment ends in one.
+    torn_at: Option<u64>,
+    /// Bytes in use (up to the zero padding or the end of the file).
+    end: u64,
+}
+
+/// Reads the records of one segment. A bad record is a torn tail only in the last segment, and
+/// only if nothing valid follows it.
+fn scan_segment(path: &Path, bytes: &[u8], is_last: bool) -> Result<Scan, Corruption> {
+    let corrupt = |offset: u64, reason: String| Corruption {
+        file: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    let header_len = SEGMENT_HEADER_LEN as usize;
+    if bytes.len() < header_len || &bytes[..8] != SEGMENT_MAGIC {
+        // A crash right after creating the newest segment can leave it shorter than its header.
+        if is_last
+            && bytes.iter().skip(8.min(bytes.len())).all(|b| *b == 0)
+            && bytes.len() < header_len
+        {
+            return Ok(Scan {
+                records: Vec::new(),
+                torn_at: Some(0),
+                end: bytes.len() as u64,
+            });
+        }
+        return Err(corrupt(0, "not a log segment (bad header)".into()));
+    }
+    let used_end = bytes
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(header_len, |i| i + 1)
+        .max(header_len);
+    let mut records = Vec::new();
+    let mut pos = header_len;
+    while pos + RECORD_HEADER_LEN <= bytes.len() {
+        let len = u32::from_be_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]])
+            as usize;
+        if len == 0 {
+            // Zero padding: the end, unless bytes were written past it.
+            if pos >= used_end {
+                return Ok(Scan {
+                    records,
+                    torn_at: None,
+                    end: pos as u64,
+                });
+            }
+            return bad_record(
+                path,
+                bytes,
+                pos,
+                used_end,
+                is_last,
+                records,
+                "zero length before the end of the data",
+            );
+        }
+        match decode_record(bytes, pos, len) {
+            Ok(record) => {
+                records.push(record);
+                pos += RECORD_HEADER_LEN + len;
+            }
+            Err(reason) => {
+                return bad_record(path, bytes, pos, used_end, is_last, records, &reason);
+            }
+        }
+    }
+    if pos < bytes.len() {
+        return bad_record(
+            path,
+            bytes,
+            pos,
+            used_end,
+            is_last,
+            records,
+            "record header cut short",
+        );
+    }
+    Ok(Scan {
+        records,
+        torn_at: None,
+        end: pos as u64,
+    })
+}
+
+fn decode_record(bytes: &[u8], pos: usize, len: usize) -> Result<Record, String> {
+    let payload_start = pos + RECORD_HEADER_LEN;
+    let Some(payload) = bytes.get(payload_start..payload_start + len) else {
+        return Err("record cut short".into());
+    };
+    let crc = u32::from_be_bytes([
+        bytes[pos + 4],
+        bytes[pos + 5],
+        bytes[pos + 6],
+        bytes[pos + 7],
+    ]);
+    if crc32c::crc32c(payload) != crc {
+        return Err("checksum mismatch".into());
+    }
+    let mut r = Reader::new(Bytes::copy_from_slice(payload));
+    let zxid = r.read_i64().map_err(|e| e.to_string())?;
+    let time = r.read_i64().map_err(|e| e.to_string())?;
+    let txn = Txn::decode(&mut r).map_err(|e| format!("undecodable txn: {e}"))?;
+    Ok(Record {
+        offset: pos as u64,
+        zxid,
+        time,
+        txn,
+    })
+}
+
+/// Decides whether the bad record at `pos` is a torn tail or corruption.
+fn bad_record(
+    path: &Path,
+    bytes: &[u8],
+    pos: usize,
+    used_end: usize,
+    is_last: bool,
+    records: Vec<Record>,
+    reason: &str,
+) -> Result<Scan, Corruption> {
+    let corrupt = |reason: String| Corruption {
+        file: path.to_path_buf(),
+        offset: pos as u64,
+        reason,
+    };
+    if !is_last {
+        return Err(corrupt(format!(
+            "{reason} (not at the end of the last segment)"
+        )));
+    }
+    // If the length looks sane and a valid record follows, the damage is in the middle.
+    let len =
+        u32::from_be_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]]) as usize;
+    let next = pos + RECORD_HEADER_LEN + len;
+    if len > 0 && next + RECORD_HEADER_LEN <= bytes.len() {
+        let next_len = u32::from_be_bytes([
+            bytes[next],
+            bytes[next + 1],
+            bytes[next + 2],
+            bytes[next + 3],
+        ]) as usize;
+        if next_len > 0 && decode_record(bytes, next, next_len).is_ok() {
+            return Err(corrupt(format!("{reason}, with valid records after it")));
+        }
+    }
+    Ok(Scan {
+        records,
+        torn_at: Some(pos as u64),
+        end: used_end as u64,
+    })
+}
+
+fn truncate(path: &Path, offset: u64) -> std::io::Result<()> {
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.set_len(offset)?;
+    file.sync_all()?;
+    if let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+fn remove_stale_temp_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name
+            .to_str()
+            .is_some_and(|n| n.starts_with("snapshot.") && n.ends_with(".tmp"))
+        {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SyncMode;
+    use crate::log::TxnLog;
+    use crate::snapshot::{Capture, SnapshotMsg};
+    use std::os::unix::fs::FileExt;
+
+    fn create(path: &str, data: &'static [u8]) -> Txn {
+        Txn::Create {
+            path: path.into(),
+            data: Some(Bytes::from_static(data)),
+            acl: crate::acl::open_acl(),
+            ephemeral_owner: 0,
+        }
+    }
+
+    /// Logs `txns` at consecutive zxids from FIRST_ZXID and waits for them to be durable.
+    fn write_log(dir: &Path, txns: &[Txn]) {
+        let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut log = TxnLog::open(dir, SyncMode::Always, 0, events).unwrap();
+        for (i, txn) in txns.iter().enumerate() {
+            log.append(FIRST_ZXID + i as i64, 1000, txn);
+        }
+        log.flush();
+        drop(log);
+    }
+
+    fn segment(dir: &Path) -> PathBuf {
+        dir.join(segment_name(FIRST_ZXID))
+    }
+
+    #[test]
+    fn replays_the_log_into_the_same_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(
+            dir.path(),
+            &[
+                create("/a", b"1"),
+                create("/a/b", b"2"),
+                Txn::SetData {
+                    path: "/a".into(),
+                    data: None,
+                    version: 1,
+                },
+            ],
+        );
+        let r = recover(dir.path(), Mode::Repair).unwrap();
+        assert_eq!(r.last_zxid, FIRST_ZXID + 2);
+        assert_eq!(r.replayed, 3);
+        let a = r.tree.get("/a").unwrap();
+        assert_eq!((a.data.clone(), a.version, a.children.len()), (None, 1, 1));
+        assert_eq!(r.tree.get("/a/b").unwrap().data.as_deref(), Some(&b"2"[..]));
+    }
+
+    /// Where each record of the segment starts, and where the data ends.
+    fn record_offsets(path: &Path) -> (Vec<u64>, u64) {
+        let bytes = fs::read(path).unwrap();
+        let mut pos = SEGMENT_HEADER_LEN as usize;
+        let mut offsets = Vec::new();
+        loop {
+            let len = u32::from_be_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+            if len == 0 {
+                return (offsets, pos as u64);
+            }
+            offsets.push(pos as u64);
+            pos += RECORD_HEADER_LEN + len;
+        }
+    }
+
+    #[test]
+    fn a_record_cut_short_at_the_end_is_a_torn_tail_and_is_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(
+            dir.path(),
+            &[create("/a", b"1"), create("/b", b"2"), create("/c", b"3")],
+        );
+        let (offsets, end) = record_offsets(&segment(dir.path()));
+        // Zero the last record from its middle on, as a crash during the write leaves it.
+        let cut = offsets[2] + 10;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(segment(dir.path()))
+            .unwrap();
+        file.write_all_at(&vec![0; (end - cut) as usize], cut)
+            .unwrap();
+        let check = recover(dir.path(), Mode::Check).unwrap();
+        assert_eq!(check.torn_tail.as_ref().map(|t| t.offset), Some(offsets[2]));
+        let r = recover(dir.path(), Mode::Repair).unwrap();
+        assert!(r.tree.get("/b").is_some() && r.tree.get("/c").is_none());
+        assert_eq!(fs::metadata(segment(dir.path())).unwrap().len(), offsets[2]);
+        // Once cut, the log is clean.
+        assert!(
+            recover(dir.path(), Mode::Check)
+                .unwrap()
+                .torn_tail
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn damage_followed_by_valid_records_is_corruption_named_by_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(
+            dir.path(),
+            &[create("/a", b"1"), create("/b", b"2"), create("/c", b"3")],
+        );
+        let (offsets, _) = record_offsets(&segment(dir.path()));
+        let file = OpenOptions::new()
+            .write(true)
+            .open(segment(dir.path()))
+            .unwrap();
+        file.write_all_at(b"X", offsets[1] + 20).unwrap();
+        let err = recover(dir.path(), Mode::Repair)
+            .err()
+            .expect("must refuse");
+        assert_eq!(
+            (err.file.clone(), err.offset),
+            (segment(dir.path()), offsets[1])
+        );
+        assert!(err.to_string().contains("corrupt"), "{err}");
+    }
+
+    #[test]
+    fn a_log_that_does_not_reach_back_without_a_snapshot_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path(), &[create("/a", b"1")]);
+        fs::rename(
+            segment(dir.path()),
+            dir.path().join(segment_name(FIRST_ZXID + 5)),
+        )
+        .unwrap();
+        assert!(recover(dir.path(), Mode::Check).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_taken_while_the_tree_changes_holds_the_state_at_its_zxid() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tree = DataTree::new();
+        let mut zxid = FIRST_ZXID;
+        for i in 0..500 {
+            txn::apply(
+                &mut tree,
+                &create(&format!("/n{i:03}"), b"old"),
+                zxid,
+                0,
+                &mut Vec::new(),
+            );
+            zxid += 1;
+        }
+        let at = zxid - 1;
+        let expected: Vec<(String, Option<Bytes>)> = (0..500)
+            .map(|i| (format!("/n{i:03}"), Some(Bytes::from_static(b"old"))))
+            .collect();
+        let mut capture = Capture::new(at, &[]);
+        let mut bytes = capture.take_bytes();
+        tree.start_capture(capture);
+        // Walk a little, then change nodes on both sides of the cursor, delete some, add some.
+        bytes.extend(tree.capture_step(100));
+        for i in [5, 250, 499] {
+            let set = Txn::SetData {
+                path: format!("/n{i:03}"),
+                data: Some(Bytes::from_static(b"new")),
+                version: 1,
+            };
+            txn::apply(&mut tree, &set, zxid, 0, &mut Vec::new());
+            zxid += 1;
+        }
+        txn::apply(
+            &mut tree,
+            &Txn::Delete {
+                path: "/n300".into(),
+            },
+            zxid,
+            0,
+            &mut Vec::new(),
+        );
+        txn::apply(
+            &mut tree,
+            &create("/n2999", b"late"),
+            zxid + 1,
+            0,
+            &mut Vec::new(),
+        );
+        while !tree.capture_walked() {
+            bytes.extend(tree.capture_step(64));
+        }
+        bytes.extend(tree.finish_capture());
+        let writer = crate::snapshot::spawn_writer(dir.path().to_path_buf(), 3).unwrap();
+        writer.send(SnapshotMsg::Start { zxid: at }).unwrap();
+        writer
+            .send(SnapshotMsg::Chunk(bytes[..bytes.len() - 9].to_vec()))
+            .unwrap();
+        writer
+            .send(SnapshotMsg::Finish(bytes[bytes.len() - 9..].to_vec()))
+            .unwrap();
+        drop(writer);
+        let path = dir.path().join(snapshot_name(at));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !path.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let loaded = crate::snapshot::load(&path).unwrap();
+        let mut got: Vec<(String, Option<Bytes>)> = loaded
+            .nodes
+            .into_iter()
+            .filter(|n| n.path.starts_with("/n"))
+            .map(|n| (n.path, n.data))
+            .collect();
+        got.sort();
+        assert_eq!(got, expected);
+    }
+}

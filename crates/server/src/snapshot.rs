@@ -1,0 +1,365 @@
+//! Snapshots: the whole state at one zxid, written in the background so recovery need not replay
+//! the log from the beginning.
+//!
+//! Taking one must not stall requests, and the core owns the tree, so the core walks the tree in
+//! key order a chunk at a time between batches of requests. A write that reaches a node the walk
+//! has not visited yet first records that node's *pre-image*; nodes created during the walk are
+//! skipped. The result is exactly the state at the snapshot's zxid, with a stall bounded by the
+//! chunk size. A writer thread streams the bytes to `snapshot.<zxid>.tmp`, and once the log is
+//! durable up to that zxid, syncs, renames it into place, syncs the directory and purges what
+//! is no longer needed.
+//!
+//! File: `LKSNAPSH`, u32 version, i64 zxid, sessions (i32 count, then id, timeout, password), node
+//! records (tag 1, path, data, acl, stat fields), end (tag 0, i64 node count), u32 crc32c of all
+//! bytes before it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use bytes::Bytes;
+use lockkeeper_proto::{Acl, DecodeError, Jute, Reader};
+
+use crate::log::{segment_name, sync_dir};
+use crate::tree::Node;
+
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
+const NODE_TAG: u8 = 1;
+const END_TAG: u8 = 0;
+
+pub fn snapshot_name(zxid: i64) -> String {
+    format!("snapshot.{zxid:016x}")
+}
+
+/// A session as snapshots and recovery know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub id: i64,
+    pub timeout_ms: i32,
+    pub passwd: [u8; 16],
+}
+
+/// A snapshot being taken: how far the walk has got and which nodes it must skip.
+pub struct Capture {
+    pub zxid: i64,
+    /// The last key walked; everything at or before it is in the snapshot.
+    cursor: Option<String>,
+    /// Nodes ahead of the cursor already recorded (their pre-image, before a write).
+    recorded_ahead: HashSet<String>,
+    /// Nodes ahead of the cursor created after the snapshot's zxid.
+    created_ahead: HashSet<String>,
+    out: Vec<u8>,
+    count: i64,
+    walked: bool,
+}
+
+impl Capture {
+    pub fn new(zxid: i64, sessions: &[SessionRecord]) -> Capture {
+        let mut out = Vec::with_capacity(64 * 1024);
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&1u32.to_be_bytes());
+        zxid.write(&mut out);
+        (sessions.len() as i32).write(&mut out);
+        for s in sessions {
+            s.id.write(&mut out);
+            s.timeout_ms.write(&mut out);
+            out.extend_from_slice(&s.passwd);
+        }
+        Capture {
+            zxid,
+            cursor: None,
+            recorded_ahead: HashSet::new(),
+            created_ahead: HashSet::new(),
+            out,
+            count: 0,
+            walked: false,
+        }
+    }
+
+    fn ahead(&self, path: &str) -> bool {
+        !self.walked && self.cursor.as_deref().is_none_or(|c| path > c)
+    }
+
+    /// Called before `path` is changed or deleted.
+    pub fn before_change(&mut self, path: &str, nodes: &BTreeMap<String, Node>) {
+        if self.ahead(path)
+            && !self.recorded_ahead.contains(path)
+            && !self.created_ahead.contains(path)
+        {
+            if let Some(node) = nodes.get(path) {
+                encode_node(&mut self.out, path, node);
+                self.count += 1;
+            }
+            self.recorded_ahead.insert(path.to_string());
+        }
+    }
+
+    /// Called when `path` is created.
+    pub fn on_create(&mut self, path: &str) {
+        if self.ahead(path) && !self.recorded_ahead.contains(path) {
+            self.created_ahead.insert(path.to_string());
+        }
+    }
+
+    /// Records up to `limit` more nodes in key order.
+    pub fn walk(&mut self, nodes: &BTreeMap<String, Node>, limit: usize) {
+        let start = match &self.cursor {
+            Some(c) => Bound::Excluded(c.as_str()),
+            None => Bound::Unbounded,
+        };
+        let mut last = None;
+        let mut seen = 0;
+        for (path, node) in nodes.range::<str, _>((start, Bound::Unbounded)).take(limit) {
+            seen += 1;
+            last = Some(path);
+            if self.recorded_ahead.remove(path.as_str()) || self.created_ahead.remove(path.as_str())
+            {
+                continue;
+            }
+            encode_node(&mut self.out, path, node);
+            self.count += 1;
+        }
+        match last {
+            Some(path) if seen == limit => self.cursor = Some(path.clone()),
+            _ => {
+                self.walked = true;
+                self.recorded_ahead.clear();
+                self.created_ahead.clear();
+            }
+        }
+    }
+
+    pub fn is_walked(&self) -> bool {
+        self.walked
+    }
+
+    /// Takes the bytes produced so far, to stream them to the writer.
+    pub fn take_bytes(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// The closing bytes (before the checksum, which the writer adds).
+    pub fn finish(mut self) -> Vec<u8> {
+        self.out.push(END_TAG);
+        self.count.write(&mut self.out);
+        self.out
+    }
+}
+
+fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node) {
+    out.push(NODE_TAG);
+    path.to_string().write(out);
+    node.data.write(out);
+    node.acl.to_vec().write(out);
+    for v in [node.czxid, node.mzxid, node.ctime, node.mtime] {
+        v.write(out);
+    }
+    for v in [node.version, node.aversion, node.child_creations] {
+        v.write(out);
+    }
+    node.ephemeral_owner.write(out);
+    node.pzxid.write(out);
+}
+
+/// One node as read back from a snapshot.
+pub struct NodeRecord {
+    pub path: String,
+    pub data: Option<Bytes>,
+    pub acl: Vec<Acl>,
+    pub czxid: i64,
+    pub mzxid: i64,
+    pub ctime: i64,
+    pub mtime: i64,
+    pub version: i32,
+    pub aversion: i32,
+    pub child_creations: i32,
+    pub ephemeral_owner: i64,
+    pub pzxid: i64,
+}
+
+pub struct Loaded {
+    pub zxid: i64,
+    pub sessions: Vec<SessionRecord>,
+    pub nodes: Vec<NodeRecord>,
+}
+
+/// Reads and checks a whole snapshot file. `Err` says why it cannot be used.
+pub fn load(path: &Path) -> Result<Loaded, String> {
+    let bytes = fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() < 8 + 4 + 8 + 4 + 1 + 8 + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return Err("not a snapshot (bad magic or too short)".into());
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let stored = u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32c::crc32c(body) != stored {
+        return Err("checksum mismatch".into());
+    }
+    parse(Bytes::copy_from_slice(&body[8..])).map_err(|e| format!("malformed: {e}"))
+}
+
+fn parse(body: Bytes) -> Result<Loaded, DecodeError> {
+    let mut r = Reader::new(body);
+    let _version = r.read_i32()?;
+    let zxid = r.read_i64()?;
+    let session_count = r.read_i32()?;
+    let mut sessions = Vec::new();
+    for _ in 0..session_count.max(0) {
+        let id = r.read_i64()?;
+        let timeout_ms = r.read_i32()?;
+        let mut passwd = [0u8; 16];
+        passwd.copy_from_slice(&r.read_raw(16)?);
+        sessions.push(SessionRecord {
+            id,
+            timeout_ms,
+            passwd,
+        });
+    }
+    let mut nodes = Vec::new();
+    loop {
+        match read_u8(&mut r)? {
+            NODE_TAG => nodes.push(NodeRecord {
+                path: r.read_string()?,
+                data: Jute::read(&mut r)?,
+                acl: Jute::read(&mut r)?,
+                czxid: r.read_i64()?,
+                mzxid: r.read_i64()?,
+                ctime: r.read_i64()?,
+                mtime: r.read_i64()?,
+                version: r.read_i32()?,
+                aversion: r.read_i32()?,
+                child_creations: r.read_i32()?,
+                ephemeral_owner: r.read_i64()?,
+                pzxid: r.read_i64()?,
+            }),
+            END_TAG => {
+                let count = r.read_i64()?;
+                if count != nodes.len() as i64 {
+                    return Err(DecodeError::TrailingBytes(count.unsigned_abs() as usize));
+                }
+                r.finish()?;
+                return Ok(Loaded {
+                    zxid,
+                    sessions,
+                    nodes,
+                });
+            }
+            other => return Err(DecodeError::UnknownOpCode(i32::from(other))),
+        }
+    }
+}
+
+fn read_u8(r: &mut Reader) -> Result<u8, DecodeError> {
+    Ok(r.read_raw(1)?[0])
+}
+
+/// What the core streams to the snapshot writer thread.
+pub enum SnapshotMsg {
+    Start {
+        zxid: i64,
+    },
+    Chunk(Vec<u8>),
+    /// The closing bytes; the log is durable up to the snapshot's zxid by now.
+    Finish(Vec<u8>),
+}
+
+/// Starts the thread that writes snapshots and purges old files.
+pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<mpsc::Sender<SnapshotMsg>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new().name("keeper-snapshot".into()).spawn(move || {
+        let mut current: Option<(i64, PathBuf, io::BufWriter<File>, u32)> = None;
+        for msg in rx {
+            let result = match msg {
+                SnapshotMsg::Start { zxid } => {
+                    let tmp = dir.join(format!("{}.tmp", snapshot_name(zxid)));
+                    File::create(&tmp).map(|f| {
+                        current = Some((zxid, tmp, io::BufWriter::with_capacity(1 << 20, f), 0));
+                    })
+                }
+                SnapshotMsg::Chunk(bytes) => match &mut current {
+                    Some((_, _, file, crc)) => {
+                        *crc = crc32c::crc32c_append(*crc, &bytes);
+                        file.write_all(&bytes)
+                    }
+                    None => Ok(()),
+                },
+                SnapshotMsg::Finish(bytes) => match current.take() {
+                    Some((zxid, tmp, file, crc)) => finish(&dir, zxid, &tmp, file, crc, &bytes, retain),
+                    None => Ok(()),
+                },
+            };
+            if let Err(error) = result {
+                tracing::error!(%error, "snapshot failed; recovery will use the previous snapshot and more log");
+                if let Some((_, tmp, _, _)) = current.take() {
+                    let _ = fs::remove_file(tmp);
+                }
+            }
+        }
+    })?;
+    Ok(tx)
+}
+
+fn finish(
+    dir: &Path,
+    zxid: i64,
+    tmp: &Path,
+    mut file: io::BufWriter<File>,
+    crc: u32,
+    last: &[u8],
+    retain: usize,
+) -> io::Result<()> {
+    file.write_all(last)?;
+    let sum = crc32c::crc32c_append(crc, last);
+    file.write_all(&sum.to_be_bytes())?;
+    let file = file.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    fs::rename(tmp, dir.join(snapshot_name(zxid)))?;
+    sync_dir(dir)?;
+    tracing::info!(zxid = format_args!("{zxid:#x}"), "snapshot written");
+    purge(dir, retain)
+}
+
+/// Keeps the newest `retain` snapshots and the log segments needed to recover from the oldest
+/// of them: a segment can go once the next one starts at or before that snapshot's zxid + 1.
+pub fn purge(dir: &Path, retain: usize) -> io::Result<()> {
+    let (mut snapshots, logs) = list(dir)?;
+    snapshots.sort_unstable();
+    if snapshots.len() <= retain.max(1) {
+        return Ok(());
+    }
+    let keep_from = snapshots.len() - retain.max(1);
+    for zxid in &snapshots[..keep_from] {
+        fs::remove_file(dir.join(snapshot_name(*zxid)))?;
+    }
+    let oldest = snapshots[keep_from];
+    for pair in logs.windows(2) {
+        if pair[1] <= oldest + 1 {
+            fs::remove_file(dir.join(segment_name(pair[0])))?;
+        }
+    }
+    Ok(())
+}
+
+/// Snapshot zxids and log segment start zxids in `dir`, each sorted ascending.
+pub fn list(dir: &Path) -> io::Result<(Vec<i64>, Vec<i64>)> {
+    let mut snapshots = Vec::new();
+    let mut logs = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(hex) = name.strip_prefix("snapshot.").filter(|h| h.len() == 16) {
+            if let Ok(z) = u64::from_str_radix(hex, 16) {
+                snapshots.push(z as i64);
+            }
+        } else if let Some(hex) = name.strip_prefix("log.").filter(|h| h.len() == 16)
+            && let Ok(z) = u64::from_str_radix(hex, 16)
+        {
+            logs.push(z as i64);
+        }
+    }
+    snapshots.sort_unstable();
+    logs.sort_unstable();
+    Ok((snapshots, logs))
+}
