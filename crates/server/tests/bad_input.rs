@@ -1226,7 +1226,6 @@ async fn damaged_requests_are_answered_or_closed() {
 /// bystander's acknowledged writes are read back from a new session after the server restarts
 /// (ZooKeeper is killed with SIGKILL; Keeper is stopped and started on the same data directory).
 #[tokio::test]
-#[ignore = "Keeper keeps its data in memory until the on-disk transaction log lands"]
 async fn acknowledged_writes_survive_bad_input_and_a_restart() {
     for backend in ["keeper", "zookeeper"] {
         if !backend_enabled(backend) {

@@ -45,6 +45,8 @@ impl Keeper {
             tick_time: Duration::from_millis(2000),
             container_check_interval: Duration::from_secs(1),
             four_letter_words: vec!["*".to_string()],
+            // Tests restart Keeper, they do not power off the machine: no fsync needed.
+            sync: lockkeeper_server::config::SyncMode::None,
             ..Config::default()
         }
     }
