@@ -2,6 +2,7 @@
 
 mod bench;
 mod serve;
+mod verify;
 
 use clap::{Parser, Subcommand};
 
@@ -18,12 +19,19 @@ enum Command {
     /// Run Keeper, a coordination server that ZooKeeper clients (Curator, kazoo, zkCli,
     /// zookeeper-client) connect to unchanged.
     Serve(serve::ServeArgs),
+    /// Check a data directory offline (snapshots and transaction log), changing nothing.
+    Verify(verify::VerifyArgs),
     /// Load-test any ZooKeeper-protocol server, or compare Keeper with Apache ZooKeeper.
     Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let cli = match cli.command {
+        // Offline and synchronous: no logging setup or runtime needed.
+        Command::Verify(args) => return verify::run(args),
+        command => Cli { command },
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(
@@ -47,6 +55,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::Verify(_) => Ok(()),
         }
     });
     match result {

@@ -4,7 +4,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lockkeeper_server::config::SyncMode;
 use lockkeeper_server::{Config, Server};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SyncFlag {
+    Always,
+    None,
+}
 
 /// Flags mirror ZooKeeper's zoo.cfg settings of the same meaning.
 #[derive(clap::Args, Debug)]
@@ -40,6 +47,17 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     four_letter_words: Vec<String>,
+    /// When the transaction log is synced: "always" (every acknowledged write is on disk) or
+    /// "none" (written but never synced: survives a crash of Keeper, not of the machine; for
+    /// throwaway test servers).
+    #[arg(long, value_enum, default_value = "always")]
+    sync: SyncFlag,
+    /// Take a snapshot after this many transactions (ZooKeeper's snapCount).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    snap_count: u64,
+    /// Snapshots to keep, with the logs needed to recover from the oldest of them.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    snap_retain: u64,
     /// Digest of a super user that passes every ACL, as "super:<base64 sha1>"
     /// (ZooKeeper's DigestAuthenticationProvider.superDigest).
     #[arg(long)]
@@ -70,12 +88,21 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send
         container_check_interval: Duration::from_millis(args.container_check_interval),
         four_letter_words: args.four_letter_words,
         super_digest: args.super_digest,
+        sync: match args.sync {
+            SyncFlag::Always => SyncMode::Always,
+            SyncFlag::None => SyncMode::None,
+        },
+        snap_count: args.snap_count,
+        snap_retain: args.snap_retain as usize,
         ..Config::default()
     };
     let server = Server::start(config.clone())
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    tracing::warn!("this version keeps data in memory only: it is lost when the server stops");
+        .map_err(|e| match e.kind() {
+            // Recovery refused the data dir: its message names the file and offset.
+            std::io::ErrorKind::InvalidData => format!("cannot start: {e}"),
+            _ => format!("cannot listen on {}: {e}", config.listen),
+        })?;
     println!(
         "lockkeeper serving ZooKeeper clients on {}",
         server.local_addr()
