@@ -13,7 +13,7 @@
 //! records (tag 1, path, data, acl, stat fields), end (tag 0, i64 node count), u32 crc32c of all
 //! bytes before it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::ops::Bound;
@@ -24,7 +24,7 @@ use bytes::Bytes;
 use lockkeeper_proto::{Acl, DecodeError, Jute, Reader};
 
 use crate::log::{segment_name, sync_dir};
-use crate::tree::Node;
+use crate::tree::{Node, Nodes};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
 const NODE_TAG: u8 = 1;
@@ -84,7 +84,7 @@ impl Capture {
     }
 
     /// Called before `path` is changed or deleted.
-    pub fn before_change(&mut self, path: &str, nodes: &BTreeMap<String, Node>) {
+    pub fn before_change(&mut self, path: &str, nodes: &Nodes) {
         if self.ahead(path)
             && !self.recorded_ahead.contains(path)
             && !self.created_ahead.contains(path)
@@ -105,7 +105,7 @@ impl Capture {
     }
 
     /// Records up to `limit` more nodes in key order.
-    pub fn walk(&mut self, nodes: &BTreeMap<String, Node>, limit: usize) {
+    pub fn walk(&mut self, nodes: &Nodes, limit: usize) {
         let start = match &self.cursor {
             Some(c) => Bound::Excluded(c.as_str()),
             None => Bound::Unbounded,

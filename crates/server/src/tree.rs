@@ -120,9 +120,12 @@ fn own(data: Option<Bytes>) -> Option<Bytes> {
     data.map(|d| Bytes::copy_from_slice(&d))
 }
 
+pub type Nodes = BTreeMap<String, Box<Node>>;
+
 pub struct DataTree {
-    /// Ordered by path so a snapshot can walk it in chunks while it changes.
-    nodes: BTreeMap<String, Node>,
+    /// Ordered by path so a snapshot can walk it in chunks while it changes. Nodes are boxed:
+    /// B-tree leaves are often half empty, and an empty slot then costs a pointer, not a node.
+    nodes: Nodes,
     ephemerals: HashMap<i64, BTreeSet<String>>,
     containers: HashSet<String>,
     ttl_nodes: HashSet<String>,
@@ -164,8 +167,10 @@ impl DataTree {
             ("/zookeeper/quota", &open),
             ("/zookeeper/config", &read_only),
         ] {
-            tree.nodes
-                .insert(p.to_string(), Node::new(None, acl.clone(), 0, 0, 0));
+            tree.nodes.insert(
+                p.to_string(),
+                Box::new(Node::new(None, acl.clone(), 0, 0, 0)),
+            );
             if let Some(parent) = path::parent(p).and_then(|parent| tree.nodes.get_mut(parent)) {
                 parent.children.insert(path::name(p).into());
             }
@@ -178,7 +183,9 @@ impl DataTree {
 
     /// The node at `path`. ZooKeeper also files the root under "", so reads of "" see "/".
     pub fn get(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(if path.is_empty() { "/" } else { path })
+        self.nodes
+            .get(if path.is_empty() { "/" } else { path })
+            .map(|n| &**n)
     }
 
     pub fn len(&self) -> usize {
@@ -223,7 +230,7 @@ impl DataTree {
             parent.pzxid = zxid;
         }
         self.index(path, ephemeral_owner);
-        self.nodes.insert(path.to_string(), node);
+        self.nodes.insert(path.to_string(), Box::new(node));
         stat
     }
 
@@ -380,7 +387,7 @@ impl DataTree {
                 children: BTreeSet::new(),
             };
             tree.index(&r.path, node.ephemeral_owner);
-            tree.nodes.insert(r.path, node);
+            tree.nodes.insert(r.path, Box::new(node));
         }
         let paths: Vec<String> = tree.nodes.keys().cloned().collect();
         for p in paths {
