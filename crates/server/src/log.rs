@@ -9,7 +9,12 @@
 //!
 //! A segment is `log.<zxid of its first record, 16 hex digits>`: a 16-byte header (`LKTXNLOG`,
 //! version, zero), then records `u32 len | u32 crc32c(payload) | payload`, payload =
-//! `i64 zxid | i64 time | txn`, then zeros up to the preallocated size (len 0 ends the segment).
+//! `i64 zxid | i64 time | txn`, then zeros (len 0 ends the segment).
+//!
+//! The writer keeps written zeros ahead of the records. A sync then only overwrites blocks the
+//! file already has; appending to a hole or to a fallocated range would also change the file's
+//! block map, which costs a journal commit on every sync. It also means a full disk shows up while
+//! zero-filling ahead, before a record needs the space.
 //!
 //! When a write or sync fails, nothing more is written or published: the writer bumps the fault
 //! count (so held replies are dropped, never sent) and tells the core, which goes read-only until
@@ -18,7 +23,6 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
@@ -32,10 +36,10 @@ pub const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
 pub const SEGMENT_HEADER_LEN: u64 = 16;
 /// Bytes before each payload: length and checksum.
 pub const RECORD_HEADER_LEN: usize = 8;
-/// Segments are preallocated in steps of this size and rolled once they pass it.
-const SEGMENT_STEP: u64 = 64 << 20;
-/// When the full step does not fit on the disk, reserve this much instead.
-const SMALL_STEP: u64 = 256 << 10;
+/// Segments are rolled once they pass this size.
+const SEGMENT_SIZE: u64 = 64 << 20;
+/// Zeros are written ahead of the records in steps of this size.
+const ZERO_STEP: u64 = 1 << 20;
 
 pub fn segment_name(first_zxid: i64) -> String {
     format!("log.{first_zxid:016x}")
@@ -211,7 +215,8 @@ struct Segment {
     /// Where the next record goes.
     offset: u64,
     /// Bytes reserved on disk.
-    allocated: u64,
+    /// Bytes of the file written so far (header, records, zeros ahead).
+    zeroed: u64,
     /// End of the last record known to be on disk.
     durable_offset: u64,
 }
@@ -275,7 +280,7 @@ impl Writer {
         if self
             .segment
             .as_ref()
-            .is_some_and(|s| s.offset >= SEGMENT_STEP)
+            .is_some_and(|s| s.offset >= SEGMENT_SIZE)
         {
             self.sync_segment()?;
             self.segment = None;
@@ -285,8 +290,9 @@ impl Writer {
             None => self.segment.insert(open_segment(&self.dir, first_zxid)?),
         };
         let end = segment.offset + bytes.len() as u64;
-        if end > segment.allocated {
-            segment.allocated = reserve(&segment.file, segment.allocated, end)?;
+        while segment.zeroed < end + ZERO_STEP {
+            zero_fill(&segment.file, segment.zeroed)?;
+            segment.zeroed += ZERO_STEP;
         }
         segment.file.write_all_at(bytes, segment.offset)?;
         segment.offset = end;
@@ -342,7 +348,7 @@ impl Writer {
     }
 }
 
-/// Creates a segment, reserves its space and makes its directory entry durable.
+/// Creates a segment with its first zeros and makes its directory entry durable.
 fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
     let path = dir.join(segment_name(first_zxid));
     let file = OpenOptions::new()
@@ -354,7 +360,7 @@ fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
     let mut header = [0u8; SEGMENT_HEADER_LEN as usize];
     header[..8].copy_from_slice(SEGMENT_MAGIC);
     header[8..12].copy_from_slice(&1u32.to_be_bytes());
-    let allocated = reserve(&file, 0, SEGMENT_HEADER_LEN)?;
+    zero_fill(&file, 0)?;
     file.write_all_at(&header, 0)?;
     file.sync_all()?;
     sync_dir(dir)?;
@@ -362,49 +368,15 @@ fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
         file,
         path,
         offset: SEGMENT_HEADER_LEN,
-        allocated,
+        zeroed: ZERO_STEP,
         durable_offset: SEGMENT_HEADER_LEN,
     })
 }
 
-/// Reserves disk blocks up to at least `needed` bytes, a large step at a time so syncs seldom
-/// have to update the file's size, and so a full disk shows up here rather than mid-record.
-/// Returns the new reserved size.
-fn reserve(file: &File, allocated: u64, needed: u64) -> io::Result<u64> {
-    for step in [SEGMENT_STEP, SMALL_STEP] {
-        let target = needed.div_ceil(step) * step;
-        match fallocate(file, allocated, target - allocated) {
-            Ok(()) => return Ok(target),
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && step != SMALL_STEP => continue,
-            // Filesystems without fallocate: the file grows as it is written.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-                ) =>
-            {
-                return Ok(u64::MAX);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::from_raw_os_error(libc::ENOSPC))
-}
-
-fn fallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
-    // SAFETY: posix_fallocate only reads its integer arguments and acts on a descriptor that
-    // `file` keeps open for the duration of the call.
-    let rc = unsafe {
-        libc::posix_fallocate(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t)
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(rc))
-    }
+/// Writes one step of zeros at `offset`; the next sync makes them durable with the records.
+fn zero_fill(file: &File, offset: u64) -> io::Result<()> {
+    static ZEROS: [u8; ZERO_STEP as usize] = [0; ZERO_STEP as usize];
+    file.write_all_at(&ZEROS, offset)
 }
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
