@@ -301,7 +301,7 @@ pub async fn compare(settings: &Settings) -> Result<Json, BoxError> {
     let json = to_json(settings, &reports, &rows, &notes);
     if failed {
         // Still hand back the JSON of what was measured, then report failure.
-        return Err(Box::new(Partial(json)));
+        return Err(Box::new(Partial::new(json)));
     }
     Ok(json)
 }
@@ -325,13 +325,23 @@ fn caveats(reports: &[ServerReport]) -> Vec<String> {
     notes
 }
 
-/// A comparison in which some figure could not be taken; carries what was measured.
+/// A benchmark in which some figure could not be taken or a check failed; carries what was
+/// measured (for `--json`) and what went wrong.
 #[derive(Debug)]
-pub struct Partial(pub Json);
+pub struct Partial(pub Json, pub String);
+
+impl Partial {
+    pub fn new(json: Json) -> Partial {
+        Partial(
+            json,
+            "some figures could not be measured (errors above)".into(),
+        )
+    }
+}
 
 impl std::fmt::Display for Partial {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("some figures could not be measured (errors above)")
+        f.write_str(&self.1)
     }
 }
 
@@ -578,6 +588,7 @@ mod tests {
                 zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
                 zookeeper_jvm_opts: Vec::new(),
                 zookeeper_force_sync: true,
+                keeper_flags: Default::default(),
             },
             startup_trials: 1,
             startup_limit: Duration::from_secs(60),

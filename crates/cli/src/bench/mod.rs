@@ -5,13 +5,21 @@
 //! `--compare` it starts Keeper and Apache ZooKeeper itself and prints every figure side by side
 //! as a ratio, which is how the numbers in the README are produced.
 //!
+//! `--recovery N` measures how long Keeper (and, with `--recovery-peer`, ZooKeeper) takes to come
+//! back after SIGKILL with N znodes in a snapshot and a log tail, and checks that every znode
+//! did; `--snapshot-latency N` measures request latency while a snapshot of N znodes is written.
+//!
 //! Everything is bounded: each run by time and by a request budget, each wait for a server by a
 //! timeout. Servers the benchmark starts are killed on every way out (normal end, error, Ctrl-C,
 //! SIGTERM, panic, and even SIGKILL of the benchmark, via the parent-death signal).
 
 mod compare;
+mod datadir;
 mod driver;
+mod paced;
 mod process;
+mod recovery;
+mod snapshot;
 mod startup;
 mod stats;
 mod workload;
@@ -19,7 +27,7 @@ mod workload;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use process::{Launcher, ServerKind};
+use process::{KeeperFlags, Launcher, ServerKind};
 use stats::Json;
 use workload::{Namespace, Plan, Workload};
 
@@ -37,7 +45,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
     lockkeeper bench --connect 127.0.0.1:2181\n  \
     lockkeeper bench --connect 127.0.0.1:2181 --workload get --sessions 1,4,16 --duration 10s\n  \
     lockkeeper bench --compare --json bench.json\n  \
-    lockkeeper bench --compare --only zookeeper")]
+    lockkeeper bench --compare --only zookeeper\n  \
+    lockkeeper bench --recovery 1000000 --recovery-peer\n  \
+    lockkeeper bench --snapshot-latency 1000000 --rate 5000")]
 pub struct BenchArgs {
     /// Server to load, as host:port (any ZooKeeper-protocol server) [default: 127.0.0.1:2181].
     /// Everything is created under /lockkeeper-bench-<pid>-<random> and removed at the end
@@ -140,6 +150,38 @@ pub struct BenchArgs {
     /// Do not draw progress bars (they are drawn on stderr, and only on a terminal).
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Crash-recovery benchmark: start Keeper (`--sync always`, a snapshot every 3/4 of N txns),
+    /// create N znodes, wait for the snapshot, SIGKILL it, restart it on the same data dir, and
+    /// report the time to the first session and any znode that did not come back.
+    #[arg(long, value_name = "N", conflicts_with_all = ["compare", "connect"],
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub recovery: Option<u64>,
+
+    /// With --recovery: also measure Apache ZooKeeper (forceSync as --zookeeper-force-sync, the
+    /// same snapCount), for a ratio.
+    #[arg(long, requires = "recovery")]
+    pub recovery_peer: bool,
+
+    /// Snapshot benchmark: start Keeper with N znodes, run a paced getData/setData mix, and
+    /// compare p99 latency while Keeper writes a snapshot with p99 just before (--warmup, then
+    /// --duration of baseline; sessions: the largest of --sessions, at most 8).
+    #[arg(long, value_name = "N", conflicts_with_all = ["compare", "connect"],
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub snapshot_latency: Option<u64>,
+
+    /// With --snapshot-latency: requests per second of the mix, over all sessions.
+    #[arg(long, default_value_t = 5000.0, value_parser = parse_rate)]
+    pub rate: f64,
+
+    /// With --recovery or --snapshot-latency: bound on creating the N znodes.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub populate_limit: Duration,
+
+    /// With --recovery or --snapshot-latency: bound on waiting for a snapshot (past when it is
+    /// due) and on writing it.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub snapshot_limit: Duration,
 }
 
 /// Runs the benchmark described by `args` until it completes, fails, or is interrupted.
@@ -169,18 +211,10 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
         server_pid: args.server_pid,
     };
     let sessions: Vec<usize> = args.sessions.iter().map(|&s| usize::from(s)).collect();
-    let result = if args.compare {
-        let launcher = Launcher {
-            keeper_bin: match &args.keeper_bin {
-                Some(path) => path.clone(),
-                None => std::env::current_exe()
-                    .map_err(|e| format!("cannot locate the lockkeeper binary: {e}"))?,
-            },
-            java: args.java.clone(),
-            zookeeper_classpath: args.zookeeper_classpath.clone(),
-            zookeeper_jvm_opts: args.zookeeper_jvm_opts.clone(),
-            zookeeper_force_sync: args.zookeeper_force_sync,
-        };
+    let result = if args.recovery.is_some() || args.snapshot_latency.is_some() {
+        durability(&args, plan, launcher(&args)?).await
+    } else if args.compare {
+        let launcher = launcher(&args)?;
         let settings = compare::Settings {
             plan,
             workloads: args.workload.clone(),
@@ -214,6 +248,86 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
             }
             Err(e)
         }
+    }
+}
+
+/// How to start the servers, from the flags; asks the Keeper binary which flags it has.
+fn launcher(args: &BenchArgs) -> Result<Launcher, BoxError> {
+    let keeper_bin = match &args.keeper_bin {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot locate the lockkeeper binary: {e}"))?,
+    };
+    let keeper_flags = KeeperFlags::probe(&keeper_bin);
+    Ok(Launcher {
+        keeper_bin,
+        java: args.java.clone(),
+        zookeeper_classpath: args.zookeeper_classpath.clone(),
+        zookeeper_jvm_opts: args.zookeeper_jvm_opts.clone(),
+        zookeeper_force_sync: args.zookeeper_force_sync,
+        keeper_flags,
+    })
+}
+
+/// `--recovery` and/or `--snapshot-latency`, one after the other; the JSON has a section for each
+/// that ran. A failure of the first does not skip the second.
+async fn durability(args: &BenchArgs, plan: Plan, launcher: Launcher) -> Result<Json, BoxError> {
+    let mut sections = Vec::new();
+    let mut failures = Vec::new();
+    let mut keep = |name: &'static str, result: Result<Json, BoxError>| match result {
+        Ok(json) => sections.push((name, json)),
+        Err(e) => {
+            if let Some(partial) = e.downcast_ref::<compare::Partial>() {
+                sections.push((name, partial.0.clone()));
+            }
+            failures.push(format!("{name}: {e}"));
+        }
+    };
+    if let Some(znodes) = args.recovery {
+        let settings = recovery::Settings {
+            znodes,
+            plan: plan.clone(),
+            launcher: launcher.clone(),
+            peer: args.recovery_peer,
+            populate_limit: args.populate_limit,
+            startup_limit: args.connect_timeout,
+            snapshot_limit: args.snapshot_limit,
+        };
+        keep("recovery", recovery::run(&settings).await);
+    }
+    if let Some(znodes) = args.snapshot_latency {
+        if args.recovery.is_some() {
+            println!();
+        }
+        let settings = snapshot::Settings {
+            znodes,
+            plan: plan.clone(),
+            launcher,
+            sessions: args
+                .sessions
+                .iter()
+                .copied()
+                .max()
+                .map_or(4, |s| usize::from(s).min(8)),
+            rate: args.rate,
+            warmup: args.warmup,
+            window: args.duration,
+            populate_limit: args.populate_limit,
+            startup_limit: args.connect_timeout,
+            snapshot_limit: args.snapshot_limit,
+        };
+        keep("snapshot_latency", snapshot::run(&settings).await);
+    }
+    let mut fields = vec![(
+        "command",
+        Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+    )];
+    fields.extend(sections);
+    let json = Json::obj(fields);
+    if failures.is_empty() {
+        Ok(json)
+    } else {
+        Err(Box::new(compare::Partial(json, failures.join("; "))))
     }
 }
 
@@ -323,6 +437,16 @@ async fn interrupted() -> &'static str {
     {
         ctrl_c().await;
         "Ctrl-C"
+    }
+}
+
+/// A positive, finite request rate.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 10_000_000.0 => Ok(r),
+        _ => Err(format!(
+            "`{text}` is not a rate (requests per second, e.g. 5000)"
+        )),
     }
 }
 
@@ -436,6 +560,27 @@ mod tests {
         assert!(parse(&["--pipeline", "0"]).is_err());
         assert!(parse(&["--workload", "set"]).is_err());
         assert!(parse(&["--duration", "soon"]).is_err());
+    }
+
+    #[test]
+    fn durability_flags_parse_and_exclude_the_other_modes() {
+        let args = parse(&["--recovery", "1000000", "--recovery-peer"]).expect("parse");
+        assert_eq!(args.recovery, Some(1_000_000));
+        assert!(args.recovery_peer);
+        assert_eq!(args.snapshot_latency, None);
+        assert_eq!(args.populate_limit, Duration::from_secs(600));
+        let args = parse(&["--snapshot-latency", "500000", "--rate", "2500"]).expect("parse");
+        assert_eq!(args.snapshot_latency, Some(500_000));
+        assert_eq!(args.rate, 2500.0);
+        assert_eq!(parse(&[]).expect("defaults").rate, 5000.0);
+        assert!(parse(&["--recovery-peer"]).is_err(), "needs --recovery");
+        assert!(parse(&["--recovery", "10", "--compare"]).is_err());
+        assert!(parse(&["--snapshot-latency", "10", "--connect", "127.0.0.1:1"]).is_err());
+        assert!(parse(&["--recovery", "0"]).is_err());
+        assert!(parse(&["--snapshot-latency", "10", "--rate", "0"]).is_err());
+        assert!(parse(&["--snapshot-latency", "10", "--rate", "fast"]).is_err());
+        // Both in one run is allowed: one JSON document with a section for each.
+        assert!(parse(&["--recovery", "10", "--snapshot-latency", "10"]).is_ok());
     }
 
     #[tokio::test]

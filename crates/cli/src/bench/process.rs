@@ -7,7 +7,7 @@
 //! handle drops, so no exit path of the benchmark leaves a server behind.
 
 use std::fmt;
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -59,6 +59,76 @@ pub struct Launcher {
     pub zookeeper_jvm_opts: Vec<String>,
     /// ZooKeeper's `forceSync`: fsync the transaction log before replying (its default).
     pub zookeeper_force_sync: bool,
+    /// Which durability flags the Keeper binary understands (see [`KeeperFlags::probe`]).
+    pub keeper_flags: KeeperFlags,
+}
+
+/// The durability flags of `lockkeeper serve`, as far as the binary at hand knows them.
+///
+/// The benchmark asks for `--sync always` explicitly, so that write figures are those of a server
+/// that syncs every acknowledged write whatever the default becomes; and `--snap-count` for the
+/// recovery and snapshot benchmarks. A build from before the transaction log has neither flag and
+/// would refuse to start with them, so the flags are only passed when `serve --help` lists them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeeperFlags {
+    /// `--sync always|none`.
+    pub sync: bool,
+    /// `--snap-count N`.
+    pub snap_count: bool,
+}
+
+impl KeeperFlags {
+    /// Runs `BIN serve --help` (bounded in time) and reads the flags off its output. Any failure
+    /// means "no such flags": the start-up that follows reports a broken binary clearly enough.
+    pub fn probe(bin: &Path) -> KeeperFlags {
+        let child = Command::new(bin)
+            .args(["serve", "--help"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            return KeeperFlags::default();
+        };
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return KeeperFlags::default();
+                }
+            }
+        }
+        let mut help = String::new();
+        if let Some(mut out) = child.stdout.take() {
+            use std::io::Read;
+            let _ = out.read_to_string(&mut help);
+        }
+        KeeperFlags::from_help(&help)
+    }
+
+    fn from_help(help: &str) -> KeeperFlags {
+        let has = |flag: &str| {
+            help.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '[')
+                .any(|word| word == flag)
+        };
+        KeeperFlags {
+            sync: has("--sync"),
+            snap_count: has("--snap-count"),
+        }
+    }
+}
+
+/// Per-start settings beyond the command-line flags of the benchmark.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Txns between snapshots: Keeper's `--snap-count`, ZooKeeper's `snapCount`.
+    pub snap_count: Option<u64>,
 }
 
 impl Launcher {
@@ -66,8 +136,13 @@ impl Launcher {
     pub fn describe(&self, kind: ServerKind) -> String {
         match kind {
             ServerKind::Keeper => format!(
-                "{} serve --listen 127.0.0.1:PORT --data-dir DIR",
-                self.keeper_bin.display()
+                "{} serve --listen 127.0.0.1:PORT --data-dir DIR{}",
+                self.keeper_bin.display(),
+                if self.keeper_flags.sync {
+                    " --sync always"
+                } else {
+                    " (this build has no --sync flag: in memory only)"
+                }
             ),
             ServerKind::Zookeeper => {
                 let mut s = self.java.display().to_string();
@@ -98,8 +173,10 @@ pub struct ChildServer {
     spawned_at: Instant,
     data_dir: PathBuf,
     log_path: PathBuf,
+    launcher: Launcher,
+    options: ServerOptions,
     /// Kept so the directory outlives the process that writes into it; removed on drop.
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl ChildServer {
@@ -108,60 +185,23 @@ impl ChildServer {
     /// Returns as soon as the process exists; whether it accepts sessions is the caller's to
     /// find out (that wait is one of the figures the benchmark reports).
     pub fn spawn(kind: ServerKind, launcher: &Launcher) -> io::Result<ChildServer> {
+        ChildServer::spawn_with(kind, launcher, &ServerOptions::default())
+    }
+
+    /// [`ChildServer::spawn`] with per-start settings.
+    pub fn spawn_with(
+        kind: ServerKind,
+        launcher: &Launcher,
+        options: &ServerOptions,
+    ) -> io::Result<ChildServer> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("lockkeeper-bench-{}-", kind.json_key()))
             .tempdir()?;
         let data_dir = dir.path().join("data");
         fs::create_dir_all(&data_dir)?;
-        let port = free_port()?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let log_path = dir.path().join("server.log");
-        let log = File::create(&log_path)?;
-
-        let mut cmd = match kind {
-            ServerKind::Keeper => {
-                let mut cmd = Command::new(&launcher.keeper_bin);
-                cmd.arg("serve")
-                    .arg("--listen")
-                    .arg(addr.to_string())
-                    .arg("--data-dir")
-                    .arg(&data_dir);
-                // Logging at info level per request would be measured as server cost; the JVM
-                // side runs with a no-op logger, so keep Keeper quiet too unless asked otherwise.
-                if std::env::var_os("RUST_LOG").is_none() {
-                    cmd.env("RUST_LOG", "warn");
-                }
-                cmd
-            }
-            ServerKind::Zookeeper => {
-                let cfg = dir.path().join("zoo.cfg");
-                fs::write(
-                    &cfg,
-                    zoo_cfg(&data_dir, port, launcher.zookeeper_force_sync),
-                )?;
-                let mut cmd = Command::new(&launcher.java);
-                cmd.args(&launcher.zookeeper_jvm_opts)
-                    .arg("-cp")
-                    .arg(&launcher.zookeeper_classpath)
-                    .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-                    .arg(&cfg);
-                cmd
-            }
-        };
-        cmd.current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        die_with_parent(&mut cmd);
-
-        let spawned_at = Instant::now();
-        let child = cmd.spawn().map_err(|e| {
-            let program = match kind {
-                ServerKind::Keeper => launcher.keeper_bin.display().to_string(),
-                ServerKind::Zookeeper => launcher.java.display().to_string(),
-            };
-            io::Error::new(e.kind(), format!("cannot start {kind} ({program}): {e}"))
-        })?;
+        let (child, addr, spawned_at) =
+            launch(kind, launcher, options, dir.path(), &data_dir, &log_path)?;
         Ok(ChildServer {
             kind,
             child,
@@ -169,8 +209,30 @@ impl ChildServer {
             spawned_at,
             data_dir,
             log_path,
-            _dir: dir,
+            launcher: launcher.clone(),
+            options: options.clone(),
+            dir,
         })
+    }
+
+    /// Kills the server with SIGKILL, as a crash or power cut would stop it (no shutdown code
+    /// runs), then starts it again on the same data directory and a fresh port. Returns as soon
+    /// as the new process exists; `spawned_at` and `addr` now describe it.
+    pub fn crash_and_restart(&mut self) -> io::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, addr, spawned_at) = launch(
+            self.kind,
+            &self.launcher,
+            &self.options,
+            self.dir.path(),
+            &self.data_dir,
+            &self.log_path,
+        )?;
+        self.child = child;
+        self.addr = addr;
+        self.spawned_at = spawned_at;
+        Ok(())
     }
 
     pub fn kind(&self) -> ServerKind {
@@ -212,6 +274,80 @@ impl ChildServer {
     pub fn data_dir_bytes(&self) -> io::Result<u64> {
         tree_bytes(&self.data_dir)
     }
+
+    /// The server's data directory (ZooKeeper keeps its files in `version-2/` below it).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+}
+
+/// Spawns one server process on a free port; its output is appended to `log_path`.
+fn launch(
+    kind: ServerKind,
+    launcher: &Launcher,
+    options: &ServerOptions,
+    dir: &Path,
+    data_dir: &Path,
+    log_path: &Path,
+) -> io::Result<(Child, SocketAddr, Instant)> {
+    let port = free_port()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)?;
+
+    let mut cmd = match kind {
+        ServerKind::Keeper => {
+            let mut cmd = Command::new(&launcher.keeper_bin);
+            cmd.arg("serve")
+                .arg("--listen")
+                .arg(addr.to_string())
+                .arg("--data-dir")
+                .arg(data_dir);
+            if launcher.keeper_flags.sync {
+                cmd.args(["--sync", "always"]);
+            }
+            if let (Some(n), true) = (options.snap_count, launcher.keeper_flags.snap_count) {
+                cmd.arg("--snap-count").arg(n.to_string());
+            }
+            // Logging at info level per request would be measured as server cost; the JVM
+            // side runs with a no-op logger, so keep Keeper quiet too unless asked otherwise.
+            if std::env::var_os("RUST_LOG").is_none() {
+                cmd.env("RUST_LOG", "warn");
+            }
+            cmd
+        }
+        ServerKind::Zookeeper => {
+            let cfg = dir.join("zoo.cfg");
+            fs::write(
+                &cfg,
+                zoo_cfg(data_dir, port, launcher.zookeeper_force_sync, options),
+            )?;
+            let mut cmd = Command::new(&launcher.java);
+            cmd.args(&launcher.zookeeper_jvm_opts)
+                .arg("-cp")
+                .arg(&launcher.zookeeper_classpath)
+                .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+                .arg(&cfg);
+            cmd
+        }
+    };
+    cmd.current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    die_with_parent(&mut cmd);
+
+    let spawned_at = Instant::now();
+    let child = cmd.spawn().map_err(|e| {
+        let program = match kind {
+            ServerKind::Keeper => launcher.keeper_bin.display().to_string(),
+            ServerKind::Zookeeper => launcher.java.display().to_string(),
+        };
+        io::Error::new(e.kind(), format!("cannot start {kind} ({program}): {e}"))
+    })?;
+    Ok((child, addr, spawned_at))
 }
 
 fn tree_bytes(dir: &Path) -> io::Result<u64> {
@@ -295,7 +431,7 @@ pub fn free_port() -> io::Result<u16> {
 
 /// A standalone ZooKeeper configuration: loopback only, no admin HTTP server, four-letter words
 /// allowed, and otherwise ZooKeeper's defaults (`forceSync=yes` unless told otherwise).
-fn zoo_cfg(data_dir: &Path, port: u16, force_sync: bool) -> String {
+fn zoo_cfg(data_dir: &Path, port: u16, force_sync: bool, options: &ServerOptions) -> String {
     let mut cfg = format!(
         "tickTime=2000\n\
          dataDir={}\n\
@@ -307,6 +443,9 @@ fn zoo_cfg(data_dir: &Path, port: u16, force_sync: bool) -> String {
     );
     if !force_sync {
         cfg.push_str("forceSync=no\n");
+    }
+    if let Some(n) = options.snap_count {
+        cfg.push_str(&format!("snapCount={n}\n"));
     }
     cfg
 }
@@ -379,7 +518,8 @@ pub(crate) mod tests {
 
     #[test]
     fn zoo_cfg_binds_loopback_on_the_given_port() {
-        let cfg = zoo_cfg(Path::new("/tmp/x"), 4242, true);
+        let none = ServerOptions::default();
+        let cfg = zoo_cfg(Path::new("/tmp/x"), 4242, true, &none);
         assert!(cfg.contains("clientPort=4242\n"));
         assert!(cfg.contains("clientPortAddress=127.0.0.1\n"));
         assert!(cfg.contains("dataDir=/tmp/x\n"));
@@ -387,7 +527,15 @@ pub(crate) mod tests {
             !cfg.contains("forceSync"),
             "the default (yes) is left to ZooKeeper"
         );
-        assert!(zoo_cfg(Path::new("/tmp/x"), 4242, false).contains("forceSync=no\n"));
+        assert!(
+            !cfg.contains("snapCount"),
+            "ZooKeeper's default unless asked"
+        );
+        assert!(zoo_cfg(Path::new("/tmp/x"), 4242, false, &none).contains("forceSync=no\n"));
+        let snap = ServerOptions {
+            snap_count: Some(750),
+        };
+        assert!(zoo_cfg(Path::new("/tmp/x"), 4242, true, &snap).contains("snapCount=750\n"));
     }
 
     /// A launcher whose "Keeper" is a shell script, so process handling is tested without
@@ -403,6 +551,7 @@ pub(crate) mod tests {
             zookeeper_classpath: String::new(),
             zookeeper_jvm_opts: Vec::new(),
             zookeeper_force_sync: true,
+            keeper_flags: KeeperFlags::default(),
         }
     }
 
@@ -419,6 +568,88 @@ pub(crate) mod tests {
             }
         }
         panic!("script stayed busy");
+    }
+
+    #[test]
+    fn keeper_flags_are_read_off_the_help_text() {
+        let old = "Options:\n      --listen <LISTEN>  Address\n      --data-dir <DATA_DIR>\n";
+        assert_eq!(KeeperFlags::from_help(old), KeeperFlags::default());
+        let new = "Options:\n      --sync <SYNC>  [default: always] [possible values: always, \
+                   none]\n      --snap-count <SNAP_COUNT>  Txns between snapshots\n";
+        assert_eq!(
+            KeeperFlags::from_help(new),
+            KeeperFlags {
+                sync: true,
+                snap_count: true
+            }
+        );
+        // A flag merely mentioned inside another's name does not count.
+        assert!(!KeeperFlags::from_help("--sync-interval <MS>").sync);
+    }
+
+    #[test]
+    fn keeper_flags_of_a_binary_come_from_serve_help() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let launcher = script_launcher(
+            dir.path(),
+            "[ \"$1 $2\" = \"serve --help\" ] && echo '  --sync <SYNC>'; exit 0",
+        );
+        let flags = probe_retrying(&launcher.keeper_bin);
+        assert!(flags.sync && !flags.snap_count, "{flags:?}");
+        assert_eq!(
+            KeeperFlags::probe(&dir.path().join("missing")),
+            KeeperFlags::default()
+        );
+    }
+
+    /// The probe of a freshly written script, retried while another test's fork holds it open.
+    fn probe_retrying(bin: &Path) -> KeeperFlags {
+        for _ in 0..100 {
+            let flags = KeeperFlags::probe(bin);
+            if flags != KeeperFlags::default() {
+                return flags;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        KeeperFlags::default()
+    }
+
+    #[test]
+    fn a_crashed_server_restarts_on_the_same_data_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Records each start in the data dir (the argument after --data-dir), then idles.
+        let launcher = script_launcher(
+            dir.path(),
+            "while [ \"$1\" != --data-dir ]; do shift; done; echo start >> \"$2/starts\"; \
+             exec sleep 60",
+        );
+        let mut server = spawn_script(&launcher);
+        let first = (server.pid(), server.addr());
+        let starts = server.data_dir().join("starts");
+        let wait_for = |lines: usize| {
+            let deadline = Instant::now() + std::time::Duration::from_secs(20);
+            while fs::read_to_string(&starts)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                < lines
+            {
+                assert!(Instant::now() < deadline, "the script did not start");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
+        wait_for(1);
+        server.crash_and_restart().expect("restart");
+        wait_for(2);
+        assert_ne!(server.pid(), first.0);
+        assert!(
+            !Path::new(&format!("/proc/{}", first.0)).exists(),
+            "old one reaped"
+        );
+        assert!(server.exited().is_none());
+        let pid = server.pid();
+        drop(server);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
     }
 
     #[test]

@@ -143,7 +143,6 @@ impl Namespace {
     }
 
     /// The persistent znode everything else lives under.
-    #[cfg(test)]
     pub fn root(&self) -> &str {
         &self.root
     }
