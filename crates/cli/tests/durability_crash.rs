@@ -393,9 +393,16 @@ async fn acknowledged_writes_survive_kill_9_under_load() {
             data.path(),
             &["--snap-count", &snap_count, "--snap-retain", &snap_retain],
         );
+        let recovered_in = server.ready_at - server.spawned_at;
+        let checking = Instant::now();
         let checker = connect(&server.connect_string()).await;
         previous_epoch =
             Some(check_recovery(&checker, &mut history, cycle, previous_epoch, seed).await);
+        eprintln!(
+            "start {cycle}: recovered in {recovered_in:?}, {} paths checked in {:?}",
+            history.paths().len(),
+            checking.elapsed()
+        );
         if cycle >= max_cycles || began.elapsed() >= budget {
             drop(checker);
             server.kill9();
@@ -440,6 +447,7 @@ async fn acknowledged_writes_survive_kill_9_under_load() {
         killing.store(true, Ordering::SeqCst);
         server.kill9();
         kills += 1;
+        let stopping = Instant::now();
         for handle in writers {
             let abort = handle.abort_handle();
             match tokio::time::timeout(Duration::from_secs(10), handle).await {
@@ -454,11 +462,13 @@ async fn acknowledged_writes_survive_kill_9_under_load() {
                 Err(_) => abort.abort(),
             }
         }
+        let stopped_in = stopping.elapsed();
         drop(checker);
         history = std::mem::take(&mut *shared.lock().expect("history"));
         eprintln!(
             "cycle {cycle}: killed after {delay:?} with {} writes acknowledged in the cycle \
-             (snap-count {snap_count}, snap-retain {snap_retain})",
+             (snap-count {snap_count}, snap-retain {snap_retain}); writers stopped in \
+             {stopped_in:?}",
             history.acknowledged - before
         );
         let verdict = verify(data.path());

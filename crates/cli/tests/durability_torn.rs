@@ -292,11 +292,21 @@ async fn torn_tail_is_cut_off_and_the_server_starts() {
     }
 }
 
+/// Where a corruption test damages the log.
 #[derive(Debug, Clone, Copy)]
-enum Field {
-    Len,
-    Crc,
+enum Damage {
+    /// A byte of a record's payload, in the middle of the last segment.
     Payload,
+    /// A byte of a record's checksum, in the middle of the last segment.
+    Crc,
+    /// A byte of a record's length, in the middle of the last segment (never to 0, which
+    /// would read as the end of the log).
+    Len,
+    /// A byte of the last segment's magic or version.
+    Header,
+    /// The last record of an older segment cut short: a torn tail, but not at the end of the
+    /// log (a start after a crash cuts a torn tail off before it opens the next segment).
+    OlderSegmentTail,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,6 +317,8 @@ async fn corruption_before_valid_records_refuses_to_start() {
         .tempdir()
         .expect("scratch dir");
     let recorded = scratch.path().join("recorded");
+    // Two runs: a short one, then a longer one whose segment is the last.
+    record_run(&recorded, "/older", 20, &[]).await;
     record_run(&recorded, "/corrupt", 120, &[]).await;
     let (segment, records) = last_segment(&recorded);
     assert!(
@@ -314,44 +326,109 @@ async fn corruption_before_valid_records_refuses_to_start() {
         "expected a record per create, got {}",
         records.len()
     );
-    for (trial, field) in [Field::Payload, Field::Payload, Field::Crc, Field::Len]
-        .into_iter()
-        .enumerate()
-    {
-        // A record with many valid ones after it: not a tail.
-        let victim = records[rng.gen_range(records.len() / 4..records.len() * 3 / 4)];
+    let segments = log_segments(&recorded);
+    let older = segments[..segments.len() - 1]
+        .iter()
+        .rev()
+        .map(|s| (s.clone(), read_segment(&s.path).records))
+        .find(|(_, records)| !records.is_empty());
+    let trials = [
+        Damage::Payload,
+        Damage::Payload,
+        Damage::Crc,
+        Damage::Len,
+        Damage::Header,
+        Damage::OlderSegmentTail,
+    ];
+    for (trial, damage) in trials.into_iter().enumerate() {
         let dir = scratch.path().join(format!("trial-{trial}"));
         copy_dir(&recorded, &dir);
-        let file = dir.join(segment.file_name());
-        let mut bytes = fs::read(&file).expect("read the segment");
-        let at = match field {
-            Field::Len => rng.gen_range(victim.offset..victim.offset + 4),
-            Field::Crc => rng.gen_range(victim.offset + 4..victim.offset + 8),
-            Field::Payload => rng.gen_range(victim.offset + 8..victim.end()),
-        } as usize;
-        let mut flip: u8 = rng.gen_range(1..=255);
-        if matches!(field, Field::Len) {
-            // A len of 0 would read as the end of the log; that case is not this test's.
-            let len_at = victim.offset as usize;
-            while {
-                let mut len = [0u8; 4];
-                len.copy_from_slice(&bytes[len_at..len_at + 4]);
-                len[at - len_at] ^= flip;
-                u32::from_be_bytes(len) == 0
-            } {
-                flip = flip.wrapping_add(1).max(1);
+        // Which file is damaged, which byte offsets name the damage, and what was done.
+        let (damaged, named, what) = match damage {
+            Damage::OlderSegmentTail => {
+                let Some((older, older_records)) = older.clone() else {
+                    // The layout is the server's choice; with one segment there is no older
+                    // tail to damage.
+                    eprintln!(
+                        "trial {trial}: {damage:?} skipped: one segment only ({:?})",
+                        segments
+                            .iter()
+                            .map(NamedFile::file_name)
+                            .collect::<Vec<_>>()
+                    );
+                    continue;
+                };
+                let victim = *older_records.last().expect("a record");
+                let cut = rng.gen_range(victim.offset + 1..victim.end());
+                let file = dir.join(older.file_name());
+                OpenOptions::new()
+                    .write(true)
+                    .open(&file)
+                    .and_then(|f| f.set_len(cut))
+                    .expect("truncate the older segment");
+                (
+                    older,
+                    victim.offset..victim.end(),
+                    format!(
+                        "{} cut at {cut}, inside its last record (offset {}), with {} after it",
+                        segment_label(&segments, &older_records),
+                        victim.offset,
+                        segment.file_name()
+                    ),
+                )
             }
-        }
-        bytes[at] ^= flip;
-        fs::write(&file, &bytes).expect("write the damaged segment");
-        let case = format!(
-            "trial {trial}: byte {at} ({field:?} of the record at offset {}, {} more records \
-             after it) of {} xor {flip:#04x} (seed {SEED_ENV}={seed})",
-            victim.offset,
-            records.iter().filter(|r| r.offset > victim.offset).count(),
-            segment.file_name()
-        );
-        let in_victim = |o: &u64| (victim.offset..victim.end()).contains(o);
+            _ => {
+                let file = dir.join(segment.file_name());
+                let mut bytes = fs::read(&file).expect("read the segment");
+                // A record with many valid ones after it: not a tail.
+                let victim = records[rng.gen_range(records.len() / 4..records.len() * 3 / 4)];
+                let (range, at) = match damage {
+                    Damage::Header => (0..12, rng.gen_range(0..12)),
+                    Damage::Len => (
+                        victim.offset..victim.end(),
+                        rng.gen_range(victim.offset..victim.offset + 4),
+                    ),
+                    Damage::Crc => (
+                        victim.offset..victim.end(),
+                        rng.gen_range(victim.offset + 4..victim.offset + 8),
+                    ),
+                    _ => (
+                        victim.offset..victim.end(),
+                        rng.gen_range(victim.offset + 8..victim.end()),
+                    ),
+                };
+                let at = at as usize;
+                let mut flip: u8 = rng.gen_range(1..=255);
+                if matches!(damage, Damage::Len) {
+                    let len_at = victim.offset as usize;
+                    while {
+                        let mut len = [0u8; 4];
+                        len.copy_from_slice(&bytes[len_at..len_at + 4]);
+                        len[at - len_at] ^= flip;
+                        u32::from_be_bytes(len) == 0
+                    } {
+                        flip = flip.wrapping_add(1).max(1);
+                    }
+                }
+                bytes[at] ^= flip;
+                fs::write(&file, &bytes).expect("write the damaged segment");
+                let what = match damage {
+                    Damage::Header => format!("header byte {at} xor {flip:#04x}"),
+                    _ => format!(
+                        "byte {at} xor {flip:#04x} (record at offset {}, {} more records after \
+                         it)",
+                        victim.offset,
+                        records.iter().filter(|r| r.offset > victim.offset).count()
+                    ),
+                };
+                (segment.clone(), range, what)
+            }
+        };
+        let name = damaged.file_name();
+        let file = dir.join(&name);
+        let evidence = fs::read(&file).expect("read the damaged file");
+        let case = format!("trial {trial}: {damage:?}: {name} {what} (seed {SEED_ENV}={seed})");
+        let in_damage = |o: &u64| named.contains(o);
 
         let verdict = verify(&dir);
         let verify_text = verdict.text();
@@ -360,20 +437,15 @@ async fn corruption_before_valid_records_refuses_to_start() {
             Some(1),
             "{case}: verify must report corruption (exit 1); it said:\n{verify_text}"
         );
-        assert!(
-            verify_text.contains(&segment.file_name()),
-            "{case}: verify must name the file; it said:\n{verify_text}"
-        );
-        let verify_offsets: Vec<u64> = offsets_named(&verify_text)
-            .into_iter()
-            .filter(in_victim)
+        let verify_offsets: Vec<u64> = verify_text
+            .lines()
+            .filter(|l| l.contains(&name))
+            .flat_map(offsets_named)
+            .filter(in_damage)
             .collect();
         assert!(
             !verify_offsets.is_empty(),
-            "{case}: verify must name an offset inside the damaged record ({}..{}); it \
-             said:\n{verify_text}",
-            victim.offset,
-            victim.end()
+            "{case}: verify must name {name} and an offset in {named:?}; it said:\n{verify_text}"
         );
 
         match KeeperProcess::try_start(&dir, &[]) {
@@ -387,23 +459,16 @@ async fn corruption_before_valid_records_refuses_to_start() {
                 let stderr = &failure.stderr;
                 let line = stderr
                     .lines()
-                    .find(|l| l.contains("corrupt") && l.contains(&segment.file_name()))
+                    .find(|l| l.contains("corrupt") && l.contains(&name))
                     .unwrap_or_else(|| {
-                        panic!(
-                            "{case}: stderr must say `corrupt ... {}`:\n{stderr}",
-                            segment.file_name()
-                        )
+                        panic!("{case}: stderr must say `corrupt ... {name}`:\n{stderr}")
                     });
                 let server_offsets: Vec<u64> =
-                    offsets_named(line).into_iter().filter(in_victim).collect();
-                assert!(
-                    !server_offsets.is_empty(),
-                    "{case}: the refusal must name an offset inside the damaged record: {line}"
-                );
+                    offsets_named(line).into_iter().filter(in_damage).collect();
                 assert!(
                     server_offsets.iter().any(|o| verify_offsets.contains(o)),
-                    "{case}: server ({server_offsets:?}) and verify ({verify_offsets:?}) name \
-                     different offsets"
+                    "{case}: the refusal must name the offset verify names ({verify_offsets:?}): \
+                     {line}"
                 );
                 assert!(
                     stderr.contains("lockkeeper verify"),
@@ -413,12 +478,23 @@ async fn corruption_before_valid_records_refuses_to_start() {
         }
         // Refusing must not repair: the evidence stays as it was.
         assert!(
-            fs::read(&file).expect("reread the segment") == bytes,
-            "{case}: a refused start modified {}",
-            segment.file_name()
+            fs::read(&file).expect("reread the damaged file") == evidence,
+            "{case}: a refused start modified {name}"
         );
         eprintln!("{case}: ok");
     }
+}
+
+/// "segment N of M" for messages.
+fn segment_label(segments: &[NamedFile], records: &[RecordSpan]) -> String {
+    let first = records.first().map(|r| r.zxid).unwrap_or(0);
+    let index = segments.iter().rposition(|s| s.zxid <= first).unwrap_or(0);
+    format!(
+        "segment {} of {} ({})",
+        index + 1,
+        segments.len(),
+        segments[index].file_name()
+    )
 }
 
 /// Flips one byte in the middle of `file`.
@@ -622,4 +698,31 @@ async fn corrupt_snapshots_are_never_loaded() {
         let client = connect(&server.connect_string()).await;
         assert_nodes(&client, &nodes, |_| true, "leftover .tmp snapshot").await;
     }
+}
+
+/// `verify` on something that is not a readable data dir is a usage error (exit 2), neither
+/// "valid" nor "corrupt".
+#[test]
+fn verify_of_no_data_dir_is_a_usage_error() {
+    let scratch = tempfile::Builder::new()
+        .prefix("lockkeeper-verify-")
+        .tempdir()
+        .expect("scratch dir");
+    let missing = scratch.path().join("no-such-dir");
+    let verdict = verify(&missing);
+    assert_eq!(
+        verdict.code,
+        Some(2),
+        "verify of a missing dir:\n{}",
+        verdict.text()
+    );
+    let file = scratch.path().join("a-file");
+    fs::write(&file, b"not a directory").expect("write a file");
+    let verdict = verify(&file);
+    assert_eq!(
+        verdict.code,
+        Some(2),
+        "verify of a plain file:\n{}",
+        verdict.text()
+    );
 }

@@ -136,7 +136,7 @@ impl KeeperProcess {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
                     let mut text = stderr.lock().unwrap_or_else(|p| p.into_inner());
-                    text.push_str(&line);
+                    text.push_str(&strip_ansi(&line));
                     text.push('\n');
                 }
                 let _ = stderr_done_tx.send(());
@@ -275,6 +275,27 @@ impl Drop for KeeperProcess {
     }
 }
 
+/// `text` without ANSI escape sequences (terminal colours), which the server's log may carry
+/// even into a pipe, and which would split `offset=N` into pieces.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters and intermediates, up to the final byte in '@'..='~'.
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
@@ -330,8 +351,8 @@ pub fn verify(data_dir: &Path) -> VerifyOutcome {
     };
     VerifyOutcome {
         code: status.code(),
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
+        stdout: strip_ansi(&out.join().expect("stdout reader")),
+        stderr: strip_ansi(&err.join().expect("stderr reader")),
     }
 }
 
@@ -654,6 +675,12 @@ mod tests {
         out.extend_from_slice(&1u32.to_be_bytes());
         out.extend_from_slice(&0u32.to_be_bytes());
         out
+    }
+
+    #[test]
+    fn ansi_colours_are_stripped() {
+        let line = "\u{1b}[33m WARN\u{1b}[0m torn \u{1b}[3moffset\u{1b}[0m\u{1b}[2m=\u{1b}[0m14313";
+        assert_eq!(strip_ansi(line), " WARN torn offset=14313");
     }
 
     #[test]
