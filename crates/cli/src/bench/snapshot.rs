@@ -131,6 +131,46 @@ pub fn classify(samples: &[Sample], warmup_us: u64, snapshot: Option<(u64, u64)>
     w
 }
 
+/// Width of the time slices in which the slowest moments of the run are looked for.
+const SLICE: Duration = Duration::from_millis(25);
+
+/// One stretch of the run where requests were slow: where it was relative to the snapshot's
+/// start (by send time), and the worst latency of the requests sent in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slice {
+    pub offset_ms: i64,
+    pub max_us: u64,
+    pub requests: u64,
+}
+
+/// The `n` slices of width `slice` with the highest worst latency, after the warm-up. Knowing
+/// *when* requests stalled (as the snapshot starts, while the tree is walked, when the file is
+/// synced) says more about the cause than a quantile does.
+pub fn slowest_slices(
+    samples: &[Sample],
+    warmup_us: u64,
+    begin_us: u64,
+    slice: Duration,
+    n: usize,
+) -> Vec<Slice> {
+    let width = (slice.as_micros() as i64).max(1);
+    let mut slices: std::collections::BTreeMap<i64, Slice> = std::collections::BTreeMap::new();
+    for s in samples.iter().filter(|s| s.sent_us >= warmup_us) {
+        let offset = (s.sent_us as i64 - begin_us as i64).div_euclid(width) * width / 1000;
+        let entry = slices.entry(offset).or_insert(Slice {
+            offset_ms: offset,
+            max_us: 0,
+            requests: 0,
+        });
+        entry.max_us = entry.max_us.max(s.latency_us);
+        entry.requests += 1;
+    }
+    let mut worst: Vec<Slice> = slices.into_values().collect();
+    worst.sort_by(|a, b| b.max_us.cmp(&a.max_us).then(a.offset_ms.cmp(&b.offset_ms)));
+    worst.truncate(n);
+    worst
+}
+
 /// What the watcher saw of the first new snapshot.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
@@ -250,6 +290,8 @@ pub struct Report {
     pub origin: Option<Instant>,
     pub windows: Option<Windows>,
     pub fell_behind: u64,
+    /// The slowest moments of the run, relative to the snapshot's start.
+    pub slowest: Vec<Slice>,
     pub notes: Vec<String>,
 }
 
@@ -280,6 +322,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         origin: None,
         windows: None,
         fell_behind: 0,
+        slowest: Vec::new(),
         notes: Vec::new(),
     };
     println!(
@@ -498,6 +541,9 @@ async fn mix(
         ));
     }
     report.windows = Some(classify(&paced.samples, warmup_us, snapshot));
+    if let Some((begin, _)) = snapshot {
+        report.slowest = slowest_slices(&paced.samples, warmup_us, begin, SLICE, 3);
+    }
     if report.fell_behind > 0 {
         report.notes.push(format!(
             "sessions had {} requests outstanding and sent late {} times: the server did not \
@@ -580,6 +626,27 @@ fn print_report(settings: &Settings, report: &Report) {
                 }
             );
         }
+    }
+    if !report.slowest.is_empty() {
+        let slices: Vec<String> = report
+            .slowest
+            .iter()
+            .map(|s| {
+                format!(
+                    "{:+}ms (max {})",
+                    s.offset_ms,
+                    stats::fmt_duration(Duration::from_micros(s.max_us))
+                )
+            })
+            .collect();
+        println!(
+            "slowest {} slices, by send time from the snapshot's start (it took {}): {}",
+            stats::fmt_duration(SLICE),
+            report
+                .snapshot_time()
+                .map_or("-".to_string(), stats::fmt_duration),
+            slices.join(", ")
+        );
     }
     for note in &report.notes {
         println!("note: {note}");
@@ -667,6 +734,22 @@ fn to_json(settings: &Settings, report: &Report) -> Json {
         ("target_ratio", Json::num(TARGET_RATIO)),
         ("fell_behind", Json::Num(report.fell_behind as f64)),
         (
+            "slowest_slices",
+            Json::Arr(
+                report
+                    .slowest
+                    .iter()
+                    .map(|s| {
+                        Json::obj(vec![
+                            ("offset_ms", Json::Num(s.offset_ms as f64)),
+                            ("max_us", Json::Num(s.max_us as f64)),
+                            ("requests", Json::Num(s.requests as f64)),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        (
             "notes",
             Json::Arr(report.notes.iter().map(|n| Json::Str(n.clone())).collect()),
         ),
@@ -707,6 +790,42 @@ mod tests {
         assert_eq!(none.before.all.len(), 5);
         assert!(none.during.all.is_empty());
         assert_eq!(none.during.p99(), None);
+    }
+
+    #[test]
+    fn the_slowest_slices_are_found_relative_to_the_snapshot() {
+        let samples = [
+            sample(100, 90_000, false),      // warm-up: left out, however slow
+            sample(10_000, 1_000, false),    // slice -25ms from a begin at 30ms
+            sample(30_000, 50_000, true),    // slice 0
+            sample(54_999, 2_000, false),    // slice 0
+            sample(55_000, 20_000, false),   // slice +25ms
+            sample(1_030_000, 7_000, false), // slice +1000ms
+        ];
+        let worst = slowest_slices(&samples, 1_000, 30_000, Duration::from_millis(25), 3);
+        assert_eq!(
+            worst,
+            vec![
+                Slice {
+                    offset_ms: 0,
+                    max_us: 50_000,
+                    requests: 2
+                },
+                Slice {
+                    offset_ms: 25,
+                    max_us: 20_000,
+                    requests: 1
+                },
+                Slice {
+                    offset_ms: 1000,
+                    max_us: 7_000,
+                    requests: 1
+                },
+            ]
+        );
+        let all = slowest_slices(&samples, 1_000, 30_000, Duration::from_millis(25), 10);
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[3].offset_ms, -25);
     }
 
     #[test]
