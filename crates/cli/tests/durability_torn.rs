@@ -168,25 +168,45 @@ async fn torn_tail_is_cut_off_and_the_server_starts() {
         records.len()
     );
     let original = fs::read(&segment.path).expect("read the recorded segment");
-    for trial in 0..4 {
-        // A truncation may cut any of the last three records (those after it go too); a
-        // zero-filled tear hits the last record, where a crash mid-write leaves it.
-        let truncate = trial < 2;
-        let back = if truncate { rng.gen_range(0..3) } else { 0 };
-        let victim = records[records.len() - 1 - back];
-        let tear = if truncate {
-            Tear::Truncate(rng.gen_range(victim.offset + 1..victim.end()))
+    // Truncations anywhere in one of the last three records (those after it go too), then
+    // inside the len field and inside the crc field of the last record, where a reader has
+    // the least to go on; then zero-filled tears of the last record, where a crash mid-write
+    // into the preallocated zeros leaves it.
+    let trials = [
+        "truncate",
+        "truncate",
+        "truncate in len",
+        "truncate in crc",
+        "zero",
+        "zero",
+    ];
+    for (trial, kind) in trials.into_iter().enumerate() {
+        let back = if kind == "truncate" {
+            rng.gen_range(0..3)
         } else {
-            // Past the len field, so the record still claims its length; moved back to the
-            // crc if the bytes there happen to be zeros already (no damage at all).
-            let mut from = rng.gen_range(victim.offset + 4..victim.end());
-            if original[from as usize..victim.end() as usize]
-                .iter()
-                .all(|&b| b == 0)
-            {
-                from = victim.offset + 4;
+            0
+        };
+        let victim = records[records.len() - 1 - back];
+        let tear = match kind {
+            "truncate" => Tear::Truncate(rng.gen_range(victim.offset + 1..victim.end())),
+            "truncate in len" => {
+                Tear::Truncate(rng.gen_range(victim.offset + 1..victim.offset + 4))
             }
-            Tear::ZeroFrom(from)
+            "truncate in crc" => {
+                Tear::Truncate(rng.gen_range(victim.offset + 4..=victim.offset + 8))
+            }
+            _ => {
+                // Past the len field, so the record still claims its length; moved back to
+                // the crc if the bytes there happen to be zeros already (no damage at all).
+                let mut from = rng.gen_range(victim.offset + 4..victim.end());
+                if original[from as usize..victim.end() as usize]
+                    .iter()
+                    .all(|&b| b == 0)
+                {
+                    from = victim.offset + 4;
+                }
+                Tear::ZeroFrom(from)
+            }
         };
         let dir = scratch.path().join(format!("trial-{trial}"));
         copy_dir(&recorded, &dir);
