@@ -206,6 +206,8 @@ impl Core {
         // While the disk fails, it is probed once a second.
         let mut probe = tokio::time::interval(Duration::from_secs(1));
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pace = tokio::time::interval(crate::durability::SNAPSHOT_PACE);
+        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(256);
         loop {
             let walking = self.tree.capturing() && !self.tree.capture_walked();
@@ -224,7 +226,7 @@ impl Core {
                 _ = reaper.tick(), if self.read_only.is_none() => self.reap_containers(),
                 _ = probe.tick(), if self.read_only.is_some() => self.probe_disk(),
                 // A snapshot walks the tree a chunk per turn, between batches of requests.
-                _ = tokio::task::yield_now(), if walking => self.snapshot_step(),
+                _ = pace.tick(), if walking => self.snapshot_step(),
                 _ = self.durable_rx.changed(), if finishing => self.snapshot_step(),
                 _ = shutdown.changed() => break,
             }

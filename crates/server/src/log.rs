@@ -40,6 +40,8 @@ pub const RECORD_HEADER_LEN: usize = 8;
 const SEGMENT_SIZE: u64 = 64 << 20;
 /// Zeros are written ahead of the records in steps of this size.
 const ZERO_STEP: u64 = 1 << 20;
+/// A new segment starts with fewer zeros, so creating one (at every snapshot) costs a short sync.
+const FIRST_ZEROS: u64 = 64 << 10;
 
 pub fn segment_name(first_zxid: i64) -> String {
     format!("log.{first_zxid:016x}")
@@ -290,8 +292,8 @@ impl Writer {
             None => self.segment.insert(open_segment(&self.dir, first_zxid)?),
         };
         let end = segment.offset + bytes.len() as u64;
-        while segment.zeroed < end + ZERO_STEP {
-            zero_fill(&segment.file, segment.zeroed)?;
+        while segment.zeroed < end + FIRST_ZEROS {
+            zero_fill(&segment.file, segment.zeroed, ZERO_STEP)?;
             segment.zeroed += ZERO_STEP;
         }
         segment.file.write_all_at(bytes, segment.offset)?;
@@ -360,7 +362,7 @@ fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
     let mut header = [0u8; SEGMENT_HEADER_LEN as usize];
     header[..8].copy_from_slice(SEGMENT_MAGIC);
     header[8..12].copy_from_slice(&1u32.to_be_bytes());
-    zero_fill(&file, 0)?;
+    zero_fill(&file, 0, FIRST_ZEROS)?;
     file.write_all_at(&header, 0)?;
     file.sync_all()?;
     sync_dir(dir)?;
@@ -368,15 +370,16 @@ fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
         file,
         path,
         offset: SEGMENT_HEADER_LEN,
-        zeroed: ZERO_STEP,
+        zeroed: FIRST_ZEROS,
         durable_offset: SEGMENT_HEADER_LEN,
     })
 }
 
-/// Writes one step of zeros at `offset`; the next sync makes them durable with the records.
-fn zero_fill(file: &File, offset: u64) -> io::Result<()> {
+/// Writes `len` (at most one step) zeros at `offset`; the next sync makes them durable with
+/// the records.
+fn zero_fill(file: &File, offset: u64, len: u64) -> io::Result<()> {
     static ZEROS: [u8; ZERO_STEP as usize] = [0; ZERO_STEP as usize];
-    file.write_all_at(&ZEROS, offset)
+    file.write_all_at(&ZEROS[..len.min(ZERO_STEP) as usize], offset)
 }
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -9,16 +9,16 @@
 //! durable up to that zxid, syncs, renames it into place, syncs the directory and purges what
 //! is no longer needed.
 //!
-//! File: `LKSNAPSH`, u32 version, i64 zxid, sessions (i32 count, then id, timeout, password), node
-//! records (tag 1, path, data, acl, stat fields), end (tag 0, i64 node count), u32 crc32c of all
-//! bytes before it.
+//! File: `LKSNAPSH`, u32 version, i64 zxid, sessions (i32 count, then id, timeout, password), ACL
+//! table (i32 count, then each ACL), node records (tag 1, path, data, ACL index, stat fields),
+//! end (tag 0, i64 node count), u32 crc32c of all bytes before it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use bytes::Bytes;
 use lockkeeper_proto::{Acl, DecodeError, Jute, Reader};
@@ -51,16 +51,20 @@ pub struct Capture {
     recorded_ahead: HashSet<String>,
     /// Nodes ahead of the cursor created after the snapshot's zxid.
     created_ahead: HashSet<String>,
+    /// ACL (by the address of its shared allocation) -> index in the snapshot's ACL table.
+    acl_index: HashMap<usize, i32>,
     out: Vec<u8>,
     count: i64,
     walked: bool,
 }
 
 impl Capture {
-    pub fn new(zxid: i64, sessions: &[SessionRecord]) -> Capture {
+    /// Starts a snapshot at `zxid` with the server's sessions and every ACL in use (nodes refer
+    /// to ACLs by their index in this table, so a node costs four bytes of ACL).
+    pub fn new(zxid: i64, sessions: &[SessionRecord], acls: &[Arc<[Acl]>]) -> Capture {
         let mut out = Vec::with_capacity(64 * 1024);
         out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.extend_from_slice(&1u32.to_be_bytes());
+        out.extend_from_slice(&2u32.to_be_bytes());
         zxid.write(&mut out);
         (sessions.len() as i32).write(&mut out);
         for s in sessions {
@@ -68,11 +72,18 @@ impl Capture {
             s.timeout_ms.write(&mut out);
             out.extend_from_slice(&s.passwd);
         }
+        (acls.len() as i32).write(&mut out);
+        let mut acl_index = HashMap::with_capacity(acls.len());
+        for (i, acl) in acls.iter().enumerate() {
+            acl.to_vec().write(&mut out);
+            acl_index.insert(Arc::as_ptr(acl) as *const Acl as usize, i as i32);
+        }
         Capture {
             zxid,
             cursor: None,
             recorded_ahead: HashSet::new(),
             created_ahead: HashSet::new(),
+            acl_index,
             out,
             count: 0,
             walked: false,
@@ -90,7 +101,7 @@ impl Capture {
             && !self.created_ahead.contains(path)
         {
             if let Some(node) = nodes.get(path) {
-                encode_node(&mut self.out, path, node);
+                encode_node(&mut self.out, path, node, &self.acl_index);
                 self.count += 1;
             }
             self.recorded_ahead.insert(path.to_string());
@@ -119,7 +130,7 @@ impl Capture {
             {
                 continue;
             }
-            encode_node(&mut self.out, path, node);
+            encode_node(&mut self.out, path, node, &self.acl_index);
             self.count += 1;
         }
         match last {
@@ -149,11 +160,15 @@ impl Capture {
     }
 }
 
-fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node) {
+fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node, acl_index: &HashMap<usize, i32>) {
     out.push(NODE_TAG);
     path.to_string().write(out);
     node.data.write(out);
-    node.acl.to_vec().write(out);
+    // Every ACL a recorded node can have existed when the snapshot started (a node whose ACL
+    // changed since was recorded before the change). Were one missing, -1 makes the file
+    // unusable at load, never silently wrong.
+    let index = acl_index.get(&(Arc::as_ptr(&node.acl) as *const Acl as usize));
+    index.copied().unwrap_or(-1).write(out);
     for v in [node.czxid, node.mzxid, node.ctime, node.mtime] {
         v.write(out);
     }
@@ -168,7 +183,7 @@ fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node) {
 pub struct NodeRecord {
     pub path: String,
     pub data: Option<Bytes>,
-    pub acl: Vec<Acl>,
+    pub acl: Arc<[Acl]>,
     pub czxid: i64,
     pub mzxid: i64,
     pub ctime: i64,
@@ -183,6 +198,7 @@ pub struct NodeRecord {
 pub struct Loaded {
     pub zxid: i64,
     pub sessions: Vec<SessionRecord>,
+    pub acls: Vec<Arc<[Acl]>>,
     pub nodes: Vec<NodeRecord>,
 }
 
@@ -217,13 +233,22 @@ fn parse(body: Bytes) -> Result<Loaded, DecodeError> {
             passwd,
         });
     }
+    let acl_count = r.read_i32()?;
+    let mut acls: Vec<Arc<[Acl]>> = Vec::new();
+    for _ in 0..acl_count.max(0) {
+        acls.push(Vec::<Acl>::read(&mut r)?.into());
+    }
     let mut nodes = Vec::new();
     loop {
         match read_u8(&mut r)? {
             NODE_TAG => nodes.push(NodeRecord {
                 path: r.read_string()?,
                 data: Jute::read(&mut r)?,
-                acl: Jute::read(&mut r)?,
+                acl: {
+                    let index = r.read_i32()?;
+                    let acl = usize::try_from(index).ok().and_then(|i| acls.get(i));
+                    acl.cloned().ok_or(DecodeError::NegativeLength(index))?
+                },
                 czxid: r.read_i64()?,
                 mzxid: r.read_i64()?,
                 ctime: r.read_i64()?,
@@ -243,6 +268,7 @@ fn parse(body: Bytes) -> Result<Loaded, DecodeError> {
                 return Ok(Loaded {
                     zxid,
                     sessions,
+                    acls,
                     nodes,
                 });
             }
@@ -265,60 +291,81 @@ pub enum SnapshotMsg {
     Finish(Vec<u8>),
 }
 
+/// A snapshot file being written.
+struct InProgress {
+    zxid: i64,
+    tmp: PathBuf,
+    file: io::BufWriter<File>,
+    crc: u32,
+    unsynced: u64,
+}
+
+/// The file is synced every this many bytes while it is written. One sync of the whole file at
+/// the end would queue the log's syncs behind hundreds of MiB of dirty pages.
+const SYNC_EVERY: u64 = 4 << 20;
+
+impl InProgress {
+    fn start(dir: &Path, zxid: i64) -> io::Result<InProgress> {
+        let tmp = dir.join(format!("{}.tmp", snapshot_name(zxid)));
+        let file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        Ok(InProgress {
+            zxid,
+            tmp,
+            file,
+            crc: 0,
+            unsynced: 0,
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.file.write_all(bytes)?;
+        self.unsynced += bytes.len() as u64;
+        if self.unsynced >= SYNC_EVERY {
+            self.file.flush()?;
+            self.file.get_ref().sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(())
+    }
+
+    /// Adds the closing bytes and the checksum, syncs, renames into place, syncs the directory.
+    fn finish(mut self, dir: &Path, last: &[u8]) -> io::Result<()> {
+        self.write(last)?;
+        let sum = self.crc;
+        self.file.write_all(&sum.to_be_bytes())?;
+        let file = self.file.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        fs::rename(&self.tmp, dir.join(snapshot_name(self.zxid)))?;
+        sync_dir(dir)?;
+        tracing::info!(zxid = format_args!("{:#x}", self.zxid), "snapshot written");
+        Ok(())
+    }
+}
+
 /// Starts the thread that writes snapshots and purges old files.
 pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<mpsc::Sender<SnapshotMsg>> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new().name("keeper-snapshot".into()).spawn(move || {
-        let mut current: Option<(i64, PathBuf, io::BufWriter<File>, u32)> = None;
+        let mut current: Option<InProgress> = None;
         for msg in rx {
             let result = match msg {
-                SnapshotMsg::Start { zxid } => {
-                    let tmp = dir.join(format!("{}.tmp", snapshot_name(zxid)));
-                    File::create(&tmp).map(|f| {
-                        current = Some((zxid, tmp, io::BufWriter::with_capacity(1 << 20, f), 0));
-                    })
-                }
-                SnapshotMsg::Chunk(bytes) => match &mut current {
-                    Some((_, _, file, crc)) => {
-                        *crc = crc32c::crc32c_append(*crc, &bytes);
-                        file.write_all(&bytes)
-                    }
-                    None => Ok(()),
-                },
+                SnapshotMsg::Start { zxid } => InProgress::start(&dir, zxid).map(|s| current = Some(s)),
+                SnapshotMsg::Chunk(bytes) => current.as_mut().map_or(Ok(()), |s| s.write(&bytes)),
                 SnapshotMsg::Finish(bytes) => match current.take() {
-                    Some((zxid, tmp, file, crc)) => finish(&dir, zxid, &tmp, file, crc, &bytes, retain),
+                    Some(s) => s.finish(&dir, &bytes).and_then(|()| purge(&dir, retain)),
                     None => Ok(()),
                 },
             };
             if let Err(error) = result {
                 tracing::error!(%error, "snapshot failed; recovery will use the previous snapshot and more log");
-                if let Some((_, tmp, _, _)) = current.take() {
-                    let _ = fs::remove_file(tmp);
+                if let Some(s) = current.take() {
+                    let _ = fs::remove_file(s.tmp);
                 }
             }
         }
     })?;
     Ok(tx)
-}
-
-fn finish(
-    dir: &Path,
-    zxid: i64,
-    tmp: &Path,
-    mut file: io::BufWriter<File>,
-    crc: u32,
-    last: &[u8],
-    retain: usize,
-) -> io::Result<()> {
-    file.write_all(last)?;
-    let sum = crc32c::crc32c_append(crc, last);
-    file.write_all(&sum.to_be_bytes())?;
-    let file = file.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    fs::rename(tmp, dir.join(snapshot_name(zxid)))?;
-    sync_dir(dir)?;
-    tracing::info!(zxid = format_args!("{zxid:#x}"), "snapshot written");
-    purge(dir, retain)
 }
 
 /// Keeps the newest `retain` snapshots and the log segments needed to recover from the oldest

@@ -366,29 +366,43 @@ impl DataTree {
         self.capture.take().map(Capture::finish).unwrap_or_default()
     }
 
-    /// Rebuilds a tree from a snapshot's nodes: children and indexes are derived from paths.
-    pub fn restore(records: Vec<NodeRecord>) -> DataTree {
+    /// Every ACL in use, each once (for a snapshot's ACL table).
+    pub fn acls(&self) -> Vec<Arc<[Acl]>> {
+        self.acl_cache.values().cloned().collect()
+    }
+
+    /// Rebuilds a tree from a snapshot's ACL table and nodes; children and indexes are derived
+    /// from the paths. The nodes come nearly sorted (the walk is in key order), so sorting them
+    /// and bulk-building the map is much cheaper than a million separate inserts.
+    pub fn restore(acls: Vec<Arc<[Acl]>>, mut records: Vec<NodeRecord>) -> DataTree {
         let mut tree = DataTree::new();
-        tree.nodes.clear();
-        for r in records {
-            let acl = tree.intern_acl(r.acl);
-            let node = Node {
-                data: r.data,
-                acl,
-                czxid: r.czxid,
-                mzxid: r.mzxid,
-                ctime: r.ctime,
-                mtime: r.mtime,
-                version: r.version,
-                aversion: r.aversion,
-                child_creations: r.child_creations,
-                ephemeral_owner: r.ephemeral_owner,
-                pzxid: r.pzxid,
-                children: BTreeSet::new(),
-            };
-            tree.index(&r.path, node.ephemeral_owner);
-            tree.nodes.insert(r.path, Box::new(node));
+        for acl in acls {
+            tree.acl_cache.insert(acl.to_vec(), acl);
         }
+        records.sort_by(|a, b| a.path.cmp(&b.path));
+        for r in &records {
+            tree.index(&r.path, r.ephemeral_owner);
+        }
+        tree.nodes = records
+            .into_iter()
+            .map(|r| {
+                let node = Node {
+                    data: r.data,
+                    acl: r.acl,
+                    czxid: r.czxid,
+                    mzxid: r.mzxid,
+                    ctime: r.ctime,
+                    mtime: r.mtime,
+                    version: r.version,
+                    aversion: r.aversion,
+                    child_creations: r.child_creations,
+                    ephemeral_owner: r.ephemeral_owner,
+                    pzxid: r.pzxid,
+                    children: BTreeSet::new(),
+                };
+                (r.path, Box::new(node))
+            })
+            .collect();
         let paths: Vec<String> = tree.nodes.keys().cloned().collect();
         for p in paths {
             if let Some(parent) = path::parent(&p).and_then(|parent| tree.nodes.get_mut(parent)) {
