@@ -40,6 +40,8 @@ fn main() -> std::process::ExitCode {
             ),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: in a log file escape codes split `key=value` apart.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -92,8 +92,9 @@ pub struct Core {
     pub(crate) log_events: mpsc::UnboundedReceiver<LogEvent>,
     pub(crate) snapshots: std::sync::mpsc::Sender<SnapshotMsg>,
     pub(crate) txns_since_snapshot: u64,
-    /// Set while the disk fails: the zxid the log resumes at once it works again.
-    pub(crate) read_only: Option<i64>,
+    /// Set while the disk fails: the zxid the log resumes at once it works again, and when the
+    /// fault happened (the first probe waits a second).
+    pub(crate) read_only: Option<(i64, Instant)>,
     pub(crate) counters: Counters,
     pub(crate) started: Instant,
 }
@@ -204,7 +205,7 @@ impl Core {
         expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // While the disk fails, it is probed once a second.
-        let mut probe = tokio::time::interval(Duration::from_secs(1));
+        let mut probe = tokio::time::interval(crate::durability::PROBE_INTERVAL);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pace = tokio::time::interval(crate::durability::SNAPSHOT_PACE);
         pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

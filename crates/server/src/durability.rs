@@ -19,6 +19,8 @@ use crate::watch::Watches;
 /// out: on a small machine a flat-out walk (and the writer thread behind it) takes the CPU that
 /// requests need. 250 nodes a millisecond writes a million-node snapshot in about four seconds.
 const SNAPSHOT_CHUNK: usize = 250;
+/// How often a failing disk is probed.
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the walk takes its next chunk.
 pub(crate) const SNAPSHOT_PACE: Duration = Duration::from_millis(1);
 
@@ -114,11 +116,13 @@ impl Core {
         self.watches = Watches::default();
         self.txns_since_snapshot = 0;
         self.epoch += 1;
-        self.read_only = Some(self.epoch << 32 | 1);
+        self.read_only = Some((self.epoch << 32 | 1, Instant::now()));
     }
 
     pub(crate) fn probe_disk(&mut self) {
-        if let Some(next_zxid) = self.read_only {
+        if let Some((next_zxid, since)) = self.read_only
+            && since.elapsed() >= PROBE_INTERVAL
+        {
             self.log.resume(next_zxid);
         }
     }

@@ -106,6 +106,7 @@ impl TxnLog {
             durable: durable.clone(),
             events,
             failed: false,
+            needed: 0,
         };
         let thread = std::thread::Builder::new()
             .name("keeper-log".into())
@@ -230,6 +231,8 @@ struct Writer {
     durable: Arc<watch::Sender<Durable>>,
     events: tokio_mpsc::UnboundedSender<LogEvent>,
     failed: bool,
+    /// Room the last failed write needed: resuming must prove at least this much fits.
+    needed: u64,
 }
 
 impl Writer {
@@ -247,6 +250,7 @@ impl Writer {
                         if self.failed {
                             continue;
                         }
+                        self.needed = bytes.len() as u64 + ZERO_STEP;
                         if let (false, Some(first_zxid)) = (bytes.is_empty(), first_zxid)
                             && let Err(e) = self.write(first_zxid, &bytes)
                         {
@@ -331,7 +335,11 @@ impl Writer {
                 segment.file.sync_all()?;
             }
             let mut segment = open_segment(&self.dir, next_zxid)?;
-            // Prove the disk takes writes again before accepting any.
+            // Prove the disk takes writes again, with room for what failed, before accepting any.
+            while segment.zeroed < SEGMENT_HEADER_LEN + self.needed {
+                zero_fill(&segment.file, segment.zeroed, ZERO_STEP)?;
+                segment.zeroed += ZERO_STEP;
+            }
             segment.file.sync_all()?;
             segment.durable_offset = segment.offset;
             Ok(segment)

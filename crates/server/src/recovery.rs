@@ -207,7 +207,7 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
         let status = match &scan.torn_at {
             Some(offset) => format!(
                 "{count} records replayed; torn tail at offset {offset} ({} bytes dropped)",
-                scan.end - offset
+                scan.end.saturating_sub(*offset)
             ),
             None => format!("{count} records replayed"),
         };
@@ -222,12 +222,12 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
                     offset,
                     reason: e.to_string(),
                 })?;
-                tracing::warn!(file = %path.display(), offset, dropped = scan.end - offset, "truncated torn tail (never acknowledged)");
+                tracing::warn!(file = %path.display(), offset, dropped = scan.end.saturating_sub(offset), "truncated torn tail (never acknowledged)");
             }
             torn_tail = Some(TornTail {
                 file: path,
                 offset,
-                dropped_bytes: scan.end - offset,
+                dropped_bytes: scan.end.saturating_sub(offset),
             });
         }
     }
@@ -367,6 +367,16 @@ fn scan_segment(path: &Path, bytes: &[u8], is_last: bool) -> Result<Scan, Corrup
     })
 }
 
+/// Whether a whole, checksummed record newer than `after` starts at `at`.
+fn valid_record_at(bytes: &[u8], at: usize, after: i64) -> bool {
+    let Some(header) = bytes.get(at..at + RECORD_HEADER_LEN) else {
+        return false;
+    };
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    // A payload holds at least a zxid and a time.
+    len >= 16 && decode_record(bytes, at, len).is_ok_and(|r| r.zxid > after)
+}
+
 fn decode_record(bytes: &[u8], pos: usize, len: usize) -> Result<Record, String> {
     let payload_start = pos + RECORD_HEADER_LEN;
     let Some(payload) = bytes.get(payload_start..payload_start + len) else {
@@ -413,25 +423,19 @@ fn bad_record(
             "{reason} (not at the end of the last segment)"
         )));
     }
-    // If the length looks sane and a valid record follows, the damage is in the middle.
-    let len =
-        u32::from_be_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]]) as usize;
-    let next = pos + RECORD_HEADER_LEN + len;
-    if len > 0 && next + RECORD_HEADER_LEN <= bytes.len() {
-        let next_len = u32::from_be_bytes([
-            bytes[next],
-            bytes[next + 1],
-            bytes[next + 2],
-            bytes[next + 3],
-        ]) as usize;
-        if next_len > 0 && decode_record(bytes, next, next_len).is_ok() {
-            return Err(corrupt(format!("{reason}, with valid records after it")));
-        }
+    // A torn tail is the last thing written: if any valid record lies after the bad one, the
+    // damage is in the middle of acknowledged data. The bad record's own length cannot be
+    // trusted to find the next one, so every later offset is tried.
+    let last_zxid = records.last().map_or(i64::MIN, |r| r.zxid);
+    if let Some(found) = (pos + 1..used_end).find(|at| valid_record_at(bytes, *at, last_zxid)) {
+        return Err(corrupt(format!(
+            "{reason}, with a valid record after it at offset {found}"
+        )));
     }
     Ok(Scan {
         records,
         torn_at: Some(pos as u64),
-        end: used_end as u64,
+        end: used_end.max(pos) as u64,
     })
 }
 
@@ -581,6 +585,50 @@ mod tests {
             (segment(dir.path()), offsets[1])
         );
         assert!(err.to_string().contains("corrupt"), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_length_field_followed_by_valid_records_is_corruption() {
+        for damage in [[0x40u8, 0, 0, 0], [0, 0, 0, 0]] {
+            let dir = tempfile::tempdir().unwrap();
+            let txns: Vec<Txn> = (0..6).map(|i| create(&format!("/n{i}"), b"x")).collect();
+            write_log(dir.path(), &txns);
+            let (offsets, _) = record_offsets(&segment(dir.path()));
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(segment(dir.path()))
+                .unwrap();
+            let mut len = [0u8; 4];
+            file.read_exact_at(&mut len, offsets[2]).unwrap();
+            let damaged: Vec<u8> = if damage == [0; 4] {
+                vec![0; 4]
+            } else {
+                len.iter().zip(damage).map(|(b, d)| b ^ d).collect()
+            };
+            file.write_all_at(&damaged, offsets[2]).unwrap();
+            let err = recover(dir.path(), Mode::Check)
+                .err()
+                .expect("records after the damage were acknowledged");
+            assert_eq!(err.offset, offsets[2], "{err}");
+        }
+    }
+
+    #[test]
+    fn a_cut_inside_a_length_field_is_a_torn_tail() {
+        for into in 1..4 {
+            let dir = tempfile::tempdir().unwrap();
+            write_log(dir.path(), &[create("/a", b"1"), create("/b", b"2")]);
+            let (offsets, _) = record_offsets(&segment(dir.path()));
+            let file = OpenOptions::new()
+                .write(true)
+                .open(segment(dir.path()))
+                .unwrap();
+            file.set_len(offsets[1] + into).unwrap();
+            let r = recover(dir.path(), Mode::Repair).unwrap();
+            assert_eq!(r.torn_tail.map(|t| t.offset), Some(offsets[1]));
+            assert!(r.tree.get("/a").is_some() && r.tree.get("/b").is_none());
+        }
     }
 
     #[test]
