@@ -126,15 +126,14 @@ impl Capture {
         for (path, node) in nodes.range::<str, _>((start, Bound::Unbounded)).take(limit) {
             seen += 1;
             last = Some(path);
-            if self.recorded_ahead.remove(path.as_str()) || self.created_ahead.remove(path.as_str())
-            {
+            if self.recorded_ahead.remove(&**path) || self.created_ahead.remove(&**path) {
                 continue;
             }
             encode_node(&mut self.out, path, node, &self.acl_index);
             self.count += 1;
         }
         match last {
-            Some(path) if seen == limit => self.cursor = Some(path.clone()),
+            Some(path) if seen == limit => self.cursor = Some(path.to_string()),
             _ => {
                 self.walked = true;
                 self.recorded_ahead.clear();

@@ -120,7 +120,8 @@ fn own(data: Option<Bytes>) -> Option<Bytes> {
     data.map(|d| Bytes::copy_from_slice(&d))
 }
 
-pub type Nodes = BTreeMap<String, Box<Node>>;
+/// Keys are `Box<str>`, not `String`: no capacity word, in slots that are often half empty.
+pub type Nodes = BTreeMap<Box<str>, Box<Node>>;
 
 pub struct DataTree {
     /// Ordered by path so a snapshot can walk it in chunks while it changes. Nodes are boxed:
@@ -167,10 +168,8 @@ impl DataTree {
             ("/zookeeper/quota", &open),
             ("/zookeeper/config", &read_only),
         ] {
-            tree.nodes.insert(
-                p.to_string(),
-                Box::new(Node::new(None, acl.clone(), 0, 0, 0)),
-            );
+            tree.nodes
+                .insert(p.into(), Box::new(Node::new(None, acl.clone(), 0, 0, 0)));
             if let Some(parent) = path::parent(p).and_then(|parent| tree.nodes.get_mut(parent)) {
                 parent.children.insert(path::name(p).into());
             }
@@ -230,7 +229,7 @@ impl DataTree {
             parent.pzxid = zxid;
         }
         self.index(path, ephemeral_owner);
-        self.nodes.insert(path.to_string(), Box::new(node));
+        self.nodes.insert(path.into(), Box::new(node));
         stat
     }
 
@@ -400,10 +399,10 @@ impl DataTree {
                     pzxid: r.pzxid,
                     children: BTreeSet::new(),
                 };
-                (r.path, Box::new(node))
+                (r.path.into_boxed_str(), Box::new(node))
             })
             .collect();
-        let paths: Vec<String> = tree.nodes.keys().cloned().collect();
+        let paths: Vec<Box<str>> = tree.nodes.keys().cloned().collect();
         for p in paths {
             if let Some(parent) = path::parent(&p).and_then(|parent| tree.nodes.get_mut(parent)) {
                 parent.children.insert(path::name(&p).into());
@@ -443,7 +442,7 @@ impl DataTree {
             .iter()
             .filter(|p| {
                 self.nodes
-                    .get(*p)
+                    .get(p.as_str())
                     .is_some_and(|n| n.children.is_empty() && n.child_creations > 0)
             })
             .cloned()
@@ -452,14 +451,14 @@ impl DataTree {
             self.ttl_nodes
                 .iter()
                 .filter(|p| {
-                    self.nodes
-                        .get(*p)
-                        .is_some_and(|n| match Owner::decode(n.ephemeral_owner) {
+                    self.nodes.get(p.as_str()).is_some_and(|n| {
+                        match Owner::decode(n.ephemeral_owner) {
                             Owner::Ttl(ttl) => {
                                 n.children.is_empty() && now_ms > n.mtime.saturating_add(ttl)
                             }
                             _ => false,
-                        })
+                        }
+                    })
                 })
                 .cloned(),
         );
