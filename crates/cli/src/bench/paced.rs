@@ -225,14 +225,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_mix_keeps_its_rate_and_stops_when_told() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let server = lockkeeper_server::Server::start(lockkeeper_server::Config {
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            data_dir: dir.path().join("data"),
-            ..Default::default()
-        })
-        .await
-        .expect("start keeper");
+        let (server, _dir) = crate::bench::workload::tests::in_process_keeper().await;
         let plan = Plan {
             connect: server.local_addr().to_string(),
             duration: Duration::from_millis(300),

@@ -663,14 +663,7 @@ mod tests {
     /// A server that has lost everything (here: a fresh one) is reported as such, not crashed on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn znodes_absent_after_a_restart_are_counted() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let server = lockkeeper_server::Server::start(lockkeeper_server::Config {
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            data_dir: dir.path().join("data"),
-            ..Default::default()
-        })
-        .await
-        .expect("start keeper");
+        let (server, _dir) = crate::bench::workload::tests::in_process_keeper().await;
         let plan = quick_plan(server.local_addr().to_string());
         let mut namespace = Namespace::create(&plan).await.expect("namespace");
         namespace

@@ -311,7 +311,7 @@ impl Namespace {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[tokio::test]
@@ -343,7 +343,7 @@ mod tests {
     }
 
     /// A Keeper on a free loopback port, with a data dir that lives as long as the returned guard.
-    async fn in_process_keeper() -> (lockkeeper_server::Server, tempfile::TempDir) {
+    pub(crate) async fn in_process_keeper() -> (lockkeeper_server::Server, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = lockkeeper_server::Config {
             listen: "127.0.0.1:0".parse().expect("addr"),
