@@ -334,117 +334,9 @@ impl Core {
         self.send(conn, Message::Reply { header, body }, false);
     }
 
-    fn connect(&mut self, conn: ConnId, peer: SocketAddr, request: ConnectRequest, outbox: Outbox) {
-        self.conns.insert(
-            conn,
-            Connection {
-                outbox,
-                peer,
-                session: None,
-                auth: AuthIds::for_peer(peer.ip()),
-                received: 1,
-                sent: 0,
-            },
-        );
-        // A client that has seen newer state than ours must go elsewhere, as ZooKeeper says.
-        if request.last_zxid_seen > self.last_zxid {
-            tracing::warn!(%peer, seen = request.last_zxid_seen, ours = self.last_zxid, "client has seen a newer zxid; closing");
-            self.close(conn);
-            return;
-        }
-        let read_only = request.read_only.map(|_| false);
-        let refused = ConnectResponse {
-            protocol_version: 0,
-            timeout: 0,
-            session_id: 0,
-            passwd: vec![0u8; 16].into(),
-            read_only,
-        };
-        if request.session_id == 0 {
-            let timeout = self.sessions.negotiate(request.timeout);
-            let session_id = self.sessions.next_id();
-            let passwd: [u8; 16] = rand::random();
-            let timeout_ms = timeout.as_millis() as i32;
-            if self.read_only.is_some() {
-                // Reads still work while the disk fails; the session is logged once it recovers.
-                self.sessions
-                    .insert_unlogged(session_id, passwd, timeout, Instant::now());
-            } else {
-                self.write_txn(Txn::CreateSession {
-                    session_id,
-                    timeout_ms,
-                    passwd,
-                });
-            }
-            self.attach(conn, session_id);
-            let response = ConnectResponse {
-                protocol_version: 0,
-                timeout: timeout_ms,
-                session_id,
-                passwd: passwd.to_vec().into(),
-                read_only,
-            };
-            tracing::debug!(%peer, session = format_args!("{session_id:#x}"), timeout_ms, "session created");
-            self.send(conn, Message::Connect(response), false);
-            return;
-        }
-        let valid = self
-            .sessions
-            .get(request.session_id)
-            .is_some_and(|s| s.passwd[..] == request.passwd[..]);
-        if !valid {
-            tracing::debug!(%peer, session = format_args!("{:#x}", request.session_id), "re-attach refused: unknown session or wrong password");
-            self.send(conn, Message::Connect(refused), true);
-            return;
-        }
-        self.attach(conn, request.session_id);
-        let Some(session) = self.sessions.get(request.session_id) else {
-            return;
-        };
-        let response = ConnectResponse {
-            protocol_version: 0,
-            timeout: session.timeout.as_millis() as i32,
-            session_id: session.id,
-            passwd: session.passwd.to_vec().into(),
-            read_only,
-        };
-        self.send(conn, Message::Connect(response), false);
-    }
-
-    /// Binds `session` to `conn`, closing the connection it had before (a client that moved).
-    fn attach(&mut self, conn: ConnId, session_id: i64) {
-        let now = Instant::now();
-        let Some(session) = self.sessions.get_mut(session_id) else {
-            return;
-        };
-        let previous = session.conn.replace(conn);
-        session.deadline = now + session.timeout;
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.session = Some(session_id);
-        }
-        if let Some(old) = previous.filter(|old| *old != conn) {
-            if let Some(c) = self.conns.get_mut(&old) {
-                c.session = None;
-            }
-            self.close(old);
-        }
-    }
-
     /// Asks a connection's writer to close after what is already queued.
     pub(crate) fn close(&mut self, conn: ConnId) {
         self.send(conn, Message::Text(String::new()), true);
-    }
-
-    fn disconnect(&mut self, conn: ConnId) {
-        let Some(c) = self.conns.remove(&conn) else {
-            return;
-        };
-        self.watches.remove_connection(conn);
-        if let Some(session) = c.session.and_then(|s| self.sessions.get_mut(s))
-            && session.conn == Some(conn)
-        {
-            session.conn = None;
-        }
     }
 
     /// Logs and applies a txn at a new zxid, fires its watches, returns what it did.
@@ -503,17 +395,6 @@ impl Core {
                 path,
             });
             self.send(conn, Message::Reply { header, body }, false);
-        }
-    }
-
-    fn expire_sessions(&mut self) {
-        for session_id in self.sessions.expired(Instant::now()) {
-            let conn = self.sessions.get(session_id).and_then(|s| s.conn);
-            tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
-            self.write_txn(Txn::CloseSession { session_id });
-            if let Some(conn) = conn {
-                self.close(conn);
-            }
         }
     }
 

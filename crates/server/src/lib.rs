@@ -21,6 +21,7 @@
 //! ```
 
 pub mod acl;
+mod attach;
 pub mod config;
 mod connection;
 mod core;
