@@ -296,7 +296,12 @@ fn scan_segment(path: &Path, bytes: &[u8], is_last: bool) -> Result<Scan, Corrup
         reason,
     };
     let header_len = SEGMENT_HEADER_LEN as usize;
-    if bytes.len() < header_len || &bytes[..8] != SEGMENT_MAGIC {
+    // The whole header is checked: magic, version 1, and the reserved zero word.
+    let header_ok = bytes.len() >= header_len
+        && &bytes[..8] == SEGMENT_MAGIC
+        && bytes[8..12] == 1u32.to_be_bytes()
+        && bytes[12..16] == [0; 4];
+    if !header_ok {
         // A crash right after creating the newest segment can leave it shorter than its header.
         if is_last
             && bytes.iter().skip(8.min(bytes.len())).all(|b| *b == 0)
@@ -628,6 +633,24 @@ mod tests {
             let r = recover(dir.path(), Mode::Repair).unwrap();
             assert_eq!(r.torn_tail.map(|t| t.offset), Some(offsets[1]));
             assert!(r.tree.get("/a").is_some() && r.tree.get("/b").is_none());
+        }
+    }
+
+    #[test]
+    fn any_damaged_header_byte_is_corruption() {
+        for byte in 0..SEGMENT_HEADER_LEN {
+            let dir = tempfile::tempdir().unwrap();
+            write_log(dir.path(), &[create("/a", b"1")]);
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(segment(dir.path()))
+                .unwrap();
+            let mut b = [0u8; 1];
+            file.read_exact_at(&mut b, byte).unwrap();
+            file.write_all_at(&[b[0] ^ 0x5a], byte).unwrap();
+            let err = recover(dir.path(), Mode::Check).err();
+            assert!(err.is_some_and(|e| e.offset == 0), "header byte {byte}");
         }
     }
 
