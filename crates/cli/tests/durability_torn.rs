@@ -262,7 +262,7 @@ async fn torn_tail_is_cut_off_and_the_server_starts() {
         );
 
         let mut server = KeeperProcess::start(&dir, &[]);
-        let log = server.stderr_text();
+        let log = server.stderr_containing("truncated torn tail", Duration::from_secs(10));
         let line = log
             .lines()
             .find(|l| l.contains("truncated torn tail"))

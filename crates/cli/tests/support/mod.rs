@@ -211,6 +211,20 @@ impl KeeperProcess {
         self.child.id()
     }
 
+    /// The server's log once it contains `needle`, or whatever it has after `within` (the log is
+    /// read by a background thread, so a line written before the server listened may still be
+    /// on its way when the test looks).
+    pub fn stderr_containing(&self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let text = self.stderr_text();
+            if text.contains(needle) || Instant::now() >= deadline {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Everything the server wrote on stderr so far (its log).
     pub fn stderr_text(&self) -> String {
         self.stderr
