@@ -737,8 +737,8 @@ mod tests {
         let mut got: Vec<(String, Option<Bytes>)> = loaded
             .nodes
             .into_iter()
-            .filter(|n| n.path.starts_with("/n"))
-            .map(|n| (n.path, n.data))
+            .filter(|(path, _)| path.starts_with("/n"))
+            .map(|(path, node)| (path, node.data))
             .collect();
         got.sort();
         assert_eq!(got, expected);

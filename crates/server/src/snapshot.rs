@@ -178,21 +178,9 @@ fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node, acl_index: &HashMap<u
     node.pzxid.write(out);
 }
 
-/// One node as read back from a snapshot.
-pub struct NodeRecord {
-    pub path: String,
-    pub data: Option<Bytes>,
-    pub acl: Arc<[Acl]>,
-    pub czxid: i64,
-    pub mzxid: i64,
-    pub ctime: i64,
-    pub mtime: i64,
-    pub version: i32,
-    pub aversion: i32,
-    pub child_creations: i32,
-    pub ephemeral_owner: i64,
-    pub pzxid: i64,
-}
+/// One node as read back from a snapshot: its path and the node (children are derived from
+/// the paths when the tree is rebuilt).
+pub type NodeRecord = (String, Node);
 
 pub struct Loaded {
     pub zxid: i64,
@@ -240,24 +228,27 @@ fn parse(body: Bytes) -> Result<Loaded, DecodeError> {
     let mut nodes = Vec::new();
     loop {
         match read_u8(&mut r)? {
-            NODE_TAG => nodes.push(NodeRecord {
-                path: r.read_string()?,
-                data: Jute::read(&mut r)?,
-                acl: {
-                    let index = r.read_i32()?;
-                    let acl = usize::try_from(index).ok().and_then(|i| acls.get(i));
-                    acl.cloned().ok_or(DecodeError::NegativeLength(index))?
-                },
-                czxid: r.read_i64()?,
-                mzxid: r.read_i64()?,
-                ctime: r.read_i64()?,
-                mtime: r.read_i64()?,
-                version: r.read_i32()?,
-                aversion: r.read_i32()?,
-                child_creations: r.read_i32()?,
-                ephemeral_owner: r.read_i64()?,
-                pzxid: r.read_i64()?,
-            }),
+            NODE_TAG => {
+                let path = r.read_string()?;
+                let data = Jute::read(&mut r)?;
+                let index = r.read_i32()?;
+                let acl = usize::try_from(index).ok().and_then(|i| acls.get(i));
+                let node = Node {
+                    data,
+                    acl: acl.cloned().ok_or(DecodeError::NegativeLength(index))?,
+                    czxid: r.read_i64()?,
+                    mzxid: r.read_i64()?,
+                    ctime: r.read_i64()?,
+                    mtime: r.read_i64()?,
+                    version: r.read_i32()?,
+                    aversion: r.read_i32()?,
+                    child_creations: r.read_i32()?,
+                    ephemeral_owner: r.read_i64()?,
+                    pzxid: r.read_i64()?,
+                    children: Default::default(),
+                };
+                nodes.push((path, node));
+            }
             END_TAG => {
                 let count = r.read_i64()?;
                 if count != nodes.len() as i64 {

@@ -378,29 +378,13 @@ impl DataTree {
         for acl in acls {
             tree.acl_cache.insert(acl.to_vec(), acl);
         }
-        records.sort_by(|a, b| a.path.cmp(&b.path));
-        for r in &records {
-            tree.index(&r.path, r.ephemeral_owner);
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        for (path, node) in &records {
+            tree.index(path, node.ephemeral_owner);
         }
         tree.nodes = records
             .into_iter()
-            .map(|r| {
-                let node = Node {
-                    data: r.data,
-                    acl: r.acl,
-                    czxid: r.czxid,
-                    mzxid: r.mzxid,
-                    ctime: r.ctime,
-                    mtime: r.mtime,
-                    version: r.version,
-                    aversion: r.aversion,
-                    child_creations: r.child_creations,
-                    ephemeral_owner: r.ephemeral_owner,
-                    pzxid: r.pzxid,
-                    children: BTreeSet::new(),
-                };
-                (r.path.into_boxed_str(), Box::new(node))
-            })
+            .map(|(path, node)| (path.into_boxed_str(), Box::new(node)))
             .collect();
         let paths: Vec<Box<str>> = tree.nodes.keys().cloned().collect();
         for p in paths {
