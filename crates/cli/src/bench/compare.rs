@@ -339,6 +339,18 @@ impl Partial {
     }
 }
 
+/// The JSON on success, or a [`Partial`] naming every failure, each also printed on stderr
+/// after `prefix`.
+pub fn json_or_partial(json: Json, failures: &[String], prefix: &str) -> Result<Json, BoxError> {
+    if failures.is_empty() {
+        return Ok(json);
+    }
+    for f in failures {
+        eprintln!("{prefix}{f}");
+    }
+    Err(Box::new(Partial(json, failures.join("; "))))
+}
+
 impl std::fmt::Display for Partial {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.1)

@@ -166,14 +166,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
             ));
         }
     }
-    if failures.is_empty() {
-        Ok(json)
-    } else {
-        for f in &failures {
-            eprintln!("{f}");
-        }
-        Err(Box::new(super::compare::Partial(json, failures.join("; "))))
-    }
+    super::compare::json_or_partial(json, &failures, "")
 }
 
 async fn measure(settings: &Settings, report: &mut Report) -> Result<(), BoxError> {

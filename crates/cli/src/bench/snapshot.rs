@@ -355,14 +355,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
     if let Some(problem) = &report.observed.problem {
         failures.push(problem.clone());
     }
-    if failures.is_empty() {
-        Ok(json)
-    } else {
-        for f in &failures {
-            eprintln!("Keeper error: {f}");
-        }
-        Err(Box::new(super::compare::Partial(json, failures.join("; "))))
-    }
+    super::compare::json_or_partial(json, &failures, "Keeper error: ")
 }
 
 async fn measure(settings: &Settings, report: &mut Report) -> Result<(), BoxError> {
