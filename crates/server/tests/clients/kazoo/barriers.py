@@ -13,6 +13,7 @@ from harness import (
     run_scenarios,
     spawn,
     step,
+    stop_all,
     wait_until,
 )
 
@@ -44,9 +45,7 @@ def barrier(root):
         join_all(threads, "barrier waiters", 60)
         check_eq(sorted(released), [(i, True) for i in range(PARTIES)], "everyone passed after removal")
     finally:
-        for c in waiters + [owner]:
-            c.stop()
-            c.close()
+        stop_all(waiters + [owner])
 
 
 def double_barrier(root):
@@ -113,9 +112,7 @@ def double_barrier(root):
     finally:
         for ev in may_arrive + may_leave:
             ev.set()
-        for c in clients:
-            c.stop()
-            c.close()
+        stop_all(clients)
 
 
 if __name__ == "__main__":

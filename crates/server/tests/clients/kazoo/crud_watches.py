@@ -25,6 +25,7 @@ from harness import (
     run,
     spawn,
     step,
+    stop_all,
     unique_root,
     wait_until,
 )
@@ -226,9 +227,7 @@ def counter(root):
         join_all([spawn(bump, c) for c in clients], "counter increments", 90)
         check_eq(clients[0].Counter(path).value, per_client * len(clients), "counter value")
     finally:
-        for c in clients:
-            c.stop()
-            c.close()
+        stop_all(clients)
 
 
 def acls(client, root):

@@ -138,6 +138,13 @@ def run(main):
     os._exit(0)
 
 
+def stop_all(clients):
+    """Stops and closes every client (in a `finally`: each must go, whatever failed)."""
+    for c in clients:
+        c.stop()
+        c.close()
+
+
 def run_scenarios(name, *scenarios):
     """Runs each scenario with a fresh root of its own under the hard limit, then removes it."""
 

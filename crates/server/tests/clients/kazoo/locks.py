@@ -15,6 +15,7 @@ from harness import (
     run_scenarios,
     spawn,
     step,
+    stop_all,
     wait_until,
 )
 
@@ -80,9 +81,7 @@ def contention(root):
         check(all(w[0].startswith("client-") for w in saw_waiters), "contenders() names identifiers")
         check_eq(clients[0].get_children(path), [], "no lock nodes left behind")
     finally:
-        for c in clients:
-            c.stop()
-            c.close()
+        stop_all(clients)
 
 
 def timeouts_and_crashes(root):
@@ -155,9 +154,7 @@ def read_write(root):
         join_all([thread], "writer thread")
         w.release()
     finally:
-        for c in clients:
-            c.stop()
-            c.close()
+        stop_all(clients)
 
 
 def semaphore(root):
@@ -183,9 +180,7 @@ def semaphore(root):
         check_eq(len(occupancy.entries), 12, "every lease was granted")
         check_eq(clients[0].Semaphore(path, max_leases=2).lease_holders(), [], "no lease left")
     finally:
-        for c in clients:
-            c.stop()
-            c.close()
+        stop_all(clients)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from harness import (
     run_scenarios,
     spawn,
     step,
+    stop_all,
     wait_until,
 )
 
@@ -78,9 +79,7 @@ def plain_queue(root):
         queue.put(b"urgent", priority=1)
         check_eq([out.get() for _ in range(3)], [b"urgent", b"normal", b"low"], "priority order")
     finally:
-        for c in producers + consumers:
-            c.stop()
-            c.close()
+        stop_all(producers + consumers)
 
 
 def locking_queue(root):
