@@ -501,6 +501,15 @@ mod tests {
         dir.join(segment_name(FIRST_ZXID))
     }
 
+    /// The test log's segment, opened to read and damage it.
+    fn open_segment(dir: &Path) -> fs::File {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(segment(dir))
+            .unwrap()
+    }
+
     #[test]
     fn replays_the_log_into_the_same_tree() {
         let dir = tempfile::tempdir().unwrap();
@@ -549,10 +558,7 @@ mod tests {
         let (offsets, end) = record_offsets(&segment(dir.path()));
         // Zero the last record from its middle on, as a crash during the write leaves it.
         let cut = offsets[2] + 10;
-        let file = OpenOptions::new()
-            .write(true)
-            .open(segment(dir.path()))
-            .unwrap();
+        let file = open_segment(dir.path());
         file.write_all_at(&vec![0; (end - cut) as usize], cut)
             .unwrap();
         let check = recover(dir.path(), Mode::Check).unwrap();
@@ -577,10 +583,7 @@ mod tests {
             &[create("/a", b"1"), create("/b", b"2"), create("/c", b"3")],
         );
         let (offsets, _) = record_offsets(&segment(dir.path()));
-        let file = OpenOptions::new()
-            .write(true)
-            .open(segment(dir.path()))
-            .unwrap();
+        let file = open_segment(dir.path());
         file.write_all_at(b"X", offsets[1] + 20).unwrap();
         let err = recover(dir.path(), Mode::Repair)
             .err()
@@ -599,11 +602,7 @@ mod tests {
             let txns: Vec<Txn> = (0..6).map(|i| create(&format!("/n{i}"), b"x")).collect();
             write_log(dir.path(), &txns);
             let (offsets, _) = record_offsets(&segment(dir.path()));
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(segment(dir.path()))
-                .unwrap();
+            let file = open_segment(dir.path());
             let mut len = [0u8; 4];
             file.read_exact_at(&mut len, offsets[2]).unwrap();
             let damaged: Vec<u8> = if damage == [0; 4] {
@@ -625,10 +624,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             write_log(dir.path(), &[create("/a", b"1"), create("/b", b"2")]);
             let (offsets, _) = record_offsets(&segment(dir.path()));
-            let file = OpenOptions::new()
-                .write(true)
-                .open(segment(dir.path()))
-                .unwrap();
+            let file = open_segment(dir.path());
             file.set_len(offsets[1] + into).unwrap();
             let r = recover(dir.path(), Mode::Repair).unwrap();
             assert_eq!(r.torn_tail.map(|t| t.offset), Some(offsets[1]));
@@ -641,11 +637,7 @@ mod tests {
         for byte in 0..SEGMENT_HEADER_LEN {
             let dir = tempfile::tempdir().unwrap();
             write_log(dir.path(), &[create("/a", b"1")]);
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(segment(dir.path()))
-                .unwrap();
+            let file = open_segment(dir.path());
             let mut b = [0u8; 1];
             file.read_exact_at(&mut b, byte).unwrap();
             file.write_all_at(&[b[0] ^ 0x5a], byte).unwrap();
