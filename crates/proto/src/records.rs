@@ -53,9 +53,7 @@ impl Jute for ConnectRequest {
         self.timeout.write(out);
         self.session_id.write(out);
         self.passwd.write(out);
-        if let Some(read_only) = self.read_only {
-            read_only.write(out);
-        }
+        write_trailing_flag(self.read_only, out);
     }
     fn read(r: &mut Reader) -> Result<Self, DecodeError> {
         Ok(ConnectRequest {
@@ -64,12 +62,22 @@ impl Jute for ConnectRequest {
             timeout: r.read_i32()?,
             session_id: r.read_i64()?,
             passwd: r.read_buffer()?,
-            read_only: if r.remaining() > 0 {
-                Some(r.read_bool()?)
-            } else {
-                None
-            },
+            read_only: read_trailing_flag(r)?,
         })
+    }
+}
+
+/// The optional `readOnly` byte that ends connect records: present only if the peer sent it.
+fn read_trailing_flag(r: &mut Reader) -> Result<Option<bool>, DecodeError> {
+    if r.remaining() == 0 {
+        return Ok(None);
+    }
+    r.read_bool().map(Some)
+}
+
+fn write_trailing_flag(flag: Option<bool>, out: &mut Vec<u8>) {
+    if let Some(flag) = flag {
+        flag.write(out);
     }
 }
 
@@ -89,9 +97,7 @@ impl Jute for ConnectResponse {
         self.timeout.write(out);
         self.session_id.write(out);
         self.passwd.write(out);
-        if let Some(read_only) = self.read_only {
-            read_only.write(out);
-        }
+        write_trailing_flag(self.read_only, out);
     }
     fn read(r: &mut Reader) -> Result<Self, DecodeError> {
         Ok(ConnectResponse {
@@ -99,11 +105,7 @@ impl Jute for ConnectResponse {
             timeout: r.read_i32()?,
             session_id: r.read_i64()?,
             passwd: r.read_buffer()?,
-            read_only: if r.remaining() > 0 {
-                Some(r.read_bool()?)
-            } else {
-                None
-            },
+            read_only: read_trailing_flag(r)?,
         })
     }
 }
