@@ -1,0 +1,49 @@
+//! The one error type of the crate, shared by the ZooKeeper recipes and the Redis locks.
+//!
+//! "Not acquired" is not an error: `try_lock()` and `lock_timeout(d)` return `Ok(None)` when the
+//! lock is busy or the time ran out, so `?` only ever propagates real failures.
+
+/// Everything a lockkeeper call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A release, unlock or extend of a lock this guard or owner does not hold (any more): it was
+    /// released already, its lease ran out, its session expired, or someone deleted it.
+    #[error("the lock is not held")]
+    NotHeld,
+
+    /// A wrong argument from the caller (a path, a timeout, a lease count, a name), named in
+    /// the message. Nothing was sent to the server.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A read-lock holder asked for the write lock of the same read-write lock. Waiting would
+    /// deadlock (the writer waits for every earlier node, including its own read node), so the
+    /// request is refused; release the read lock first.
+    #[error("upgrading a read lock to a write lock would deadlock")]
+    UpgradeRefused,
+
+    /// The ZooKeeper session expired (or was closed) during the call; everything it held, its
+    /// ephemeral lock nodes included, is gone.
+    #[error("the ZooKeeper session expired or was closed")]
+    SessionLost,
+
+    /// The retry policy gave up on an operation that kept failing with connection loss.
+    #[error("gave up after {attempts} attempts: {last}")]
+    RetriesExhausted {
+        /// How many times the operation was tried.
+        attempts: u32,
+        /// The error of the last attempt.
+        last: zookeeper_client::Error,
+    },
+
+    /// An error from ZooKeeper (or Keeper) that the recipe does not handle itself.
+    #[error("zookeeper: {0}")]
+    Zk(#[from] zookeeper_client::Error),
+
+    /// An error from Redis: connection, protocol or script.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// `Result` with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,21 @@
+//! Distributed locks and coordination for Rust services.
+//!
+//! Two families, one shape. [`zk`] holds the ZooKeeper recipes (fair, herd-free locks whose
+//! nodes use Apache Curator's layout, so Java and Rust services can share a lock); [`redis`]
+//! holds the Redis lock family (lease locks, watchdog renewal, Redlock). Both follow
+//! `tokio::sync`: `lock()`, `try_lock()`, `lock_timeout(d)`, and a guard that releases on drop.
+//!
+//! Every guard carries the two things a correct user of a distributed lock needs and most
+//! toolkits leave out:
+//! - a [`FencingToken`], strictly increasing per lock, to hand to the resource the lock protects
+//!   so that it can refuse a write from a holder that paused past its lease;
+//! - a lost-lock signal (`guard.lost().await` and `guard.is_held()`), because a distributed lock
+//!   can be taken away (session expiry, lease end) without its holder doing anything.
+
+pub mod error;
+pub mod fencing;
+pub mod redis;
+pub mod zk;
+
+pub use error::{Error, Result};
+pub use fencing::FencingToken;

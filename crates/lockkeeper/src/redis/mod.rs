@@ -1,0 +1,1 @@
+//! The Redis lock family.

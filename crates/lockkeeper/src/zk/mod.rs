@@ -1,0 +1,1 @@
+//! ZooKeeper recipes.
