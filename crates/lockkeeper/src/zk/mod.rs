@@ -1,1 +1,39 @@
-//! ZooKeeper recipes.
+//! ZooKeeper recipes: locks that work the same on Keeper and on an Apache ZooKeeper ensemble.
+//!
+//! Everything starts from a [`Session`]; each recipe is a handle made from it:
+//!
+//! ```no_run
+//! # async fn demo() -> lockkeeper::Result<()> {
+//! use lockkeeper::zk::Session;
+//!
+//! let session = Session::connect("127.0.0.1:2181/myapp").await?;
+//! let mutex = session.mutex("/locks/orders")?;
+//! let guard = mutex.lock().await?;
+//! // ... write to the resource, passing guard.fencing_token() along
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Node layouts are Curator's, so a lock can be shared with Java services using Curator.
+
+mod guard;
+mod hold;
+mod mutex;
+mod owner;
+mod path;
+mod queue;
+mod retry;
+mod session;
+
+pub use guard::LockGuard;
+pub use mutex::Mutex;
+pub use retry::RetryPolicy;
+pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
+
+impl Session {
+    /// A [`Mutex`] on `path` (Curator's `InterProcessMutex` layout). Each call makes a new
+    /// owner: handles from separate calls exclude each other.
+    pub fn mutex(&self, path: &str) -> crate::Result<Mutex> {
+        Mutex::new(self.clone(), path)
+    }
+}

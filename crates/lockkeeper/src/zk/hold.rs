@@ -1,0 +1,138 @@
+//! A granted lock node, as every guard sees it: its path, its fencing token, and whether it
+//! is still held.
+//!
+//! "Held" is the holder's *knowledge*, not the server's: while the session is suspended the
+//! node may already be gone (the session may have expired on the server), so a careful holder
+//! stops touching the protected resource. That is why `is_held()` is false while suspended and
+//! `lost()` resolves at the first suspension, as Curator advises for SUSPENDED.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use zookeeper_client::EventType;
+
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::zk::queue::delete_node;
+use crate::zk::session::{Generation, Health};
+
+/// One granted lock node.
+pub(crate) struct Held {
+    node: String,
+    token: FencingToken,
+    generation: Arc<Generation>,
+    /// Set by release (or drop) before the delete is sent.
+    released: AtomicBool,
+    /// Set when a `lost()` watch saw the node deleted by someone else.
+    deleted: AtomicBool,
+}
+
+impl Held {
+    pub(crate) fn new(node: String, token: FencingToken, generation: Arc<Generation>) -> Held {
+        Held {
+            node,
+            token,
+            generation,
+            released: AtomicBool::new(false),
+            deleted: AtomicBool::new(false),
+        }
+    }
+
+    /// The full path of the lock node.
+    pub(crate) fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub(crate) fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    pub(crate) fn generation(&self) -> &Arc<Generation> {
+        &self.generation
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        !self.released.load(Ordering::Acquire)
+            && !self.deleted.load(Ordering::Acquire)
+            && self.generation.health() == Health::Connected
+    }
+
+    /// True when this hold can never be held again (unlike a suspension, which may pass).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+            || self.deleted.load(Ordering::Acquire)
+            || self.generation.health() == Health::Ended
+    }
+
+    /// Resolves when the holder can no longer be sure it holds the lock: the session is
+    /// suspended or ended, the node was deleted behind its back, or it was released.
+    ///
+    /// The node is watched only while someone awaits this, so holders that never ask pay
+    /// nothing for it.
+    pub(crate) async fn lost(&self) {
+        if !self.is_held() {
+            return;
+        }
+        tokio::select! {
+            () = self.generation.unhealthy() => {}
+            () = self.node_deleted() => {}
+        }
+    }
+
+    async fn node_deleted(&self) {
+        loop {
+            let Ok(client) = self.generation.client() else {
+                return std::future::pending().await;
+            };
+            match client.get_and_watch_data(&self.node).await {
+                Ok((_, _, watcher)) => {
+                    let event = watcher.changed().await;
+                    match event.event_type {
+                        EventType::NodeDeleted => break,
+                        // A terminal session event: the health watch reports it.
+                        EventType::Session => return std::future::pending().await,
+                        // A data change is not a loss: watch again.
+                        _ => continue,
+                    }
+                }
+                Err(zookeeper_client::Error::NoNode) => break,
+                // Connection trouble is reported by the health watch.
+                Err(_) => return std::future::pending().await,
+            }
+        }
+        if !self.released.load(Ordering::Acquire) {
+            self.deleted.store(true, Ordering::Release);
+        }
+    }
+
+    /// Deletes the node. `NotHeld` if it was already released, deleted, or its session ended.
+    pub(crate) async fn release(&self) -> Result<()> {
+        if self.released.swap(true, Ordering::AcqRel) || self.deleted.load(Ordering::Acquire) {
+            return Err(Error::NotHeld);
+        }
+        if self.generation.health() == Health::Ended {
+            return Err(Error::NotHeld);
+        }
+        delete_node(&self.generation, &self.node).await
+    }
+
+    /// Releases from a destructor: best effort, in a task on the current runtime if any.
+    pub(crate) fn release_in_background(self: Arc<Self>) {
+        if self.released.load(Ordering::Acquire) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = self.release().await {
+                        if !matches!(err, Error::NotHeld) {
+                            tracing::warn!(node = self.node, %err, "releasing a dropped lock guard failed");
+                        }
+                    }
+                });
+            }
+            // Without a runtime the node goes when the session does (ephemeral).
+            Err(_) => tracing::debug!(node = self.node, "lock guard dropped outside a runtime"),
+        }
+    }
+}

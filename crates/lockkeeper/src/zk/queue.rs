@@ -1,0 +1,472 @@
+//! The queue of ephemeral-sequential nodes that every lock recipe waits in.
+//!
+//! This is the ZooKeeper lock recipe proper, shared by [`Mutex`], the read and write sides of
+//! [`RwLock`] and the [`Semaphore`]'s internal lock, as Curator's `LockInternals` is shared by
+//! its recipes (and with Curator's node names, so both can queue in one directory):
+//!
+//! 1. create `{dir}/_c_{uuid}-{marker}{sequence}`, ephemeral and sequential. The uuid makes the
+//!    creation *protected*: after a connection loss the node is found again by its uuid
+//!    instead of being created twice and orphaned;
+//! 2. list the children, sort them by sequence, and ask the recipe's [`Rule`] whether our node
+//!    holds; if not, which earlier node to watch;
+//! 3. watch that node with getData (not exists: if it is already gone, getData says NoNode and
+//!    leaves no watch behind) and go back to 2 when it changes.
+//!
+//! A release therefore wakes only the waiter behind it (no herd), and grants follow sequence
+//! order (FIFO). Creating the node and listing the children are sent back to back without
+//! waiting: ZooKeeper answers one session's requests in order, so the listing already
+//! contains our node and an uncontended acquire costs one round trip.
+//!
+//! [`Mutex`]: crate::zk::Mutex
+//! [`RwLock`]: crate::zk::RwLock
+//! [`Semaphore`]: crate::zk::Semaphore
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+use zookeeper_client::{Acls, Client, CreateMode, EventType, Stat};
+
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::zk::hold::Held;
+use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
+
+/// How long an acquisition may wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deadline {
+    /// `lock()`: until granted.
+    Never,
+    /// `lock_timeout(d)`: until this instant.
+    At(Instant),
+    /// `try_lock()`: only if granted at once.
+    Now,
+}
+
+impl Deadline {
+    pub(crate) fn after(timeout: std::time::Duration) -> Result<Deadline> {
+        if timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "timeout must be greater than zero (use try_lock to not wait at all)".into(),
+            ));
+        }
+        Ok(Deadline::At(Instant::now() + timeout))
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        match self {
+            Deadline::Never => false,
+            Deadline::At(at) => Instant::now() >= *at,
+            Deadline::Now => true,
+        }
+    }
+
+    pub(crate) async fn sleep(&self) {
+        match self {
+            Deadline::Never => std::future::pending().await,
+            Deadline::At(at) => tokio::time::sleep_until(*at).await,
+            Deadline::Now => {}
+        }
+    }
+}
+
+/// A recipe's answer for one node of the queue.
+pub(crate) enum Decision {
+    /// The node holds the lock.
+    Hold,
+    /// The node waits; watch this earlier node (a child name) and ask again when it changes.
+    Watch(String),
+}
+
+/// A recipe's grant rule: given the queue sorted by sequence and the index of our node.
+pub(crate) type Rule<'r> = &'r (dyn Fn(&[String], usize) -> Decision + Sync);
+
+/// One queue directory and the marker its nodes carry before the sequence number.
+#[derive(Clone, Debug)]
+pub(crate) struct Queue {
+    /// The lock path (the parent of the nodes), as the user gave it.
+    pub dir: String,
+    /// The marker of the nodes this handle creates: `lock-`, `__READ__`, `__WRIT__`, `lease-`.
+    pub marker: &'static str,
+    /// Every marker that may appear in the directory, for sorting (`lock-` alone, or both
+    /// read-write markers): the sequence is what follows the marker.
+    pub markers: &'static [&'static str],
+}
+
+impl Queue {
+    /// The children of the directory, sorted by sequence (Curator's order).
+    pub(crate) fn sort(&self, mut children: Vec<String>) -> Vec<String> {
+        children.sort_by(|a, b| {
+            self.sequence_part(a)
+                .cmp(self.sequence_part(b))
+                .then(a.cmp(b))
+        });
+        children
+    }
+
+    /// What follows the last marker in `name` (the zero-padded sequence), or the whole name.
+    pub(crate) fn sequence_part<'n>(&self, name: &'n str) -> &'n str {
+        self.markers
+            .iter()
+            .filter_map(|marker| name.rfind(marker).map(|at| &name[at + marker.len()..]))
+            .min_by_key(|rest| rest.len())
+            .unwrap_or(name)
+    }
+
+    fn path_of(&self, name: &str) -> String {
+        format!("{}/{}", self.dir, name)
+    }
+
+    /// Waits in the queue until `rule` says our node holds, or the deadline passes (`None`).
+    ///
+    /// Cancel-safe: if the future is dropped, a task deletes our node (found by uuid if the
+    /// create had not answered yet).
+    pub(crate) async fn acquire(
+        &self,
+        session: &Session,
+        rule: Rule<'_>,
+        deadline: Deadline,
+    ) -> Result<Option<Held>> {
+        let generation = match deadline {
+            // try_lock while disconnected: do not wait for the connection.
+            Deadline::Now if session.generation().client().is_err() => {
+                return Err(Error::SessionLost);
+            }
+            _ => session.connected_generation().await?,
+        };
+        loop {
+            let mut pending = PendingNode::new(self, &generation);
+            let (name, czxid, mut listing) = pending.create(self).await?;
+            let node = self.path_of(&name);
+            match self
+                .wait_turn(&generation, &name, rule, deadline, &mut listing)
+                .await?
+            {
+                Turn::Granted => {
+                    pending.disarm();
+                    return Ok(Some(Held::new(
+                        node,
+                        FencingToken::new(czxid as u64),
+                        generation,
+                    )));
+                }
+                Turn::TimedOut => {
+                    pending.disarm();
+                    delete_node(&generation, &node).await?;
+                    return Ok(None);
+                }
+                // Our node was deleted by someone else while we waited: queue again.
+                Turn::NodeGone => {
+                    pending.disarm();
+                    tracing::warn!(node, "lock node deleted while waiting; queueing again");
+                }
+            }
+        }
+    }
+
+    async fn wait_turn(
+        &self,
+        generation: &Generation,
+        name: &str,
+        rule: Rule<'_>,
+        deadline: Deadline,
+        listing: &mut Option<Vec<String>>,
+    ) -> Result<Turn> {
+        loop {
+            let children = match listing.take() {
+                Some(children) => children,
+                None => {
+                    generation
+                        .retry(|client| async move { client.list_children(&self.dir).await })
+                        .await?
+                }
+            };
+            let children = self.sort(children);
+            let Some(ours) = children.iter().position(|child| child == name) else {
+                return Ok(Turn::NodeGone);
+            };
+            let watched = match rule(&children, ours) {
+                Decision::Hold => return Ok(Turn::Granted),
+                Decision::Watch(_) if deadline.passed() => return Ok(Turn::TimedOut),
+                Decision::Watch(watched) => watched,
+            };
+            let path = self.path_of(&watched);
+            let watch = generation
+                .retry(|client| {
+                    let path = path.clone();
+                    async move {
+                        match client.get_and_watch_data(&path).await {
+                            Ok((_, _, watcher)) => Ok(Some(watcher)),
+                            // Already gone: no watch was left; look again at once.
+                            Err(zookeeper_client::Error::NoNode) => Ok(None),
+                            Err(err) => Err(err),
+                        }
+                    }
+                })
+                .await?;
+            let Some(watcher) = watch else { continue };
+            tokio::select! {
+                event = watcher.changed() => {
+                    if event.event_type == EventType::Session {
+                        // The only session events a watch sees are terminal ones.
+                        return Err(Error::SessionLost);
+                    }
+                    generation.count_notification();
+                }
+                () = deadline.sleep() => return Ok(Turn::TimedOut),
+                () = generation.ended() => return Err(Error::SessionLost),
+            }
+        }
+    }
+}
+
+enum Turn {
+    Granted,
+    TimedOut,
+    NodeGone,
+}
+
+/// Deletes one lock node, retrying connection losses; a node already gone is `NotHeld`.
+pub(crate) async fn delete_node(generation: &Generation, node: &str) -> Result<()> {
+    let result = generation
+        .retry(|client| async move {
+            match client.delete(node, None).await {
+                Ok(()) => Ok(true),
+                Err(zookeeper_client::Error::NoNode) => Ok(false),
+                Err(err) => Err(err),
+            }
+        })
+        .await;
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) | Err(Error::SessionLost) => Err(Error::NotHeld),
+        Err(err) => Err(err),
+    }
+}
+
+/// Our queue node from the moment its create is sent until it is granted or deleted. If the
+/// acquisition is abandoned in between (an error, or its future dropped), `Drop` deletes it
+/// in the background.
+struct PendingNode {
+    generation: Arc<Generation>,
+    dir: String,
+    /// `_c_{uuid}-`: every name this acquisition could have created starts with it.
+    protection: String,
+    marker: &'static str,
+    /// The node's name once the server has answered the create.
+    created: Option<String>,
+    armed: bool,
+}
+
+/// Data of a lock node: enough for an operator looking at the queue to find the process.
+fn node_data() -> Vec<u8> {
+    format!("lockkeeper pid={}", std::process::id()).into_bytes()
+}
+
+const MAX_PARENT_ATTEMPTS: u32 = 5;
+
+impl PendingNode {
+    fn new(queue: &Queue, generation: &Arc<Generation>) -> PendingNode {
+        PendingNode {
+            generation: generation.clone(),
+            dir: queue.dir.clone(),
+            protection: format!("_c_{}-", Uuid::new_v4()),
+            marker: queue.marker,
+            created: None,
+            armed: true,
+        }
+    }
+
+    /// Creates the node (protected, creating missing parents as containers) and returns its
+    /// name, its czxid, and the directory listing when it was fetched in the same round trip.
+    async fn create(&mut self, queue: &Queue) -> Result<(String, i64, Option<Vec<String>>)> {
+        let prefix = format!("{}/{}{}", self.dir, self.protection, self.marker);
+        let data = node_data();
+        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let mut attempt = 1;
+        let mut parent_attempts = 0;
+        loop {
+            let client = self.generation.client()?;
+            let create = client.create(&prefix, &data, &options);
+            let listing = client.list_children(&queue.dir);
+            let created = create.await;
+            let listed = listing.await;
+            match created {
+                Ok((stat, sequence)) => {
+                    let name = format!("{}{}{}", self.protection, self.marker, sequence);
+                    self.created = Some(name.clone());
+                    return Ok((name, stat.czxid, listed.ok()));
+                }
+                Err(zookeeper_client::Error::NoNode) if parent_attempts < MAX_PARENT_ATTEMPTS => {
+                    parent_attempts += 1;
+                    create_parents(&client, &self.dir).await?;
+                }
+                Err(err) if is_terminal(&err) => return Err(Error::SessionLost),
+                Err(err) if is_connection_loss(&err) => {
+                    if let Some((name, stat)) = self.find_created().await? {
+                        self.created = Some(name.clone());
+                        return Ok((name, stat.czxid, None));
+                    }
+                    if attempt >= self.generation_attempts() {
+                        return Err(Error::RetriesExhausted {
+                            attempts: attempt,
+                            last: err,
+                        });
+                    }
+                    attempt += 1;
+                }
+                Err(err) => return Err(Error::Zk(err)),
+            }
+        }
+    }
+
+    fn generation_attempts(&self) -> u32 {
+        self.generation.retry_policy().max_attempts()
+    }
+
+    /// After a connection loss during create: the node may exist; its name carries our uuid.
+    async fn find_created(&self) -> Result<Option<(String, Stat)>> {
+        let children = match self
+            .generation
+            .retry(|client| async move { client.list_children(&self.dir).await })
+            .await
+        {
+            Ok(children) => children,
+            Err(Error::Zk(zookeeper_client::Error::NoNode)) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let Some(name) = children
+            .into_iter()
+            .find(|c| c.starts_with(&self.protection))
+        else {
+            return Ok(None);
+        };
+        let path = format!("{}/{}", self.dir, name);
+        let stat = self
+            .generation
+            .retry(|client| {
+                let path = path.clone();
+                async move { client.check_stat(&path).await }
+            })
+            .await?;
+        Ok(stat.map(|stat| (name, stat)))
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to clean up with: the node goes when the session does.
+            return;
+        };
+        let generation = self.generation.clone();
+        let dir = self.dir.clone();
+        let protection = self.protection.clone();
+        let created = self.created.take();
+        runtime.spawn(async move {
+            // Requests are ordered per session, so a listing sent now sees a create that was
+            // sent before it, even if its answer never reached us.
+            let names = match created {
+                Some(name) => vec![name],
+                None => match generation
+                    .retry(|client| {
+                        let dir = dir.clone();
+                        async move { client.list_children(&dir).await }
+                    })
+                    .await
+                {
+                    Ok(children) => children
+                        .into_iter()
+                        .filter(|c| c.starts_with(&protection))
+                        .collect(),
+                    Err(_) => Vec::new(),
+                },
+            };
+            for name in names {
+                let node = format!("{}/{}", dir, name);
+                if let Err(err) = delete_node(&generation, &node).await {
+                    if !matches!(err, Error::NotHeld) {
+                        tracing::warn!(node, %err, "could not delete an abandoned lock node");
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Creates the missing ancestors of a lock directory as containers, as Curator does, so the
+/// server removes them once their last lock node is gone.
+async fn create_parents(client: &Client, dir: &str) -> Result<()> {
+    let options = CreateMode::Container.with_acls(Acls::anyone_all());
+    match client.mkdir(dir, &options).await {
+        Ok(()) => Ok(()),
+        Err(err) if is_terminal(&err) => Err(Error::SessionLost),
+        // A connection loss is handled by the create that follows.
+        Err(err) if is_connection_loss(&err) => Ok(()),
+        Err(err) => Err(Error::Zk(err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(markers: &'static [&'static str]) -> Queue {
+        Queue {
+            dir: "/l".into(),
+            marker: markers[0],
+            markers,
+        }
+    }
+
+    #[test]
+    fn sorts_by_sequence_not_by_uuid() {
+        let q = queue(&["lock-"]);
+        let sorted = q.sort(vec![
+            "_c_ffff-lock-0000000002".into(),
+            "_c_0000-lock-0000000010".into(),
+            "_c_8888-lock-0000000001".into(),
+        ]);
+        assert_eq!(
+            sorted,
+            [
+                "_c_8888-lock-0000000001",
+                "_c_ffff-lock-0000000002",
+                "_c_0000-lock-0000000010"
+            ]
+        );
+    }
+
+    #[test]
+    fn read_write_markers_share_one_order() {
+        let q = queue(&["__READ__", "__WRIT__"]);
+        let sorted = q.sort(vec![
+            "_c_a-__WRIT__0000000003".into(),
+            "_c_b-__READ__0000000001".into(),
+            "_c_c-__WRIT__0000000002".into(),
+        ]);
+        assert_eq!(
+            sorted,
+            [
+                "_c_b-__READ__0000000001",
+                "_c_c-__WRIT__0000000002",
+                "_c_a-__WRIT__0000000003"
+            ]
+        );
+    }
+
+    #[test]
+    fn zero_timeout_is_refused() {
+        assert!(matches!(
+            Deadline::after(std::time::Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}

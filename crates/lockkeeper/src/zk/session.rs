@@ -1,0 +1,533 @@
+//! The ZooKeeper session every recipe runs in, and the connection states it reports.
+//!
+//! `zookeeper-client` gives one ZooKeeper session per `Client`: when that session expires the
+//! client is dead for good. A service wants its locks to work again afterwards, so a
+//! [`Session`] is a chain of *generations*, each one `Client` and its health; when a generation
+//! ends (expiry, or a suspension longer than the session timeout) the monitor task reports
+//! `Lost` and connects the next one. Lock guards keep the generation they were granted in: its
+//! end is exactly the moment their ephemeral nodes can be gone, which is what `lost()` reports.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use zookeeper_client::{Client, SessionState};
+
+use crate::error::{Error, Result};
+use crate::zk::retry::RetryPolicy;
+
+/// What a [`Session`] reports as its connection changes, in Curator's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConnectionState {
+    /// The first session is established.
+    Connected,
+    /// The connection dropped; the session may still be alive on the server. Locks held now
+    /// may be lost without anyone telling us, so guards report `lost()` from here on.
+    Suspended,
+    /// Connected again: the same session after a suspension, or a new session after `Lost`.
+    Reconnected,
+    /// The session expired (or stayed suspended past its timeout): its ephemeral nodes, and so
+    /// every lock and lease it held, are gone. A new session is being connected.
+    Lost,
+    /// [`Session::close`] was called; nothing more will be reported.
+    Closed,
+}
+
+/// The health of one generation, as its guards and waiters need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Health {
+    Connected,
+    Suspended,
+    /// Expired, timed out or closed: nothing this generation created still exists.
+    Ended,
+}
+
+/// One ZooKeeper session: a client and its health.
+pub(crate) struct Generation {
+    /// `None` once the session is closed, so that `close()` really ends the server session
+    /// (it ends when the last clone of the client is dropped).
+    client: StdMutex<Option<Client>>,
+    health: watch::Sender<Health>,
+    session_id: i64,
+    retry: RetryPolicy,
+    /// Shared with the [`Session`]: counts watch notifications delivered to lock waiters.
+    notifications: Arc<AtomicU64>,
+}
+
+impl Generation {
+    /// The client, or `SessionLost` once this generation has ended.
+    pub(crate) fn client(&self) -> Result<Client> {
+        if *self.health.borrow() == Health::Ended {
+            return Err(Error::SessionLost);
+        }
+        // The lock only guards an Option swap: a std mutex, never held across an await.
+        let client = self
+            .client
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        client.clone().ok_or(Error::SessionLost)
+    }
+
+    pub(crate) fn health(&self) -> Health {
+        *self.health.borrow()
+    }
+
+    pub(crate) fn session_id(&self) -> i64 {
+        self.session_id
+    }
+
+    pub(crate) fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+    }
+
+    pub(crate) fn count_notification(&self) {
+        self.notifications.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Resolves once this generation is no longer `Connected` (suspended or ended).
+    pub(crate) async fn unhealthy(&self) {
+        let mut health = self.health.subscribe();
+        // An Err means the sender is gone, which only happens when the generation is dropped.
+        let _ = health.wait_for(|h| *h != Health::Connected).await;
+    }
+
+    /// Resolves once this generation has ended.
+    pub(crate) async fn ended(&self) {
+        let mut health = self.health.subscribe();
+        let _ = health.wait_for(|h| *h == Health::Ended).await;
+    }
+
+    /// Waits while suspended; `Ok` once connected again, `SessionLost` if it ends instead.
+    pub(crate) async fn connected(&self) -> Result<()> {
+        let mut health = self.health.subscribe();
+        match health
+            .wait_for(|h| *h != Health::Suspended)
+            .await
+            .map(|h| *h)
+        {
+            Ok(Health::Connected) => Ok(()),
+            _ => Err(Error::SessionLost),
+        }
+    }
+
+    /// Runs an idempotent operation, retrying connection losses under the retry policy.
+    ///
+    /// Retries stay in this generation: an operation on behalf of a session (its ephemeral
+    /// nodes) must never be carried over to the next session.
+    pub(crate) async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    {
+        let mut attempt = 1;
+        loop {
+            let client = self.client()?;
+            match op(client).await {
+                Ok(value) => return Ok(value),
+                Err(err) if is_terminal(&err) => return Err(Error::SessionLost),
+                Err(err) if is_connection_loss(&err) => {
+                    if attempt >= self.retry.max_attempts() {
+                        return Err(Error::RetriesExhausted {
+                            attempts: attempt,
+                            last: err,
+                        });
+                    }
+                    tokio::time::sleep(self.retry.delay(attempt)).await;
+                    attempt += 1;
+                }
+                Err(err) => return Err(Error::Zk(err)),
+            }
+        }
+    }
+
+    fn end(&self) {
+        self.health.send_replace(Health::Ended);
+        let mut client = self
+            .client
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        client.take();
+    }
+}
+
+/// A connection loss: the request may or may not have been applied.
+pub(crate) fn is_connection_loss(err: &zookeeper_client::Error) -> bool {
+    matches!(
+        err,
+        zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Timeout
+    )
+}
+
+/// The session is over: nothing will succeed in this generation again.
+pub(crate) fn is_terminal(err: &zookeeper_client::Error) -> bool {
+    matches!(
+        err,
+        zookeeper_client::Error::SessionExpired
+            | zookeeper_client::Error::ClientClosed
+            | zookeeper_client::Error::SessionMoved
+    )
+}
+
+/// Settings for [`Session::builder`].
+///
+/// ```no_run
+/// # async fn demo() -> lockkeeper::Result<()> {
+/// use std::time::Duration;
+/// use lockkeeper::zk::{RetryPolicy, Session};
+///
+/// let session = Session::builder("127.0.0.1:2181,127.0.0.1:2182/myapp")
+///     .session_timeout(Duration::from_secs(10))
+///     .retry_policy(RetryPolicy::exponential(Duration::from_millis(50), Duration::from_secs(2), 6))
+///     .connect()
+///     .await?;
+/// # drop(session); Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SessionBuilder {
+    connect_string: String,
+    session_timeout: Duration,
+    connection_timeout: Duration,
+    retry: RetryPolicy,
+}
+
+impl SessionBuilder {
+    /// The session timeout to ask the server for (it may grant between 2 and 20 ticks).
+    /// Shorter detects dead holders sooner; longer rides out longer pauses. Default 10 s.
+    pub fn session_timeout(mut self, timeout: Duration) -> SessionBuilder {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long one connection attempt to one server may take. Default 5 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> SessionBuilder {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// The retry policy for idempotent operations and for connecting.
+    pub fn retry_policy(mut self, retry: RetryPolicy) -> SessionBuilder {
+        self.retry = retry;
+        self
+    }
+
+    /// Connects the first session, retrying under the retry policy.
+    pub async fn connect(self) -> Result<Session> {
+        if self.session_timeout.is_zero() || self.connection_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "session and connection timeouts must be greater than zero".into(),
+            ));
+        }
+        let notifications = Arc::new(AtomicU64::new(0));
+        let generation = connect_generation(&self, &notifications, true).await?;
+        let (events, _) = broadcast::channel(64);
+        let (current, _) = watch::channel(generation.clone());
+        let (state, _) = watch::channel(ConnectionState::Connected);
+        let shared = Arc::new(Shared {
+            builder: self,
+            current,
+            events,
+            state,
+            notifications,
+        });
+        let monitor = tokio::spawn(monitor(shared.clone(), generation));
+        Ok(Session {
+            inner: Arc::new(Inner {
+                shared,
+                monitor: StdMutex::new(Some(monitor)),
+            }),
+        })
+    }
+}
+
+/// A connection to ZooKeeper (or Keeper) that the lock recipes run in. Cheap to clone.
+///
+/// The connect string is a comma-separated host list with an optional chroot, as in every
+/// ZooKeeper client: `"10.0.0.1:2181,10.0.0.2:2181/myapp"`.
+///
+/// ```no_run
+/// # async fn demo() -> lockkeeper::Result<()> {
+/// use lockkeeper::zk::{ConnectionState, Session};
+///
+/// let session = Session::connect("127.0.0.1:2181").await?;
+/// let mut states = session.states();
+/// tokio::spawn(async move {
+///     while let Some(state) = states.next().await {
+///         if state == ConnectionState::Lost {
+///             eprintln!("session lost: every lock it held is gone");
+///         }
+///     }
+/// });
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+/// Owned by the `Session` handles: dropping the last one stops the monitor.
+struct Inner {
+    shared: Arc<Shared>,
+    monitor: StdMutex<Option<JoinHandle<()>>>,
+}
+
+/// Shared by the handles and the monitor task.
+struct Shared {
+    builder: SessionBuilder,
+    current: watch::Sender<Arc<Generation>>,
+    events: broadcast::Sender<ConnectionState>,
+    state: watch::Sender<ConnectionState>,
+    notifications: Arc<AtomicU64>,
+}
+
+impl Session {
+    /// Connects with default settings (10 s session timeout, default retry policy).
+    pub async fn connect(connect_string: &str) -> Result<Session> {
+        Session::builder(connect_string).connect().await
+    }
+
+    /// Starts building a session with non-default settings.
+    pub fn builder(connect_string: &str) -> SessionBuilder {
+        SessionBuilder {
+            connect_string: connect_string.to_owned(),
+            session_timeout: Duration::from_secs(10),
+            connection_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// The current connection state.
+    pub fn state(&self) -> ConnectionState {
+        *self.inner.shared.state.borrow()
+    }
+
+    /// A stream of the connection states from now on.
+    pub fn states(&self) -> StateStream {
+        StateStream {
+            events: self.inner.shared.events.subscribe(),
+        }
+    }
+
+    /// The id of the current ZooKeeper session (it changes after `Lost`).
+    pub fn session_id(&self) -> i64 {
+        self.generation().session_id()
+    }
+
+    /// The current generation's client, for operations the recipes do not cover.
+    ///
+    /// Fails with [`Error::SessionLost`] after [`close`](Session::close).
+    pub fn client(&self) -> Result<Client> {
+        self.generation().client()
+    }
+
+    /// Watch notifications delivered to this session's lock waiters so far: one per waiter
+    /// woken. A herd-free recipe wakes one waiter per release; [`SimpleLock`] wakes them all.
+    ///
+    /// [`SimpleLock`]: crate::zk::SimpleLock
+    pub fn notifications(&self) -> u64 {
+        self.inner.shared.notifications.load(Ordering::Relaxed)
+    }
+
+    /// The negotiated session timeout of the current session.
+    pub fn session_timeout(&self) -> Duration {
+        self.generation()
+            .client()
+            .map(|c| c.session_timeout())
+            .unwrap_or(self.inner.shared.builder.session_timeout)
+    }
+
+    /// Ends the session: its ephemeral nodes (every lock it holds) are deleted by the server,
+    /// guards report `lost()`, and states report `Closed`.
+    pub async fn close(&self) {
+        if let Some(monitor) = self.inner.take_monitor() {
+            monitor.abort();
+        }
+        self.generation().end();
+        self.inner.shared.report(ConnectionState::Closed);
+    }
+
+    /// The generation new operations run in.
+    pub(crate) fn generation(&self) -> Arc<Generation> {
+        self.inner.shared.current.borrow().clone()
+    }
+
+    /// The generation new operations run in, once it is connected.
+    pub(crate) async fn connected_generation(&self) -> Result<Arc<Generation>> {
+        let mut current = self.inner.shared.current.subscribe();
+        loop {
+            let generation = current.borrow_and_update().clone();
+            match generation.connected().await {
+                Ok(()) => return Ok(generation),
+                Err(_) if self.state() == ConnectionState::Closed => {
+                    return Err(Error::SessionLost);
+                }
+                // Ended: wait for the monitor to connect the next generation.
+                Err(_) => {
+                    if current.changed().await.is_err() {
+                        return Err(Error::SessionLost);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("connect_string", &self.inner.shared.builder.connect_string)
+            .field("session_id", &format_args!("0x{:x}", self.session_id()))
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl Inner {
+    fn take_monitor(&self) -> Option<JoinHandle<()>> {
+        self.monitor
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(monitor) = self.take_monitor() {
+            monitor.abort();
+        }
+    }
+}
+
+impl Shared {
+    fn report(&self, state: ConnectionState) {
+        self.state.send_replace(state);
+        // No receivers is fine: nobody is listening.
+        let _ = self.events.send(state);
+    }
+}
+
+/// The connection states of a [`Session`], from the moment [`Session::states`] was called.
+pub struct StateStream {
+    events: broadcast::Receiver<ConnectionState>,
+}
+
+impl StateStream {
+    /// The next state; `None` after `Closed` or when the session is dropped. A reader that
+    /// falls far behind skips the oldest states, never the latest.
+    pub async fn next(&mut self) -> Option<ConnectionState> {
+        loop {
+            match self.events.recv().await {
+                Ok(state) => return Some(state),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+async fn connect_generation(
+    builder: &SessionBuilder,
+    notifications: &Arc<AtomicU64>,
+    bounded: bool,
+) -> Result<Arc<Generation>> {
+    let mut attempt = 1;
+    let client = loop {
+        let connecting = Client::connector()
+            .with_session_timeout(builder.session_timeout)
+            .with_connection_timeout(builder.connection_timeout)
+            .connect(&builder.connect_string)
+            .await;
+        match connecting {
+            Ok(client) => break client,
+            // A malformed connect string will not get better by retrying.
+            Err(err @ zookeeper_client::Error::BadArguments(_)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "connect string {:?}: {err}",
+                    builder.connect_string
+                )));
+            }
+            Err(err) if bounded && attempt >= builder.retry.max_attempts() => {
+                return Err(Error::RetriesExhausted {
+                    attempts: attempt,
+                    last: err,
+                });
+            }
+            Err(err) => {
+                tracing::debug!(attempt, %err, "connecting to ZooKeeper failed");
+                tokio::time::sleep(
+                    builder
+                        .retry
+                        .delay(attempt.min(builder.retry.max_attempts())),
+                )
+                .await;
+                attempt += 1;
+            }
+        }
+    };
+    let (health, _) = watch::channel(Health::Connected);
+    Ok(Arc::new(Generation {
+        session_id: client.session_id().0,
+        client: StdMutex::new(Some(client)),
+        health,
+        retry: builder.retry,
+        notifications: notifications.clone(),
+    }))
+}
+
+/// Follows the current generation's state; when it ends, reports `Lost` and connects the next.
+async fn monitor(shared: Arc<Shared>, mut generation: Arc<Generation>) {
+    loop {
+        follow(&shared, &generation).await;
+        generation.end();
+        shared.report(ConnectionState::Lost);
+        // Keep trying until it works or the session is closed (which aborts this task): a
+        // service expects its locks to become available again after an outage.
+        let next = match connect_generation(&shared.builder, &shared.notifications, false).await {
+            Ok(next) => next,
+            Err(err) => {
+                tracing::error!(%err, "cannot connect a new ZooKeeper session");
+                return;
+            }
+        };
+        shared.current.send_replace(next.clone());
+        shared.report(ConnectionState::Reconnected);
+        generation = next;
+    }
+}
+
+/// Mirrors one generation's client state into its health until the session ends. A
+/// suspension longer than the session timeout counts as the end: the server has expired the
+/// session by then, though the client cannot hear it until it reconnects.
+async fn follow(shared: &Shared, generation: &Generation) {
+    let Ok(client) = generation.client() else {
+        return;
+    };
+    let mut states = client.state_watcher();
+    let timeout = client.session_timeout();
+    drop(client);
+    let mut state = states.state();
+    loop {
+        match state {
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                if generation.health() == Health::Suspended {
+                    generation.health.send_replace(Health::Connected);
+                    shared.report(ConnectionState::Reconnected);
+                }
+                state = states.changed().await;
+            }
+            SessionState::Disconnected => {
+                if generation.health() != Health::Suspended {
+                    generation.health.send_replace(Health::Suspended);
+                    shared.report(ConnectionState::Suspended);
+                }
+                match tokio::time::timeout(timeout, states.changed()).await {
+                    Ok(next) => state = next,
+                    Err(_) => return,
+                }
+            }
+            SessionState::Expired | SessionState::AuthFailed | SessionState::Closed => return,
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The resource the contenders share, as the Rust side touches it: a directory of marker files
+//! (the Java twin is `Markers.java`, with the same rules).
+//!
+//! A writer (any mutex holder) creates `writer` with create-exclusive semantics, which fails if
+//! another writer is inside, then looks for `reader-*` files; a reader creates its own
+//! `reader-<who>`, then looks for `writer`. Operations on one directory are atomic and totally
+//! ordered, so of two holders that overlap the later one sees the earlier one's marker, while
+//! holders that do not overlap never see each other (each removes its marker before releasing).
+//! Every conflict seen counts as one violation of the lock's exclusion.
+
+use std::fs::OpenOptions;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A fresh marker directory under the cargo target's temporary directory, removed on drop.
+pub struct MarkerDir {
+    dir: PathBuf,
+}
+
+impl MarkerDir {
+    /// An empty directory named after `label` and this process.
+    pub fn new(label: &str) -> MarkerDir {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("zk-curator-markers-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the marker directory");
+        MarkerDir { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Holds the resource exclusively for `hold`; returns the conflicts seen.
+    pub async fn as_writer(&self, who: &str, hold: Duration) -> usize {
+        let mut violations = 0;
+        let mine = self.dir.join("writer");
+        let created = match OpenOptions::new().write(true).create_new(true).open(&mine) {
+            Ok(_) => true,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                violations += 1;
+                eprintln!("violation: writer {who} found another writer inside");
+                false
+            }
+            Err(e) => panic!("create {mine:?}: {e}"),
+        };
+        for reader in self.readers() {
+            violations += 1;
+            eprintln!("violation: writer {who} found {reader}");
+        }
+        tokio::time::sleep(hold).await;
+        if created {
+            std::fs::remove_file(&mine).expect("remove the writer marker");
+        }
+        violations
+    }
+
+    /// Holds the resource, shared with other readers, for `hold`; returns the conflicts seen.
+    pub async fn as_reader(&self, who: &str, hold: Duration) -> usize {
+        let mut violations = 0;
+        let mine = self.dir.join(format!("reader-{who}"));
+        // `who` is unique per contender, so this only fails if the test itself is wrong.
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&mine)
+            .unwrap_or_else(|e| panic!("create {mine:?}: {e}"));
+        if self.dir.join("writer").exists() {
+            violations += 1;
+            eprintln!("violation: reader {who} found a writer inside");
+        }
+        tokio::time::sleep(hold).await;
+        std::fs::remove_file(&mine).expect("remove the reader marker");
+        violations
+    }
+
+    /// Marker files still present (none once every holder is done).
+    pub fn leftovers(&self) -> Vec<String> {
+        std::fs::read_dir(&self.dir)
+            .expect("list the marker directory")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn readers(&self) -> Vec<String> {
+        self.leftovers()
+            .into_iter()
+            .filter(|name| name.starts_with("reader-"))
+            .collect()
+    }
+}
+
+impl Drop for MarkerDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
