@@ -1,0 +1,358 @@
+//! The ZooKeeper Mutex against Keeper and Apache ZooKeeper: exclusion, fairness, herd-free
+//! waking, cancellation, expiry, reentrancy, release errors and bad input.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lockkeeper::Error;
+use lockkeeper::zk::Session;
+use support::{children, expire, for_each_backend, session, wait_children};
+use tokio::sync::Mutex as AsyncMutex;
+
+/// A resource the lock protects: it counts overlapping holders and, like a real store with
+/// fencing, rejects a token that is not greater than the last one it accepted.
+#[derive(Default)]
+struct Resource {
+    inside: AtomicBool,
+    overlaps: AtomicUsize,
+    writes: AtomicUsize,
+    last_token: AtomicU64,
+    stale_tokens: AtomicUsize,
+}
+
+impl Resource {
+    fn enter(&self, token: u64) {
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        let previous = self.last_token.fetch_max(token, Ordering::SeqCst);
+        if token <= previous {
+            self.stale_tokens.fetch_add(1, Ordering::SeqCst);
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.inside.store(false, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_sessions_never_overlap_and_tokens_increase() {
+    for_each_backend(|connect| async move {
+        const SESSIONS: usize = 8;
+        const ROUNDS: usize = 12;
+        let resource = Arc::new(Resource::default());
+        let mut tasks = Vec::new();
+        for _ in 0..SESSIONS {
+            let connect = connect.clone();
+            let resource = resource.clone();
+            tasks.push(tokio::spawn(async move {
+                let session = session(&connect).await;
+                let mutex = session.mutex("/locks/hammer").unwrap();
+                for _ in 0..ROUNDS {
+                    let guard = mutex.lock().await.unwrap();
+                    resource.enter(guard.fencing_token().get());
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    resource.leave();
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            tokio::time::timeout(Duration::from_secs(120), task)
+                .await
+                .expect("bounded")
+                .unwrap();
+        }
+        assert_eq!(resource.writes.load(Ordering::SeqCst), SESSIONS * ROUNDS);
+        assert_eq!(
+            resource.overlaps.load(Ordering::SeqCst),
+            0,
+            "holders overlapped"
+        );
+        assert_eq!(
+            resource.stale_tokens.load(Ordering::SeqCst),
+            0,
+            "a fencing token did not increase"
+        );
+        let observer = session(&connect).await;
+        assert!(
+            children(&observer, "/locks/hammer").await.is_empty(),
+            "nodes left behind"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grants_in_arrival_order_and_each_release_wakes_one_waiter() {
+    for_each_backend(|connect| async move {
+        const WAITERS: usize = 6;
+        let path = "/locks/fifo";
+        let holder = session(&connect).await;
+        let first = holder.mutex(path).unwrap().lock().await.unwrap();
+        let order = Arc::new(AsyncMutex::new(Vec::new()));
+        let mut sessions = Vec::new();
+        let mut tasks = Vec::new();
+        for waiter in 0..WAITERS {
+            let session = session(&connect).await;
+            sessions.push(session.clone());
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                let guard = session.mutex(path).unwrap().lock().await.unwrap();
+                order.lock().await.push(waiter);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                guard.release().await.unwrap();
+            }));
+            // The next waiter only starts once this one's node is in the queue.
+            wait_children(&holder, path, waiter + 2).await;
+        }
+        // Let every waiter reach its watch before the first release.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let woken_before: u64 = sessions.iter().map(Session::notifications).sum();
+        assert_eq!(
+            woken_before, 0,
+            "a waiter was woken while nothing was released"
+        );
+        first.release().await.unwrap();
+        for task in tasks {
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("bounded")
+                .unwrap();
+        }
+        assert_eq!(
+            *order.lock().await,
+            (0..WAITERS).collect::<Vec<_>>(),
+            "not granted in arrival order"
+        );
+        // WAITERS releases happened while someone waited (the holder's and WAITERS-1 waiters'):
+        // herd-free means exactly one waiter woken per release.
+        let woken: u64 = sessions.iter().map(Session::notifications).sum();
+        assert_eq!(
+            woken, WAITERS as u64,
+            "notifications per release must be one"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn try_lock_and_timeout_leave_no_node_behind() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/timeout";
+        let a = session(&connect).await;
+        let b = session(&connect).await;
+        let held = a.mutex(path).unwrap().lock().await.unwrap();
+        let other = b.mutex(path).unwrap();
+        assert!(other.try_lock().await.unwrap().is_none());
+        assert_eq!(children(&a, path).await.len(), 1, "try_lock left its node");
+        let started = std::time::Instant::now();
+        assert!(
+            other
+                .lock_timeout(Duration::from_millis(300))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "returned before the timeout"
+        );
+        assert_eq!(
+            children(&a, path).await.len(),
+            1,
+            "lock_timeout left its node"
+        );
+        held.release().await.unwrap();
+        let guard = other
+            .lock_timeout(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("free now");
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+        assert!(children(&a, path).await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_lock_future_removes_its_node() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/cancel";
+        let a = session(&connect).await;
+        let b = session(&connect).await;
+        let held = a.mutex(path).unwrap().lock().await.unwrap();
+        let waiter = b.mutex(path).unwrap();
+        let waiting = tokio::spawn(async move { waiter.lock().await.map(|g| g.fencing_token()) });
+        wait_children(&a, path, 2).await;
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        wait_children(&a, path, 1).await;
+        // Cancelling in the middle of the create itself: whatever got created is removed.
+        for _ in 0..20 {
+            let waiter = b.mutex(path).unwrap();
+            let attempt = tokio::time::timeout(Duration::from_micros(300), waiter.lock()).await;
+            assert!(attempt.is_err(), "granted while held");
+        }
+        wait_children(&a, path, 1).await;
+        held.release().await.unwrap();
+        wait_children(&a, path, 0).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_expiry_fires_lost_and_frees_the_lock() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/expiry";
+        let holder = session(&connect).await;
+        let waiter = session(&connect).await;
+        let guard = holder.mutex(path).unwrap().lock().await.unwrap();
+        let token = guard.fencing_token();
+        let next = waiter.mutex(path).unwrap();
+        let waiting = tokio::spawn(async move { next.lock().await.unwrap() });
+        wait_children(&waiter, path, 2).await;
+        assert!(guard.is_held());
+        expire(&holder, &connect).await;
+        tokio::time::timeout(Duration::from_secs(30), guard.lost())
+            .await
+            .expect("lost() fired");
+        assert!(!guard.is_held());
+        let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("waiter granted")
+            .unwrap();
+        assert!(taken.fencing_token() > token);
+        assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+        taken.release().await.unwrap();
+        // The holder's session comes back as a new session, and its handles work again.
+        let regained =
+            tokio::time::timeout(Duration::from_secs(60), holder.mutex(path).unwrap().lock())
+                .await
+                .expect("the holder's session reconnected")
+                .unwrap();
+        assert!(regained.is_held());
+        regained.release().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reentry_is_counted_and_the_node_goes_at_zero() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/reentrant";
+        let a = session(&connect).await;
+        let b = session(&connect).await;
+        let mutex = a.mutex(path).unwrap();
+        let outer = mutex.lock().await.unwrap();
+        let inner = mutex.clone().lock().await.unwrap();
+        let third = mutex
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("re-entry never waits");
+        assert_eq!(mutex.hold_count(), 3);
+        assert_eq!(outer.fencing_token(), inner.fencing_token());
+        assert_eq!(children(&a, path).await.len(), 1, "re-entry created a node");
+        let other = b.mutex(path).unwrap();
+        // A second handle in the same session is another owner: it must wait.
+        assert!(a.mutex(path).unwrap().try_lock().await.unwrap().is_none());
+        inner.release().await.unwrap();
+        third.release().await.unwrap();
+        assert_eq!(mutex.hold_count(), 1);
+        assert!(
+            other.try_lock().await.unwrap().is_none(),
+            "freed before the count reached zero"
+        );
+        outer.release().await.unwrap();
+        assert_eq!(mutex.hold_count(), 0);
+        let taken = other.try_lock().await.unwrap().expect("free at zero");
+        taken.release().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn releasing_a_lock_deleted_behind_our_back_is_not_held() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/broken";
+        let a = session(&connect).await;
+        let admin = session(&connect).await;
+        let guard = a.mutex(path).unwrap().lock().await.unwrap();
+        let node = guard.node().to_owned();
+        let lost = async { guard.lost().await };
+        let deleting = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            admin.client().unwrap().delete(&node, None).await.unwrap();
+        };
+        let ((), ()) = tokio::time::timeout(Duration::from_secs(20), async {
+            tokio::join!(lost, deleting)
+        })
+        .await
+        .expect("lost() fired on deletion");
+        assert!(!guard.is_held());
+        assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fencing_tokens_keep_increasing_when_the_parent_is_recreated() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/recreated/lock";
+        let a = session(&connect).await;
+        let mutex = a.mutex(path).unwrap();
+        let first = mutex.lock().await.unwrap();
+        let token = first.fencing_token();
+        first.release().await.unwrap();
+        let client = a.client().unwrap();
+        client.delete(path, None).await.unwrap();
+        client.delete("/locks/recreated", None).await.unwrap();
+        let second = mutex.lock().await.unwrap();
+        assert!(second.fencing_token() > token);
+        second.release().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_before_anything_is_sent() {
+    for_each_backend(|connect| async move {
+        let a = session(&connect).await;
+        for path in [
+            "",
+            "locks",
+            "/",
+            "/locks/",
+            "/a//b",
+            "/a/../b",
+            "/zookeeper/x",
+            "/a\u{1}",
+        ] {
+            assert!(
+                matches!(a.mutex(path), Err(Error::InvalidArgument(_))),
+                "{path:?} accepted"
+            );
+        }
+        let mutex = a.mutex("/locks/bad-input").unwrap();
+        assert!(matches!(
+            mutex.lock_timeout(Duration::ZERO).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(children(&a, "/locks/bad-input").await.is_empty());
+        assert!(matches!(
+            Session::builder(&connect)
+                .session_timeout(Duration::ZERO)
+                .connect()
+                .await,
+            Err(Error::InvalidArgument(_))
+        ));
+    })
+    .await;
+}
