@@ -6,14 +6,16 @@
 // reader creates its own `reader-<who>`, then looks for `writer`. Directory operations on one
 // directory are atomic and totally ordered, so of two holders that overlap, the later one sees
 // the earlier one's marker; holders that do not overlap never see each other (each removes its
-// marker before releasing). Each conflict seen is one violation. The Rust twin lives in
-// `zk_curator.rs`.
+// marker before releasing). Each conflict seen is one violation. Every holder also appends its
+// name to `log`, so the test can tell that the languages took turns. The Rust twin is
+// `markers.rs`.
 
 import java.io.IOException;
 import java.nio.file.DirectoryStream;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 
 final class Markers {
     private Markers() {}
@@ -36,6 +38,7 @@ final class Markers {
                 System.err.println("violation: writer " + who + " found " + reader.getFileName());
             }
         }
+        log(dir, who);
         Thread.sleep(holdMs);
         if (created) {
             Files.delete(mine);
@@ -53,8 +56,15 @@ final class Markers {
             violations++;
             System.err.println("violation: reader " + who + " found a writer inside");
         }
+        log(dir, who);
         Thread.sleep(holdMs);
         Files.delete(mine);
         return violations;
+    }
+
+    /** Appends one line; appends of a few bytes are atomic, so lines from processes never mix. */
+    private static void log(Path dir, String who) throws IOException {
+        Files.write(dir.resolve("log"), (who + "\n").getBytes(java.nio.charset.StandardCharsets.UTF_8),
+                StandardOpenOption.CREATE, StandardOpenOption.APPEND);
     }
 }

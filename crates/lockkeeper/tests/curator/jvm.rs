@@ -186,6 +186,18 @@ impl Jvm {
         }
     }
 
+    /// The next line if the program prints one within `wait`, else `None` (it is still busy).
+    pub fn line_within(&mut self, wait: Duration) -> Option<String> {
+        match self.lines.recv_timeout(wait) {
+            Ok(line) => Some(line),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(Duration::from_millis(200));
+                panic!("the JVM ended early\n{}", self.transcript())
+            }
+        }
+    }
+
     /// Skips lines until one equals `expected`, waiting at most `limit` in all.
     pub fn expect_line(&mut self, expected: &str, limit: Duration) {
         let deadline = Instant::now() + limit;

@@ -6,10 +6,11 @@
 //! `reader-<who>`, then looks for `writer`. Operations on one directory are atomic and totally
 //! ordered, so of two holders that overlap the later one sees the earlier one's marker, while
 //! holders that do not overlap never see each other (each removes its marker before releasing).
-//! Every conflict seen counts as one violation of the lock's exclusion.
+//! Every conflict seen counts as one violation of the lock's exclusion. Every holder also appends
+//! its name to `log`, so the test can tell that the languages took turns.
 
 use std::fs::OpenOptions;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -49,6 +50,7 @@ impl MarkerDir {
             violations += 1;
             eprintln!("violation: writer {who} found {reader}");
         }
+        self.log(who);
         tokio::time::sleep(hold).await;
         if created {
             std::fs::remove_file(&mine).expect("remove the writer marker");
@@ -70,9 +72,30 @@ impl MarkerDir {
             violations += 1;
             eprintln!("violation: reader {who} found a writer inside");
         }
+        self.log(who);
         tokio::time::sleep(hold).await;
         std::fs::remove_file(&mine).expect("remove the reader marker");
         violations
+    }
+
+    /// Appends one line; appends of a few bytes are atomic, so lines from processes never mix.
+    fn log(&self, who: &str) {
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("log"))
+            .expect("open the holder log");
+        log.write_all(format!("{who}\n").as_bytes())
+            .expect("append to the holder log");
+    }
+
+    /// Every holder so far, in the order they held.
+    pub fn holders(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Marker files still present (none once every holder is done).
@@ -80,6 +103,7 @@ impl MarkerDir {
         std::fs::read_dir(&self.dir)
             .expect("list the marker directory")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|name| name != "log")
             .collect()
     }
 
