@@ -1,0 +1,158 @@
+//! The Session's connection states through a server restart (Suspended, then Reconnected with
+//! the same session and the lock still held), an expiry (Lost, then Reconnected with a new
+//! session), and close (Closed), on Keeper and on Apache ZooKeeper.
+
+mod support;
+
+use std::time::Duration;
+
+use lockkeeper::Error;
+use lockkeeper::zk::{ConnectionState, Session, StateStream};
+use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, backend_enabled};
+use support::expire;
+
+async fn next_state(states: &mut StateStream) -> ConnectionState {
+    let started = std::time::Instant::now();
+    let state = tokio::time::timeout(Duration::from_secs(60), states.next())
+        .await
+        .expect("a state change within a minute")
+        .expect("the stream is open");
+    eprintln!("{state:?} after {:?}", started.elapsed());
+    state
+}
+
+/// The body, given a server it may restart.
+async fn states_through_restart_expiry_and_close(mut server: Box<dyn Restartable>) {
+    let connect = server.connect_string();
+    // Long enough to outlast a restart of either server.
+    let session = Session::builder(&connect)
+        .session_timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(session.state(), ConnectionState::Connected);
+    let mut states = session.states();
+    let first_id = session.session_id();
+    let guard = session
+        .mutex("/locks/restart")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+
+    // Restart on a blocking thread, so that the suspension can be observed while it lasts.
+    let restarting = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    });
+    assert_eq!(next_state(&mut states).await, ConnectionState::Suspended);
+    assert!(!guard.is_held(), "held while suspended");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires on suspension");
+    let _server = restarting.await.unwrap();
+    assert_eq!(next_state(&mut states).await, ConnectionState::Reconnected);
+    // A server that is still starting may accept a connection and drop it again, so the
+    // state can flap for a while; wait until the connection holds.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !guard.is_held() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock did not come back with the connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        session.session_id(),
+        first_id,
+        "the same session survives a restart"
+    );
+    let mut states = session.states();
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+
+    expire(&session, &connect).await;
+    // Taking the session over drops our connection first; the client may report that, and
+    // even reconnect, before it hears that the session is gone.
+    loop {
+        match next_state(&mut states).await {
+            ConnectionState::Lost => break,
+            ConnectionState::Suspended | ConnectionState::Reconnected => continue,
+            other => panic!("{other:?} before Lost"),
+        }
+    }
+    assert_eq!(next_state(&mut states).await, ConnectionState::Reconnected);
+    assert_ne!(session.session_id(), first_id, "a new session after expiry");
+    let again = session
+        .mutex("/locks/restart")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    assert!(again.fencing_token() > token);
+
+    session.close().await;
+    assert_eq!(next_state(&mut states).await, ConnectionState::Closed);
+    assert!(!again.is_held());
+    assert!(matches!(again.release().await, Err(Error::NotHeld)));
+    assert!(matches!(
+        session.mutex("/x").unwrap().try_lock().await,
+        Err(Error::SessionLost)
+    ));
+}
+
+/// A test server that can be restarted on the same address and data directory.
+trait Restartable: TestServer {
+    fn restart(&mut self);
+}
+
+impl Restartable for Keeper {
+    fn restart(&mut self) {
+        Keeper::restart(self)
+    }
+}
+
+impl Restartable for ApacheZk {
+    fn restart(&mut self) {
+        ApacheZk::restart(self)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keeper_states() {
+    if backend_enabled("keeper") {
+        states_through_restart_expiry_and_close(Box::new(Keeper::start())).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zookeeper_states() {
+    if backend_enabled("zookeeper") {
+        states_through_restart_expiry_and_close(Box::new(ApacheZk::start())).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_listening_gives_up_under_the_retry_policy() {
+    let port = lockkeeper_testkit::free_port();
+    let started = std::time::Instant::now();
+    let connecting = Session::builder(&format!("127.0.0.1:{port}"))
+        .connection_timeout(Duration::from_millis(200))
+        .session_timeout(Duration::from_secs(2))
+        .retry_policy(lockkeeper::zk::RetryPolicy::exponential(
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+            3,
+        ))
+        .connect()
+        .await;
+    assert!(
+        matches!(connecting, Err(Error::RetriesExhausted { attempts: 3, .. })),
+        "{connecting:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(matches!(
+        Session::connect("127.0.0.1:notaport").await,
+        Err(Error::InvalidArgument(_) | Error::RetriesExhausted { .. })
+    ));
+}
