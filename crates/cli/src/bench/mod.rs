@@ -5,6 +5,9 @@
 //! `--compare` it starts Keeper and Apache ZooKeeper itself and prints every figure side by side
 //! as a ratio, which is how the numbers in the README are produced.
 //!
+//! `--locks` measures lockkeeper's ZooKeeper Mutex against Apache Curator's InterProcessMutex,
+//! each on Keeper and on Apache ZooKeeper (see [`locks`]).
+//!
 //! `--recovery N` measures how long Keeper (and, with `--recovery-peer`, ZooKeeper) takes to come
 //! back after SIGKILL with N znodes in a snapshot and a log tail, and checks that every znode
 //! did; `--snapshot-latency N` measures request latency while a snapshot of N znodes is written.
@@ -16,6 +19,7 @@
 mod compare;
 mod datadir;
 mod driver;
+mod locks;
 mod paced;
 mod process;
 mod recovery;
@@ -46,6 +50,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
     lockkeeper bench --connect 127.0.0.1:2181 --workload get --sessions 1,4,16 --duration 10s\n  \
     lockkeeper bench --compare --json bench.json\n  \
     lockkeeper bench --compare --only zookeeper\n  \
+    lockkeeper bench --locks --json locks.json\n  \
     lockkeeper bench --recovery 1000000 --recovery-peer\n  \
     lockkeeper bench --snapshot-latency 1000000 --rate 5000")]
 pub struct BenchArgs {
@@ -182,6 +187,10 @@ pub struct BenchArgs {
     /// due) and on writing it.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub snapshot_limit: Duration,
+
+    /// Boxed: the lock flags are only read once, and the other commands' arguments stay small.
+    #[command(flatten)]
+    pub locks: Box<locks::LockArgs>,
 }
 
 /// Runs the benchmark described by `args` until it completes, fails, or is interrupted.
@@ -211,7 +220,16 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
         server_pid: args.server_pid,
     };
     let sessions: Vec<usize> = args.sessions.iter().map(|&s| usize::from(s)).collect();
-    let result = if args.recovery.is_some() || args.snapshot_latency.is_some() {
+    let result = if args.locks.locks {
+        let settings = locks::Settings::from_args(
+            &args.locks,
+            launcher(&args)?,
+            args.duration,
+            args.warmup,
+            args.connect_timeout,
+        );
+        locks::run(&settings).await
+    } else if args.recovery.is_some() || args.snapshot_latency.is_some() {
         durability(&args, plan, launcher(&args)?).await
     } else if args.compare {
         let launcher = launcher(&args)?;
