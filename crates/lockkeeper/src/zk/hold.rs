@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::queue::delete_node;
 use crate::zk::session::{Generation, Health};
+use crate::zk::simple::delete_if_ours;
 
 /// One granted lock node.
 pub(crate) struct Held {
@@ -25,6 +26,12 @@ pub(crate) struct Held {
     released: AtomicBool,
     /// Set when a `lost()` watch saw the node deleted by someone else.
     deleted: AtomicBool,
+    /// For a node whose name every holder reuses (a [`SimpleLock`]'s `{path}/lock`): the data
+    /// only our node carries. Release then deletes the node only while it is still ours, so a
+    /// holder whose node was deleted behind its back cannot delete the next holder's.
+    ///
+    /// [`SimpleLock`]: crate::zk::SimpleLock
+    ours: Option<Vec<u8>>,
 }
 
 impl Held {
@@ -35,7 +42,15 @@ impl Held {
             generation,
             released: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
+            ours: None,
         }
+    }
+
+    /// Makes release check that the node still carries `data` and our session before
+    /// deleting it (for node names that are not unique to one acquisition).
+    pub(crate) fn only_if_ours(mut self, data: Vec<u8>) -> Held {
+        self.ours = Some(data);
+        self
     }
 
     /// The full path of the lock node.
@@ -113,7 +128,10 @@ impl Held {
         if self.generation.health() == Health::Ended {
             return Err(Error::NotHeld);
         }
-        delete_node(&self.generation, &self.node).await
+        match &self.ours {
+            Some(data) => delete_if_ours(&self.generation, &self.node, data).await,
+            None => delete_node(&self.generation, &self.node).await,
+        }
     }
 
     /// Releases from a destructor: best effort, in a task on the current runtime if any.

@@ -24,16 +24,24 @@ mod path;
 mod queue;
 mod retry;
 mod session;
+mod simple;
 
 pub use guard::LockGuard;
 pub use mutex::Mutex;
 pub use retry::RetryPolicy;
 pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
+pub use simple::SimpleLock;
 
 impl Session {
     /// A [`Mutex`] on `path` (Curator's `InterProcessMutex` layout). Each call makes a new
     /// owner: handles from separate calls exclude each other.
     pub fn mutex(&self, path: &str) -> crate::Result<Mutex> {
         Mutex::new(self.clone(), path)
+    }
+
+    /// A [`SimpleLock`] on `path`: the naive one-node lock, unfair and prone to the herd
+    /// effect, kept to compare against [`Mutex`]. Each call makes a new owner.
+    pub fn simple_lock(&self, path: &str) -> crate::Result<SimpleLock> {
+        SimpleLock::new(self.clone(), path)
     }
 }

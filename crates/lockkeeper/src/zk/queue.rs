@@ -403,7 +403,7 @@ impl Drop for PendingNode {
 
 /// Creates the missing ancestors of a lock directory as containers, as Curator does, so the
 /// server removes them once their last lock node is gone.
-async fn create_parents(client: &Client, dir: &str) -> Result<()> {
+pub(crate) async fn create_parents(client: &Client, dir: &str) -> Result<()> {
     let options = CreateMode::Container.with_acls(Acls::anyone_all());
     match client.mkdir(dir, &options).await {
         Ok(()) => Ok(()),
