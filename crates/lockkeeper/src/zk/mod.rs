@@ -18,6 +18,7 @@
 
 mod guard;
 mod hold;
+mod inspect;
 mod mutex;
 mod owner;
 mod path;
@@ -27,6 +28,7 @@ mod session;
 mod simple;
 
 pub use guard::LockGuard;
+pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, inspect_semaphore};
 pub use mutex::Mutex;
 pub use retry::RetryPolicy;
 pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
@@ -43,5 +45,19 @@ impl Session {
     /// effect, kept to compare against [`Mutex`]. Each call makes a new owner.
     pub fn simple_lock(&self, path: &str) -> crate::Result<SimpleLock> {
         SimpleLock::new(self.clone(), path)
+    }
+
+    /// The holders and waiters of the lock at `path`, in queue order: see [`inspect`].
+    pub async fn inspect(&self, path: &str) -> crate::Result<Inspection> {
+        inspect(self, path).await
+    }
+
+    /// The lease holders and waiters of the semaphore at `path`: see [`inspect_semaphore`].
+    pub async fn inspect_semaphore(
+        &self,
+        path: &str,
+        max_leases: u32,
+    ) -> crate::Result<Inspection> {
+        inspect_semaphore(self, path, max_leases).await
     }
 }
