@@ -6,8 +6,8 @@
 //! stops touching the protected resource. That is why `is_held()` is false while suspended and
 //! `lost()` resolves at the first suspension, as Curator advises for SUSPENDED.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 
 use zookeeper_client::EventType;
 
@@ -32,6 +32,21 @@ pub(crate) struct Held {
     ///
     /// [`SimpleLock`]: crate::zk::SimpleLock
     ours: Option<Vec<u8>>,
+    /// Whether a write node stays on the server past its release: see [`Held::pin`].
+    linger: StdMutex<Linger>,
+    /// The pinned write node this read node keeps on the server until it is released.
+    anchor: StdMutex<Option<Arc<Held>>>,
+}
+
+/// The pin of a write node under a downgraded read lock (see [`Held::pin`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Linger {
+    #[default]
+    No,
+    /// Pinned: a release marks the node released but leaves it on the server.
+    Pinned,
+    /// Released while pinned: the node is still there until the pin ends.
+    Deferred,
 }
 
 impl Held {
@@ -43,6 +58,8 @@ impl Held {
             released: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
             ours: None,
+            linger: StdMutex::default(),
+            anchor: StdMutex::default(),
         }
     }
 
@@ -121,12 +138,28 @@ impl Held {
     }
 
     /// Deletes the node. `NotHeld` if it was already released, deleted, or its session ended.
+    /// A read node that keeps a pinned write node ends that pin too.
     pub(crate) async fn release(&self) -> Result<()> {
+        let released = self.release_node().await;
+        let anchor = lock(&self.anchor).take();
+        if let Some(pinned) = anchor {
+            match pinned.unpin().await {
+                Ok(()) | Err(Error::NotHeld) => {}
+                Err(err) => return released.and(Err(err)),
+            }
+        }
+        released
+    }
+
+    async fn release_node(&self) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) || self.deleted.load(Ordering::Acquire) {
             return Err(Error::NotHeld);
         }
         if self.generation.health() == Health::Ended {
             return Err(Error::NotHeld);
+        }
+        if self.defer_delete() {
+            return Ok(());
         }
         match &self.ours {
             Some(data) => delete_if_ours(&self.generation, &self.node, data).await,
@@ -153,4 +186,69 @@ impl Held {
             Err(_) => tracing::debug!(node = self.node, "lock guard dropped outside a runtime"),
         }
     }
+
+    /// Keeps this node on the server past its release, until [`unpin`](Held::unpin).
+    ///
+    /// A read lock taken by downgrading is granted at once, ahead of any writer queued behind
+    /// this write node; such writers see only the nodes before theirs, so they must go on
+    /// waiting for this one until that read lock is released. False if already released or
+    /// gone (then there is nothing to keep).
+    pub(crate) fn pin(&self) -> bool {
+        let mut linger = lock(&self.linger);
+        // Checked under the lock: `release` marks `released` before it looks at the pin.
+        if self.is_gone() {
+            return false;
+        }
+        *linger = Linger::Pinned;
+        true
+    }
+
+    /// Ends a pin; deletes the node now if it was released meanwhile.
+    pub(crate) async fn unpin(&self) -> Result<()> {
+        let was = std::mem::take(&mut *lock(&self.linger));
+        match was {
+            Linger::Deferred => delete_node(&self.generation, &self.node).await,
+            Linger::No | Linger::Pinned => Ok(()),
+        }
+    }
+
+    /// Makes this (read) node's release, or its drop, end the pin of `pinned`.
+    pub(crate) fn keep_pinned(&self, pinned: Arc<Held>) {
+        *lock(&self.anchor) = Some(pinned);
+    }
+
+    /// At release: whether the pin keeps the node (the pin's end deletes it instead).
+    fn defer_delete(&self) -> bool {
+        let mut linger = lock(&self.linger);
+        if *linger == Linger::Pinned {
+            *linger = Linger::Deferred;
+            return true;
+        }
+        false
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // A read node whose hold was lost without a release: let its pinned write node go.
+        let anchor = self
+            .anchor
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let (Some(pinned), Ok(runtime)) = (anchor, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(async move {
+                if let Err(err) = pinned.unpin().await {
+                    tracing::debug!(node = pinned.node, %err, "ending a write node's pin failed");
+                }
+            });
+        }
+    }
+}
+
+/// These std mutexes guard a few instructions, never an await.
+fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

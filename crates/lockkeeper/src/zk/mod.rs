@@ -24,6 +24,7 @@ mod owner;
 mod path;
 mod queue;
 mod retry;
+mod rwlock;
 mod session;
 mod simple;
 
@@ -31,6 +32,7 @@ pub use guard::LockGuard;
 pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, inspect_semaphore};
 pub use mutex::Mutex;
 pub use retry::RetryPolicy;
+pub use rwlock::RwLock;
 pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
 pub use simple::SimpleLock;
 
@@ -39,6 +41,12 @@ impl Session {
     /// owner: handles from separate calls exclude each other.
     pub fn mutex(&self, path: &str) -> crate::Result<Mutex> {
         Mutex::new(self.clone(), path)
+    }
+
+    /// A [`RwLock`] on `path` (Curator's `InterProcessReadWriteLock` layout). Each call makes
+    /// a new owner: handles from separate calls are separate readers and writers.
+    pub fn rw_lock(&self, path: &str) -> crate::Result<RwLock> {
+        RwLock::new(self.clone(), path)
     }
 
     /// A [`SimpleLock`] on `path`: the naive one-node lock, unfair and prone to the herd
