@@ -25,6 +25,7 @@ mod path;
 mod queue;
 mod retry;
 mod rwlock;
+mod semaphore;
 mod session;
 mod simple;
 
@@ -33,6 +34,7 @@ pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, ins
 pub use mutex::Mutex;
 pub use retry::RetryPolicy;
 pub use rwlock::RwLock;
+pub use semaphore::{Leases, Semaphore};
 pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
 pub use simple::SimpleLock;
 
@@ -47,6 +49,13 @@ impl Session {
     /// a new owner: handles from separate calls are separate readers and writers.
     pub fn rw_lock(&self, path: &str) -> crate::Result<RwLock> {
         RwLock::new(self.clone(), path)
+    }
+
+    /// A [`Semaphore`] at `path` granting at most `max_leases` leases at once (Curator's
+    /// `InterProcessSemaphoreV2` layout). Every user of the path must pass the same maximum.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a `max_leases` of 0.
+    pub fn semaphore(&self, path: &str, max_leases: u32) -> crate::Result<Semaphore> {
+        Semaphore::new(self.clone(), path, max_leases)
     }
 
     /// A [`SimpleLock`] on `path`: the naive one-node lock, unfair and prone to the herd

@@ -247,7 +247,7 @@ pub(crate) async fn delete_node(generation: &Generation, node: &str) -> Result<(
 /// Our queue node from the moment its create is sent until it is granted or deleted. If the
 /// acquisition is abandoned in between (an error, or its future dropped), `Drop` deletes it
 /// in the background.
-struct PendingNode {
+pub(crate) struct PendingNode {
     generation: Arc<Generation>,
     dir: String,
     /// `_c_{uuid}-`: every name this acquisition could have created starts with it.
@@ -266,7 +266,7 @@ fn node_data() -> Vec<u8> {
 const MAX_PARENT_ATTEMPTS: u32 = 5;
 
 impl PendingNode {
-    fn new(queue: &Queue, generation: &Arc<Generation>) -> PendingNode {
+    pub(crate) fn new(queue: &Queue, generation: &Arc<Generation>) -> PendingNode {
         PendingNode {
             generation: generation.clone(),
             dir: queue.dir.clone(),
@@ -279,7 +279,10 @@ impl PendingNode {
 
     /// Creates the node (protected, creating missing parents as containers) and returns its
     /// name, its czxid, and the directory listing when it was fetched in the same round trip.
-    async fn create(&mut self, queue: &Queue) -> Result<(String, i64, Option<Vec<String>>)> {
+    pub(crate) async fn create(
+        &mut self,
+        queue: &Queue,
+    ) -> Result<(String, i64, Option<Vec<String>>)> {
         let prefix = format!("{}/{}{}", self.dir, self.protection, self.marker);
         let data = node_data();
         let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
@@ -352,7 +355,7 @@ impl PendingNode {
         Ok(stat.map(|stat| (name, stat)))
     }
 
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
 }

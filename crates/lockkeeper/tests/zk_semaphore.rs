@@ -1,0 +1,408 @@
+//! The ZooKeeper Semaphore against Keeper and Apache ZooKeeper: exactly N holders at once and
+//! never N+1 under contention, several leases at once, leases coming back when a holder's
+//! session ends, timeouts and cancellation leaving no node, Curator's node names, and bad
+//! input.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockkeeper::Error;
+use support::{children, for_each_backend, session, wait_children};
+use tokio::sync::Barrier;
+
+/// Bound on anything a test waits for (the machine may be loaded).
+const LIMIT: Duration = Duration::from_secs(60);
+/// How long a waiter is given to (wrongly) get in before we conclude it is kept out.
+const KEPT_OUT: Duration = Duration::from_millis(500);
+
+/// Whether `name` is a Curator protected sequential node: `_c_{uuid}-{marker}{10 digits}`.
+fn curator_name(name: &str, marker: &str) -> bool {
+    let Some(rest) = name.strip_prefix("_c_") else {
+        return false;
+    };
+    let (uuid, rest) = rest.split_at(rest.len().min(36));
+    let uuid_ok = uuid.len() == 36
+        && uuid.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    let Some(sequence) = rest.strip_prefix('-').and_then(|r| r.strip_prefix(marker)) else {
+        return false;
+    };
+    uuid_ok && sequence.len() == 10 && sequence.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn leases_dir(path: &str) -> String {
+    format!("{path}/leases")
+}
+
+fn locks_dir(path: &str) -> String {
+    format!("{path}/locks")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_max_holders_at_once_and_the_next_one_waits() {
+    for_each_backend(|connect| async move {
+        const MAX: u32 = 3;
+        let path = "/sem/exact";
+        // Each holder waits at the barrier while holding: it only opens if all MAX are in.
+        let barrier = Arc::new(Barrier::new(MAX as usize + 1));
+        let mut holders = Vec::new();
+        for _ in 0..MAX {
+            let connect = connect.clone();
+            let barrier = barrier.clone();
+            holders.push(tokio::spawn(async move {
+                let session = session(&connect).await;
+                let lease = session
+                    .semaphore(path, MAX)
+                    .unwrap()
+                    .acquire(1)
+                    .await
+                    .unwrap();
+                barrier.wait().await;
+                // Hold until the test has checked that a fourth is kept out.
+                barrier.wait().await;
+                lease.release().await.unwrap();
+            }));
+        }
+        tokio::time::timeout(LIMIT, barrier.wait())
+            .await
+            .expect("MAX holders inside at once");
+        let observer = session(&connect).await;
+        let leases = children(&observer, &leases_dir(path)).await;
+        assert_eq!(leases.len(), MAX as usize);
+        assert!(
+            leases.iter().all(|n| curator_name(n, "lease-")),
+            "not Curator's lease layout: {leases:?}"
+        );
+        let fourth = observer.semaphore(path, MAX).unwrap();
+        assert!(fourth.try_acquire(1).await.unwrap().is_none());
+        let waiting = tokio::spawn({
+            let fourth = fourth.clone();
+            async move { fourth.acquire(1).await.unwrap() }
+        });
+        // The waiter holds the internal lock and has its lease node in, over the limit.
+        wait_children(&observer, &leases_dir(path), MAX as usize + 1).await;
+        let locks = children(&observer, &locks_dir(path)).await;
+        assert_eq!(locks.len(), 1, "{locks:?}");
+        assert!(curator_name(&locks[0], "lock-"), "{locks:?}");
+        tokio::time::sleep(KEPT_OUT).await;
+        assert!(!waiting.is_finished(), "a fourth holder got in");
+        barrier.wait().await;
+        let lease = tokio::time::timeout(LIMIT, waiting)
+            .await
+            .expect("the fourth gets a lease once one comes back")
+            .unwrap();
+        assert_eq!(lease.len(), 1);
+        assert!(lease.is_held());
+        for holder in holders {
+            tokio::time::timeout(LIMIT, holder)
+                .await
+                .expect("bounded")
+                .unwrap();
+        }
+        lease.release().await.unwrap();
+        assert!(children(&observer, &leases_dir(path)).await.is_empty());
+        assert!(children(&observer, &locks_dir(path)).await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn never_more_than_max_leases_under_contention() {
+    for_each_backend(|connect| async move {
+        const MAX: u32 = 3;
+        const SESSIONS: usize = 6;
+        const ROUNDS: usize = 6;
+        let path = "/sem/contended";
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let over = Arc::new(AtomicUsize::new(0));
+        let granted = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for index in 0..SESSIONS {
+            let connect = connect.clone();
+            let (inside, most, over, granted) =
+                (inside.clone(), most.clone(), over.clone(), granted.clone());
+            tasks.push(tokio::spawn(async move {
+                let session = session(&connect).await;
+                let semaphore = session.semaphore(path, MAX).unwrap();
+                for round in 0..ROUNDS {
+                    // A mix of single and double acquisitions, counted in leases.
+                    let n = if (index + round) % 3 == 0 { 2 } else { 1 };
+                    let leases = semaphore.acquire(n).await.unwrap();
+                    assert_eq!(leases.len(), n as usize);
+                    let now = inside.fetch_add(n as usize, Ordering::SeqCst) + n as usize;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    if now > MAX as usize {
+                        over.fetch_add(1, Ordering::SeqCst);
+                    }
+                    granted.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    inside.fetch_sub(n as usize, Ordering::SeqCst);
+                    leases.release().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            tokio::time::timeout(Duration::from_secs(180), task)
+                .await
+                .expect("bounded")
+                .unwrap();
+        }
+        assert_eq!(granted.load(Ordering::SeqCst), SESSIONS * ROUNDS);
+        assert_eq!(
+            over.load(Ordering::SeqCst),
+            0,
+            "more than {MAX} leases held at once (most: {})",
+            most.load(Ordering::SeqCst)
+        );
+        eprintln!("most leases held at once: {}", most.load(Ordering::SeqCst));
+        let observer = session(&connect).await;
+        assert!(children(&observer, &leases_dir(path)).await.is_empty());
+        assert!(children(&observer, &locks_dir(path)).await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_leases_are_taken_together() {
+    for_each_backend(|connect| async move {
+        let path = "/sem/multi";
+        let a = session(&connect).await;
+        let b = session(&connect).await;
+        let semaphore = a.semaphore(path, 5).unwrap();
+        let three = semaphore.acquire(3).await.unwrap();
+        assert_eq!(three.len(), 3);
+        assert_eq!(three.nodes().len(), 3);
+        let leases = children(&a, &leases_dir(path)).await;
+        assert_eq!(leases.len(), 3);
+        for node in three.nodes() {
+            let name = node.rsplit('/').next().unwrap();
+            assert!(leases.iter().any(|l| l == name), "{node} not in {leases:?}");
+        }
+        let other = b.semaphore(path, 5).unwrap();
+        // Two are free: three is too many (and takes none), two fit.
+        assert!(other.try_acquire(3).await.unwrap().is_none());
+        assert_eq!(children(&a, &leases_dir(path)).await.len(), 3);
+        assert!(
+            other
+                .acquire_timeout(3, Duration::from_millis(300))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(children(&a, &leases_dir(path)).await.len(), 3);
+        let two = other.try_acquire(2).await.unwrap().expect("two are free");
+        assert!(
+            other.try_acquire(1).await.unwrap().is_none(),
+            "a sixth lease"
+        );
+        // A waiter for four: once `three` goes only three are free, so it must wait for
+        // `two` as well.
+        let waiting = tokio::spawn({
+            let other = other.clone();
+            async move { other.acquire(4).await.unwrap() }
+        });
+        wait_children(&a, &leases_dir(path), 9).await;
+        three.release().await.unwrap();
+        tokio::time::sleep(KEPT_OUT).await;
+        assert!(
+            !waiting.is_finished(),
+            "four granted while only three were free"
+        );
+        two.release().await.unwrap();
+        let four = tokio::time::timeout(LIMIT, waiting)
+            .await
+            .expect("four granted once enough came back")
+            .unwrap();
+        assert_eq!(four.len(), 4);
+        assert_eq!(children(&a, &leases_dir(path)).await.len(), 4);
+        // Dropping releases every lease (in the background).
+        drop(four);
+        wait_children(&a, &leases_dir(path), 0).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_closed_session_gives_its_leases_back() {
+    for_each_backend(|connect| async move {
+        let path = "/sem/session-closed";
+        let holder = session(&connect).await;
+        let observer = session(&connect).await;
+        let leases = holder.semaphore(path, 2).unwrap().acquire(2).await.unwrap();
+        assert!(leases.is_held());
+        let waiter = session(&connect).await;
+        let semaphore = waiter.semaphore(path, 2).unwrap();
+        let waiting = tokio::spawn(async move { semaphore.acquire(2).await.unwrap() });
+        wait_children(&observer, &leases_dir(path), 4).await;
+        tokio::time::sleep(KEPT_OUT).await;
+        assert!(!waiting.is_finished(), "granted over the limit");
+
+        holder.close().await;
+        tokio::time::timeout(LIMIT, leases.lost())
+            .await
+            .expect("lost() fired");
+        assert!(!leases.is_held());
+        let taken = tokio::time::timeout(LIMIT, waiting)
+            .await
+            .expect("the waiter gets the leases of the closed session")
+            .unwrap();
+        assert_eq!(taken.len(), 2);
+        assert!(taken.is_held());
+        assert!(matches!(leases.release().await, Err(Error::NotHeld)));
+        taken.release().await.unwrap();
+        wait_children(&observer, &leases_dir(path), 0).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timeouts_and_cancellation_leave_no_node_behind() {
+    for_each_backend(|connect| async move {
+        let path = "/sem/timeouts";
+        let a = session(&connect).await;
+        let b = session(&connect).await;
+        let c = session(&connect).await;
+        let held = a.semaphore(path, 1).unwrap().acquire(1).await.unwrap();
+        let semaphore = b.semaphore(path, 1).unwrap();
+        let leases = leases_dir(path);
+        let locks = locks_dir(path);
+
+        assert!(semaphore.try_acquire(1).await.unwrap().is_none());
+        assert_eq!(
+            children(&a, &leases).await.len(),
+            1,
+            "try_acquire left a lease"
+        );
+        assert!(
+            children(&a, &locks).await.is_empty(),
+            "try_acquire left its lock"
+        );
+        let started = Instant::now();
+        assert!(
+            semaphore
+                .acquire_timeout(1, Duration::from_millis(300))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(
+            children(&a, &leases).await.len(),
+            1,
+            "a timed-out lease was left"
+        );
+        assert!(
+            children(&a, &locks).await.is_empty(),
+            "a timed-out lock was left"
+        );
+
+        // One acquisition waits for a lease (holding the internal lock), another for the
+        // internal lock: both are cancelled.
+        let first = tokio::spawn({
+            let semaphore = semaphore.clone();
+            async move { semaphore.acquire(1).await.map(drop) }
+        });
+        wait_children(&a, &leases, 2).await;
+        let second_semaphore = c.semaphore(path, 1).unwrap();
+        let second = tokio::spawn(async move { second_semaphore.acquire(1).await.map(drop) });
+        wait_children(&a, &locks, 2).await;
+        // A timeout while waiting for the internal lock leaves nothing either.
+        assert!(
+            c.semaphore(path, 1)
+                .unwrap()
+                .acquire_timeout(1, Duration::from_millis(300))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        wait_children(&a, &locks, 2).await;
+        first.abort();
+        second.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        assert!(second.await.unwrap_err().is_cancelled());
+        wait_children(&a, &leases, 1).await;
+        wait_children(&a, &locks, 0).await;
+
+        // Dropped at any point of the acquisition: whatever was created goes.
+        for micros in [100, 300, 1_000, 3_000, 10_000] {
+            let attempt =
+                tokio::time::timeout(Duration::from_micros(micros), semaphore.acquire(1)).await;
+            assert!(attempt.is_err(), "granted while full");
+        }
+        wait_children(&a, &leases, 1).await;
+        wait_children(&a, &locks, 0).await;
+        held.release().await.unwrap();
+        wait_children(&a, &leases, 0).await;
+        // Still usable afterwards.
+        let lease = semaphore.try_acquire(1).await.unwrap().expect("free");
+        lease.release().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_before_anything_is_sent() {
+    for_each_backend(|connect| async move {
+        let a = session(&connect).await;
+        let path = "/sem/bad-input";
+        assert!(matches!(
+            a.semaphore(path, 0),
+            Err(Error::InvalidArgument(_))
+        ));
+        for bad in [
+            "",
+            "sem",
+            "/",
+            "/sem/",
+            "/a//b",
+            "/a/../b",
+            "/zookeeper/s",
+            "/a\n",
+        ] {
+            assert!(
+                matches!(a.semaphore(bad, 2), Err(Error::InvalidArgument(_))),
+                "{bad:?} accepted"
+            );
+        }
+        let semaphore = a.semaphore(path, 2).unwrap();
+        assert_eq!(semaphore.max_leases(), 2);
+        assert_eq!(semaphore.path(), path);
+        for n in [0, 3, u32::MAX] {
+            assert!(
+                matches!(semaphore.acquire(n).await, Err(Error::InvalidArgument(_))),
+                "acquire({n})"
+            );
+            assert!(
+                matches!(
+                    semaphore.try_acquire(n).await,
+                    Err(Error::InvalidArgument(_))
+                ),
+                "try_acquire({n})"
+            );
+            assert!(
+                matches!(
+                    semaphore.acquire_timeout(n, Duration::from_secs(1)).await,
+                    Err(Error::InvalidArgument(_))
+                ),
+                "acquire_timeout({n})"
+            );
+        }
+        assert!(matches!(
+            semaphore.acquire_timeout(1, Duration::ZERO).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        let client = a.client().unwrap();
+        assert_eq!(
+            client.check_stat(path).await.unwrap(),
+            None,
+            "bad input created nodes"
+        );
+    })
+    .await;
+}
