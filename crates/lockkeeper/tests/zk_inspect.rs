@@ -485,7 +485,8 @@ async fn queue_churn_never_fails_an_inspection() {
         let mut with_waiter = 0;
         while !churner.is_finished() {
             assert!(Instant::now() < deadline, "{}: churn did not end", b.name);
-            let inspection = inspect(&observer, path)
+            let inspection = b
+                .within("inspect", inspect(&observer, path))
                 .await
                 .unwrap_or_else(|e| panic!("{}: inspection {inspections}: {e}", b.name));
             inspections += 1;
