@@ -356,3 +356,22 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_chroot_is_created_and_locks_live_under_it() {
+    for_each_backend(|connect| async move {
+        let chrooted = session(&format!("{connect}/apps/billing")).await;
+        let guard = chrooted
+            .mutex("/locks/invoices")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let root = session(&connect).await;
+        let nodes = children(&root, "/apps/billing/locks/invoices").await;
+        assert_eq!(nodes.len(), 1, "{nodes:?}");
+        assert_eq!(guard.node(), format!("/locks/invoices/{}", nodes[0]));
+        guard.release().await.unwrap();
+    })
+    .await;
+}

@@ -466,6 +466,7 @@ async fn connect_generation(
             }
         }
     };
+    ensure_chroot(&client).await?;
     let (health, _) = watch::channel(Health::Connected);
     Ok(Arc::new(Generation {
         session_id: client.session_id().0,
@@ -474,6 +475,27 @@ async fn connect_generation(
         retry: builder.retry,
         notifications: notifications.clone(),
     }))
+}
+
+/// Creates the chroot of the connect string if it is missing, as Curator does for its
+/// namespace: otherwise the first lock would fail with a bare NoNode that names no path.
+async fn ensure_chroot(client: &Client) -> Result<()> {
+    let chroot = client.path().to_owned();
+    if chroot == "/" {
+        return Ok(());
+    }
+    let Ok(root) = client.clone().chroot("/") else {
+        return Ok(());
+    };
+    let options =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    match root.mkdir(&chroot, &options).await {
+        Ok(()) => Ok(()),
+        Err(err) if is_connection_loss(&err) || is_terminal(&err) => Err(Error::Zk(err)),
+        Err(err) => Err(Error::InvalidArgument(format!(
+            "cannot create the chroot {chroot:?}: {err}"
+        ))),
+    }
 }
 
 /// Follows the current generation's state; when it ends, reports `Lost` and connects the next.
