@@ -226,10 +226,12 @@ async fn readers_arriving_after_a_waiting_writer_wait_for_it() {
         let writer = writer_session.rw_lock(path).unwrap();
         let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
         let writer_order = order_tx.clone();
+        let (let_go, writer_done) = tokio::sync::oneshot::channel::<()>();
         let writing = tokio::spawn(async move {
             let guard = writer.write().await.unwrap();
             writer_order.send("writer").unwrap();
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Hold until the test has looked at the readers.
+            let _ = writer_done.await;
             guard.release().await.unwrap();
         });
         wait_children(&first, path, 2).await;
@@ -278,6 +280,12 @@ async fn readers_arriving_after_a_waiting_writer_wait_for_it() {
         assert_eq!(next, Some("writer"));
         let woken: u64 = reader_sessions.iter().map(Session::notifications).sum();
         assert_eq!(woken, 0, "a reader was woken by another reader's release");
+        tokio::time::sleep(KEPT_OUT).await;
+        assert!(
+            order.try_recv().is_err(),
+            "a reader got in under the writer"
+        );
+        let_go.send(()).unwrap();
         for _ in 0..2 {
             let next = tokio::time::timeout(LIMIT, order.recv())
                 .await
