@@ -47,7 +47,7 @@ impl Deadline {
     pub(crate) fn after(timeout: std::time::Duration) -> Result<Deadline> {
         if timeout.is_zero() {
             return Err(Error::InvalidArgument(
-                "timeout must be greater than zero (use try_lock to not wait at all)".into(),
+                "timeout must be greater than zero (the try_ variant does not wait at all)".into(),
             ));
         }
         Ok(Deadline::At(Instant::now() + timeout))
