@@ -60,10 +60,10 @@ pub struct LockArgs {
 
     /// With --locks: acquisitions per session in the notification count.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    pub lock_rounds: u32,
+    pub lock_waiter_cycles: u32,
 
-    /// With --locks: rounds over the four client/server combinations, every other one in
-    /// reverse order; each figure is the best of its rounds.
+    /// With --locks: trials over the four client/server combinations, every other one in
+    /// reverse order; each figure is the best of its trials.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub lock_trials: u32,
 
@@ -85,8 +85,8 @@ pub struct Settings {
     pub clients: usize,
     pub handoffs: u32,
     pub waiters: usize,
-    pub rounds: u32,
-    /// Rounds over the combinations (see `--lock-trials`).
+    pub waiter_cycles: u32,
+    /// Trials over the combinations (see `--lock-trials`).
     pub trials: u32,
     /// Bound on a server's start and on opening a session.
     pub connect_limit: Duration,
@@ -109,7 +109,7 @@ impl Settings {
             clients: usize::from(args.lock_clients),
             handoffs: args.lock_handoffs,
             waiters: usize::from(args.lock_waiters),
-            rounds: args.lock_rounds,
+            waiter_cycles: args.lock_waiter_cycles,
             trials: args.lock_trials,
             connect_limit,
         }
@@ -280,7 +280,7 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
                 &path,
                 kind,
                 settings.waiters,
-                settings.rounds,
+                settings.waiter_cycles,
                 limit,
                 connect_limit,
             )
@@ -390,7 +390,7 @@ mod tests {
             clients: 3,
             handoffs: 3,
             waiters: 4,
-            rounds: 2,
+            waiter_cycles: 2,
             trials: 2,
             connect_limit: Duration::from_secs(60),
         };
@@ -428,7 +428,7 @@ mod tests {
             assert_eq!(number(row, "releases"), 8.0, "{}", row.render());
             assert!(number(row, "per_release") >= 0.0, "{}", row.render());
         }
-        // Every ratio is against Curator on ZooKeeper's best round, which is 1 against itself.
+        // Every ratio is against Curator on ZooKeeper's best trial, which is 1 against itself.
         let best = rows(&json, "best");
         assert_eq!(best.len(), 4);
         let baseline = best

@@ -252,13 +252,13 @@ pub async fn contended(
 }
 
 /// `sessions` sessions contend for one lock of `kind`, each acquiring and releasing it
-/// `rounds` times; returns the watch notifications their waiters received per release.
+/// `cycles` times; returns the watch notifications their waiters received per release.
 pub async fn herd(
     connect: &str,
     path: &str,
     kind: LockKind,
     sessions: usize,
-    rounds: u32,
+    cycles: u32,
     limit: Duration,
     connect_limit: Duration,
 ) -> Result<Herd, BoxError> {
@@ -273,7 +273,7 @@ pub async fn herd(
             start.wait().await;
             let deadline = Instant::now() + limit;
             let mut releases = 0u64;
-            while releases < u64::from(rounds) && Instant::now() < deadline {
+            while releases < u64::from(cycles) && Instant::now() < deadline {
                 lock.cycle().await?;
                 releases += 1;
             }

@@ -51,7 +51,7 @@ impl Combo {
     /// What every ratio is taken against.
     pub const BASELINE: Combo = Combo::new(Client::Curator, ServerKind::Zookeeper);
 
-    /// The combinations in the order of round `trial`: every other round reversed.
+    /// The combinations in the order of trial `trial`: every other trial reversed.
     pub fn in_turn(trial: u32) -> impl Iterator<Item = Combo> {
         let mut order = Combo::ALL;
         if trial % 2 == 1 {
@@ -74,7 +74,7 @@ impl Combo {
     }
 }
 
-/// One measurement of one combination in one round.
+/// One measurement of one combination in one trial.
 pub struct Trial<T> {
     pub combo: Combo,
     pub trial: u32,
@@ -82,8 +82,8 @@ pub struct Trial<T> {
 }
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason. The
-/// comparisons use each combination's best round (the highest rate; for contended runs, the
-/// wait figures of that same round).
+/// comparisons use each combination's best trial (the highest rate; for contended runs, the
+/// wait figures of that same trial).
 pub struct Report {
     pub targets: Vec<Target>,
     pub curator_command: Option<String>,
@@ -133,7 +133,7 @@ impl Report {
         );
         println!(
             "{:<24} {:>5} {:>8} {:>10}",
-            "client", "round", "cycles", "cycles/s"
+            "client", "trial", "cycles", "cycles/s"
         );
     }
 
@@ -170,7 +170,7 @@ impl Report {
         println!(
             "{:<24} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>8}",
             "client",
-            "round",
+            "trial",
             "handoffs",
             "handoffs/s",
             "wait p50",
@@ -205,7 +205,7 @@ impl Report {
     pub fn print_herd_header(&self, s: &Settings) {
         println!(
             "\nwatch notifications per release, {} sessions on one lock, {} acquisitions each",
-            s.waiters, s.rounds
+            s.waiters, s.waiter_cycles
         );
         println!(
             "{:<24} {:>8} {:>13} {:>11}",
@@ -233,7 +233,7 @@ impl Report {
         self.errors.push(format!("{what}: {error}"));
     }
 
-    /// The best uncontended rate of `combo` over its rounds.
+    /// The best uncontended rate of `combo` over its trials.
     fn uncontended_rate(&self, combo: Combo) -> Option<f64> {
         self.uncontended
             .iter()
@@ -243,7 +243,7 @@ impl Report {
             .reduce(f64::max)
     }
 
-    /// The round of `combo` with the most handoffs per second.
+    /// The trial of `combo` with the most handoffs per second.
     fn contended_of(&self, combo: Combo) -> Option<&Contended> {
         self.contended
             .iter()
@@ -357,7 +357,7 @@ impl Report {
             vec![
                 ("client", Json::Str(combo.client.json_key().into())),
                 ("server", Json::Str(combo.server.json_key().into())),
-                ("round", Json::num(trial + 1)),
+                ("trial", Json::num(trial + 1)),
             ]
         };
         let uncontended = self
@@ -455,7 +455,10 @@ impl Report {
                     ("contended_sessions", Json::num(s.clients as u32)),
                     ("contended_handoffs_per_session", Json::num(s.handoffs)),
                     ("notification_sessions", Json::num(s.waiters as u32)),
-                    ("notification_rounds", Json::num(s.rounds)),
+                    (
+                        "notification_cycles_per_session",
+                        Json::num(s.waiter_cycles),
+                    ),
                 ]),
             ),
             ("uncontended", Json::Arr(uncontended)),
@@ -488,7 +491,7 @@ fn contended_json(c: &Contended) -> Vec<(&'static str, Json)> {
 }
 
 impl Report {
-    /// Each combination's best round, with its ratios against Curator on ZooKeeper's best.
+    /// Each combination's best trial, with its ratios against Curator on ZooKeeper's best.
     fn best_json(&self) -> Json {
         let base = Combo::BASELINE;
         let handoffs = |c| self.contended_of(c).map(Contended::per_sec);
@@ -553,7 +556,7 @@ mod tests {
         r.uncontended.push(trial(Combo::BASELINE, 0, Ok(slow)));
         r.uncontended
             .push(trial(Combo::ALL[1], 0, Err("down".into())));
-        // A worse second round does not change the best figure.
+        // A worse second trial does not change the best figure.
         let worse = Uncontended {
             cycles: 50,
             elapsed: Duration::from_secs(1),
@@ -575,7 +578,7 @@ mod tests {
     }
 
     #[test]
-    fn every_other_round_runs_in_reverse() {
+    fn every_other_trial_runs_in_reverse() {
         let first: Vec<Combo> = Combo::in_turn(0).collect();
         let second: Vec<Combo> = Combo::in_turn(1).collect();
         assert_eq!(first, Combo::ALL);
@@ -640,7 +643,7 @@ mod tests {
             clients: 2,
             handoffs: 1,
             waiters: 2,
-            rounds: 1,
+            waiter_cycles: 1,
             trials: 1,
             connect_limit: Duration::from_secs(1),
         }
