@@ -172,16 +172,21 @@ impl Queue {
         deadline: Deadline,
         listing: &mut Option<Vec<String>>,
     ) -> Result<Turn> {
+        // The queue as last seen, sorted. Between listings it only shrinks: a new node always
+        // gets a higher sequence than ours, so nothing can appear *before* us. When the node
+        // we watch is deleted, the last listing minus that node is therefore a superset of
+        // the nodes now ahead of us, and a rule that grants on a superset grants on the truth:
+        // the common handoff (our predecessor was the holder) needs no new listing.
+        let mut known: Option<Vec<String>> = listing.take().map(|children| self.sort(children));
         loop {
-            let children = match listing.take() {
+            let children = match known.take() {
                 Some(children) => children,
-                None => {
+                None => self.sort(
                     generation
                         .retry(|client| async move { client.list_children(&self.dir).await })
-                        .await?
-                }
+                        .await?,
+                ),
             };
-            let children = self.sort(children);
             let Some(ours) = children.iter().position(|child| child == name) else {
                 return Ok(Turn::NodeGone);
             };
@@ -207,9 +212,16 @@ impl Queue {
             let Some(watcher) = watch else { continue };
             tokio::select! {
                 event = watcher.changed() => {
-                    if event.event_type == EventType::Session {
+                    match event.event_type {
                         // The only session events a watch sees are terminal ones.
-                        return Err(Error::SessionLost);
+                        EventType::Session => return Err(Error::SessionLost),
+                        EventType::NodeDeleted => {
+                            let mut remaining = children;
+                            remaining.retain(|child| *child != watched);
+                            known = Some(remaining);
+                        }
+                        // A data change on the watched node: look at the queue again.
+                        _ => {}
                     }
                     generation.count_notification();
                 }
