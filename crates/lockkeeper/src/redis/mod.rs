@@ -39,10 +39,10 @@ mod keys;
 mod lease;
 mod lease_lock;
 mod pubsub;
+pub mod redlock;
 mod wait;
 
 pub use client::{Redis, RedisOptions};
 pub use keys::DEFAULT_PREFIX;
 pub use lease::DEFAULT_WATCHDOG_TTL;
 pub use lease_lock::{LeaseGuard, LeaseLock};
-pub mod redlock;
