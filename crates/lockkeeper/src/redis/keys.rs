@@ -36,6 +36,13 @@ impl LockKeys {
     }
 }
 
+impl LockKeys {
+    /// Another key of the same lock (same hash tag), e.g. the writer of a read-write lock.
+    pub fn part(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.main)
+    }
+}
+
 /// Checks a lock name: not empty, and no braces (a `}` inside the name would end the hash tag
 /// early, and a name starting with `}` would leave an empty tag, which Redis Cluster ignores;
 /// either way the keys of one lock could land in different slots).
@@ -92,6 +99,7 @@ mod tests {
         for key in [&keys.main, &keys.fence, &keys.channel] {
             assert_eq!(hash_tag(key), "orders:eu", "{key}");
         }
+        assert_eq!(hash_tag(&keys.part("writer")), "orders:eu");
         assert_ne!(keys.main, keys.fence);
         assert_ne!(
             LockKeys::new("app", "lease", "x").main,

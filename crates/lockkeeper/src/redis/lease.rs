@@ -106,6 +106,28 @@ pub(crate) type Renew = Arc<
         + Sync,
 >;
 
+/// A [`Renew`] from an async renewal function of the crate's own result type.
+pub(crate) fn renew_with<F, Fut>(renew: F) -> Renew
+where
+    F: Fn(Duration) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool>> + Send + 'static,
+{
+    Arc::new(move |ttl| {
+        let renewal = renew(ttl);
+        Box::pin(async move {
+            match renewal.await {
+                Ok(renewed) => Ok(renewed),
+                Err(Error::Redis(error)) => Err(error),
+                Err(other) => Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "lease renewal failed",
+                    other.to_string(),
+                ))),
+            }
+        })
+    })
+}
+
 /// The lease of one acquisition, owned by its guard.
 pub(crate) struct Lease {
     status: Arc<watch::Sender<Status>>,
@@ -153,7 +175,7 @@ impl Lease {
     }
 
     /// Resolves once the lease is lost, released, or past its deadline.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
         let mut status = self.status.subscribe();
         async move {
             loop {

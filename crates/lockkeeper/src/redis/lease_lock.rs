@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
-use super::lease::{Lease, LeaseSpec, Renew, check_ttl, deadline, millis};
+use super::lease::{Lease, LeaseSpec, Renew, check_ttl, deadline, millis, renew_with};
 use super::wait::{self, Attempt};
 use crate::{Error, FencingToken, Result};
 
@@ -296,10 +296,15 @@ async fn release_once(mut conn: Conn, keys: &LockKeys, token: &str) -> Result<bo
     Ok(released == 1)
 }
 
-async fn extend_once(mut conn: Conn, keys: &LockKeys, token: &str, ttl: Duration) -> Result<bool> {
+async fn extend_once(
+    mut conn: Conn,
+    keys: Arc<LockKeys>,
+    token: String,
+    ttl: Duration,
+) -> Result<bool> {
     let extended: i64 = EXTEND
         .key(&keys.main)
-        .arg(token)
+        .arg(&token)
         .arg(millis(ttl))
         .invoke_async(&mut conn)
         .await?;
@@ -307,16 +312,7 @@ async fn extend_once(mut conn: Conn, keys: &LockKeys, token: &str, ttl: Duration
 }
 
 fn renewer(conn: Conn, keys: Arc<LockKeys>, token: String) -> Renew {
-    Arc::new(move |ttl| {
-        let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
-        Box::pin(async move {
-            match extend_once(conn, &keys, &token, ttl).await {
-                Ok(extended) => Ok(extended),
-                Err(Error::Redis(error)) => Err(error),
-                Err(other) => Err(unexpected_reply("lease renewal failed", other.to_string())),
-            }
-        })
-    })
+    renew_with(move |ttl| extend_once(conn.clone(), Arc::clone(&keys), token.clone(), ttl))
 }
 
 /// Proof of holding a [`LeaseLock`]. Released (best effort, in a spawned task) when dropped;
@@ -374,7 +370,7 @@ impl LeaseGuard {
     /// Resolves when the holder can no longer be sure it holds the lock: renewal found the key
     /// gone or taken over, renewals failed until the deadline, or the lease ran out. Race it
     /// against the work the lock protects.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
         self.lease.lost()
     }
 
@@ -384,7 +380,14 @@ impl LeaseGuard {
     pub async fn extend(&mut self, lease: Duration) -> Result<()> {
         check_ttl("lease time", lease)?;
         let sent = Instant::now();
-        if extend_once(self.conn.clone(), &self.keys, &self.token, lease).await? {
+        if extend_once(
+            self.conn.clone(),
+            Arc::clone(&self.keys),
+            self.token.clone(),
+            lease,
+        )
+        .await?
+        {
             self.lease.renewed(deadline(sent, lease));
             Ok(())
         } else {
