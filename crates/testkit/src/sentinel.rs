@@ -129,8 +129,13 @@ impl RedisSentinel {
     }
 
     /// Asks a sentinel to fail over (`SENTINEL FAILOVER`: no agreement needed, the replica is
-    /// promoted at once) and waits until every sentinel reports the new master and the new
-    /// master says it is one. Returns the new master's address.
+    /// promoted at once) and waits until every sentinel reports the new master, the new master
+    /// says it is one, and the old master has been turned into its replica. Returns the new
+    /// master's address.
+    ///
+    /// Until that last step the old master still accepts writes (Sentinel demotes it a moment
+    /// after promoting the replica), and whatever a client writes there in the gap is thrown
+    /// away when it starts replicating; waiting for it keeps tests out of that gap.
     pub fn failover(&self) -> SocketAddr {
         let before = self.current_master();
         let reply = resp::command(
@@ -140,7 +145,16 @@ impl RedisSentinel {
         )
         .expect("SENTINEL FAILOVER");
         assert_eq!(reply, Reply::Status("OK".into()), "SENTINEL FAILOVER");
-        self.wait_for_new_master(before)
+        let after = self.wait_for_new_master(before);
+        let started = Instant::now();
+        while role(before).as_deref() != Some("slave") {
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "the old master {before} was not turned into a replica within {READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        after
     }
 
     /// Kills the current master with SIGKILL and waits until the sentinels agree it is down
