@@ -16,19 +16,36 @@ use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
 use super::lease::{Lease, LeaseSpec, Renew, check_ttl, deadline, millis, renew_with};
+use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys};
+use super::script::NOW;
 use super::wait::{self, Attempt};
 use crate::{Error, FencingToken, Result};
 
-/// `SET NX PX`; on success the fencing `INCR`, otherwise the holder's remaining TTL.
+/// KEYS: lock, fence, line, line deadlines. ARGV: token, ttl, waiter (empty for a single
+/// try, which never joins the line), line ttl.
+///
+/// `SET PX` if the lock is free and nobody waits longer than the caller; then the fencing
+/// `INCR`. Otherwise `{0, ms}`: the holder's remaining TTL, or the time until the head of the
+/// line loses its place; a waiting caller joins (or refreshes its place in) the line.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+    Script::new(&format!(
+        r"{NOW}{LINE_LUA}
+line_reap(KEYS[3], KEYS[4], now)
+local waiter = ARGV[3]
+local wait = redis.call('PTTL', KEYS[1])
+if wait == -2 then
+  local head = line_head(KEYS[3])
+  if not head or head == waiter then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if waiter ~= '' then line_leave(KEYS[3], KEYS[4], waiter) end
+    return {{1, redis.call('INCR', KEYS[2])}}
+  end
+  wait = line_lapse(KEYS[4], head, now)
 end
-return {0, redis.call('PTTL', KEYS[1])}
-",
-    )
+if waiter ~= '' then line_join(KEYS[3], KEYS[4], waiter, now, tonumber(ARGV[4])) end
+return {{0, wait}}
+"
+    ))
 });
 
 /// Compare-and-delete, then tell the waiters.
@@ -77,8 +94,11 @@ return n
 /// at the (conservatively computed) end of the lease.
 ///
 /// Waiting is woken by a pub/sub message from the release, or by the holder's lease running
-/// out; there is no polling loop. Waiters are not served in order (a newcomer can win the race
-/// against one that has waited longer); use a ZooKeeper lock when order matters.
+/// out; there is no polling loop (a waiter re-attempts once a second at most, to keep its
+/// place in line). Fairness is not promised, but nobody starves: a waiter whose first attempt
+/// failed joins the lock's line, and a free lock goes to the longest-waiting live waiter (see
+/// the `line` module docs for when places lapse). Use a ZooKeeper lock when strict order
+/// matters.
 ///
 /// ```no_run
 /// # async fn demo() -> lockkeeper::Result<()> {
@@ -103,16 +123,23 @@ pub struct LeaseLock {
     redis: Redis,
     name: Arc<str>,
     keys: Arc<LockKeys>,
+    line: Arc<LineKeys>,
     spec: LeaseSpec,
 }
 
 impl Redis {
     /// The lease lock called `name` (see [`LeaseLock`]).
     pub fn lease_lock(&self, name: &str) -> LeaseLock {
+        let keys = LockKeys::new(self.prefix(), "lease", name);
         LeaseLock {
             redis: self.clone(),
             name: Arc::from(name),
-            keys: Arc::new(LockKeys::new(self.prefix(), "lease", name)),
+            line: Arc::new(LineKeys {
+                line: keys.part("line"),
+                deadlines: keys.part("line:deadlines"),
+                channel: keys.channel.clone(),
+            }),
+            keys: Arc::new(keys),
             spec: self.default_lease(),
         }
     }
@@ -152,18 +179,16 @@ impl LeaseLock {
     /// Waits until the lock is acquired.
     pub async fn lock(&self) -> Result<LeaseGuard> {
         self.check()?;
-        let acquired = wait::acquire(self.redis.subscriber(), &self.keys.channel, None, || {
-            self.attempt()
-        })
-        .await?;
-        // Without a deadline, `acquire` only returns once it holds the lock.
+        let acquired = self.wait(None).await?;
+        // Without a deadline, `wait` only returns once it holds the lock.
         Ok(acquired.expect("acquire without a deadline returns the lock"))
     }
 
-    /// One attempt: `Ok(None)` if the lock is held by someone else.
+    /// One attempt: `Ok(None)` if the lock is held by someone else (or free but promised to
+    /// a waiter that has waited longer).
     pub async fn try_lock(&self) -> Result<Option<LeaseGuard>> {
         self.check()?;
-        match self.attempt().await? {
+        match self.attempt(new_token(), false).await? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Busy(_) => Ok(None),
         }
@@ -173,13 +198,31 @@ impl LeaseLock {
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<Option<LeaseGuard>> {
         self.check()?;
         let deadline = wait::deadline_in(timeout)?;
-        wait::acquire(
+        self.wait(Some(deadline)).await
+    }
+
+    /// Attempts until acquired or `deadline`, in line after the first failure. The token
+    /// doubles as the place in line; whatever ends the wait other than success leaves the line.
+    async fn wait(&self, deadline: Option<Instant>) -> Result<Option<LeaseGuard>> {
+        let token = new_token();
+        let mut leave = LeaveOnDrop {
+            conn: self.redis.conn(),
+            keys: Arc::clone(&self.line),
+            waiter: token.clone(),
+            armed: true,
+        };
+        let acquired = wait::acquire(
             self.redis.subscriber(),
             &self.keys.channel,
-            Some(deadline),
-            || self.attempt(),
+            deadline,
+            || self.attempt(token.clone(), true),
         )
-        .await
+        .await?;
+        if acquired.is_some() {
+            // The acquire script took us out of the line.
+            leave.armed = false;
+        }
+        Ok(acquired)
     }
 
     /// Whether anyone holds the lock right now.
@@ -210,21 +253,36 @@ impl LeaseLock {
         self.spec.check()
     }
 
-    /// One cancel-safe acquire attempt.
-    async fn attempt(&self) -> Result<Attempt<LeaseGuard>> {
-        let token = new_token();
+    /// One cancel-safe acquire attempt; `waiting` joins the line if the lock is busy.
+    async fn attempt(&self, token: String, waiting: bool) -> Result<Attempt<LeaseGuard>> {
         let ttl = self.spec.ttl();
         let conn = self.redis.conn();
         let keys = Arc::clone(&self.keys);
         let sent = Instant::now();
         let attempt = {
-            let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
-            async move { acquire_once(conn, &keys, &token, ttl).await }
+            let (conn, keys, line, token) = (
+                conn.clone(),
+                Arc::clone(&keys),
+                Arc::clone(&self.line),
+                token.clone(),
+            );
+            async move { acquire_once(conn, &keys, &line, &token, ttl, waiting).await }
         };
         let undo = {
-            let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
-            move |_: FencingToken| async move {
-                let _ = release_once(conn, &keys, &token).await;
+            let (conn, keys, line, token) = (
+                conn.clone(),
+                Arc::clone(&keys),
+                Arc::clone(&self.line),
+                token.clone(),
+            );
+            move |abandoned: Attempt<FencingToken>| async move {
+                match abandoned {
+                    Attempt::Acquired(_) => {
+                        let _ = release_once(conn, &keys, &token).await;
+                    }
+                    Attempt::Busy(_) if waiting => super::line::leave(conn, &line, &token).await,
+                    Attempt::Busy(_) => {}
+                }
             }
         };
         Ok(match wait::cancel_safe(attempt, undo).await? {
@@ -240,6 +298,10 @@ impl LeaseLock {
                     released: false,
                 })
             }
+            // A waiter comes back at least this often to keep its place in line.
+            Attempt::Busy(retry) if waiting => {
+                Attempt::Busy(Some(retry.map_or(LINE_REFRESH, |r| r.min(LINE_REFRESH))))
+            }
             Attempt::Busy(retry) => Attempt::Busy(retry),
         })
     }
@@ -251,21 +313,29 @@ pub(crate) fn new_token() -> String {
 }
 
 async fn acquire_once(
-    mut conn: Conn,
+    conn: Conn,
     keys: &LockKeys,
+    line: &LineKeys,
     token: &str,
     ttl: Duration,
+    waiting: bool,
 ) -> Result<Attempt<FencingToken>> {
-    let reply: Vec<i64> = ACQUIRE
-        .key(&keys.main)
-        .key(&keys.fence)
-        .arg(token)
-        .arg(millis(ttl))
-        .invoke_async(&mut conn)
-        .await?;
+    let waiter = if waiting { token } else { "" };
+    let reply: Vec<i64> = super::script::call(
+        &ACQUIRE,
+        conn,
+        &[&keys.main, &keys.fence, &line.line, &line.deadlines],
+        &[
+            token.to_string(),
+            millis(ttl).to_string(),
+            waiter.to_string(),
+            millis(LINE_TTL).to_string(),
+        ],
+    )
+    .await?;
     match reply.as_slice() {
         [1, fence] => Ok(Attempt::Acquired(fencing_token(*fence)?)),
-        [0, pttl] => Ok(Attempt::Busy(remaining(*pttl))),
+        [0, wait] => Ok(Attempt::Busy(remaining(*wait))),
         _ => Err(unexpected_reply("unexpected answer from the lock acquire script", reply).into()),
     }
 }

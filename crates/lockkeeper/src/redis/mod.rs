@@ -38,6 +38,7 @@ mod conn;
 mod keys;
 mod lease;
 mod lease_lock;
+mod line;
 mod local_reentrant;
 mod pubsub;
 pub mod redlock;

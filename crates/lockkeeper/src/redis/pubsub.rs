@@ -9,7 +9,9 @@
 //! The connection is opened on the first subscription and re-opened (with back-off) when it
 //! drops. Messages published while it was down are lost, so after every reconnect each channel
 //! is bumped once: its waiters try again instead of sleeping until the lease runs out.
-//! Channels are reference-counted; the last waiter of a lock leaving unsubscribes it.
+//! Channels are reference-counted; a channel nobody waits on any more is unsubscribed after
+//! lingering for [`LINGER`], so that a process taking the same lock again and again does not
+//! pay a `SUBSCRIBE` round trip each time it has to wait.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,8 +20,12 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::{Client, RedisError};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 use super::conn::{SentinelConn, Timeouts, within};
+
+/// How long a channel stays subscribed after its last waiter left.
+const LINGER: Duration = Duration::from_secs(5);
 
 /// Where the subscriber connection goes.
 pub(crate) enum PubSource {
@@ -68,6 +74,8 @@ struct Channel {
     ever_confirmed: bool,
     /// Subscribers waiting for the confirmation.
     pending: Vec<oneshot::Sender<Result<(), RedisError>>>,
+    /// When the last reference went (while `refs == 0`).
+    idle_since: Option<Instant>,
 }
 
 impl Shared {
@@ -105,8 +113,10 @@ impl Subscriber {
                     confirmed: false,
                     ever_confirmed: false,
                     pending: Vec::new(),
+                    idle_since: None,
                 });
             entry.refs += 1;
+            entry.idle_since = None;
             let receiver = entry.generation.subscribe();
             let confirmation = if entry.confirmed {
                 None
@@ -165,6 +175,7 @@ impl Drop for Subscription {
         if let Some(entry) = channels.get_mut(&self.channel) {
             entry.refs = entry.refs.saturating_sub(1);
             if entry.refs == 0 {
+                entry.idle_since = Some(Instant::now());
                 drop(channels);
                 let _ = self.wake.send(());
             }
@@ -205,7 +216,7 @@ async fn run(
         let (mut sink, mut stream) = pubsub.split();
         let outcome: Result<(), RedisError> = async {
             loop {
-                let (subscribe, unsubscribe) = plan(&shared);
+                let (subscribe, unsubscribe, next_check) = plan(&shared);
                 if !subscribe.is_empty() {
                     within(timeouts.response, sink.subscribe(&subscribe)).await?;
                     confirm(&shared, &subscribe);
@@ -227,6 +238,7 @@ async fn run(
                         }
                         while wakes.try_recv().is_ok() {}
                     }
+                    _ = sleep_until(next_check) => {}
                 }
             }
         }
@@ -248,25 +260,41 @@ fn forget_unused(shared: &Shared) {
 }
 
 /// What to send: channels someone waits on that the server does not have yet, and channels
-/// nobody waits on any more (which leave the map).
-fn plan(shared: &Shared) -> (Vec<String>, Vec<String>) {
+/// nobody has waited on for [`LINGER`] (which leave the map); and when to look again for
+/// lingering channels.
+fn plan(shared: &Shared) -> (Vec<String>, Vec<String>, Option<Instant>) {
+    let now = Instant::now();
     let mut channels = shared.lock();
     let mut subscribe = Vec::new();
     let mut unsubscribe = Vec::new();
+    let mut next_check: Option<Instant> = None;
     channels.retain(|name, c| {
         if c.refs > 0 {
             if !c.confirmed {
                 subscribe.push(name.clone());
             }
-            true
-        } else {
-            if c.confirmed {
-                unsubscribe.push(name.clone());
-            }
-            false
+            return true;
         }
+        if !c.confirmed {
+            return false;
+        }
+        let until = c.idle_since.unwrap_or(now) + LINGER;
+        if until > now {
+            next_check = Some(next_check.map_or(until, |n| n.min(until)));
+            return true;
+        }
+        unsubscribe.push(name.clone());
+        false
     });
-    (subscribe, unsubscribe)
+    (subscribe, unsubscribe, next_check)
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn confirm(shared: &Shared, names: &[String]) {

@@ -286,8 +286,10 @@ impl ReentrantLock {
                 Arc::clone(&self.keys),
                 Arc::clone(&self.owner),
             );
-            move |_: (u64, FencingToken)| async move {
-                let _ = release_once(conn, &keys, &owner).await;
+            move |abandoned: Attempt<(u64, FencingToken)>| async move {
+                if let Attempt::Acquired(_) = abandoned {
+                    let _ = release_once(conn, &keys, &owner).await;
+                }
             }
         };
         Ok(match wait::cancel_safe(attempt, undo).await? {

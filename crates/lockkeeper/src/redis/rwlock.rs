@@ -359,8 +359,10 @@ impl RwLock {
         };
         let undo = {
             let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
-            move |_: FencingToken| async move {
-                let _ = release_once(conn, &keys, mode, &token).await;
+            move |abandoned: Attempt<FencingToken>| async move {
+                if let Attempt::Acquired(_) = abandoned {
+                    let _ = release_once(conn, &keys, mode, &token).await;
+                }
             }
         };
         Ok(match wait::cancel_safe(attempt, undo).await? {

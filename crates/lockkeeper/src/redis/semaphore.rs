@@ -273,8 +273,10 @@ impl Semaphore {
         };
         let undo = {
             let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
-            move |_: FencingToken| async move {
-                let _ = release_once(conn, &keys, &id, n).await;
+            move |abandoned: Attempt<FencingToken>| async move {
+                if let Attempt::Acquired(_) = abandoned {
+                    let _ = release_once(conn, &keys, &id, n).await;
+                }
             }
         };
         Ok(match wait::cancel_safe(attempt, undo).await? {

@@ -1,5 +1,5 @@
-//! Waiting for a lock without polling: subscribe, try, then sleep until a release is published
-//! or the current holder's lease would run out, whichever comes first.
+//! Waiting for a lock without polling: try; if busy, subscribe, try again, then sleep until a
+//! release is published or the current holder's lease would run out, whichever comes first.
 //!
 //! Every attempt runs in a task of its own. If the caller's future is dropped while an attempt
 //! is on the wire, the task still sees the answer, and if the attempt won the lock it gives it
@@ -27,20 +27,21 @@ pub(crate) enum Attempt<T> {
 /// expiry, say). Releases still wake the waiter at once; this only bounds a missed message.
 const UNKNOWN_EXPIRY_WAIT: Duration = Duration::from_secs(1);
 
-/// Runs one attempt in its own task. If the caller stops waiting (drops this future) and the
-/// attempt acquired, `undo` gives the acquisition back.
+/// Runs one attempt in its own task. If the caller stops waiting (drops this future) before
+/// the answer, `undo` gets the answer: it gives an acquisition back (and a waiter's place in
+/// line).
 pub(crate) async fn cancel_safe<T, A, U, UF>(attempt: A, undo: U) -> Result<Attempt<T>>
 where
     T: Send + 'static,
     A: Future<Output = Result<Attempt<T>>> + Send + 'static,
-    U: FnOnce(T) -> UF + Send + 'static,
+    U: FnOnce(Attempt<T>) -> UF + Send + 'static,
     UF: Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         let outcome = attempt.await;
-        if let Err(Ok(Attempt::Acquired(held))) = tx.send(outcome) {
-            undo(held).await;
+        if let Err(Ok(abandoned)) = tx.send(outcome) {
+            undo(abandoned).await;
         }
     });
     match rx.await {
@@ -53,8 +54,12 @@ where
     }
 }
 
-/// Tries until acquired or `deadline` (none: forever). Subscribes to `channel` first, so a
-/// release between an attempt and the sleep wakes the sleep.
+/// Tries until acquired or `deadline` (none: forever).
+///
+/// The first attempt goes out at once, so an uncontended lock costs one round trip. If it
+/// finds the lock busy, the waiter subscribes to `channel` and only then tries again and
+/// sleeps: a release that happened before the subscription was confirmed is seen by that
+/// attempt, and one after it wakes the sleep, so none is missed.
 pub(crate) async fn acquire<T, F, Fut>(
     subscriber: &Subscriber,
     channel: &str,
@@ -65,6 +70,9 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
+    if let Attempt::Acquired(held) = attempt().await? {
+        return Ok(Some(held));
+    }
     let subscribe = subscriber.subscribe(channel);
     let mut subscription = match deadline {
         None => subscribe.await?,
