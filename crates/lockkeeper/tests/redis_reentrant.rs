@@ -310,3 +310,51 @@ async fn local_count_caveat_a_fixed_lease_runs_out_under_the_count() {
     assert!(matches!(outer.release().await, Err(Error::NotHeld)));
     assert!(thief.is_held());
 }
+
+#[tokio::test]
+async fn re_entries_skip_the_line_newcomers_do_not() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis.reentrant_lock("queued");
+    let stranger = connect(&server).await.reentrant_lock("queued");
+    let mut raw = raw(&server).await;
+    let outer = lock.lock().await.expect("lock");
+    // Someone lined up for the lock (and went quiet: the place lapses in 2 s).
+    let time: Vec<u64> = redis::cmd("TIME")
+        .query_async(&mut raw)
+        .await
+        .expect("TIME");
+    let now_ms = time[0] * 1000 + time[1] / 1000;
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(format!("{}:line", lock.key()))
+        .arg(now_ms)
+        .arg("quiet-waiter")
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{}:line:deadlines", lock.key()))
+        .arg(now_ms + 2000)
+        .arg("quiet-waiter")
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .expect("ZADD");
+    let inner = lock
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("the owner re-enters without queueing");
+    assert_eq!(inner.count(), 2);
+    drop(inner);
+    outer.release().await.expect("release");
+    assert!(
+        stranger.try_lock().await.expect("try_lock").is_none(),
+        "the free lock waits for the waiter that lined up first"
+    );
+    let guard = stranger
+        .lock_timeout(Duration::from_secs(30))
+        .await
+        .expect("lock_timeout")
+        .expect("acquired once the quiet waiter's place lapsed");
+    guard.release().await.expect("release");
+}

@@ -134,11 +134,7 @@ impl Redis {
         LeaseLock {
             redis: self.clone(),
             name: Arc::from(name),
-            line: Arc::new(LineKeys {
-                line: keys.part("line"),
-                deadlines: keys.part("line:deadlines"),
-                channel: keys.channel.clone(),
-            }),
+            line: Arc::new(LineKeys::for_lock(&keys)),
             keys: Arc::new(keys),
             spec: self.default_lease(),
         }

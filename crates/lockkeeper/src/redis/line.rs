@@ -1,4 +1,5 @@
-//! Waiting in line: how the lease lock keeps waiters from starving without polling.
+//! Waiting in line: how the lease and reentrant locks keep waiters from starving without
+//! polling.
 //!
 //! Pub/sub wakes every waiter of a lock at each release and they race; left alone, the same
 //! waiters tend to win (the subscriber that Redis notifies first, the one on the least loaded
@@ -74,6 +75,17 @@ pub(crate) struct LineKeys {
     pub line: String,
     pub deadlines: String,
     pub channel: String,
+}
+
+impl LineKeys {
+    /// The line of the lock with `keys` (same hash tag).
+    pub fn for_lock(keys: &super::keys::LockKeys) -> LineKeys {
+        LineKeys {
+            line: keys.part("line"),
+            deadlines: keys.part("line:deadlines"),
+            channel: keys.channel.clone(),
+        }
+    }
 }
 
 /// Takes `waiter` out of the line.

@@ -17,30 +17,46 @@ use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name, check_owner};
 use super::lease::{Lease, LeaseSpec, millis, renew_with};
-use super::lease_lock::{fencing_token, remaining};
-use super::script::call;
+use super::lease_lock::{fencing_token, new_token, remaining};
+use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys};
+use super::script::{NOW, call};
 use super::wait::{self, Attempt};
 use crate::{Error, FencingToken, Result};
 
+/// KEYS: hash, fence, line, line deadlines. ARGV: owner, ttl, waiter (empty for a single
+/// try), line ttl.
+///
 /// `{1, count, fence}` when acquired (fence from the counter: `INCR` for a new owner, the
-/// current value for a re-entry), `{0, 0, pttl}` when another owner holds it.
+/// current value for a re-entry), `{0, 0, ms}` when another owner holds it (its remaining TTL)
+/// or it is free but promised to a waiter that lined up earlier (until that place lapses).
+/// Re-entries never wait in line.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{NOW}{LINE_LUA}
+line_reap(KEYS[3], KEYS[4], now)
 local ttl = tonumber(ARGV[2])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], 1)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, 1, redis.call('INCR', KEYS[2])}
-end
+local waiter = ARGV[3]
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   local count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
-  return {1, count, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  if waiter ~= '' then line_leave(KEYS[3], KEYS[4], waiter) end
+  return {{1, count, tonumber(redis.call('GET', KEYS[2]) or '0')}}
 end
-return {0, 0, redis.call('PTTL', KEYS[1])}
-",
-    )
+local wait = redis.call('PTTL', KEYS[1])
+if wait == -2 then
+  local head = line_head(KEYS[3])
+  if not head or head == waiter then
+    redis.call('HSET', KEYS[1], ARGV[1], 1)
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    if waiter ~= '' then line_leave(KEYS[3], KEYS[4], waiter) end
+    return {{1, 1, redis.call('INCR', KEYS[2])}}
+  end
+  wait = line_lapse(KEYS[4], head, now)
+end
+if waiter ~= '' then line_join(KEYS[3], KEYS[4], waiter, now, tonumber(ARGV[4])) end
+return {{0, 0, wait}}
+"
+    ))
 });
 
 /// `-1` not held by this owner, `0` released (deleted, waiters told), `n > 0` decremented to n.
@@ -107,6 +123,9 @@ pub enum Unlock {
 /// lease is gone even though the count said otherwise: the next acquisition (by anyone) starts
 /// afresh at count 1 with a new fencing token.
 ///
+/// Waiting works as for the lease lock: woken by the release, and in line after a failed
+/// attempt so that no owner starves (not a fairness guarantee).
+///
 /// ```no_run
 /// # async fn demo() -> lockkeeper::Result<()> {
 /// use lockkeeper::redis::{Redis, Unlock};
@@ -127,6 +146,7 @@ pub struct ReentrantLock {
     name: Arc<str>,
     owner: Arc<str>,
     keys: Arc<LockKeys>,
+    line: Arc<LineKeys>,
     spec: LeaseSpec,
 }
 
@@ -134,11 +154,13 @@ impl Redis {
     /// The reentrant lock called `name`, owned by this handle's owner id (see
     /// [`ReentrantLock`]).
     pub fn reentrant_lock(&self, name: &str) -> ReentrantLock {
+        let keys = LockKeys::new(self.prefix(), "reentrant", name);
         ReentrantLock {
             redis: self.clone(),
             name: Arc::from(name),
             owner: Arc::from(self.owner_id()),
-            keys: Arc::new(LockKeys::new(self.prefix(), "reentrant", name)),
+            line: Arc::new(LineKeys::for_lock(&keys)),
+            keys: Arc::new(keys),
             spec: self.default_lease(),
         }
     }
@@ -188,18 +210,16 @@ impl ReentrantLock {
     /// Waits until acquired (at once if this owner holds it already).
     pub async fn lock(&self) -> Result<ReentrantGuard> {
         self.check()?;
-        let acquired = wait::acquire(self.redis.subscriber(), &self.keys.channel, None, || {
-            self.attempt()
-        })
-        .await?;
-        // Without a deadline, `acquire` only returns once it holds the lock.
+        let acquired = self.wait(None).await?;
+        // Without a deadline, `wait` only returns once it holds the lock.
         Ok(acquired.expect("acquire without a deadline returns the lock"))
     }
 
-    /// One attempt: `Ok(None)` if another owner holds it.
+    /// One attempt: `Ok(None)` if another owner holds it (or it is free but promised to a
+    /// waiter that lined up earlier).
     pub async fn try_lock(&self) -> Result<Option<ReentrantGuard>> {
         self.check()?;
-        match self.attempt().await? {
+        match self.attempt(None).await? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Busy(_) => Ok(None),
         }
@@ -209,13 +229,30 @@ impl ReentrantLock {
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<Option<ReentrantGuard>> {
         self.check()?;
         let deadline = wait::deadline_in(timeout)?;
-        wait::acquire(
+        self.wait(Some(deadline)).await
+    }
+
+    /// Attempts until acquired or `deadline`, in line after the first failure.
+    async fn wait(&self, deadline: Option<Instant>) -> Result<Option<ReentrantGuard>> {
+        let waiter = new_token();
+        let mut leave = LeaveOnDrop {
+            conn: self.redis.conn(),
+            keys: Arc::clone(&self.line),
+            waiter: waiter.clone(),
+            armed: true,
+        };
+        let acquired = wait::acquire(
             self.redis.subscriber(),
             &self.keys.channel,
-            Some(deadline),
-            || self.attempt(),
+            deadline,
+            || self.attempt(Some(&waiter)),
         )
-        .await
+        .await?;
+        if acquired.is_some() {
+            // The acquire script took us out of the line.
+            leave.armed = false;
+        }
+        Ok(acquired)
     }
 
     /// Releases one hold of this lock's owner without a guard: for code that keeps no guard
@@ -268,17 +305,21 @@ impl ReentrantLock {
         self.spec.check()
     }
 
-    async fn attempt(&self) -> Result<Attempt<ReentrantGuard>> {
+    /// One cancel-safe attempt; a `waiter` joins the line if another owner holds the lock.
+    async fn attempt(&self, waiter: Option<&str>) -> Result<Attempt<ReentrantGuard>> {
         let ttl = self.spec.ttl();
         let conn = self.redis.conn();
         let sent = Instant::now();
+        let waiter = waiter.map(str::to_string);
         let attempt = {
-            let (conn, keys, owner) = (
+            let (conn, keys, line, owner, waiter) = (
                 conn.clone(),
                 Arc::clone(&self.keys),
+                Arc::clone(&self.line),
                 Arc::clone(&self.owner),
+                waiter.clone(),
             );
-            async move { acquire_once(conn, &keys, &owner, ttl).await }
+            async move { acquire_once(conn, &keys, &line, &owner, waiter.as_deref(), ttl).await }
         };
         let undo = {
             let (conn, keys, owner) = (
@@ -286,9 +327,16 @@ impl ReentrantLock {
                 Arc::clone(&self.keys),
                 Arc::clone(&self.owner),
             );
+            let (line, waiter) = (Arc::clone(&self.line), waiter.clone());
             move |abandoned: Attempt<(u64, FencingToken)>| async move {
-                if let Attempt::Acquired(_) = abandoned {
-                    let _ = release_once(conn, &keys, &owner).await;
+                match (abandoned, waiter) {
+                    (Attempt::Acquired(_), _) => {
+                        let _ = release_once(conn, &keys, &owner).await;
+                    }
+                    (Attempt::Busy(_), Some(waiter)) => {
+                        super::line::leave(conn, &line, &waiter).await
+                    }
+                    (Attempt::Busy(_), None) => {}
                 }
             }
         };
@@ -326,6 +374,10 @@ impl ReentrantLock {
                     released: false,
                 })
             }
+            // A waiter comes back at least this often to keep its place in line.
+            Attempt::Busy(retry) if waiter.is_some() => {
+                Attempt::Busy(Some(retry.map_or(LINE_REFRESH, |r| r.min(LINE_REFRESH))))
+            }
             Attempt::Busy(retry) => Attempt::Busy(retry),
         })
     }
@@ -334,14 +386,21 @@ impl ReentrantLock {
 async fn acquire_once(
     conn: Conn,
     keys: &LockKeys,
+    line: &LineKeys,
     owner: &str,
+    waiter: Option<&str>,
     ttl: Duration,
 ) -> Result<Attempt<(u64, FencingToken)>> {
     let reply: Vec<i64> = call(
         &ACQUIRE,
         conn,
-        &[&keys.main, &keys.fence],
-        &[owner.to_string(), millis(ttl).to_string()],
+        &[&keys.main, &keys.fence, &line.line, &line.deadlines],
+        &[
+            owner.to_string(),
+            millis(ttl).to_string(),
+            waiter.unwrap_or("").to_string(),
+            millis(LINE_TTL).to_string(),
+        ],
     )
     .await?;
     match reply.as_slice() {
