@@ -187,12 +187,14 @@ async fn fixed_lease_expires_and_the_late_release_is_not_held() {
 async fn extend_moves_the_deadline_and_fails_once_lost() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let lock = redis.lease_lock("extend").lease(Duration::from_millis(400));
+    let lock = redis
+        .lease_lock("extend")
+        .lease(Duration::from_millis(1500));
     let mut guard = lock.lock().await.expect("lock");
     guard.extend(Duration::from_secs(20)).await.expect("extend");
     let mut raw = raw(&server).await;
     assert!(pttl(&mut raw, lock.key()).await > 10_000);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     assert!(guard.is_held(), "extended past the first lease");
     assert!(lock.force_unlock().await.expect("force_unlock"));
     assert!(matches!(

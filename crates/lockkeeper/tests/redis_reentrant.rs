@@ -199,10 +199,10 @@ async fn the_watchdog_renews_a_reentrant_lock_and_reports_its_loss() {
     let redis = connect(&server).await;
     let lock = redis
         .reentrant_lock("renewed")
-        .watchdog(Duration::from_millis(600));
+        .watchdog(Duration::from_millis(1000));
     let mut raw = raw(&server).await;
     let guard = lock.lock().await.expect("lock");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         exists(&mut raw, lock.key()).await,
         "renewed past three TTLs"

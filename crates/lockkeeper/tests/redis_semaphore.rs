@@ -138,7 +138,7 @@ async fn a_crashed_holders_permits_come_back() {
         .await;
         let permit = redis
             .semaphore("crash", 2)
-            .watchdog(Duration::from_secs(1))
+            .watchdog(Duration::from_secs(2))
             .acquire(2)
             .await
             .expect("acquire");
@@ -166,8 +166,8 @@ async fn a_crashed_holders_permits_come_back() {
     )
     .await;
     let pool = connect(&server).await.semaphore("crash", 2);
-    // Renewed while the child lives.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Renewed while the child lives: still taken after more than one of its TTLs.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     assert!(pool.try_acquire(1).await.expect("try_acquire").is_none());
     holder.kill();
     let back = pool
