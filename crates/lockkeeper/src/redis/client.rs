@@ -92,6 +92,11 @@ impl RedisOptions {
 /// A connection to Redis (one server, a cluster, or a Sentinel-managed master) that hands out
 /// locks. Cheap to clone: clones share the command connection and the pub/sub connection.
 ///
+/// A handle holds at most two connections: one for commands (multiplexed: every lock of the
+/// handle shares it, and it reconnects on its own) and, from the first time one of its locks
+/// has to wait, one pub/sub connection that all its waiters share, each lock's channel
+/// subscribed while someone waits on it. Clone a handle rather than connecting again.
+///
 /// Each handle has an *owner id* (a random UUID unless set with [`Redis::with_owner_id`]),
 /// which is what reentrant locks count re-entries for.
 ///
