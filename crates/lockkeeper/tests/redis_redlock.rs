@@ -235,7 +235,7 @@ async fn validity_runs_out_and_extend_needs_a_majority() {
     let nodes = masters(5, false);
     let redlock = Redlock::with_options(
         &nodes.iter().map(RedisNode::url).collect::<Vec<_>>(),
-        RedlockOptions::new().node_timeout(Duration::from_millis(400)),
+        RedlockOptions::new().node_timeout(Duration::from_secs(1)),
     )
     .unwrap();
     let lock = redlock.lease_lock("short").lease(Duration::from_secs(3));
