@@ -32,8 +32,15 @@ async fn lock_release_and_increasing_fencing_tokens() {
         ttl > 20_000 && ttl <= 30_000,
         "default watchdog lease of 30 s, got PTTL {ttl}"
     );
+    let left = lock
+        .remaining_lease()
+        .await
+        .expect("remaining_lease")
+        .expect("held");
+    assert!(left > Duration::from_secs(20) && left <= Duration::from_secs(30));
     let t1 = first.fencing_token();
     first.release().await.expect("release");
+    assert_eq!(lock.remaining_lease().await.expect("remaining_lease"), None);
     assert!(!exists(&mut raw, lock.key()).await, "released key is gone");
 
     let second = lock.try_lock().await.expect("try_lock").expect("free");

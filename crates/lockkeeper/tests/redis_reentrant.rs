@@ -30,6 +30,12 @@ async fn re_entries_are_counted_and_share_the_fencing_token() {
     assert_eq!(inner.fencing_token(), outer.fencing_token());
     assert_eq!(innermost.fencing_token(), outer.fencing_token());
     assert_eq!(lock.hold_count().await.expect("hold_count"), 3);
+    assert!(
+        lock.remaining_lease()
+            .await
+            .expect("remaining_lease")
+            .is_some_and(|left| left > Duration::from_secs(20))
+    );
     let stored: Option<u64> = redis::cmd("HGET")
         .arg(lock.key())
         .arg(redis.owner_id())

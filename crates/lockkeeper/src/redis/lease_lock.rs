@@ -221,6 +221,17 @@ impl LeaseLock {
         Ok(acquired)
     }
 
+    /// How long the current holder's lease has left on the server (Redisson's
+    /// `remainTimeToLive`); `None` when nobody holds the lock.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        check_name("lock", &self.name)?;
+        let pttl: i64 = self
+            .redis
+            .command(redis::cmd("PTTL").arg(&self.keys.main))
+            .await?;
+        Ok(remaining(pttl))
+    }
+
     /// Whether anyone holds the lock right now.
     pub async fn is_locked(&self) -> Result<bool> {
         check_name("lock", &self.name)?;
