@@ -21,6 +21,10 @@ mod fourlw;
 mod keeper;
 mod ports;
 mod redis;
+mod redis_cluster;
+mod redis_node;
+pub mod resp;
+mod sentinel;
 mod tools;
 mod zk;
 
@@ -30,6 +34,9 @@ pub use fourlw::{four_letter_word, try_four_letter_word};
 pub use keeper::Keeper;
 pub use ports::free_port;
 pub use redis::RedisServer;
+pub use redis_cluster::RedisCluster;
+pub use redis_node::{NodeOptions, RedisNode};
+pub use sentinel::RedisSentinel;
 pub use tools::{
     JAVA_LIB_DIR, ZKCLI, find_on_path, java, java_classpath, java_jar, javac, python3, zkcli,
 };

@@ -23,6 +23,7 @@ mod locks;
 mod paced;
 mod process;
 mod recovery;
+mod redis;
 mod snapshot;
 mod startup;
 mod stats;
@@ -52,7 +53,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
     lockkeeper bench --compare --only zookeeper\n  \
     lockkeeper bench --locks --json locks.json\n  \
     lockkeeper bench --recovery 1000000 --recovery-peer\n  \
-    lockkeeper bench --snapshot-latency 1000000 --rate 5000")]
+    lockkeeper bench --snapshot-latency 1000000 --rate 5000\n  \
+    lockkeeper bench --redis --json redis.json")]
 pub struct BenchArgs {
     /// Server to load, as host:port (any ZooKeeper-protocol server) [default: 127.0.0.1:2181].
     /// Everything is created under /lockkeeper-bench-<pid>-<random> and removed at the end
@@ -191,6 +193,9 @@ pub struct BenchArgs {
     /// Boxed: the lock flags are only read once, and the other commands' arguments stay small.
     #[command(flatten)]
     pub locks: Box<locks::LockArgs>,
+    /// The `--redis` mode's flags (boxed for the same reason).
+    #[command(flatten)]
+    pub redis_args: Box<redis::RedisArgs>,
 }
 
 /// Runs the benchmark described by `args` until it completes, fails, or is interrupted.
@@ -229,6 +234,8 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
             args.connect_timeout,
         );
         locks::run(&settings).await
+    } else if args.redis_args.redis {
+        redis::run(&args.redis_args.settings(&args)).await
     } else if args.recovery.is_some() || args.snapshot_latency.is_some() {
         durability(&args, plan, launcher(&args)?).await
     } else if args.compare {
@@ -599,6 +606,29 @@ mod tests {
         assert!(parse(&["--snapshot-latency", "10", "--rate", "fast"]).is_err());
         // Both in one run is allowed: one JSON document with a section for each.
         assert!(parse(&["--recovery", "10", "--snapshot-latency", "10"]).is_ok());
+    }
+
+    #[test]
+    fn redis_flags_parse_and_exclude_the_other_modes() {
+        let args = parse(&["--redis"]).expect("parse");
+        let redis = &args.redis_args;
+        assert!(redis.redis);
+        assert_eq!(redis.redis_url, None);
+        assert_eq!(redis.redis_clients, 8);
+        assert_eq!(redis.redis_hold, Duration::from_millis(1));
+        assert!(!parse(&[]).expect("defaults").redis_args.redis);
+        let args = parse(&["--redis", "--redis-url", "redis://127.0.0.1:6380"]).expect("parse");
+        assert_eq!(
+            args.redis_args.redis_url.as_deref(),
+            Some("redis://127.0.0.1:6380")
+        );
+        assert!(
+            parse(&["--redis-url", "redis://127.0.0.1:6380"]).is_err(),
+            "needs --redis"
+        );
+        assert!(parse(&["--redis", "--compare"]).is_err());
+        assert!(parse(&["--redis", "--recovery", "10"]).is_err());
+        assert!(parse(&["--redis", "--redis-clients", "0"]).is_err());
     }
 
     #[tokio::test]

@@ -1,0 +1,270 @@
+//! The [`Redis`] handle: the connections every lock of the family shares, and its options.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::conn::{Conn, Timeouts};
+use super::keys::{self, DEFAULT_PREFIX};
+use super::lease::{DEFAULT_WATCHDOG_TTL, LeaseSpec, check_ttl};
+use super::pubsub::{PubSource, Subscriber};
+use crate::{Error, Result};
+
+/// Settings of a [`Redis`] handle.
+///
+/// ```
+/// use std::time::Duration;
+/// use lockkeeper::redis::RedisOptions;
+///
+/// let options = RedisOptions::new()
+///     .key_prefix("billing")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .connect_timeout(Duration::from_secs(3));
+/// # let _ = options;
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    prefix: String,
+    watchdog: Duration,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> RedisOptions {
+        RedisOptions {
+            prefix: DEFAULT_PREFIX.to_string(),
+            watchdog: DEFAULT_WATCHDOG_TTL,
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The defaults: prefix `lockkeeper`, 30 s watchdog lease, 10 s to connect, 5 s to answer.
+    pub fn new() -> RedisOptions {
+        RedisOptions::default()
+    }
+
+    /// The first part of every key (`PREFIX:lease:{name}`), to keep applications sharing one
+    /// Redis apart. Must not contain braces.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> RedisOptions {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease the watchdog keeps renewing for locks taken without an explicit lease
+    /// (Redisson's `lockWatchdogTimeout`, 30 s by default). A holder that dies keeps the lock
+    /// for at most this long.
+    pub fn watchdog_timeout(mut self, ttl: Duration) -> RedisOptions {
+        self.watchdog = ttl;
+        self
+    }
+
+    /// How long connecting (TCP and the first `PING`) may take.
+    pub fn connect_timeout(mut self, timeout: Duration) -> RedisOptions {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one command may wait for its answer.
+    pub fn response_timeout(mut self, timeout: Duration) -> RedisOptions {
+        self.response_timeout = timeout;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        keys::check_prefix(&self.prefix)?;
+        check_ttl("watchdog timeout", self.watchdog)?;
+        check_ttl("connect timeout", self.connect_timeout)?;
+        check_ttl("response timeout", self.response_timeout)?;
+        Ok(())
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            connect: self.connect_timeout,
+            response: self.response_timeout,
+        }
+    }
+}
+
+/// A connection to Redis (one server, a cluster, or a Sentinel-managed master) that hands out
+/// locks. Cheap to clone: clones share the command connection and the pub/sub connection.
+///
+/// A handle holds at most two connections: one for commands (multiplexed: every lock of the
+/// handle shares it, and it reconnects on its own) and, from the first time one of its locks
+/// has to wait, one pub/sub connection that all its waiters share, each lock's channel
+/// subscribed while someone waits on it. Clone a handle rather than connecting again.
+///
+/// Each handle has an *owner id* (a random UUID unless set with [`Redis::with_owner_id`]),
+/// which is what reentrant locks count re-entries for.
+///
+/// ```no_run
+/// # async fn demo() -> lockkeeper::Result<()> {
+/// use lockkeeper::redis::Redis;
+///
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let guard = redis.lease_lock("orders").lock().await?;
+/// println!("holding orders with fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Redis {
+    shared: Arc<Shared>,
+    owner: Arc<str>,
+}
+
+struct Shared {
+    conn: Conn,
+    subscriber: Subscriber,
+    options: RedisOptions,
+}
+
+impl Redis {
+    /// Connects to one Redis server (`redis://host:port[/db]`, `rediss://` for TLS) with
+    /// default options. Fails if the server does not answer `PING` like Redis.
+    pub async fn connect(url: &str) -> Result<Redis> {
+        Redis::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects to one Redis server with `options`.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Redis> {
+        options.check()?;
+        check_url(url)?;
+        let client = redis::Client::open(url)?;
+        let conn = Conn::single(client.clone(), options.timeouts()).await?;
+        let subscriber = Subscriber::start(PubSource::Single(client), options.timeouts());
+        Ok(Redis::new(conn, subscriber, options))
+    }
+
+    /// Connects to a Redis Cluster through any of `nodes` (URLs). Each lock's keys share a hash
+    /// tag, so its scripts run on the one node owning its slot.
+    pub async fn connect_cluster<S: AsRef<str>>(
+        nodes: &[S],
+        options: RedisOptions,
+    ) -> Result<Redis> {
+        options.check()?;
+        if nodes.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a cluster needs at least one node URL".into(),
+            ));
+        }
+        let urls: Vec<String> = nodes.iter().map(|n| n.as_ref().to_string()).collect();
+        let mut clients = Vec::new();
+        for url in &urls {
+            check_url(url)?;
+            clients.push(redis::Client::open(url.as_str())?);
+        }
+        let conn = Conn::cluster(&urls, options.timeouts()).await?;
+        let subscriber = Subscriber::start(PubSource::Cluster(clients), options.timeouts());
+        Ok(Redis::new(conn, subscriber, options))
+    }
+
+    /// Connects to the master that the Sentinels at `sentinels` (URLs) know as `master_name`,
+    /// and follows it through failovers (a connection that errors or finds a read-only replica
+    /// asks the Sentinels again).
+    pub async fn connect_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        master_name: &str,
+        options: RedisOptions,
+    ) -> Result<Redis> {
+        options.check()?;
+        if sentinels.is_empty() {
+            return Err(Error::InvalidArgument(
+                "Sentinel needs at least one sentinel URL".into(),
+            ));
+        }
+        if master_name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the Sentinel master name must not be empty".into(),
+            ));
+        }
+        let urls: Vec<String> = sentinels.iter().map(|n| n.as_ref().to_string()).collect();
+        for url in &urls {
+            check_url(url)?;
+        }
+        let conn = Conn::sentinel(&urls, master_name, options.timeouts()).await?;
+        let Conn::Sentinel(sentinel) = &conn else {
+            unreachable!("Conn::sentinel returns the Sentinel variant");
+        };
+        let subscriber =
+            Subscriber::start(PubSource::Sentinel(sentinel.clone()), options.timeouts());
+        Ok(Redis::new(conn, subscriber, options))
+    }
+
+    fn new(conn: Conn, subscriber: Subscriber, options: RedisOptions) -> Redis {
+        Redis {
+            shared: Arc::new(Shared {
+                conn,
+                subscriber,
+                options,
+            }),
+            owner: Arc::from(uuid::Uuid::new_v4().to_string()),
+        }
+    }
+
+    /// This handle's owner id: the identity reentrant locks count re-entries for.
+    pub fn owner_id(&self) -> &str {
+        &self.owner
+    }
+
+    /// A handle sharing this one's connections with another owner id. Reentrant locks taken
+    /// through handles (in any task or process) with the same owner id count as one owner.
+    pub fn with_owner_id(&self, owner: impl Into<String>) -> Result<Redis> {
+        let owner = owner.into();
+        keys::check_owner(&owner)?;
+        Ok(Redis {
+            shared: Arc::clone(&self.shared),
+            owner: Arc::from(owner),
+        })
+    }
+
+    /// The options this handle was made with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.shared.options
+    }
+
+    /// Sends one raw command (for inspection and tests: `PTTL`, `EXISTS`, ...).
+    pub async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.conn();
+        Ok(cmd.query_async(&mut conn).await?)
+    }
+
+    pub(crate) fn conn(&self) -> Conn {
+        self.shared.conn.clone()
+    }
+
+    pub(crate) fn subscriber(&self) -> &Subscriber {
+        &self.shared.subscriber
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.shared.options.prefix
+    }
+
+    /// The lease settings a new lock starts with.
+    pub(crate) fn default_lease(&self) -> LeaseSpec {
+        LeaseSpec::new(self.shared.options.watchdog)
+    }
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redis")
+            .field("owner", &self.owner)
+            .field("options", &self.shared.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_url(url: &str) -> Result<()> {
+    if url.trim().is_empty() {
+        return Err(Error::InvalidArgument(
+            "the Redis URL must not be empty".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,420 @@
+//! The semaphore: N permits whose leases expire with their holder.
+//!
+//! Permits live in a sorted set, member = `acquisition-id:i`, score = the instant (server clock,
+//! ms) the permit's lease ends. The acquire script first drops every member whose score has
+//! passed, so a holder that crashed gives its permits back one lease later instead of leaking
+//! them forever; a live holder's watchdog keeps pushing its scores forward. When there are too
+//! few permits, the script answers how long until enough of them expire, and the waiter sleeps
+//! that long at most (a release wakes it sooner, through the lock's channel).
+//!
+//! The permit count N travels with every acquire rather than living in Redis: every user of a
+//! semaphore must be created with the same N (the acquire script admits while fewer than the
+//! caller's N are taken).
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::Script;
+use tokio::time::Instant;
+
+use super::client::Redis;
+use super::conn::{Conn, unexpected_reply};
+use super::keys::{LockKeys, check_name};
+use super::lease::{Lease, LeaseSpec, millis, renew_with};
+use super::lease_lock::{fencing_token, new_token, remaining};
+use super::script::{NOW, call};
+use super::wait::{self, Attempt};
+use crate::{Error, FencingToken, Result};
+
+/// KEYS: permits, fence. ARGV: id, n, limit, ttl. `{1, fence}` or `{0, wait ms}`.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{NOW}
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local used = redis.call('ZCARD', KEYS[1])
+if used + n <= limit then
+  for i = 1, n do redis.call('ZADD', KEYS[1], now + ttl, ARGV[1] .. ':' .. i) end
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  return {{1, redis.call('INCR', KEYS[2])}}
+end
+local need = used + n - limit
+local nth = redis.call('ZRANGE', KEYS[1], need - 1, need - 1, 'WITHSCORES')
+if #nth == 0 then return {{0, -1}} end
+return {{0, tonumber(nth[2]) - now}}
+"
+    ))
+});
+
+/// KEYS: permits. ARGV: id, n, ttl. 1 if the permits were still live (and are renewed).
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{NOW}
+local n = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1] .. ':1')
+if not score or tonumber(score) <= now then return 0 end
+for i = 1, n do redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1] .. ':' .. i) end
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"
+    ))
+});
+
+/// KEYS: permits. ARGV: id, n, channel. 1 if the permits were still live.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{NOW}
+local n = tonumber(ARGV[2])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1] .. ':1')
+local held = score and tonumber(score) > now
+for i = 1, n do redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. i) end
+redis.call('PUBLISH', ARGV[3], 'released')
+if held then return 1 end
+return 0
+"
+    ))
+});
+
+/// A counting semaphore of `permits` permits, shared by every process that uses the same name
+/// (and the same permit count).
+///
+/// Permits are held with a lease like a lock (a watchdog by default, or
+/// [`lease`](Semaphore::lease)), so a holder that crashes or hangs loses its permits when its
+/// lease ends rather than leaking them. Each acquisition gets a fencing token from the
+/// semaphore's counter. Waiters are not served in order.
+///
+/// ```no_run
+/// # async fn demo() -> lockkeeper::Result<()> {
+/// use lockkeeper::redis::Redis;
+///
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let pool = redis.semaphore("db-connections", 10);
+/// let two = pool.acquire(2).await?;
+/// assert_eq!(two.permits(), 2);
+/// two.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    redis: Redis,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
+    permits: u32,
+    spec: LeaseSpec,
+}
+
+impl Redis {
+    /// The semaphore called `name` with `permits` permits (see [`Semaphore`]).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        Semaphore {
+            redis: self.clone(),
+            name: Arc::from(name),
+            keys: Arc::new(LockKeys::new(self.prefix(), "semaphore", name)),
+            permits,
+            spec: self.default_lease(),
+        }
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many permits it has in all.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Hold each acquisition's permits for exactly `lease`, with no watchdog.
+    pub fn lease(mut self, lease: Duration) -> Semaphore {
+        self.spec.fixed = Some(lease);
+        self
+    }
+
+    /// Renew with a watchdog lease of `ttl` (instead of the handle's default).
+    pub fn watchdog(mut self, ttl: Duration) -> Semaphore {
+        self.spec.fixed = None;
+        self.spec.watchdog = ttl;
+        self
+    }
+
+    /// Stop the watchdog renewing `max_hold` after acquisition.
+    pub fn max_hold(mut self, max_hold: Duration) -> Semaphore {
+        self.spec.max_hold = Some(max_hold);
+        self
+    }
+
+    /// The sorted set of permits (`id:i` → lease end, server ms), for inspection.
+    pub fn key(&self) -> &str {
+        &self.keys.main
+    }
+
+    /// Waits for `n` permits.
+    pub async fn acquire(&self, n: u32) -> Result<SemaphorePermit> {
+        self.check(n)?;
+        let id = new_token();
+        let acquired = wait::acquire(self.redis.subscriber(), &self.keys.channel, None, || {
+            self.attempt(&id, n)
+        })
+        .await?;
+        // Without a deadline, `acquire` only returns once it holds the permits.
+        Ok(acquired.expect("acquire without a deadline returns the permits"))
+    }
+
+    /// One attempt at `n` permits.
+    pub async fn try_acquire(&self, n: u32) -> Result<Option<SemaphorePermit>> {
+        self.check(n)?;
+        match self.attempt(&new_token(), n).await? {
+            Attempt::Acquired(permit) => Ok(Some(permit)),
+            Attempt::Busy(_) => Ok(None),
+        }
+    }
+
+    /// Waits at most `timeout` for `n` permits.
+    pub async fn acquire_timeout(
+        &self,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.check(n)?;
+        let deadline = wait::deadline_in(timeout)?;
+        let id = new_token();
+        wait::acquire(
+            self.redis.subscriber(),
+            &self.keys.channel,
+            Some(deadline),
+            || self.attempt(&id, n),
+        )
+        .await
+    }
+
+    /// Permits free right now (expired ones count as free).
+    pub async fn available(&self) -> Result<u32> {
+        self.check(1)?;
+        let time: Vec<String> = self.redis.command(&redis::cmd("TIME")).await?;
+        let now = match (
+            time.first().and_then(|s| s.parse::<u64>().ok()),
+            time.get(1).and_then(|s| s.parse::<u64>().ok()),
+        ) {
+            (Some(secs), Some(micros)) => secs * 1000 + micros / 1000,
+            _ => return Err(unexpected_reply("unexpected TIME answer", time).into()),
+        };
+        let taken: u64 = self
+            .redis
+            .command(
+                redis::cmd("ZCOUNT")
+                    .arg(&self.keys.main)
+                    .arg(format!("({now}"))
+                    .arg("+inf"),
+            )
+            .await?;
+        Ok(u64::from(self.permits).saturating_sub(taken) as u32)
+    }
+
+    fn check(&self, n: u32) -> Result<()> {
+        check_name("semaphore", &self.name)?;
+        if self.permits == 0 {
+            return Err(Error::InvalidArgument(
+                "a semaphore needs at least one permit".into(),
+            ));
+        }
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "acquire at least one permit (asked for 0)".into(),
+            ));
+        }
+        if n > self.permits {
+            return Err(Error::InvalidArgument(format!(
+                "asked for {n} permits of a semaphore that has {}",
+                self.permits
+            )));
+        }
+        self.spec.check()
+    }
+
+    async fn attempt(&self, id: &str, n: u32) -> Result<Attempt<SemaphorePermit>> {
+        let ttl = self.spec.ttl();
+        let conn = self.redis.conn();
+        let keys = Arc::clone(&self.keys);
+        let id: Arc<str> = Arc::from(id);
+        let limit = self.permits;
+        let sent = Instant::now();
+        let attempt = {
+            let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+            async move {
+                let reply: Vec<i64> = call(
+                    &ACQUIRE,
+                    conn,
+                    &[&keys.main, &keys.fence],
+                    &[
+                        id.to_string(),
+                        n.to_string(),
+                        limit.to_string(),
+                        millis(ttl).to_string(),
+                    ],
+                )
+                .await?;
+                match reply.as_slice() {
+                    [1, fence] => Ok(Attempt::Acquired(fencing_token(*fence)?)),
+                    [0, wait] => Ok(Attempt::Busy(remaining(*wait))),
+                    _ => Err(unexpected_reply(
+                        "unexpected answer from the semaphore acquire script",
+                        reply,
+                    )
+                    .into()),
+                }
+            }
+        };
+        let undo = {
+            let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+            move |abandoned: Attempt<FencingToken>| async move {
+                if let Attempt::Acquired(_) = abandoned {
+                    let _ = release_once(conn, &keys, &id, n).await;
+                }
+            }
+        };
+        Ok(match wait::cancel_safe(attempt, undo).await? {
+            Attempt::Acquired(fencing) => {
+                let renew = {
+                    let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+                    renew_with(move |ttl| {
+                        let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+                        async move {
+                            let renewed: i64 = call(
+                                &RENEW,
+                                conn,
+                                &[&keys.main],
+                                &[id.to_string(), n.to_string(), millis(ttl).to_string()],
+                            )
+                            .await?;
+                            Ok(renewed == 1)
+                        }
+                    })
+                };
+                Attempt::Acquired(SemaphorePermit {
+                    conn,
+                    keys,
+                    name: Arc::clone(&self.name),
+                    id,
+                    permits: n,
+                    fencing,
+                    lease: Lease::start(sent, self.spec, renew),
+                    released: false,
+                })
+            }
+            Attempt::Busy(retry) => Attempt::Busy(retry),
+        })
+    }
+}
+
+async fn release_once(conn: Conn, keys: &LockKeys, id: &str, n: u32) -> Result<bool> {
+    let released: i64 = call(
+        &RELEASE,
+        conn,
+        &[&keys.main],
+        &[id.to_string(), n.to_string(), keys.channel.clone()],
+    )
+    .await?;
+    Ok(released == 1)
+}
+
+/// Permits held from a [`Semaphore`]; given back (best effort) when dropped.
+///
+/// ```no_run
+/// # async fn demo(redis: lockkeeper::redis::Redis) -> lockkeeper::Result<()> {
+/// let permit = redis.semaphore("db-connections", 10).acquire(1).await?;
+/// assert!(permit.is_held());
+/// permit.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct SemaphorePermit {
+    conn: Conn,
+    keys: Arc<LockKeys>,
+    name: Arc<str>,
+    id: Arc<str>,
+    permits: u32,
+    fencing: FencingToken,
+    lease: Lease,
+    released: bool,
+}
+
+impl SemaphorePermit {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many permits this acquisition holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// This acquisition's fencing token.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing
+    }
+
+    /// Whether the permits' lease is still good.
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// The instant the permits' lease ends, while held.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.lease.valid_until()
+    }
+
+    /// Resolves when the permits can no longer be trusted.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
+        self.lease.lost()
+    }
+
+    /// Gives the permits back; [`Error::NotHeld`] if their lease had ended.
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.lease.end();
+        if release_once(self.conn.clone(), &self.keys, &self.id, self.permits).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld)
+        }
+    }
+}
+
+impl Drop for SemaphorePermit {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.lease.end();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (conn, keys, id, n) = (
+                self.conn.clone(),
+                Arc::clone(&self.keys),
+                Arc::clone(&self.id),
+                self.permits,
+            );
+            runtime.spawn(async move {
+                let _ = release_once(conn, &keys, &id, n).await;
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for SemaphorePermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphorePermit")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .field("fencing_token", &self.fencing)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}

@@ -1,0 +1,143 @@
+//! The watchdog: renewal keeps a lock well past its TTL, stops at release and at the maximum
+//! hold time, and the guard's lost-lock signal fires when renewal cannot go on.
+
+mod support_redis;
+
+use std::time::Duration;
+
+use lockkeeper::Error;
+use lockkeeper::redis::{Redis, RedisOptions};
+use lockkeeper_testkit::{RedisNode, RedisServer};
+use support_redis::{connect, eventually, exists, pttl, raw};
+
+/// Short enough to see many renewals in a few seconds, long enough that a renewal delayed by a
+/// busy machine (it is due every third of this) does not let the key expire.
+const TTL: Duration = Duration::from_millis(1000);
+
+#[tokio::test]
+async fn renewal_holds_a_lock_far_beyond_its_ttl_and_stops_at_release() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis.lease_lock("long-job").watchdog(TTL);
+    let mut raw = raw(&server).await;
+    let guard = lock.lock().await.expect("lock");
+    let started = tokio::time::Instant::now();
+    let mut highest_pttl = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        let left = pttl(&mut raw, lock.key()).await;
+        assert!(left > 0, "key expired while the watchdog ran: PTTL {left}");
+        highest_pttl = highest_pttl.max(left);
+        assert!(guard.is_held());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        highest_pttl <= 1000,
+        "PTTL never above the TTL: {highest_pttl}"
+    );
+    let other = connect(&server).await.lease_lock("long-job");
+    assert!(other.try_lock().await.expect("try_lock").is_none());
+    guard.release().await.expect("release");
+    assert!(!exists(&mut raw, lock.key()).await);
+    // Nothing renews (or re-creates) the key after the release.
+    tokio::time::sleep(TTL).await;
+    assert!(!exists(&mut raw, lock.key()).await);
+}
+
+#[tokio::test]
+async fn dropping_the_guard_stops_renewal_and_releases() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis
+        .lease_lock("dropped")
+        .watchdog(Duration::from_secs(30));
+    let mut raw = raw(&server).await;
+    let guard = lock.lock().await.expect("lock");
+    drop(guard);
+    eventually(Duration::from_secs(5), "released on drop", || {
+        let mut raw = raw.clone();
+        let key = lock.key().to_string();
+        async move { !exists(&mut raw, &key).await }
+    })
+    .await;
+    let _ = &mut raw;
+}
+
+#[tokio::test]
+async fn maximum_hold_time_ends_renewal() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis
+        .lease_lock("capped")
+        .watchdog(TTL)
+        .max_hold(Duration::from_millis(2500));
+    let mut raw = raw(&server).await;
+    let guard = lock.lock().await.expect("lock");
+    let started = tokio::time::Instant::now();
+    // Renewed past the first TTL...
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(exists(&mut raw, lock.key()).await, "renewed past one TTL");
+    // ...and not past the maximum hold time (plus generous slack for a loaded machine).
+    eventually(
+        Duration::from_secs(10),
+        "the key expired after max_hold",
+        || {
+            let mut raw = raw.clone();
+            let key = lock.key().to_string();
+            async move { !exists(&mut raw, &key).await }
+        },
+    )
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(2400));
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires once the capped lease ends");
+    assert!(!guard.is_held());
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_key_is_deleted_behind_the_holders_back() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis.lease_lock("stolen").watchdog(TTL);
+    let mut raw = raw(&server).await;
+    let guard = lock.lock().await.expect("lock");
+    assert!(guard.is_held());
+    let _: i64 = redis::cmd("DEL")
+        .arg(lock.key())
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost() fires at the next renewal");
+    assert!(!guard.is_held());
+    assert!(
+        !exists(&mut raw, lock.key()).await,
+        "a lost guard's watchdog does not re-create the key"
+    );
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_server_dies() {
+    let node = RedisNode::start();
+    // A long response timeout: lost() must not wait for a command to time out.
+    let options = RedisOptions::new().response_timeout(Duration::from_secs(30));
+    let redis = Redis::connect_with(&node.url(), options)
+        .await
+        .expect("connect");
+    let lock = redis.lease_lock("doomed").watchdog(Duration::from_secs(1));
+    let guard = lock.lock().await.expect("lock");
+    let lost = guard.lost();
+    node.kill();
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), lost)
+        .await
+        .expect("lost() fires when renewal cannot reach the server");
+    assert!(!guard.is_held());
+    assert!(
+        started.elapsed() <= Duration::from_secs(5),
+        "not later than the lease deadline: {:?}",
+        started.elapsed()
+    );
+}

@@ -1,0 +1,73 @@
+//! Shared helpers of the Redis lock tests: a handle on a fresh redis-server, a protected
+//! resource that counts overlapping holders and checks fencing tokens, and child processes
+//! that re-run the current test binary in a "child" role.
+#![allow(dead_code)] // each test binary uses its own subset
+
+pub mod child;
+pub mod resource;
+
+use std::time::Duration;
+
+use lockkeeper::redis::{Redis, RedisOptions};
+use lockkeeper_testkit::RedisServer;
+
+/// A handle on `server` with default options.
+pub async fn connect(server: &RedisServer) -> Redis {
+    Redis::connect(&server.url())
+        .await
+        .expect("connect to redis-server")
+}
+
+/// A handle on `server` with `options`.
+pub async fn connect_with(server: &RedisServer, options: RedisOptions) -> Redis {
+    Redis::connect_with(&server.url(), options)
+        .await
+        .expect("connect to redis-server")
+}
+
+/// A plain connection for looking at keys behind the library's back.
+pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+/// `PTTL key` on a raw connection.
+pub async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("PTTL")
+}
+
+/// Whether `key` exists.
+pub async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("EXISTS");
+    n == 1
+}
+
+/// Waits (bounded) until `check` returns true; panics with `what` otherwise.
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
