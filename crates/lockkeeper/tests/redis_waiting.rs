@@ -34,8 +34,9 @@ async fn a_free_lock_goes_to_the_longest_waiter_until_its_place_lapses() {
     let redis = connect(&server).await;
     let lock = redis.lease_lock("line");
     let mut raw = raw(&server).await;
-    // A waiter that joined the line and then went quiet (paused, or its process died): its
-    // place lapses two seconds from now, by the server's clock.
+    // A waiter that joined the line a second ago (longer than newcomers may barge in ahead of
+    // it) and then went quiet (paused, or its process died): its place lapses two seconds from
+    // now, by the server's clock.
     let (line, deadlines) = line_keys(&lock);
     let time: Vec<u64> = redis::cmd("TIME")
         .query_async(&mut raw)
@@ -45,7 +46,7 @@ async fn a_free_lock_goes_to_the_longest_waiter_until_its_place_lapses() {
     let _: () = redis::pipe()
         .cmd("ZADD")
         .arg(&line)
-        .arg(now_ms)
+        .arg(now_ms - 1000)
         .arg("quiet-waiter")
         .ignore()
         .cmd("ZADD")
@@ -78,6 +79,54 @@ async fn a_free_lock_goes_to_the_longest_waiter_until_its_place_lapses() {
         "the line is empty again"
     );
     guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_newcomer_may_barge_in_while_the_head_of_the_line_has_not_waited_long() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis.lease_lock("barging");
+    let mut raw = raw(&server).await;
+    let (line, deadlines) = line_keys(&lock);
+    let time: Vec<u64> = redis::cmd("TIME")
+        .query_async(&mut raw)
+        .await
+        .expect("TIME");
+    let now_ms = time[0] * 1000 + time[1] / 1000;
+    // The head joined just now: within the starvation threshold a free lock goes to whoever
+    // asks first, which keeps a contended lock changing hands without a wake-up round trip.
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(&line)
+        .arg(now_ms + 5000)
+        .arg("fresh-waiter")
+        .ignore()
+        .cmd("ZADD")
+        .arg(&deadlines)
+        .arg(now_ms + 10000)
+        .arg("fresh-waiter")
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .expect("ZADD");
+    let guard = lock
+        .try_lock()
+        .await
+        .expect("try_lock")
+        .expect("a newcomer barges in ahead of a waiter that has not waited long");
+    guard.release().await.expect("release");
+    // Once the head has waited past the threshold, the free lock is kept for it.
+    let _: () = redis::cmd("ZADD")
+        .arg(&line)
+        .arg(now_ms - 1000)
+        .arg("fresh-waiter")
+        .query_async(&mut raw)
+        .await
+        .expect("ZADD");
+    assert!(
+        lock.try_lock().await.expect("try_lock").is_none(),
+        "a starving head of the line is not barged"
+    );
 }
 
 #[tokio::test]

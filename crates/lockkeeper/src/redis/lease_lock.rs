@@ -16,15 +16,15 @@ use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
 use super::lease::{Lease, LeaseSpec, Renew, check_ttl, deadline, millis, renew_with};
-use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys};
+use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::NOW;
 use super::wait::{self, Attempt};
 use crate::{Error, FencingToken, Result};
 
 /// KEYS: lock, fence, line, line deadlines. ARGV: token, ttl, waiter (empty for a single
-/// try, which never joins the line), line ttl.
+/// try, which never joins the line), line ttl, starvation threshold (ms).
 ///
-/// `SET PX` if the lock is free and nobody waits longer than the caller; then the fencing
+/// `SET PX` if the lock is free and the line admits the caller (see `line_admits`); then the fencing
 /// `INCR`. Otherwise `{0, ms}`: the holder's remaining TTL, or the time until the head of the
 /// line loses its place; a waiting caller joins (or refreshes its place in) the line.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -34,8 +34,8 @@ line_reap(KEYS[3], KEYS[4], now)
 local waiter = ARGV[3]
 local wait = redis.call('PTTL', KEYS[1])
 if wait == -2 then
-  local head = line_head(KEYS[3])
-  if not head or head == waiter then
+  local admitted, head = line_admits(KEYS[3], waiter, now, tonumber(ARGV[5]))
+  if admitted then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     if waiter ~= '' then line_leave(KEYS[3], KEYS[4], waiter) end
     return {{1, redis.call('INCR', KEYS[2])}}
@@ -48,18 +48,19 @@ return {{0, wait}}
     ))
 });
 
-/// Compare-and-delete, then tell the waiters.
+/// KEYS: lock, line, line deadlines. ARGV: token, channel. Compare-and-delete, then wake the
+/// head of the line (everyone when nobody is in line).
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{NOW}{LINE_LUA}
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  line_wake(KEYS[2], KEYS[3], ARGV[2], now)
   return 1
 end
 return 0
-",
-    )
+"
+    ))
 });
 
 /// Compare-and-pexpire.
@@ -96,9 +97,10 @@ return n
 /// Waiting is woken by a pub/sub message from the release, or by the holder's lease running
 /// out; there is no polling loop (a waiter re-attempts once a second at most, to keep its
 /// place in line). Fairness is not promised, but nobody starves: a waiter whose first attempt
-/// failed joins the lock's line, and a free lock goes to the longest-waiting live waiter (see
-/// the `line` module docs for when places lapse). Use a ZooKeeper lock when strict order
-/// matters.
+/// failed joins the lock's line, each release wakes only the head of the line, and once the
+/// head has waited 50 ms a free lock is kept for it (before that, whoever asks first may take
+/// it, which keeps a contended lock fast; see the `line` module docs, also for when places
+/// lapse). Use a ZooKeeper lock when strict order matters.
 ///
 /// ```no_run
 /// # async fn demo() -> lockkeeper::Result<()> {
@@ -210,6 +212,7 @@ impl LeaseLock {
         let acquired = wait::acquire(
             self.redis.subscriber(),
             &self.keys.channel,
+            &token,
             deadline,
             || self.attempt(token.clone(), true),
         )
@@ -337,6 +340,7 @@ async fn acquire_once(
             millis(ttl).to_string(),
             waiter.to_string(),
             millis(LINE_TTL).to_string(),
+            millis(STARVATION).to_string(),
         ],
     )
     .await?;
@@ -364,8 +368,11 @@ pub(crate) fn remaining(pttl: i64) -> Option<Duration> {
 }
 
 async fn release_once(mut conn: Conn, keys: &LockKeys, token: &str) -> Result<bool> {
+    let line = LineKeys::for_lock(keys);
     let released: i64 = RELEASE
         .key(&keys.main)
+        .key(&line.line)
+        .key(&line.deadlines)
         .arg(token)
         .arg(&keys.channel)
         .invoke_async(&mut conn)

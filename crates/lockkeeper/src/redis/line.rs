@@ -4,9 +4,12 @@
 //! Pub/sub wakes every waiter of a lock at each release and they race; left alone, the same
 //! waiters tend to win (the subscriber that Redis notifies first, the one on the least loaded
 //! connection) and a few wait for a very long time. So a waiter whose first attempt failed
-//! joins the lock's *line*, a sorted set ordered by when it joined, and a free lock goes to the
-//! longest-waiting live waiter (anyone, when nobody waits). That bounds starvation; it is not a
-//! fairness guarantee.
+//! joins the lock's *line*, a sorted set ordered by when it joined. A free lock still goes to
+//! whoever asks first (*barging*: the holder that just released can take it straight back, no
+//! hand-over round trip, which is what keeps throughput up under contention) until the waiter
+//! at the head of the line has waited [`STARVATION`]; from then on a free lock is kept for the
+//! longest-waiting live waiter. Go's `sync.Mutex` switches into its starvation mode the same
+//! way. That bounds starvation; it is not a fairness guarantee.
 //!
 //! A place in line lapses unless its waiter refreshes it, which every attempt does, and a
 //! waiting lock call attempts at least every [`LINE_REFRESH`]. A waiter that stops waiting
@@ -25,11 +28,20 @@ use super::script::{NOW, call};
 /// How long a place in line lasts without a refresh.
 pub(crate) const LINE_TTL: Duration = Duration::from_secs(3);
 
+/// How long the head of the line may wait while others barge in before a free lock is kept
+/// for it. Short enough that no waiter waits much longer than this plus one turn of the line;
+/// long enough that a contended lock mostly changes hands without a pub/sub round trip.
+pub(crate) const STARVATION: Duration = Duration::from_millis(50);
+
 /// How often a waiter refreshes its place (by attempting again) at the least.
 pub(crate) const LINE_REFRESH: Duration = Duration::from_secs(1);
 
 /// Lua helpers, for scripts that also define `now` (see [`NOW`]). `q` is the line (member =
 /// waiter, score = when it joined), `d` the deadlines of the places (score = when it lapses).
+/// `line_admits` says whether a free lock may go to `w` now (see [`STARVATION`]);
+/// `line_wake` publishes a release addressed to the head of the line (`released:{waiter}`),
+/// so that one waiter wakes per release instead of all of them, or to everyone
+/// (`released`) when nobody is in line.
 pub(crate) const LINE_LUA: &str = r"
 local function line_reap(q, d, now)
   local gone = redis.call('ZRANGEBYSCORE', d, '-inf', now)
@@ -38,6 +50,11 @@ local function line_reap(q, d, now)
 end
 local function line_head(q)
   return redis.call('ZRANGE', q, 0, 0)[1]
+end
+local function line_admits(q, w, now, starve)
+  local head = line_head(q)
+  if not head or head == w then return true, head end
+  return now - tonumber(redis.call('ZSCORE', q, head)) < starve, head
 end
 local function line_join(q, d, w, now, ttl)
   if not redis.call('ZSCORE', q, w) then redis.call('ZADD', q, now, w) end
@@ -49,6 +66,15 @@ local function line_leave(q, d, w)
   redis.call('ZREM', q, w)
   redis.call('ZREM', d, w)
 end
+local function line_wake(q, d, channel, now)
+  line_reap(q, d, now)
+  local head = line_head(q)
+  if head then
+    redis.call('PUBLISH', channel, 'released:' .. head)
+  else
+    redis.call('PUBLISH', channel, 'released')
+  end
+end
 local function line_lapse(d, w, now)
   local at = redis.call('ZSCORE', d, w)
   if not at then return 0 end
@@ -57,13 +83,13 @@ end
 ";
 
 /// KEYS: line, deadlines. ARGV: waiter, channel. Leaves the line; if the waiter was at its
-/// head, wakes the others (the lock may be free and waiting for it).
+/// head, wakes the new head (the lock may be free and kept for it).
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"{NOW}{LINE_LUA}
 local was_head = line_head(KEYS[1]) == ARGV[1]
 line_leave(KEYS[1], KEYS[2], ARGV[1])
-if was_head then redis.call('PUBLISH', ARGV[2], 'released') end
+if was_head then line_wake(KEYS[1], KEYS[2], ARGV[2], now) end
 return 1
 "
     ))

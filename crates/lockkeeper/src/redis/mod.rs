@@ -42,9 +42,11 @@
 //! A waiting call subscribes to the lock's release channel (one shared subscriber connection
 //! per handle, multiplexing every channel its waiters wait on) and sleeps until a release is
 //! published or the holder's lease would run out; nothing polls. For the lease and reentrant
-//! locks, a waiter that found the lock busy joins the lock's *line*, and a free lock goes to
-//! the longest-waiting live waiter, so nobody starves; that is not a fairness guarantee (a
-//! place lapses if its waiter stops refreshing it, once a second while waiting). Every wait is
+//! locks, a waiter that found the lock busy joins the lock's *line*; a release wakes only the
+//! head of the line, and once the head has waited 50 ms a free lock is kept for it (before
+//! that anyone may barge in, as in Go's `sync.Mutex`), so nobody starves; that is not a
+//! fairness guarantee (a place lapses if its waiter stops refreshing it, once a second while
+//! waiting). Every wait is
 //! cancel-safe: a dropped `lock()` future leaves no lock and no place in line behind.
 //!
 //! A Redis that cannot be reached makes the call fail with [`Error::Redis`](crate::Error)

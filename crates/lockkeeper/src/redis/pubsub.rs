@@ -66,8 +66,9 @@ struct Shared {
 struct Channel {
     /// Live [`Subscription`]s of this channel.
     refs: usize,
-    /// Bumped by every message (and every reconnect).
-    generation: watch::Sender<u64>,
+    /// Bumped by every message (and every reconnect), with the waiter the message is for
+    /// (`None`: everyone).
+    generation: watch::Sender<Wake>,
     /// Whether the server confirmed the subscription on the current connection.
     confirmed: bool,
     /// Whether it was ever confirmed: a re-confirmation after a reconnect wakes the waiters.
@@ -109,7 +110,7 @@ impl Subscriber {
                 .entry(channel.to_string())
                 .or_insert_with(|| Channel {
                     refs: 0,
-                    generation: watch::Sender::new(0),
+                    generation: watch::Sender::new(Wake::default()),
                     confirmed: false,
                     ever_confirmed: false,
                     pending: Vec::new(),
@@ -155,17 +156,33 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     wake: mpsc::UnboundedSender<()>,
     channel: String,
-    generation: watch::Receiver<u64>,
+    generation: watch::Receiver<Wake>,
+}
+
+/// The latest wake-up on a channel.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Wake {
+    count: u64,
+    /// The one waiter the release was addressed to (`released:{waiter}`), or `None` for all.
+    addressee: Option<Arc<str>>,
+}
+
+impl Wake {
+    fn next(&mut self, addressee: Option<Arc<str>>) {
+        self.count += 1;
+        self.addressee = addressee;
+    }
 }
 
 impl Subscription {
     /// Resolves when a message arrived on the channel since the subscription was made or since
-    /// the last call returned. Never resolves if the subscriber is gone (the caller always
-    /// waits with a time limit as well).
-    pub async fn changed(&mut self) {
+    /// the last call returned, with the waiter it was addressed to (`None`: everyone). Never
+    /// resolves if the subscriber is gone (the caller always waits with a time limit as well).
+    pub async fn changed(&mut self) -> Option<Arc<str>> {
         if self.generation.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+        self.generation.borrow_and_update().addressee.clone()
     }
 }
 
@@ -226,7 +243,13 @@ async fn run(
                 }
                 tokio::select! {
                     message = stream.next() => match message {
-                        Some(message) => bump(&shared, message.get_channel_name()),
+                        Some(message) => {
+                            let addressee = message
+                                .get_payload::<String>()
+                                .ok()
+                                .and_then(|p| p.strip_prefix("released:").map(Arc::from));
+                            bump(&shared, message.get_channel_name(), addressee);
+                        }
                         None => return Err(RedisError::from((
                             redis::ErrorKind::Io,
                             "the pub/sub connection closed",
@@ -304,7 +327,7 @@ fn confirm(shared: &Shared, names: &[String]) {
             c.confirmed = true;
             if c.ever_confirmed {
                 // Re-subscribed after a reconnect: a release may have gone unheard.
-                c.generation.send_modify(|g| *g += 1);
+                c.generation.send_modify(|g| g.next(None));
             }
             c.ever_confirmed = true;
             for tx in c.pending.drain(..) {
@@ -314,9 +337,9 @@ fn confirm(shared: &Shared, names: &[String]) {
     }
 }
 
-fn bump(shared: &Shared, name: &str) {
+fn bump(shared: &Shared, name: &str, addressee: Option<Arc<str>>) {
     if let Some(c) = shared.lock().get_mut(name) {
-        c.generation.send_modify(|g| *g += 1);
+        c.generation.send_modify(|g| g.next(addressee));
     }
 }
 
@@ -333,7 +356,7 @@ fn disconnected(shared: &Shared, error: &RedisError) {
     for c in channels.values_mut() {
         c.confirmed = false;
         // Wake the waiters: they try again now (and see the error, if the server is gone).
-        c.generation.send_modify(|g| *g += 1);
+        c.generation.send_modify(|g| g.next(None));
         for tx in c.pending.drain(..) {
             let _ = tx.send(Err(error.clone()));
         }

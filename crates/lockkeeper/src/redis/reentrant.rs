@@ -18,13 +18,13 @@ use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name, check_owner};
 use super::lease::{Lease, LeaseSpec, millis, renew_with};
 use super::lease_lock::{fencing_token, new_token, remaining};
-use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys};
+use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::{NOW, call};
 use super::wait::{self, Attempt};
 use crate::{Error, FencingToken, Result};
 
 /// KEYS: hash, fence, line, line deadlines. ARGV: owner, ttl, waiter (empty for a single
-/// try), line ttl.
+/// try), line ttl, starvation threshold (ms).
 ///
 /// `{1, count, fence}` when acquired (fence from the counter: `INCR` for a new owner, the
 /// current value for a re-entry), `{0, 0, ms}` when another owner holds it (its remaining TTL)
@@ -44,8 +44,8 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
 end
 local wait = redis.call('PTTL', KEYS[1])
 if wait == -2 then
-  local head = line_head(KEYS[3])
-  if not head or head == waiter then
+  local admitted, head = line_admits(KEYS[3], waiter, now, tonumber(ARGV[5]))
+  if admitted then
     redis.call('HSET', KEYS[1], ARGV[1], 1)
     redis.call('PEXPIRE', KEYS[1], ttl)
     if waiter ~= '' then line_leave(KEYS[3], KEYS[4], waiter) end
@@ -59,18 +59,19 @@ return {{0, 0, wait}}
     ))
 });
 
-/// `-1` not held by this owner, `0` released (deleted, waiters told), `n > 0` decremented to n.
+/// KEYS: hash, line, line deadlines. ARGV: owner, channel. `-1` not held by this owner, `0`
+/// released (deleted, the head of the line woken), `n > 0` decremented to n.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{NOW}{LINE_LUA}
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -1 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count > 0 then return count end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'released')
+line_wake(KEYS[2], KEYS[3], ARGV[2], now)
 return 0
-",
-    )
+"
+    ))
 });
 
 /// Renewal by owner: pexpire (never shorter) if the owner still holds it.
@@ -244,6 +245,7 @@ impl ReentrantLock {
         let acquired = wait::acquire(
             self.redis.subscriber(),
             &self.keys.channel,
+            &waiter,
             deadline,
             || self.attempt(Some(&waiter)),
         )
@@ -411,6 +413,7 @@ async fn acquire_once(
             millis(ttl).to_string(),
             waiter.unwrap_or("").to_string(),
             millis(LINE_TTL).to_string(),
+            millis(STARVATION).to_string(),
         ],
     )
     .await?;
@@ -427,10 +430,11 @@ async fn acquire_once(
 }
 
 async fn release_once(conn: Conn, keys: &LockKeys, owner: &str) -> Result<Unlock> {
+    let line = LineKeys::for_lock(keys);
     let left: i64 = call(
         &RELEASE,
         conn,
-        &[&keys.main],
+        &[&keys.main, &line.line, &line.deadlines],
         &[owner.to_string(), keys.channel.clone()],
     )
     .await?;

@@ -222,6 +222,7 @@ impl RwLock {
                 let acquired = wait::acquire(
                     self.redis.subscriber(),
                     &self.keys.channel,
+                    "",
                     deadline,
                     attempt,
                 )

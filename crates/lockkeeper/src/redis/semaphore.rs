@@ -159,9 +159,13 @@ impl Semaphore {
     pub async fn acquire(&self, n: u32) -> Result<SemaphorePermit> {
         self.check(n)?;
         let id = new_token();
-        let acquired = wait::acquire(self.redis.subscriber(), &self.keys.channel, None, || {
-            self.attempt(&id, n)
-        })
+        let acquired = wait::acquire(
+            self.redis.subscriber(),
+            &self.keys.channel,
+            "",
+            None,
+            || self.attempt(&id, n),
+        )
         .await?;
         // Without a deadline, `acquire` only returns once it holds the permits.
         Ok(acquired.expect("acquire without a deadline returns the permits"))
@@ -188,6 +192,7 @@ impl Semaphore {
         wait::acquire(
             self.redis.subscriber(),
             &self.keys.channel,
+            "",
             Some(deadline),
             || self.attempt(&id, n),
         )

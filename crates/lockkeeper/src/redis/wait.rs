@@ -54,7 +54,9 @@ where
     }
 }
 
-/// Tries until acquired or `deadline` (none: forever).
+/// Tries until acquired or `deadline` (none: forever). `me` is the caller's place in the
+/// lock's line (empty for locks without one): releases addressed to another waiter do not
+/// wake it.
 ///
 /// The first attempt goes out at once, so an uncontended lock costs one round trip. If it
 /// finds the lock busy, the waiter subscribes to `channel` and only then tries again and
@@ -63,6 +65,7 @@ where
 pub(crate) async fn acquire<T, F, Fut>(
     subscriber: &Subscriber,
     channel: &str,
+    me: &str,
     deadline: Option<Instant>,
     mut attempt: F,
 ) -> Result<Option<T>>
@@ -97,9 +100,16 @@ where
         if let Some(deadline) = deadline {
             wake = wake.min(deadline);
         }
-        tokio::select! {
-            _ = subscription.changed() => {}
-            _ = tokio::time::sleep_until(wake) => {}
+        // A release addressed to another waiter (the head of the line) is not ours to act
+        // on: only one waiter wakes per release.
+        loop {
+            tokio::select! {
+                addressee = subscription.changed() => match addressee {
+                    Some(addressee) if !me.is_empty() && *addressee != *me => continue,
+                    _ => break,
+                },
+                _ = tokio::time::sleep_until(wake) => break,
+            }
         }
     }
 }
