@@ -11,30 +11,13 @@ use std::time::Duration;
 
 use lockkeeper::Error;
 use lockkeeper::zk::Session;
-use support::{children, for_each_backend, session, wait_children};
+use support::{children, curator_name, for_each_backend, session, wait_children};
 use tokio::sync::Barrier;
 
 /// Bound on anything a test waits for (the machine may be loaded).
 const LIMIT: Duration = Duration::from_secs(60);
 /// How long a waiter is given to (wrongly) get in before we conclude it is kept out.
 const KEPT_OUT: Duration = Duration::from_millis(500);
-
-/// Whether `name` is a Curator protected sequential node: `_c_{uuid}-{marker}{10 digits}`.
-fn curator_name(name: &str, marker: &str) -> bool {
-    let Some(rest) = name.strip_prefix("_c_") else {
-        return false;
-    };
-    let (uuid, rest) = rest.split_at(rest.len().min(36));
-    let uuid_ok = uuid.len() == 36
-        && uuid.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_hexdigit(),
-        });
-    let Some(sequence) = rest.strip_prefix('-').and_then(|r| r.strip_prefix(marker)) else {
-        return false;
-    };
-    uuid_ok && sequence.len() == 10 && sequence.bytes().all(|b| b.is_ascii_digit())
-}
 
 fn count(names: &[String], marker: &str) -> usize {
     names.iter().filter(|n| n.contains(marker)).count()

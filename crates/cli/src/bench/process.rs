@@ -457,7 +457,7 @@ fn zoo_cfg(data_dir: &Path, port: u16, force_sync: bool, options: &ServerOptions
 /// from a thread that lives as long as the benchmark: the runtime's main or worker threads, never
 /// a `spawn_blocking` thread (those are retired when idle).
 #[cfg(target_os = "linux")]
-fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which is
     // async-signal-safe; it allocates nothing and touches no lock.
@@ -472,7 +472,7 @@ fn die_with_parent(cmd: &mut Command) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn die_with_parent(_cmd: &mut Command) {}
+pub(crate) fn die_with_parent(_cmd: &mut Command) {}
 
 #[cfg(test)]
 pub(crate) mod tests {

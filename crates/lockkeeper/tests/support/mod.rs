@@ -81,3 +81,20 @@ pub async fn expire(session: &Session, connect: &str) {
     };
     drop(thief);
 }
+
+/// Whether `name` is a Curator protected sequential node: `_c_{uuid}-{marker}{10 digits}`.
+pub fn curator_name(name: &str, marker: &str) -> bool {
+    let Some(rest) = name.strip_prefix("_c_") else {
+        return false;
+    };
+    let (uuid, rest) = rest.split_at(rest.len().min(36));
+    let uuid_ok = uuid.len() == 36
+        && uuid.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    let Some(sequence) = rest.strip_prefix('-').and_then(|r| r.strip_prefix(marker)) else {
+        return false;
+    };
+    uuid_ok && sequence.len() == 10 && sequence.bytes().all(|b| b.is_ascii_digit())
+}

@@ -7,7 +7,6 @@
 //! exchange bounded in time. The JVM is killed when its handle drops, when this process dies (the
 //! parent-death signal), and by its own watchdog.
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -18,6 +17,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use super::measure::{Contended, Uncontended};
 use crate::bench::BoxError;
+use crate::bench::process::die_with_parent;
 
 /// The Java program, carried by the binary.
 const SOURCE: &str = include_str!("../CuratorLockBench.java");
@@ -94,7 +94,7 @@ impl CuratorJvm {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        die_with_parent(&mut command);
+        die_with_parent(command.as_std_mut());
         let mut child = command
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", java.display()))?;
@@ -274,23 +274,3 @@ fn javac_next_to(java: &Path) -> PathBuf {
         _ => PathBuf::from("javac"),
     }
 }
-
-/// Asks the kernel to kill the JVM if this process dies without running destructors, as
-/// `process.rs` does for the servers; spawned from a runtime thread, which lives as long as
-/// the benchmark (the signal follows the thread that forked).
-#[cfg(target_os = "linux")]
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which is
-    // async-signal-safe; it allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_parent(_cmd: &mut Command) {}
