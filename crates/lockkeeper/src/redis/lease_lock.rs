@@ -182,8 +182,8 @@ impl LeaseLock {
         Ok(acquired.expect("acquire without a deadline returns the lock"))
     }
 
-    /// One attempt: `Ok(None)` if the lock is held by someone else (or free but promised to
-    /// a waiter that has waited longer).
+    /// One attempt: `Ok(None)` if the lock is held by someone else (or free but kept for a
+    /// waiter that has waited past the starvation threshold).
     pub async fn try_lock(&self) -> Result<Option<LeaseGuard>> {
         self.check()?;
         match self.attempt(new_token(), false).await? {

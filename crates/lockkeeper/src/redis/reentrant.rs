@@ -28,7 +28,8 @@ use crate::{Error, FencingToken, Result};
 ///
 /// `{1, count, fence}` when acquired (fence from the counter: `INCR` for a new owner, the
 /// current value for a re-entry), `{0, 0, ms}` when another owner holds it (its remaining TTL)
-/// or it is free but promised to a waiter that lined up earlier (until that place lapses).
+/// or it is free but kept for a starving waiter at the head of the line (until its place
+/// lapses).
 /// Re-entries never wait in line.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -216,8 +217,8 @@ impl ReentrantLock {
         Ok(acquired.expect("acquire without a deadline returns the lock"))
     }
 
-    /// One attempt: `Ok(None)` if another owner holds it (or it is free but promised to a
-    /// waiter that lined up earlier).
+    /// One attempt: `Ok(None)` if another owner holds it (or it is free but kept for a waiter
+    /// that has waited past the starvation threshold).
     pub async fn try_lock(&self) -> Result<Option<ReentrantGuard>> {
         self.check()?;
         match self.attempt(None).await? {
