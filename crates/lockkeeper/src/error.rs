@@ -4,6 +4,21 @@
 //! lock is busy or the time ran out, so `?` only ever propagates real failures.
 
 /// Everything a lockkeeper call can fail with.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) {
+/// use lockkeeper::Error;
+///
+/// let guard = session.mutex("/locks/orders").unwrap().lock().await.unwrap();
+/// match guard.release().await {
+///     Ok(()) => {}
+///     // The session expired or someone deleted the node: the work done under the lock may
+///     // have overlapped with another holder's.
+///     Err(Error::NotHeld) => eprintln!("the lock was lost before the release"),
+///     Err(other) => eprintln!("release failed: {other}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A release, unlock or extend of a lock this guard or owner does not hold (any more): it was
@@ -46,4 +61,14 @@ pub enum Error {
 }
 
 /// `Result` with the crate's [`Error`].
+///
+/// ```
+/// fn parse_ttl(ms: u64) -> lockkeeper::Result<std::time::Duration> {
+///     if ms == 0 {
+///         return Err(lockkeeper::Error::InvalidArgument("ttl must be positive".into()));
+///     }
+///     Ok(std::time::Duration::from_millis(ms))
+/// }
+/// assert!(parse_ttl(0).is_err());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -99,6 +99,18 @@ return n
 });
 
 /// What a release of a reentrant lock did.
+///
+/// ```no_run
+/// # async fn demo(redis: lockkeeper::redis::Redis) -> lockkeeper::Result<()> {
+/// use lockkeeper::redis::Unlock;
+///
+/// let lock = redis.reentrant_lock("orders");
+/// let outer = lock.lock().await?;
+/// let inner = lock.lock().await?; // the same owner re-enters
+/// assert_eq!(inner.release().await?, Unlock::Decremented { remaining: 1 });
+/// assert_eq!(outer.release().await?, Unlock::Released);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unlock {
     /// The last hold was released: the lock is free, waiters were told.

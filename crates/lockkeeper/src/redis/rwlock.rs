@@ -74,6 +74,15 @@ struct RwKeys {
 }
 
 /// Which side a guard holds.
+///
+/// ```no_run
+/// # async fn demo(redis: lockkeeper::redis::Redis) -> lockkeeper::Result<()> {
+/// use lockkeeper::redis::RwMode;
+///
+/// let guard = redis.rw_lock("catalog").read().await?;
+/// assert_eq!(guard.mode(), RwMode::Read);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RwMode {
     /// A shared read hold.

@@ -146,6 +146,21 @@ impl Inspection {
 }
 
 /// The layout found at an inspected path.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+/// use lockkeeper::zk::{Layout, NodeKind, State};
+///
+/// let inspection = session.inspect("/locks/orders").await?;
+/// if inspection.layout == Layout::Lock {
+///     for p in &inspection.participants {
+///         let role = if p.state == State::Holds { "holds" } else { "waits" };
+///         let kind = if p.kind == NodeKind::Mutex { "mutex" } else { "other" };
+///         println!("{role} {kind} session 0x{:x} for {:?}", p.session_id, p.age);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Layout {
@@ -161,6 +176,21 @@ pub enum Layout {
 }
 
 /// One node of a lock: a holder or a waiter.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+/// use lockkeeper::zk::{Layout, NodeKind, State};
+///
+/// let inspection = session.inspect("/locks/orders").await?;
+/// if inspection.layout == Layout::Lock {
+///     for p in &inspection.participants {
+///         let role = if p.state == State::Holds { "holds" } else { "waits" };
+///         let kind = if p.kind == NodeKind::Mutex { "mutex" } else { "other" };
+///         println!("{role} {kind} session 0x{:x} for {:?}", p.session_id, p.age);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Participant {
@@ -186,6 +216,21 @@ pub struct Participant {
 }
 
 /// Which recipe a lock node belongs to, from Curator's name markers.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+/// use lockkeeper::zk::{Layout, NodeKind, State};
+///
+/// let inspection = session.inspect("/locks/orders").await?;
+/// if inspection.layout == Layout::Lock {
+///     for p in &inspection.participants {
+///         let role = if p.state == State::Holds { "holds" } else { "waits" };
+///         let kind = if p.kind == NodeKind::Mutex { "mutex" } else { "other" };
+///         println!("{role} {kind} session 0x{:x} for {:?}", p.session_id, p.age);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum NodeKind {
@@ -204,6 +249,21 @@ pub enum NodeKind {
 }
 
 /// Whether a participant holds the lock.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+/// use lockkeeper::zk::{Layout, NodeKind, State};
+///
+/// let inspection = session.inspect("/locks/orders").await?;
+/// if inspection.layout == Layout::Lock {
+///     for p in &inspection.participants {
+///         let role = if p.state == State::Holds { "holds" } else { "waits" };
+///         let kind = if p.kind == NodeKind::Mutex { "mutex" } else { "other" };
+///         println!("{role} {kind} session 0x{:x} for {:?}", p.session_id, p.age);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum State {

@@ -19,6 +19,16 @@ use crate::error::{Error, Result};
 use crate::zk::retry::RetryPolicy;
 
 /// What a [`Session`] reports as its connection changes, in Curator's words.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) {
+/// use lockkeeper::zk::ConnectionState;
+///
+/// if session.state() == ConnectionState::Suspended {
+///     // Held locks may be gone: pause writes until Reconnected (or Lost).
+/// }
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConnectionState {
     /// The first session is established.
@@ -409,6 +419,15 @@ impl Shared {
 }
 
 /// The connection states of a [`Session`], from the moment [`Session::states`] was called.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) {
+/// let mut states = session.states();
+/// while let Some(state) = states.next().await {
+///     println!("session is now {state:?}");
+/// }
+/// # }
+/// ```
 pub struct StateStream {
     events: broadcast::Receiver<ConnectionState>,
 }
