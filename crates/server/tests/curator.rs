@@ -12,8 +12,6 @@
 //! hash of the sources, so concurrent test processes share or race harmlessly), then run with
 //! `java -cp`. Every JVM has its own watchdog, and this side kills it if it outlives that.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,89 +19,23 @@ use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lockkeeper_testkit::{TestServer, both, java, java_classpath, java_jar, javac};
+use lockkeeper_testkit::{TestServer, both, compile_java, curator_classpath, java};
 
 /// Where the Java sources live, next to this file.
 fn sources_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/curator")
 }
 
-/// The client classpath: Curator, ZooKeeper's client and their dependencies, plus a logger
-/// that discards, so a check's output is only what it prints itself.
-fn classpath() -> String {
-    format!(
-        "{}:{}",
-        java_classpath(),
-        java_jar("slf4j-nop", "libslf4j-java").display()
-    )
-}
-
 /// Compiles the checks once per process; later calls reuse the result.
 fn classes_dir() -> &'static Path {
     static CLASSES: OnceLock<PathBuf> = OnceLock::new();
-    CLASSES.get_or_init(compile_checks)
-}
-
-/// Compiles into a fresh directory and renames it into place, so another test process compiling
-/// the same sources at the same time never sees a half-written class directory.
-fn compile_checks() -> PathBuf {
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(sources_dir())
-        .expect("list the Curator check sources")
-        .map(|entry| entry.expect("read a directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "java"))
-        .collect();
-    sources.sort();
-    assert!(
-        !sources.is_empty(),
-        "no Java sources in {:?}",
-        sources_dir()
-    );
-    let mut hasher = DefaultHasher::new();
-    for source in &sources {
-        source.file_name().hash(&mut hasher);
-        std::fs::read(source)
-            .expect("read a Java source")
-            .hash(&mut hasher);
-    }
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let target = root.join(format!("curator-classes-{:016x}", hasher.finish()));
-    if target.join("Harness.class").is_file() {
-        return target;
-    }
-    std::fs::create_dir_all(root).expect("create the cargo target tmp directory");
-    let staging = tempfile::Builder::new()
-        .prefix("curator-classes-build-")
-        .tempdir_in(root)
-        .expect("create a staging directory for javac");
-    let output = Command::new(javac())
-        .arg("-nowarn")
-        .arg("-encoding")
-        .arg("UTF-8")
-        .arg("-d")
-        .arg(staging.path())
-        .arg("-cp")
-        .arg(classpath())
-        .args(&sources)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run javac");
-    assert!(
-        output.status.success(),
-        "javac failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let staged = staging.keep();
-    if std::fs::rename(&staged, &target).is_err() {
-        // Another process got there first with the same sources; use its copy.
-        let _ = std::fs::remove_dir_all(&staged);
-        assert!(
-            target.join("Harness.class").is_file(),
-            "could not move compiled classes into {target:?}"
-        );
-    }
-    target
+    CLASSES.get_or_init(|| {
+        compile_java(
+            &sources_dir(),
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+            "curator",
+        )
+    })
 }
 
 /// A running check JVM whose output is collected on background threads (so a chatty JVM never
@@ -144,7 +76,7 @@ fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
 impl Check {
     /// Starts `class` with the server's connect string followed by `args`.
     fn spawn(server: &dyn TestServer, class: &str, args: &[&str]) -> Check {
-        let classpath = format!("{}:{}", classes_dir().display(), classpath());
+        let classpath = format!("{}:{}", classes_dir().display(), curator_classpath());
         let mut child = Command::new(java())
             .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg("-Djava.net.preferIPv4Stack=true")

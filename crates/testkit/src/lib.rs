@@ -38,7 +38,8 @@ pub use redis_cluster::RedisCluster;
 pub use redis_node::{NodeOptions, RedisNode};
 pub use sentinel::RedisSentinel;
 pub use tools::{
-    JAVA_LIB_DIR, ZKCLI, find_on_path, java, java_classpath, java_jar, javac, python3, zkcli,
+    JAVA_LIB_DIR, ZKCLI, compile_java, curator_classpath, find_on_path, java, java_classpath,
+    java_jar, javac, python3, zkcli,
 };
 pub use zk::{ApacheZk, ZkOptions};
 

@@ -117,3 +117,80 @@ fn is_executable(path: &Path) -> bool {
         .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
 }
+
+/// Curator, ZooKeeper's client and their dependencies, plus a logger that discards (so a Java
+/// program's output is only what it prints itself): the classpath of the Curator test programs.
+pub fn curator_classpath() -> String {
+    format!(
+        "{}:{}",
+        java_classpath(),
+        java_jar("slf4j-nop", "libslf4j-java").display()
+    )
+}
+
+/// Compiles every `.java` file in `sources` against [`curator_classpath`] into a directory
+/// under `cache` named after `label` and a hash of the sources, and returns that directory.
+///
+/// Test processes that run at the same time share one copy: each compiles into a staging
+/// directory and renames it into place, and a process that loses the race uses the winner's
+/// copy, so nobody ever sees a half-written class directory. Unchanged sources are not
+/// compiled again.
+pub fn compile_java(sources: &Path, cache: &Path, label: &str) -> PathBuf {
+    use std::collections::hash_map::DefaultHasher;
+    use std::hash::{Hash, Hasher};
+
+    let mut files: Vec<PathBuf> = std::fs::read_dir(sources)
+        .unwrap_or_else(|e| panic!("list the Java sources in {sources:?}: {e}"))
+        .map(|entry| entry.expect("read a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "java"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no Java sources in {sources:?}");
+    let mut hasher = DefaultHasher::new();
+    for file in &files {
+        file.file_name().hash(&mut hasher);
+        std::fs::read(file)
+            .expect("read a Java source")
+            .hash(&mut hasher);
+    }
+    let target = cache.join(format!("{label}-classes-{:016x}", hasher.finish()));
+    // The marker is written into the staging directory before the rename, so its presence at
+    // the target means a complete copy.
+    let complete = target.join(".complete");
+    if complete.is_file() {
+        return target;
+    }
+    std::fs::create_dir_all(cache).expect("create the Java class cache directory");
+    let staging = tempfile::Builder::new()
+        .prefix(&format!("{label}-classes-build-"))
+        .tempdir_in(cache)
+        .expect("create a staging directory for javac");
+    let output = std::process::Command::new(javac())
+        .args(["-nowarn", "-encoding", "UTF-8", "-d"])
+        .arg(staging.path())
+        .arg("-cp")
+        .arg(curator_classpath())
+        .args(&files)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run javac");
+    assert!(
+        output.status.success(),
+        "javac failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::write(staging.path().join(".complete"), b"").expect("mark the classes complete");
+    let staged = staging.keep();
+    if std::fs::rename(&staged, &target).is_ok() {
+        return target;
+    }
+    if complete.is_file() {
+        // Another process got there first with the same sources; use its copy.
+        let _ = std::fs::remove_dir_all(&staged);
+        return target;
+    }
+    // Something incomplete is in the way (left by an interrupted run): use our own copy.
+    staged
+}

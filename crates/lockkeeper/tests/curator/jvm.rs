@@ -8,8 +8,6 @@
 //! through a channel, so every wait has a deadline and a silent JVM fails the test instead of
 //! hanging it. Everything a JVM printed, stderr included, goes into the failure message.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -17,91 +15,23 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use lockkeeper_testkit::{java, java_classpath, java_jar, javac};
+use lockkeeper_testkit::{compile_java, curator_classpath, java};
 
 /// Where the Java sources live: next to this file.
 fn sources_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/curator")
 }
 
-/// Curator, the ZooKeeper client and their dependencies (Debian's jars), plus a logger that
-/// discards, so what a program prints is only what it says itself.
-fn classpath() -> String {
-    format!(
-        "{}:{}",
-        java_classpath(),
-        java_jar("slf4j-nop", "libslf4j-java").display()
-    )
-}
-
 /// The compiled programs; compiled on first use.
 fn classes_dir() -> &'static Path {
     static CLASSES: OnceLock<PathBuf> = OnceLock::new();
-    CLASSES.get_or_init(compile)
-}
-
-fn compile() -> PathBuf {
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(sources_dir())
-        .expect("list the Java sources")
-        .map(|entry| entry.expect("read a directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "java"))
-        .collect();
-    sources.sort();
-    assert!(
-        !sources.is_empty(),
-        "no Java sources in {:?}",
-        sources_dir()
-    );
-    let mut hasher = DefaultHasher::new();
-    for source in &sources {
-        source.file_name().hash(&mut hasher);
-        std::fs::read(source)
-            .expect("read a Java source")
-            .hash(&mut hasher);
-    }
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let target = root.join(format!("zk-curator-classes-{:016x}", hasher.finish()));
-    let marker = target.join("Interop.class");
-    if marker.is_file() {
-        return target;
-    }
-    std::fs::create_dir_all(root).expect("create the cargo target tmp directory");
-    let staging = root.join(format!(
-        "zk-curator-build-{}-{:x}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    std::fs::create_dir_all(&staging).expect("create a staging directory for javac");
-    let output = Command::new(javac())
-        .args(["-nowarn", "-encoding", "UTF-8", "-d"])
-        .arg(&staging)
-        .arg("-cp")
-        .arg(classpath())
-        .args(&sources)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run javac");
-    assert!(
-        output.status.success(),
-        "javac failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    if std::fs::rename(&staging, &target).is_err() {
-        // Another test process compiled the same sources first; use its copy.
-        let _ = std::fs::remove_dir_all(&staging);
-        assert!(marker.is_file(), "could not move classes into {target:?}");
-    }
-    target
-}
-
-/// Enough randomness to keep staging directories of concurrent processes apart.
-fn rand_suffix() -> u64 {
-    let mut hasher = DefaultHasher::new();
-    Instant::now().hash(&mut hasher);
-    std::thread::current().id().hash(&mut hasher);
-    hasher.finish()
+    CLASSES.get_or_init(|| {
+        compile_java(
+            &sources_dir(),
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+            "zk-curator",
+        )
+    })
 }
 
 /// A running Java program, killed on drop if it is still running.
@@ -116,7 +46,7 @@ pub struct Jvm {
 impl Jvm {
     /// Starts `class` with `args`, stdin and stdout piped.
     pub fn spawn(class: &str, args: &[&str]) -> Jvm {
-        let classpath = format!("{}:{}", classes_dir().display(), classpath());
+        let classpath = format!("{}:{}", classes_dir().display(), curator_classpath());
         let mut child = Command::new(java())
             .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg("-Djava.net.preferIPv4Stack=true")
