@@ -10,7 +10,7 @@
 //! cargo run --release -p lockkeeper --example zk_mutex -- 127.0.0.1:2181,127.0.0.1:2182
 //! ```
 //!
-//! A connect string may end with a chroot (`127.0.0.1:2181/myapp`); the chroot node must exist.
+//! A connect string may end with a chroot (`127.0.0.1:2181/myapp`); a missing chroot is created.
 //!
 //! The work stops at once if the lock can no longer be trusted (the session was suspended or
 //! expired): that is what `lost()` is for.
