@@ -162,11 +162,15 @@ impl Generation {
     }
 }
 
-/// A connection loss: the request may or may not have been applied.
+/// A connection loss: the request may or may not have been applied. Besides ConnectionLoss,
+/// zookeeper-client fails the requests in flight with the error that ended the connection
+/// (`Custom`: an I/O error, or "no response from connection" when pings went unanswered).
 pub(crate) fn is_connection_loss(err: &zookeeper_client::Error) -> bool {
     matches!(
         err,
-        zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Timeout
+        zookeeper_client::Error::ConnectionLoss
+            | zookeeper_client::Error::Timeout
+            | zookeeper_client::Error::Custom(_)
     )
 }
 
