@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::zk::ConnectionState;
 use lockkeeper::zk::Session;
-use support::{children, expire, for_each_backend, session, wait_children};
+use support::{Partition, children, for_each_backend, session, wait_children, wait_state};
 use tokio::sync::Mutex as AsyncMutex;
 
 /// A resource the lock protects: it counts overlapping holders and, like a real store with
@@ -211,7 +212,9 @@ async fn a_dropped_lock_future_removes_its_node() {
 async fn session_expiry_fires_lost_and_frees_the_lock() {
     for_each_backend(|connect| async move {
         let path = "/locks/expiry";
-        let holder = session(&connect).await;
+        // The holder reaches the server through a proxy that can cut the network.
+        let partition = Partition::start(&connect).await;
+        let holder = session(&partition.connect_string()).await;
         let waiter = session(&connect).await;
         let guard = holder.mutex(path).unwrap().lock().await.unwrap();
         let token = guard.fencing_token();
@@ -219,25 +222,31 @@ async fn session_expiry_fires_lost_and_frees_the_lock() {
         let waiting = tokio::spawn(async move { next.lock().await.unwrap() });
         wait_children(&waiter, path, 2).await;
         assert!(guard.is_held());
-        expire(&holder, &connect).await;
+        partition.cut();
         tokio::time::timeout(Duration::from_secs(30), guard.lost())
             .await
             .expect("lost() fired");
         assert!(!guard.is_held());
-        let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
+        // The server expires the silent session and deletes its lock node.
+        let taken = tokio::time::timeout(Duration::from_secs(60), waiting)
             .await
             .expect("waiter granted")
             .unwrap();
-        assert!(taken.fencing_token() > token);
+        let taken_token = taken.fencing_token();
+        assert!(taken_token > token);
+        wait_state(&holder, ConnectionState::Lost).await;
         assert!(matches!(guard.release().await, Err(Error::NotHeld)));
         taken.release().await.unwrap();
-        // The holder's session comes back as a new session, and its handles work again.
+        // Once the network heals, the holder's session comes back as a new session, and its
+        // handles work again.
+        partition.heal();
         let regained =
             tokio::time::timeout(Duration::from_secs(60), holder.mutex(path).unwrap().lock())
                 .await
                 .expect("the holder's session reconnected")
                 .unwrap();
         assert!(regained.is_held());
+        assert!(regained.fencing_token() > taken_token);
         regained.release().await.unwrap();
     })
     .await;

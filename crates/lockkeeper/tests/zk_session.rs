@@ -9,7 +9,7 @@ use std::time::Duration;
 use lockkeeper::Error;
 use lockkeeper::zk::{ConnectionState, Session, StateStream};
 use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, backend_enabled};
-use support::expire;
+use support::Partition;
 
 async fn next_state(states: &mut StateStream) -> ConnectionState {
     let started = std::time::Instant::now();
@@ -22,7 +22,7 @@ async fn next_state(states: &mut StateStream) -> ConnectionState {
 }
 
 /// The body, given a server it may restart.
-async fn states_through_restart_expiry_and_close(mut server: Box<dyn Restartable>) {
+async fn states_through_restart(mut server: Box<dyn Restartable>) {
     let connect = server.connect_string();
     // Long enough to outlast a restart of either server.
     let session = Session::builder(&connect)
@@ -67,24 +67,38 @@ async fn states_through_restart_expiry_and_close(mut server: Box<dyn Restartable
         first_id,
         "the same session survives a restart"
     );
-    let mut states = session.states();
-    let token = guard.fencing_token();
     guard.release().await.unwrap();
+    session.close().await;
+}
 
-    expire(&session, &connect).await;
-    // Taking the session over drops our connection first; the client may report that, and
-    // even reconnect, before it hears that the session is gone.
-    loop {
-        match next_state(&mut states).await {
-            ConnectionState::Lost => break,
-            ConnectionState::Suspended | ConnectionState::Reconnected => continue,
-            other => panic!("{other:?} before Lost"),
-        }
-    }
+/// Lost (a partition longer than the session timeout), Reconnected with a new session once
+/// the network heals, and Closed.
+async fn states_through_a_partition_and_close(connect: &str) {
+    let partition = Partition::start(connect).await;
+    let session = Session::builder(&partition.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .unwrap();
+    let mut states = session.states();
+    let first_id = session.session_id();
+    let guard = session
+        .mutex("/locks/partition")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let token = guard.fencing_token();
+    partition.cut();
+    assert_eq!(next_state(&mut states).await, ConnectionState::Suspended);
+    assert_eq!(next_state(&mut states).await, ConnectionState::Lost);
+    assert!(!guard.is_held());
+    partition.heal();
     assert_eq!(next_state(&mut states).await, ConnectionState::Reconnected);
     assert_ne!(session.session_id(), first_id, "a new session after expiry");
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
     let again = session
-        .mutex("/locks/restart")
+        .mutex("/locks/partition")
         .unwrap()
         .lock()
         .await
@@ -99,6 +113,14 @@ async fn states_through_restart_expiry_and_close(mut server: Box<dyn Restartable
         session.mutex("/x").unwrap().try_lock().await,
         Err(Error::SessionLost)
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partition_states() {
+    support::for_each_backend(|connect| async move {
+        states_through_a_partition_and_close(&connect).await;
+    })
+    .await;
 }
 
 /// A test server that can be restarted on the same address and data directory.
@@ -121,14 +143,14 @@ impl Restartable for ApacheZk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keeper_states() {
     if backend_enabled("keeper") {
-        states_through_restart_expiry_and_close(Box::new(Keeper::start())).await;
+        states_through_restart(Box::new(Keeper::start())).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zookeeper_states() {
     if backend_enabled("zookeeper") {
-        states_through_restart_expiry_and_close(Box::new(ApacheZk::start())).await;
+        states_through_restart(Box::new(ApacheZk::start())).await;
     }
 }
 

@@ -2,6 +2,8 @@
 //! observation helpers.
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use lockkeeper::zk::Session;
@@ -58,28 +60,93 @@ pub async fn wait_children(session: &Session, path: &str, count: usize) -> Vec<S
     }
 }
 
-/// Ends `session` on the server as if it had expired: another connection takes the session
-/// over with its id and password and closes it. The session's client then hears "expired" the
-/// next time it talks to the server.
-pub async fn expire(session: &Session, connect: &str) {
-    let client = session.client().expect("client");
-    let mut attempts = 0;
-    // A loaded JVM can be slow to revalidate a session: try a few times before failing.
-    let thief = loop {
-        attempts += 1;
-        let taking = zookeeper_client::Client::connector()
-            .with_session_timeout(client.session_timeout())
-            .with_connection_timeout(Duration::from_secs(10))
-            .with_session(client.session().clone())
-            .connect(connect)
-            .await;
-        match taking {
-            Ok(thief) => break thief,
-            Err(err) if attempts < 5 => eprintln!("taking the session over: {err}; again"),
-            Err(err) => panic!("take the session over: {err}"),
+/// A loopback proxy in front of a server that can cut the network: while cut it closes every
+/// connection through it and every new one at once, as a partition does. A session connected
+/// through it stops pinging, so the server expires it after its timeout, the way a real
+/// partition (or a long pause) expires a lock holder.
+pub struct Partition {
+    addr: std::net::SocketAddr,
+    cut: Arc<AtomicBool>,
+    relays: Arc<StdMutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Partition {
+    /// Starts the proxy in front of `upstream` ("127.0.0.1:PORT").
+    pub async fn start(upstream: &str) -> Partition {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let cut = Arc::new(AtomicBool::new(false));
+        let relays = Arc::new(StdMutex::new(Vec::new()));
+        let upstream = upstream.to_owned();
+        let accept = tokio::spawn({
+            let cut = cut.clone();
+            let relays = relays.clone();
+            async move {
+                // Ends with the test: the task is aborted when the Partition is dropped.
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if cut.load(Ordering::SeqCst) {
+                        continue; // dropped: closed at once
+                    }
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        continue;
+                    };
+                    let relay = tokio::spawn(async move {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    });
+                    relays.lock().unwrap().push(relay);
+                }
+            }
+        });
+        Partition {
+            addr,
+            cut,
+            relays,
+            accept,
         }
-    };
-    drop(thief);
+    }
+
+    /// The connect string through the proxy.
+    pub fn connect_string(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Cuts the network: every connection through the proxy closes, new ones are refused.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for relay in self.relays.lock().unwrap().drain(..) {
+            relay.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for relay in self.relays.lock().unwrap().drain(..) {
+            relay.abort();
+        }
+    }
+}
+
+/// Waits (bounded) until `session` reports `state`.
+pub async fn wait_state(session: &Session, state: lockkeeper::zk::ConnectionState) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while session.state() != state {
+        assert!(
+            Instant::now() < deadline,
+            "{state:?} never came: {:?}",
+            session.state()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Whether `name` is a Curator protected sequential node: `_c_{uuid}-{marker}{10 digits}`.
