@@ -15,12 +15,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::acl::AuthIds;
 use crate::config::Config;
+use crate::datadir_lock::DataDirLock;
 use crate::log::{Durable, LogEvent, TxnLog};
 use crate::prep::{self, Ctx, Rejected};
 use crate::recovery;
 use crate::reply::{Body, Message, MultiResult, Outgoing};
 use crate::session::Sessions;
-use crate::snapshot::{self, SnapshotMsg};
+use crate::snapshot;
 use crate::tree::DataTree;
 use crate::txn::{self, Txn, TxnResult};
 use crate::watch::{ConnId, Fired, Watches};
@@ -90,13 +91,16 @@ pub struct Core {
     pub(crate) log: TxnLog,
     pub(crate) durable_rx: watch::Receiver<Durable>,
     pub(crate) log_events: mpsc::UnboundedReceiver<LogEvent>,
-    pub(crate) snapshots: std::sync::mpsc::Sender<SnapshotMsg>,
+    pub(crate) snapshots: snapshot::SnapshotWriter,
     pub(crate) txns_since_snapshot: u64,
     /// Set while the disk fails: the zxid the log resumes at once it works again, and when the
     /// fault happened (the first probe waits a second).
     pub(crate) read_only: Option<(i64, Instant)>,
     pub(crate) counters: Counters,
     pub(crate) started: Instant,
+    /// Held for as long as the core exists. Declared last, so it is dropped (and released)
+    /// after the log writer and the snapshot writer above have finished with the directory.
+    _data_dir_lock: DataDirLock,
 }
 
 pub fn now_ms() -> i64 {
@@ -116,8 +120,9 @@ impl Counters {
 
 impl Core {
     /// Rebuilds the state from `config.data_dir` and starts the log and snapshot writers.
+    /// Takes the data dir's lock, so nothing can be read or repaired without holding it.
     /// Blocking (it reads the whole data dir): run it off the async runtime.
-    pub fn recover(config: Arc<Config>) -> std::io::Result<Core> {
+    pub fn recover(config: Arc<Config>, lock: DataDirLock) -> std::io::Result<Core> {
         let started = Instant::now();
         let recovered =
             recovery::recover(&config.data_dir, recovery::Mode::Repair).map_err(|e| {
@@ -186,6 +191,7 @@ impl Core {
             read_only: None,
             counters: Counters::default(),
             started: Instant::now(),
+            _data_dir_lock: lock,
         })
     }
 

@@ -25,6 +25,7 @@ mod attach;
 pub mod config;
 mod connection;
 mod core;
+pub mod datadir_lock;
 mod durability;
 pub mod four_letter;
 pub mod log;
@@ -50,8 +51,13 @@ use tokio::task::{JoinHandle, JoinSet};
 pub use crate::config::Config;
 use crate::connection::ConnectionCtx;
 use crate::core::Core;
+use crate::datadir_lock::DataDirLock;
 
 /// A running server. Dropping it stops it (abruptly); [`Server::shutdown`] stops it cleanly.
+///
+/// The server holds its data dir's lock until its core is gone: after [`Server::shutdown`]
+/// returns, another server may start on the directory at once; after a drop, as soon as the
+/// runtime has dropped the aborted core task.
 pub struct Server {
     local_addr: SocketAddr,
     shutdown: signal::Sender<bool>,
@@ -60,19 +66,40 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `config.listen` (port 0 picks a free port) and starts serving. Returns once the
-    /// socket is listening, so a client may connect as soon as this returns.
+    /// Locks `config.data_dir`, binds `config.listen` (port 0 picks a free port), recovers the
+    /// data dir and starts serving. Returns once the socket is listening, so a client may
+    /// connect as soon as this returns.
+    ///
+    /// Errors name what failed: a data dir held by another server is `ResourceBusy` carrying a
+    /// [`datadir_lock::InUse`] (the directory and the holder's pid); a data dir recovery refuses
+    /// is `InvalidData`, naming the file and offset; a failed bind names the address.
     pub async fn start(config: Config) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(config.listen).await?;
+        // The lock comes first: a second server on a held dir is refused before it binds a port
+        // or reads (let alone repairs) a single file of the dir.
+        let dir = config.data_dir.clone();
+        let lock = tokio::task::spawn_blocking(move || DataDirLock::exclusive(&dir))
+            .await
+            .map_err(std::io::Error::other)??;
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
+        })?;
         let local_addr = listener.local_addr()?;
         let config = Arc::new(Config {
             listen: local_addr,
             ..config
         });
         let recovering = config.clone();
-        let core = tokio::task::spawn_blocking(move || Core::recover(recovering))
+        let core = tokio::task::spawn_blocking(move || Core::recover(recovering, lock))
             .await
-            .map_err(std::io::Error::other)??;
+            .map_err(std::io::Error::other)?
+            .map_err(|e| match e.kind() {
+                // Recovery's own message names the file and offset.
+                std::io::ErrorKind::InvalidData => e,
+                kind => std::io::Error::new(
+                    kind,
+                    format!("data dir {}: {e}", config.data_dir.display()),
+                ),
+            })?;
         let durable = core.durable();
         // Bounded, so a flood of requests pushes back on the connections that send them.
         let (core_tx, core_rx) = mpsc::channel(4096);

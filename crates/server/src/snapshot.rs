@@ -333,10 +333,37 @@ impl InProgress {
     }
 }
 
+/// The thread that writes snapshots and purges old files. Dropping it lets the thread finish
+/// what is queued and joins it, so nothing writes to the data dir once the core is gone (and the
+/// data dir lock, dropped after it, is released only then).
+pub struct SnapshotWriter {
+    tx: Option<mpsc::Sender<SnapshotMsg>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SnapshotWriter {
+    /// Queues `msg` for the writer thread.
+    pub fn send(&self, msg: SnapshotMsg) -> Result<(), mpsc::SendError<SnapshotMsg>> {
+        match &self.tx {
+            Some(tx) => tx.send(msg),
+            None => Err(mpsc::SendError(msg)),
+        }
+    }
+}
+
+impl Drop for SnapshotWriter {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Starts the thread that writes snapshots and purges old files.
-pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<mpsc::Sender<SnapshotMsg>> {
+pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<SnapshotWriter> {
     let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new().name("keeper-snapshot".into()).spawn(move || {
+    let thread = std::thread::Builder::new().name("keeper-snapshot".into()).spawn(move || {
         let mut current: Option<InProgress> = None;
         for msg in rx {
             let result = match msg {
@@ -355,7 +382,10 @@ pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<mpsc::Sender<Snap
             }
         }
     })?;
-    Ok(tx)
+    Ok(SnapshotWriter {
+        tx: Some(tx),
+        thread: Some(thread),
+    })
 }
 
 /// Keeps the newest `retain` snapshots and the log segments needed to recover from the oldest

@@ -56,3 +56,41 @@ fn restart_keeps_the_address() {
     assert_eq!(keeper.addr(), addr);
     assert_eq!(four_letter_word(keeper.addr(), "ruok"), "imok");
 }
+
+/// A data dir belongs to one server at a time, even within one process: a second server on a
+/// running Keeper's dir is refused, naming the dir and the pid; a restart releases the old
+/// server's hold before the new one starts, and a stopped Keeper leaves the dir free.
+#[tokio::test]
+async fn a_data_dir_is_held_by_one_server_and_released_by_restart_and_stop() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let config = Keeper::test_config(tmp.path());
+    let mut keeper = Keeper::start_with(config.clone());
+
+    let refused = lockkeeper_server::Server::start(config.clone()).await;
+    let e = refused
+        .err()
+        .expect("a second server on a held data dir must be refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "data dir {} is in use by another lockkeeper server (pid {})",
+            tmp.path().display(),
+            std::process::id()
+        )
+    );
+
+    keeper.restart();
+    assert_eq!(four_letter_word(keeper.addr(), "ruok"), "imok");
+    assert!(
+        lockkeeper_server::Server::start(config.clone())
+            .await
+            .is_err()
+    );
+
+    keeper.stop();
+    let server = lockkeeper_server::Server::start(config)
+        .await
+        .expect("a stopped Keeper leaves its data dir free");
+    server.shutdown().await;
+}
