@@ -96,13 +96,11 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send
         snap_retain: args.snap_retain as usize,
         ..Config::default()
     };
-    let server = Server::start(config.clone())
+    // Every start error names what failed: the data dir held by another server (and its pid),
+    // the damaged file and offset, or the address that cannot be bound.
+    let server = Server::start(config)
         .await
-        .map_err(|e| match e.kind() {
-            // Recovery refused the data dir: its message names the file and offset.
-            std::io::ErrorKind::InvalidData => format!("cannot start: {e}"),
-            _ => format!("cannot listen on {}: {e}", config.listen),
-        })?;
+        .map_err(|e| format!("cannot start: {e}"))?;
     println!(
         "lockkeeper serving ZooKeeper clients on {}",
         server.local_addr()
