@@ -37,6 +37,17 @@ pub enum Error {
     #[error("upgrading a read lock to a write lock would deadlock")]
     UpgradeRefused,
 
+    /// Connecting failed within the connection timeout: nothing answered at `address`, or what
+    /// answered is not the server asked for. `address` is what was dialled (`host:port`, or the
+    /// list of them); `cause` says what happened there.
+    #[error("cannot connect to {address}: {cause}")]
+    Connect {
+        /// The address (or comma-separated addresses) dialled.
+        address: String,
+        /// What went wrong there.
+        cause: ConnectCause,
+    },
+
     /// The ZooKeeper session expired (or was closed) during the call; everything it held, its
     /// ephemeral lock nodes included, is gone.
     #[error("the ZooKeeper session expired or was closed")]
@@ -58,6 +69,68 @@ pub enum Error {
     /// An error from Redis: connection, protocol or script.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+}
+
+/// Why connecting to a server failed, as far as a probe of the address could tell.
+///
+/// ```
+/// use lockkeeper::{ConnectCause, Error};
+///
+/// let err = Error::Connect { address: "127.0.0.1:2181".into(), cause: ConnectCause::Refused };
+/// assert_eq!(err.to_string(), "cannot connect to 127.0.0.1:2181: connection refused (nothing listens there)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectCause {
+    /// Nothing listens at the address (or a firewall rejects it).
+    Refused,
+    /// No TCP connection within the connection timeout: a host that is down, or a network that
+    /// drops the packets.
+    TimedOut(std::time::Duration),
+    /// The TCP connection was made, but the server did not answer the handshake in time.
+    NoAnswer(std::time::Duration),
+    /// Something answered, but not as ZooKeeper does; the text says what it sent.
+    NotZooKeeper(String),
+    /// Something answered, but not as Redis does; the text says what it sent.
+    NotRedis(String),
+    /// The server is the right kind but refused us (authentication, too many connections, no
+    /// quorum); the text is its answer.
+    Rejected(String),
+    /// Any other failure: name resolution, a local error, a handshake the client library
+    /// refused; the text says which.
+    Other(String),
+    /// Several addresses were dialled, and each failed for the reason given.
+    Each(Vec<(String, ConnectCause)>),
+}
+
+impl std::fmt::Display for ConnectCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectCause::Refused => write!(f, "connection refused (nothing listens there)"),
+            ConnectCause::TimedOut(after) => {
+                write!(f, "timed out: no connection within {after:?}")
+            }
+            ConnectCause::NoAnswer(after) => {
+                write!(
+                    f,
+                    "connected, but no answer to the handshake within {after:?}"
+                )
+            }
+            ConnectCause::NotZooKeeper(what) => write!(f, "not a ZooKeeper server: {what}"),
+            ConnectCause::NotRedis(what) => write!(f, "not a Redis server: {what}"),
+            ConnectCause::Rejected(what) => write!(f, "the server refused the connection: {what}"),
+            ConnectCause::Other(what) => write!(f, "{what}"),
+            ConnectCause::Each(causes) => {
+                for (i, (address, cause)) in causes.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, "; ")?;
+                    }
+                    write!(f, "{address}: {cause}")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// `Result` with the crate's [`Error`].

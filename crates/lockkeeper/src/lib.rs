@@ -12,10 +12,12 @@
 //! - a lost-lock signal (`guard.lost().await` and `guard.is_held()`), because a distributed lock
 //!   can be taken away (session expiry, lease end) without its holder doing anything.
 
+mod connect;
+mod deadline;
 pub mod error;
 pub mod fencing;
 pub mod redis;
 pub mod zk;
 
-pub use error::{Error, Result};
+pub use error::{ConnectCause, Error, Result};
 pub use fencing::FencingToken;

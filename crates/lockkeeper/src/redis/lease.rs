@@ -23,6 +23,15 @@ use tokio::time::Instant;
 
 use crate::{Error, Result};
 
+/// How often a release is sent in all when its answers are lost with the connection.
+const RELEASE_ATTEMPTS: u32 = 4;
+
+/// Whether a command may have run although no answer came: the connection broke or the
+/// answer was late.
+fn answer_lost(err: &RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_timeout()
+}
+
 /// The lease a default watchdog keeps renewing: Redisson's `lockWatchdogTimeout`.
 pub const DEFAULT_WATCHDOG_TTL: Duration = Duration::from_secs(30);
 
@@ -81,10 +90,10 @@ pub(crate) fn millis(duration: Duration) -> u64 {
         .max(1)
 }
 
-/// The deadline of a lease of `ttl` whose request left at `sent`.
+/// The deadline of a lease of `ttl` whose request left at `sent` (the rule every grant the
+/// client cannot watch end follows: see [`crate::deadline`]).
 pub(crate) fn deadline(sent: Instant, ttl: Duration) -> Instant {
-    let drift = ttl / 100 + Duration::from_millis(2);
-    sent + ttl.saturating_sub(drift)
+    crate::deadline::trusted_until(sent, ttl)
 }
 
 /// Where a lease stands.
@@ -225,6 +234,43 @@ impl Lease {
     pub fn end(&mut self) {
         self.stop_watchdog();
         self.status.send_replace(Status::Released);
+    }
+
+    /// Ends the lease and releases the lock with `attempt`: an idempotent compare-and-delete
+    /// by the holder's unique token, answering whether the lock was still ours.
+    ///
+    /// A connection lost before the answer leaves it unknown whether the script ran, so it is
+    /// sent again (a few times, backing off, while the client reconnects). If a retry finds the
+    /// lock not ours, the lost attempt may well have released it; when that attempt left while
+    /// the lease was still valid, nothing says the lock was lost first, and the release counts
+    /// as done. `NotHeld` only when the server said "not yours" to a first attempt, or to a
+    /// retry of one sent after the lease had run out.
+    pub async fn release_with<F, Fut>(&mut self, mut attempt: F) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool>>,
+    {
+        let trusted = self.is_held();
+        self.end();
+        let mut unanswered = false;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            match attempt().await {
+                Ok(true) => return Ok(()),
+                Ok(false) if unanswered && trusted => {
+                    tracing::debug!("a release whose answer was lost went through");
+                    return Ok(());
+                }
+                Ok(false) => return Err(Error::NotHeld),
+                Err(Error::Redis(err)) if answer_lost(&err) && tries < RELEASE_ATTEMPTS => {
+                    tracing::debug!(%err, "the answer to a release was lost; sending it again");
+                    unanswered = true;
+                    tokio::time::sleep(Duration::from_millis(50) * 2u32.pow(tries)).await;
+                }
+                Err(err) => return Err(err),
+            }
+        }
     }
 
     fn stop_watchdog(&self) {

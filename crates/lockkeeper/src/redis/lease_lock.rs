@@ -481,15 +481,15 @@ impl LeaseGuard {
     }
 
     /// Releases the lock. [`Error::NotHeld`] if it was not ours any more (its lease ran out,
-    /// or someone deleted it).
+    /// or someone deleted it). A release whose answer is lost with the connection is sent
+    /// again; if the retry finds the lock gone, the first one may have released it, and it
+    /// counts as released when it was sent within the lease.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        self.lease.end();
-        if release_once(self.conn.clone(), &self.keys, &self.token).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld)
-        }
+        let (conn, keys, token) = (&self.conn, &self.keys, &self.token);
+        self.lease
+            .release_with(|| release_once(conn.clone(), keys, token))
+            .await
     }
 }
 

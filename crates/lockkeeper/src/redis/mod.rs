@@ -77,6 +77,7 @@
 
 mod client;
 mod conn;
+mod diagnose;
 mod keys;
 mod lease;
 mod lease_lock;

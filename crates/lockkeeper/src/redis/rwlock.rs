@@ -27,7 +27,7 @@ use super::script::call;
 use super::wait::{self, Attempt};
 
 mod scripts;
-use crate::{Error, FencingToken, Result};
+use crate::{FencingToken, Result};
 use scripts::{
     INTENT_REFRESH, INTENT_TTL, INTENT_WITHDRAW, READ_ACQUIRE, READ_RELEASE, READ_RENEW,
     WRITE_ACQUIRE, WRITE_RELEASE, WRITE_RENEW,
@@ -478,12 +478,10 @@ impl RwGuard {
     /// Releases the hold; [`Error::NotHeld`] if its lease had ended (or it was removed).
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        self.lease.end();
-        if release_once(self.conn.clone(), &self.keys, self.mode, &self.token).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld)
-        }
+        let (conn, keys, mode, token) = (&self.conn, &self.keys, self.mode, &self.token);
+        self.lease
+            .release_with(|| release_once(conn.clone(), keys, mode, token))
+            .await
     }
 }
 

@@ -384,12 +384,10 @@ impl SemaphorePermit {
     /// Gives the permits back; [`Error::NotHeld`] if their lease had ended.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        self.lease.end();
-        if release_once(self.conn.clone(), &self.keys, &self.id, self.permits).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld)
-        }
+        let (conn, keys, id, permits) = (&self.conn, &self.keys, &self.id, self.permits);
+        self.lease
+            .release_with(|| release_once(conn.clone(), keys, id, permits))
+            .await
     }
 }
 

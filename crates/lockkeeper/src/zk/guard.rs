@@ -54,15 +54,42 @@ impl LockGuard {
     }
 
     /// Whether the holder can still be sure it holds the lock: not released, node not
-    /// deleted, session connected. False while the session is suspended (it may come back
-    /// true if the same session reconnects) and forever after the session expired.
+    /// deleted, session connected and within its deadline ([`valid_until`]). False while the
+    /// session is suspended (it may come back true if the same session reconnects) and forever
+    /// after the session expired. Answered from local state, with no round trip: a holder
+    /// resumed after a pause longer than its session timeout gets `false` at its first check.
+    ///
+    /// [`valid_until`]: LockGuard::valid_until
     pub fn is_held(&self) -> bool {
         self.held.is_held()
     }
 
+    /// The instant until which the lock is certainly still held, as far as this process can
+    /// know without asking: when the newest request the server answered was sent, plus the
+    /// negotiated session timeout, minus an allowance for clock drift (1% + 2 ms). The server
+    /// cannot expire the session before then. A heartbeat keeps it at least three quarters of
+    /// a session timeout ahead while connected. `None` once [`is_held`](LockGuard::is_held)
+    /// is false.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// let guard = session.mutex("/locks/orders")?.lock().await?;
+    /// // Only start a step that fits in the time the lock is certainly ours.
+    /// let step = std::time::Duration::from_secs(2);
+    /// match guard.valid_until() {
+    ///     Some(until) if tokio::time::Instant::now() + step < until => { /* the step */ }
+    ///     _ => eprintln!("not enough certain time left: skip the step"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn valid_until(&self) -> Option<tokio::time::Instant> {
+        self.held.valid_until()
+    }
+
     /// Resolves as soon as the holder can no longer be sure it holds the lock: the session is
-    /// suspended or expired, or the lock node was deleted by someone else. Cancel-safe; meant
-    /// for `tokio::select!` against the work the lock protects.
+    /// suspended, expired or past [`valid_until`](LockGuard::valid_until), or the lock node
+    /// was deleted by someone else. Cancel-safe; meant for `tokio::select!` against the work
+    /// the lock protects.
     pub async fn lost(&self) {
         self.held.lost().await
     }
@@ -74,8 +101,10 @@ impl LockGuard {
 
     /// Gives back this guard's count; deletes the lock node when it was the last.
     ///
-    /// [`Error::NotHeld`](crate::Error::NotHeld) if the lock was no longer held: the session
-    /// expired, or the node was deleted by someone else.
+    /// [`Error::NotHeld`](crate::Error::NotHeld) if the lock was known to be gone before the
+    /// release: released already, the session had ended, or the server found no node. A
+    /// release whose answer was lost with the connection and whose retry then finds no node
+    /// may have deleted it itself, so it reports success (as Curator does).
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
         owner::release(&self.owner, &self.held).await

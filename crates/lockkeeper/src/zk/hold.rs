@@ -4,7 +4,10 @@
 //! "Held" is the holder's *knowledge*, not the server's: while the session is suspended the
 //! node may already be gone (the session may have expired on the server), so a careful holder
 //! stops touching the protected resource. That is why `is_held()` is false while suspended and
-//! `lost()` resolves at the first suspension, as Curator advises for SUSPENDED.
+//! `lost()` resolves at the first suspension, as Curator advises for SUSPENDED. For the same
+//! reason a hold is not trusted past its session's deadline (`valid_until`): a holder that was
+//! paused longer than its session timeout must not believe its lock is still there just
+//! because nobody has told it otherwise yet.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -13,9 +16,8 @@ use zookeeper_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::queue::delete_node;
+use crate::zk::node::{delete_if_ours, delete_node};
 use crate::zk::session::{Generation, Health};
-use crate::zk::simple::delete_if_ours;
 
 /// One granted lock node.
 pub(crate) struct Held {
@@ -87,6 +89,14 @@ impl Held {
         !self.released.load(Ordering::Acquire)
             && !self.deleted.load(Ordering::Acquire)
             && self.generation.health() == Health::Connected
+            && tokio::time::Instant::now() < self.generation.valid_until()
+    }
+
+    /// Until when the hold can be trusted: its session's deadline while it is held, `None`
+    /// once it is not.
+    pub(crate) fn valid_until(&self) -> Option<tokio::time::Instant> {
+        let until = self.generation.valid_until();
+        self.is_held().then_some(until)
     }
 
     /// True when this hold can never be held again (unlike a suspension, which may pass).
@@ -97,7 +107,8 @@ impl Held {
     }
 
     /// Resolves when the holder can no longer be sure it holds the lock: the session is
-    /// suspended or ended, the node was deleted behind its back, or it was released.
+    /// suspended or ended or past its deadline, the node was deleted behind its back, or it
+    /// was released.
     ///
     /// The node is watched only while someone awaits this, so holders that never ask pay
     /// nothing for it.
@@ -107,6 +118,7 @@ impl Held {
         }
         tokio::select! {
             () = self.generation.unhealthy() => {}
+            () = self.generation.untrusted() => {}
             () = self.node_deleted() => {}
         }
     }

@@ -16,10 +16,12 @@
 //!
 //! Node layouts are Curator's, so a lock can be shared with Java services using Curator.
 
+mod connect;
 mod guard;
 mod hold;
 mod inspect;
 mod mutex;
+mod node;
 mod owner;
 mod path;
 mod queue;

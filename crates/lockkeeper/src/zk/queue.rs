@@ -25,11 +25,12 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use uuid::Uuid;
-use zookeeper_client::{Acls, Client, CreateMode, EventType, Stat};
+use zookeeper_client::{Acls, CreateMode, EventType, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::hold::Held;
+use crate::zk::node::{create_parents, delete_node};
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
 
 /// How long an acquisition may wait.
@@ -238,24 +239,6 @@ enum Turn {
     NodeGone,
 }
 
-/// Deletes one lock node, retrying connection losses; a node already gone is `NotHeld`.
-pub(crate) async fn delete_node(generation: &Generation, node: &str) -> Result<()> {
-    let result = generation
-        .retry(|client| async move {
-            match client.delete(node, None).await {
-                Ok(()) => Ok(true),
-                Err(zookeeper_client::Error::NoNode) => Ok(false),
-                Err(err) => Err(err),
-            }
-        })
-        .await;
-    match result {
-        Ok(true) => Ok(()),
-        Ok(false) | Err(Error::SessionLost) => Err(Error::NotHeld),
-        Err(err) => Err(err),
-    }
-}
-
 /// Our queue node from the moment its create is sent until it is granted or deleted. If the
 /// acquisition is abandoned in between (an error, or its future dropped), `Drop` deletes it
 /// in the background.
@@ -413,19 +396,6 @@ impl Drop for PendingNode {
                 }
             }
         });
-    }
-}
-
-/// Creates the missing ancestors of a lock directory as containers, as Curator does, so the
-/// server removes them once their last lock node is gone.
-pub(crate) async fn create_parents(client: &Client, dir: &str) -> Result<()> {
-    let options = CreateMode::Container.with_acls(Acls::anyone_all());
-    match client.mkdir(dir, &options).await {
-        Ok(()) => Ok(()),
-        Err(err) if is_terminal(&err) => Err(Error::SessionLost),
-        // A connection loss is handled by the create that follows.
-        Err(err) if is_connection_loss(&err) => Ok(()),
-        Err(err) => Err(Error::Zk(err)),
     }
 }
 

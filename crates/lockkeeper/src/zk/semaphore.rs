@@ -33,8 +33,9 @@ use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::hold::Held;
 use crate::zk::mutex::{LOCK_MARKER, predecessor_rule};
+use crate::zk::node::delete_node;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{Deadline, PendingNode, Queue, delete_node};
+use crate::zk::queue::{Deadline, PendingNode, Queue};
 use crate::zk::session::{Generation, Health, Session};
 
 /// The marker of a lease node, as Curator names it: `_c_{uuid}-lease-{sequence}`.
@@ -422,7 +423,8 @@ impl Leases {
     }
 
     /// Whether the holder can still be sure it holds every lease: not released, no lease node
-    /// deleted, session connected. False while the session is suspended.
+    /// deleted, session connected and within its deadline. False while the session is
+    /// suspended; answered without a round trip.
     ///
     /// ```no_run
     /// # async fn demo(semaphore: lockkeeper::zk::Semaphore) -> lockkeeper::Result<()> {
@@ -434,6 +436,25 @@ impl Leases {
     /// ```
     pub fn is_held(&self) -> bool {
         self.leases.iter().all(|held| held.is_held())
+    }
+
+    /// The instant until which every lease is certainly still held, as for
+    /// [`LockGuard::valid_until`](crate::zk::LockGuard::valid_until); `None` once
+    /// [`is_held`](Leases::is_held) is false.
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: lockkeeper::zk::Semaphore) -> lockkeeper::Result<()> {
+    /// let leases = semaphore.acquire(1).await?;
+    /// println!("certainly held until {:?}", leases.valid_until());
+    /// # Ok(()) }
+    /// ```
+    pub fn valid_until(&self) -> Option<tokio::time::Instant> {
+        self.leases
+            .iter()
+            .map(|held| held.valid_until())
+            .collect::<Option<Vec<_>>>()?
+            .into_iter()
+            .min()
     }
 
     /// Resolves as soon as the holder can no longer be sure it holds every lease: the session

@@ -6,16 +6,26 @@
 //! ends (expiry, or a suspension longer than the session timeout) the monitor task reports
 //! `Lost` and connects the next one. Lock guards keep the generation they were granted in: its
 //! end is exactly the moment their ephemeral nodes can be gone, which is what `lost()` reports.
+//!
+//! Each generation also keeps the one deadline its holders can trust without asking anyone:
+//! the server cannot expire the session before the send time of the newest request it
+//! answered plus the negotiated timeout (less a drift allowance, [`crate::deadline`]). A
+//! heartbeat read every quarter of the timeout keeps that deadline ahead while all is well; a
+//! process that was paused past it (SIGSTOP, a stalled VM) finds it passed the moment it
+//! runs again, before any round trip, and a suspension that outlasts it ends the generation.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState};
 
+use crate::deadline::trusted_until;
 use crate::error::{Error, Result};
+use crate::zk::connect::Attempt;
 use crate::zk::retry::RetryPolicy;
 
 /// What a [`Session`] reports as its connection changes, in Curator's words.
@@ -61,6 +71,11 @@ pub(crate) struct Generation {
     client: StdMutex<Option<Client>>,
     health: watch::Sender<Health>,
     session_id: i64,
+    /// The negotiated session timeout.
+    timeout: Duration,
+    /// When the newest request the server answered was sent. The server heard from the
+    /// session no earlier than that, so it cannot have expired it before `heard + timeout`.
+    heard: watch::Sender<Instant>,
     retry: RetryPolicy,
     /// Shared with the [`Session`]: counts watch notifications delivered to lock waiters.
     notifications: Arc<AtomicU64>,
@@ -90,6 +105,44 @@ impl Generation {
 
     pub(crate) fn retry_policy(&self) -> RetryPolicy {
         self.retry
+    }
+
+    /// Until when this session is certainly alive on the server, as far as the client can
+    /// know without asking: see the module docs.
+    pub(crate) fn valid_until(&self) -> Instant {
+        trusted_until(*self.heard.borrow(), self.timeout)
+    }
+
+    /// Records that the server answered a request sent at `sent`.
+    pub(crate) fn heard_at(&self, sent: Instant) {
+        self.heard.send_if_modified(|heard| {
+            let newer = sent > *heard;
+            if newer {
+                *heard = sent;
+            }
+            newer
+        });
+    }
+
+    /// Resolves once [`valid_until`](Generation::valid_until) has passed without being moved
+    /// on by an answer from the server.
+    pub(crate) async fn untrusted(&self) {
+        let mut heard = self.heard.subscribe();
+        loop {
+            let until = trusted_until(*heard.borrow_and_update(), self.timeout);
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                changed = heard.changed() => {
+                    // The sender lives as long as the generation, which outlives `self`.
+                    if changed.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) fn count_notification(&self) {
@@ -134,8 +187,13 @@ impl Generation {
         let mut attempt = 1;
         loop {
             let client = self.client()?;
-            match op(client).await {
-                Ok(value) => return Ok(value),
+            let sent = Instant::now();
+            let outcome = op(client).await;
+            match outcome {
+                Ok(value) => {
+                    self.heard_at(sent);
+                    return Ok(value);
+                }
                 Err(err) if is_terminal(&err) => return Err(Error::SessionLost),
                 Err(err) if is_connection_loss(&err) => {
                     if attempt >= self.retry.max_attempts() {
@@ -144,10 +202,19 @@ impl Generation {
                             last: err,
                         });
                     }
-                    tokio::time::sleep(self.retry.delay(attempt)).await;
+                    // A session that ends meanwhile ends the retries: nothing can succeed in
+                    // this generation any more.
+                    tokio::select! {
+                        () = tokio::time::sleep(self.retry.delay(attempt)) => {}
+                        () = self.ended() => return Err(Error::SessionLost),
+                    }
                     attempt += 1;
                 }
-                Err(err) => return Err(Error::Zk(err)),
+                Err(err) => {
+                    // An error answer is an answer: the server heard the request.
+                    self.heard_at(sent);
+                    return Err(Error::Zk(err));
+                }
             }
         }
     }
@@ -214,19 +281,29 @@ impl SessionBuilder {
         self
     }
 
-    /// How long one connection attempt to one server may take. Default 5 s.
+    /// How long [`connect`](SessionBuilder::connect) may take in all: it keeps trying the
+    /// hosts of the connect string until a session is established or this time has passed,
+    /// then fails with [`Error::Connect`] naming each host and what happened there (refused,
+    /// timed out, not a ZooKeeper server). Default 5 s. It bounds each attempt to connect a
+    /// new session after `Lost` too, and sets how soon a silent connection is given up
+    /// (the client library pings within it).
     pub fn connection_timeout(mut self, timeout: Duration) -> SessionBuilder {
         self.connection_timeout = timeout;
         self
     }
 
-    /// The retry policy for idempotent operations and for connecting.
+    /// The retry policy for idempotent operations after a connection loss, and for the pauses
+    /// between attempts to connect a new session after `Lost`. The first connect is bounded by
+    /// the [connection timeout](SessionBuilder::connection_timeout) alone.
     pub fn retry_policy(mut self, retry: RetryPolicy) -> SessionBuilder {
         self.retry = retry;
         self
     }
 
-    /// Connects the first session, retrying under the retry policy.
+    /// Connects the first session within the connection timeout.
+    ///
+    /// [`Error::Connect`] names the hosts and why each failed; [`Error::InvalidArgument`] is a
+    /// malformed connect string or a zero timeout.
     pub async fn connect(self) -> Result<Session> {
         if self.session_timeout.is_zero() || self.connection_timeout.is_zero() {
             return Err(Error::InvalidArgument(
@@ -234,7 +311,7 @@ impl SessionBuilder {
             ));
         }
         let notifications = Arc::new(AtomicU64::new(0));
-        let generation = connect_generation(&self, &notifications, true).await?;
+        let generation = connect_generation(&self, &notifications, false).await?;
         let (events, _) = broadcast::channel(64);
         let (current, _) = watch::channel(generation.clone());
         let (state, _) = watch::channel(ConnectionState::Connected);
@@ -450,54 +527,83 @@ impl StateStream {
     }
 }
 
+/// Connects a session: the first one (`persistent` false) within the connection timeout, a
+/// later one after `Lost` (`persistent` true) by attempting until it works, pausing between
+/// attempts as the retry policy says.
 async fn connect_generation(
     builder: &SessionBuilder,
     notifications: &Arc<AtomicU64>,
-    bounded: bool,
+    persistent: bool,
 ) -> Result<Arc<Generation>> {
     let mut attempt = 1;
-    let client = loop {
-        let connecting = Client::connector()
-            .with_session_timeout(builder.session_timeout)
-            .with_connection_timeout(builder.connection_timeout)
-            .connect(&builder.connect_string)
-            .await;
+    let (client, started) = loop {
+        let started = Instant::now();
+        let connecting = Attempt {
+            connect_string: &builder.connect_string,
+            session_timeout: builder.session_timeout,
+            connection_timeout: builder.connection_timeout,
+        }
+        .connect()
+        .await;
         match connecting {
-            Ok(client) => break client,
-            // A malformed connect string will not get better by retrying.
-            Err(err @ zookeeper_client::Error::BadArguments(_)) => {
-                return Err(Error::InvalidArgument(format!(
-                    "connect string {:?}: {err}",
-                    builder.connect_string
-                )));
-            }
-            Err(err) if bounded && attempt >= builder.retry.max_attempts() => {
-                return Err(Error::RetriesExhausted {
-                    attempts: attempt,
-                    last: err,
-                });
-            }
+            Ok(client) => break (client, started),
+            Err(err @ Error::InvalidArgument(_)) => return Err(err),
+            Err(err) if !persistent => return Err(err),
             Err(err) => {
-                tracing::debug!(attempt, %err, "connecting to ZooKeeper failed");
-                tokio::time::sleep(
-                    builder
-                        .retry
-                        .delay(attempt.min(builder.retry.max_attempts())),
-                )
-                .await;
+                tracing::warn!(attempt, %err, "connecting a new ZooKeeper session failed");
+                let delay = builder
+                    .retry
+                    .delay(attempt.min(builder.retry.max_attempts()));
+                tokio::time::sleep(delay).await;
                 attempt += 1;
             }
         }
     };
     ensure_chroot(&client).await?;
     let (health, _) = watch::channel(Health::Connected);
-    Ok(Arc::new(Generation {
+    let timeout = client.session_timeout();
+    let generation = Arc::new(Generation {
         session_id: client.session_id().0,
         client: StdMutex::new(Some(client)),
         health,
+        timeout,
+        // The server created the session after the connect request left, so no earlier.
+        heard: watch::Sender::new(started),
         retry: builder.retry,
         notifications: notifications.clone(),
-    }))
+    });
+    tokio::spawn(heartbeat(Arc::downgrade(&generation), timeout / 4));
+    Ok(generation)
+}
+
+/// Reads the (chroot's) root every `period` while connected, so that the server's answers
+/// keep the generation's deadline ahead even when no lock operation runs. Ends with the
+/// generation.
+async fn heartbeat(generation: Weak<Generation>, period: Duration) {
+    let period = period.max(Duration::from_millis(10));
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(generation) = generation.upgrade() else {
+            return;
+        };
+        match generation.health() {
+            Health::Ended => return,
+            // The client library is reconnecting; nothing to hear until it has.
+            Health::Suspended => continue,
+            Health::Connected => {}
+        }
+        let Ok(client) = generation.client() else {
+            return;
+        };
+        let sent = Instant::now();
+        match tokio::time::timeout(period, client.check_stat("/")).await {
+            Ok(Ok(_)) => generation.heard_at(sent),
+            Ok(Err(err)) if !is_connection_loss(&err) && !is_terminal(&err) => {
+                generation.heard_at(sent)
+            }
+            Ok(Err(_)) | Err(_) => {}
+        }
+    }
 }
 
 /// Creates the chroot of the connect string if it is missing, as Curator does for its
@@ -529,7 +635,7 @@ async fn monitor(shared: Arc<Shared>, mut generation: Arc<Generation>) {
         shared.report(ConnectionState::Lost);
         // Keep trying until it works or the session is closed (which aborts this task): a
         // service expects its locks to become available again after an outage.
-        let next = match connect_generation(&shared.builder, &shared.notifications, false).await {
+        let next = match connect_generation(&shared.builder, &shared.notifications, true).await {
             Ok(next) => next,
             Err(err) => {
                 tracing::error!(%err, "cannot connect a new ZooKeeper session");
@@ -543,14 +649,13 @@ async fn monitor(shared: Arc<Shared>, mut generation: Arc<Generation>) {
 }
 
 /// Mirrors one generation's client state into its health until the session ends. A
-/// suspension longer than the session timeout counts as the end: the server has expired the
-/// session by then, though the client cannot hear it until it reconnects.
+/// suspension that outlasts the generation's deadline counts as the end: the server may have
+/// expired the session by then, though the client cannot hear it until it reconnects.
 async fn follow(shared: &Shared, generation: &Generation) {
     let Ok(client) = generation.client() else {
         return;
     };
     let mut states = client.state_watcher();
-    let timeout = client.session_timeout();
     drop(client);
     let mut state = states.state();
     loop {
@@ -567,9 +672,9 @@ async fn follow(shared: &Shared, generation: &Generation) {
                     generation.health.send_replace(Health::Suspended);
                     shared.report(ConnectionState::Suspended);
                 }
-                match tokio::time::timeout(timeout, states.changed()).await {
-                    Ok(next) => state = next,
-                    Err(_) => return,
+                tokio::select! {
+                    next = states.changed() => state = next,
+                    () = generation.untrusted() => return,
                 }
             }
             SessionState::Expired | SessionState::AuthFailed | SessionState::Closed => return,

@@ -17,15 +17,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uuid::Uuid;
-use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, Stat};
+use zookeeper_client::{Acls, CreateMode, EventType};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::guard::LockGuard;
 use crate::zk::hold::Held;
+use crate::zk::node::{create_parents, delete_if_ours, is_ours, look};
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{Deadline, create_parents};
+use crate::zk::queue::Deadline;
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
 
 /// The name of a [`SimpleLock`]'s node under its lock path.
@@ -231,80 +232,6 @@ impl std::fmt::Debug for SimpleLock {
             .field("node", &self.node)
             .field("hold_count", &self.owner.count())
             .finish()
-    }
-}
-
-/// Reads the lock node (setting a data watch on it when `watch`); `None` if it does not exist,
-/// in which case no watch is left behind.
-async fn look(
-    generation: &Generation,
-    node: &str,
-    watch: bool,
-) -> Result<Option<(Vec<u8>, Stat, Option<OneshotWatcher>)>> {
-    generation
-        .retry(|client| async move {
-            let read = if watch {
-                client
-                    .get_and_watch_data(node)
-                    .await
-                    .map(|(data, stat, watcher)| (data, stat, Some(watcher)))
-            } else {
-                client
-                    .get_data(node)
-                    .await
-                    .map(|(data, stat)| (data, stat, None))
-            };
-            match read {
-                Ok(found) => Ok(Some(found)),
-                Err(zookeeper_client::Error::NoNode) => Ok(None),
-                Err(err) => Err(err),
-            }
-        })
-        .await
-}
-
-/// Whether a node read back is the one this acquisition created: same session, same data
-/// (the data carries the acquisition's uuid, so another handle of our session does not match).
-fn is_ours(generation: &Generation, ours: &[u8], data: &[u8], stat: &Stat) -> bool {
-    stat.ephemeral_owner == generation.session_id() && data == ours
-}
-
-/// Deletes `node` if it is still the one carrying `ours` in this session; `NotHeld` if it is
-/// gone or belongs to someone else now. The read and the versioned delete leave a window only
-/// to a third party deleting our node and someone creating theirs in between.
-pub(crate) async fn delete_if_ours(generation: &Generation, node: &str, ours: &[u8]) -> Result<()> {
-    let found = match look(generation, node, false).await {
-        Ok(found) => found,
-        Err(Error::SessionLost) => return Err(Error::NotHeld),
-        Err(err) => return Err(err),
-    };
-    let Some((data, stat, _)) = found else {
-        return Err(Error::NotHeld);
-    };
-    if !is_ours(generation, ours, &data, &stat) {
-        return Err(Error::NotHeld);
-    }
-    let version = stat.version;
-    let mut tries = 0;
-    let deleted = generation
-        .retry(|client| {
-            tries += 1;
-            let retried = tries > 1;
-            async move {
-                match client.delete(node, Some(version)).await {
-                    Ok(()) => Ok(()),
-                    // After a connection loss NoNode means our first delete went through.
-                    Err(zookeeper_client::Error::NoNode) if retried => Ok(()),
-                    Err(err) => Err(err),
-                }
-            }
-        })
-        .await;
-    match deleted {
-        Ok(()) => Ok(()),
-        Err(Error::Zk(zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion))
-        | Err(Error::SessionLost) => Err(Error::NotHeld),
-        Err(err) => Err(err),
     }
 }
 
