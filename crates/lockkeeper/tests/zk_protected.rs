@@ -1,11 +1,15 @@
-//! Protected creation: the connection drops after the server has created a waiter's lock node
-//! but before the answer arrives. The create cannot be retried blindly (that would queue a
-//! second node and orphan the first until the session ends); the recipe must find its node
-//! again by the uuid in its name.
+//! Requests whose answers are lost: the connection drops after the server has applied a
+//! request but before the answer arrives.
+//!
+//! - Protected creation: the create cannot be retried blindly (that would queue a second node
+//!   and orphan the first until the session ends); the recipe must find its node again by the
+//!   uuid in its name.
+//! - Release: the delete went through, its answer died, and the retry finds no node. That is
+//!   a successful release, not `NotHeld` (nothing else touched the lock).
 //!
 //! A loopback proxy between the client and the server forwards everything until it sees the
-//! first create request, forwards that one, and then cuts the connection before any answer
-//! gets back. The client reconnects through the proxy with the same session.
+//! first request of the armed kind, forwards that one, and then cuts the connection before any
+//! answer gets back. The client reconnects through the proxy with the same session.
 
 mod support;
 
@@ -13,16 +17,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use lockkeeper::zk::Session;
 use support::{children, for_each_backend, session};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// ZooKeeper opcodes for create and create2.
-const CREATE_OPS: [i32; 2] = [1, 15];
+const CREATE_OPS: &[i32] = &[1, 15];
+/// ZooKeeper's delete opcode.
+const DELETE_OPS: &[i32] = &[2];
 
 /// Starts the proxy in front of `upstream`; returns its address. `armed` cuts the connection
-/// at the next create request, once.
-async fn cutting_proxy(upstream: String, armed: Arc<AtomicBool>) -> String {
+/// at the next request with one of the opcodes `ops`, once.
+async fn cutting_proxy(upstream: String, armed: Arc<AtomicBool>, ops: &'static [i32]) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -34,13 +41,13 @@ async fn cutting_proxy(upstream: String, armed: Arc<AtomicBool>) -> String {
             let Ok(server) = TcpStream::connect(&upstream).await else {
                 return;
             };
-            tokio::spawn(relay(client, server, armed.clone()));
+            tokio::spawn(relay(client, server, armed.clone(), ops));
         }
     });
     addr.to_string()
 }
 
-async fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>) {
+async fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, ops: &[i32]) {
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut server_rx, mut server_tx) = server.into_split();
     let cut = Arc::new(AtomicBool::new(false));
@@ -75,8 +82,8 @@ async fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>) {
         let opcode = (!first && frame.len() >= 8)
             .then(|| i32::from_be_bytes(frame[4..8].try_into().unwrap()));
         first = false;
-        let cutting = opcode.is_some_and(|op| CREATE_OPS.contains(&op))
-            && armed.swap(false, Ordering::SeqCst);
+        let cutting =
+            opcode.is_some_and(|op| ops.contains(&op)) && armed.swap(false, Ordering::SeqCst);
         if cutting {
             // Nothing the server says from now on reaches the client.
             cut.store(true, Ordering::SeqCst);
@@ -110,7 +117,7 @@ async fn a_create_whose_answer_is_lost_is_found_again_by_uuid() {
             .await
             .unwrap();
         let armed = Arc::new(AtomicBool::new(true));
-        let proxy = cutting_proxy(connect.clone(), armed.clone()).await;
+        let proxy = cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS).await;
         let through_proxy = session(&proxy).await;
         let session_id = through_proxy.session_id();
         let guard = tokio::time::timeout(
@@ -134,6 +141,89 @@ async fn a_create_whose_answer_is_lost_is_found_again_by_uuid() {
         assert_eq!(format!("{path}/{}", nodes[0]), guard.node());
         guard.release().await.unwrap();
         assert!(children(&observer, path).await.is_empty());
+    })
+    .await;
+}
+
+/// A session through a proxy that cuts the connection at the next delete once armed, and an
+/// observer session straight to the server.
+async fn behind_a_delete_cutter(connect: &str) -> (Session, Session, Arc<AtomicBool>) {
+    let armed = Arc::new(AtomicBool::new(false));
+    let proxy = cutting_proxy(connect.to_owned(), armed.clone(), DELETE_OPS).await;
+    (session(connect).await, session(&proxy).await, armed)
+}
+
+/// Runs `release` with the proxy armed: the delete reaches the server, its answer does not.
+async fn release_cut<F: Future<Output = lockkeeper::Result<()>>>(armed: &AtomicBool, release: F) {
+    armed.store(true, Ordering::SeqCst);
+    let released = tokio::time::timeout(Duration::from_secs(60), release)
+        .await
+        .expect("the release finishes after the reconnection");
+    assert!(
+        !armed.load(Ordering::SeqCst),
+        "the proxy never saw the delete"
+    );
+    assert!(
+        released.is_ok(),
+        "a release whose answer was lost is not NotHeld: {released:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mutex_release_whose_answer_is_lost_is_a_release() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/lost-release";
+        let (observer, through_proxy, armed) = behind_a_delete_cutter(&connect).await;
+        let session_id = through_proxy.session_id();
+        let guard = through_proxy.mutex(path).unwrap().lock().await.unwrap();
+        release_cut(&armed, guard.release()).await;
+        assert_eq!(
+            through_proxy.session_id(),
+            session_id,
+            "the session survived the cut"
+        );
+        assert!(
+            children(&observer, path).await.is_empty(),
+            "the node is gone"
+        );
+        // A node really deleted behind the holder's back is still NotHeld.
+        let guard = through_proxy.mutex(path).unwrap().lock().await.unwrap();
+        observer
+            .client()
+            .unwrap()
+            .delete(guard.node(), None)
+            .await
+            .unwrap();
+        assert!(matches!(
+            guard.release().await,
+            Err(lockkeeper::Error::NotHeld)
+        ));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_simple_lock_and_a_semaphore_release_whose_answer_is_lost_is_a_release() {
+    for_each_backend(|connect| async move {
+        let (observer, through_proxy, armed) = behind_a_delete_cutter(&connect).await;
+        let simple = through_proxy.simple_lock("/locks/lost-simple").unwrap();
+        let guard = simple.lock().await.unwrap();
+        release_cut(&armed, guard.release()).await;
+        assert!(children(&observer, "/locks/lost-simple").await.is_empty());
+
+        let semaphore = through_proxy.semaphore("/semaphores/lost", 3).unwrap();
+        let leases = semaphore.acquire(2).await.unwrap();
+        release_cut(&armed, leases.release()).await;
+        assert!(
+            children(&observer, "/semaphores/lost/leases")
+                .await
+                .is_empty()
+        );
+
+        let rw = through_proxy.rw_lock("/locks/lost-rw").unwrap();
+        let guard = rw.write().await.unwrap();
+        release_cut(&armed, guard.release()).await;
+        assert!(children(&observer, "/locks/lost-rw").await.is_empty());
     })
     .await;
 }

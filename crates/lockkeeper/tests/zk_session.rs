@@ -153,28 +153,3 @@ async fn zookeeper_states() {
         states_through_restart(Box::new(ApacheZk::start())).await;
     }
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_listening_gives_up_under_the_retry_policy() {
-    let port = lockkeeper_testkit::free_port();
-    let started = std::time::Instant::now();
-    let connecting = Session::builder(&format!("127.0.0.1:{port}"))
-        .connection_timeout(Duration::from_millis(200))
-        .session_timeout(Duration::from_secs(2))
-        .retry_policy(lockkeeper::zk::RetryPolicy::exponential(
-            Duration::from_millis(10),
-            Duration::from_millis(50),
-            3,
-        ))
-        .connect()
-        .await;
-    assert!(
-        matches!(connecting, Err(Error::RetriesExhausted { attempts: 3, .. })),
-        "{connecting:?}"
-    );
-    assert!(started.elapsed() < Duration::from_secs(60));
-    assert!(matches!(
-        Session::connect("127.0.0.1:notaport").await,
-        Err(Error::InvalidArgument(_) | Error::RetriesExhausted { .. })
-    ));
-}
