@@ -15,8 +15,6 @@
 
 #[path = "bad_input/bystander.rs"]
 mod bystander;
-#[path = "bad_input/raw.rs"]
-mod raw;
 
 use std::future::Future;
 use std::time::Duration;
@@ -34,7 +32,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use bystander::Bystander;
-use raw::{Answer, LIMIT, MAX_FRAME, Next, Raw, open_acl, request_frame};
+use lockkeeper_testkit::raw::{Answer, LIMIT, MAX_FRAME, Next, Raw, open_acl, request_frame};
 
 /// The most one backend's part of a test may take, waits for server-side timeouts included.
 const BACKEND_LIMIT: Duration = Duration::from_secs(240);

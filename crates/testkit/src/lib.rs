@@ -13,6 +13,9 @@
 //! }
 //! ```
 //!
+//! [`raw::Raw`] speaks the ZooKeeper wire protocol byte by byte, for tests that send what no
+//! real client would, or stop reading their socket.
+//!
 //! Set `LOCKKEEPER_TEST_BACKENDS=keeper` (or `zookeeper`, or `keeper,zookeeper`, the default)
 //! to run the [`both()`] tests against fewer backends while debugging.
 
@@ -20,6 +23,7 @@ mod child;
 mod fourlw;
 mod keeper;
 mod ports;
+pub mod raw;
 mod redis;
 mod redis_cluster;
 mod redis_node;

@@ -14,7 +14,7 @@ use lockkeeper_proto::{
     GetDataResponse, Jute, OpCode, PathWatchRequest, Request, SetDataRequest, StatResponse,
 };
 
-use super::raw::{Answer, Raw, open_acl};
+use lockkeeper_testkit::raw::{Answer, Raw, open_acl};
 
 pub struct Bystander {
     conn: Raw,

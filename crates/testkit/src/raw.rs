@@ -1,10 +1,11 @@
-//! A raw ZooKeeper protocol connection, for sending a server bytes no real client would send.
+//! A raw ZooKeeper protocol connection, for sending a server bytes no real client would send,
+//! or for a client that stops reading.
 //!
-//! Real clients validate paths, never announce a 2 GiB frame and never stop half-way through
-//! one, so bad-input tests speak the wire protocol themselves: frames are built with
-//! `lockkeeper-proto`'s records (or by hand, when the point is that they are wrong), and every
-//! read is bounded, reporting a closed connection or a silent server as an outcome the test can
-//! assert on instead of a hang.
+//! Real clients validate paths, never announce a 2 GiB frame, never stop half-way through one
+//! and always read their socket, so tests of those cases speak the wire protocol themselves:
+//! frames are built with `lockkeeper-proto`'s records (or by hand, when the point is that they
+//! are wrong), and every read is bounded, reporting a closed connection or a silent server as an
+//! outcome the test can assert on instead of a hang.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -96,6 +97,43 @@ impl Raw {
             passwd: Bytes::new(),
             label: label.into(),
         })
+    }
+
+    /// Opens a TCP connection whose receive buffer is `bytes` (the kernel doubles it and stops
+    /// autotuning it), so that once the test stops reading, the server's replies back up into
+    /// the server after a few kilobytes instead of the megabytes loopback autotuning allows.
+    pub async fn open_with_receive_buffer(
+        addr: SocketAddr,
+        label: impl Into<String>,
+        bytes: u32,
+    ) -> Raw {
+        let label = label.into();
+        let connect = async {
+            let socket = if addr.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()?
+            } else {
+                tokio::net::TcpSocket::new_v6()?
+            };
+            socket.set_recv_buffer_size(bytes)?;
+            let stream = tokio::time::timeout(LIMIT, socket.connect(addr))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
+                })??;
+            stream.set_nodelay(true)?;
+            Ok::<_, std::io::Error>(stream)
+        };
+        let stream = connect
+            .await
+            .unwrap_or_else(|e| panic!("{label}: TCP connect to {addr}: {e}"));
+        Raw {
+            stream,
+            buf: BytesMut::with_capacity(4096),
+            next_xid: 1,
+            session_id: 0,
+            passwd: Bytes::new(),
+            label,
+        }
     }
 
     /// Opens a connection and establishes a new session on it; panics if the server refuses.
@@ -197,6 +235,13 @@ impl Raw {
             Next::Closed => None,
             Next::Silent => panic!("{}: no connect response within {LIMIT:?}", self.label),
         }
+    }
+
+    /// This end's address: how the server's `cons` names the connection.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.stream
+            .local_addr()
+            .unwrap_or_else(|e| panic!("{}: local address: {e}", self.label))
     }
 
     /// Writes `bytes` as they are. An error means the server has already closed the connection.
