@@ -58,6 +58,12 @@ pub struct ServeArgs {
     /// Snapshots to keep, with the logs needed to recover from the oldest of them.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
     snap_retain: u64,
+    /// The most memory, in bytes, one connection's queued replies and watch events may hold;
+    /// past it the connection is closed (its session stays and may re-attach). The default,
+    /// 16 MiB, is 16 replies of the largest node data, far more than a client that reads its
+    /// socket ever has waiting, and caps what a client that stops reading can cost.
+    #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
+    max_queued_bytes: u64,
     /// Digest of a super user that passes every ACL, as "super:<base64 sha1>"
     /// (ZooKeeper's DigestAuthenticationProvider.superDigest).
     #[arg(long)]
@@ -94,6 +100,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send
         },
         snap_count: args.snap_count,
         snap_retain: args.snap_retain as usize,
+        max_queued_bytes: args.max_queued_bytes,
         ..Config::default()
     };
     // Every start error names what failed: the data dir held by another server (and its pid),

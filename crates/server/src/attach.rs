@@ -10,7 +10,8 @@ use std::time::Instant;
 use lockkeeper_proto::*;
 
 use crate::acl::AuthIds;
-use crate::core::{Connection, Core, Outbox};
+use crate::core::{Connection, Core};
+use crate::outbox::Outbox;
 use crate::reply::Message;
 use crate::txn::Txn;
 use crate::watch::ConnId;
@@ -31,7 +32,6 @@ impl Core {
                 session: None,
                 auth: AuthIds::for_peer(peer.ip()),
                 received: 1,
-                sent: 0,
             },
         );
         // A client that has seen newer state than ours must go elsewhere, as ZooKeeper says.

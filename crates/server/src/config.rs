@@ -44,6 +44,19 @@ pub struct Config {
     pub snap_count: u64,
     /// Snapshots kept (with the logs needed to recover from the oldest of them).
     pub snap_retain: usize,
+    /// The most memory one connection's queued replies and watch events may hold before the
+    /// connection is closed; its session survives and may re-attach. Counted per message as
+    /// its inline size plus the heap it owns (strings and vectors by capacity, node data in
+    /// full even when shared with the tree), not its encoded length; allocator overhead is not
+    /// counted.
+    ///
+    /// The default, 16 MiB, is sized from both ends. The queue only grows while the core answers
+    /// faster than the socket drains, so a client that reads keeps at most what it asked for at
+    /// once plus its watch events in flight; a reply holds at most about `jute_maxbuffer` of node
+    /// data (1 MiB), so 16 MiB lets a client pipeline 16 reads of the largest nodes. A client
+    /// that stops reading is cut off at 16 MiB instead of growing without limit, so 100 such
+    /// connections hold at most 1.6 GiB, and 300 (five addresses at maxClientCnxns) 4.8 GiB.
+    pub max_queued_bytes: u64,
 }
 
 impl Default for Config {
@@ -63,6 +76,7 @@ impl Default for Config {
             sync: SyncMode::Always,
             snap_count: 100_000,
             snap_retain: 3,
+            max_queued_bytes: 16 << 20,
         }
     }
 }
@@ -82,6 +96,15 @@ impl Config {
     /// fraction of a tick after its deadline.
     pub fn expiry_check_interval(&self) -> Duration {
         (self.tick_time / 4).clamp(Duration::from_millis(10), Duration::from_millis(500))
+    }
+
+    /// Refuses settings no server can run with, naming the field.
+    pub fn validate(&self) -> std::io::Result<()> {
+        let invalid = |what: &str| Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, what));
+        if self.max_queued_bytes == 0 {
+            return invalid("max_queued_bytes must be at least 1");
+        }
+        Ok(())
     }
 
     pub fn four_letter_word_allowed(&self, word: &str) -> bool {

@@ -5,8 +5,15 @@
 //! the core's replies in order, holds each until the state it reveals is durable, encodes them
 //! and writes them in batches. Bad input closes this connection only; the core and every other
 //! session carry on.
+//!
+//! The core never waits for the writer: replies wait in the connection's [`Outbox`], bounded in
+//! bytes. When the core finds the bound passed, the writer stops wherever it is (typically
+//! blocked on a full socket), drops everything queued and resets the connection; the reader then
+//! sees the writer gone and reports the disconnect, so the session stays and may re-attach.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -23,7 +30,7 @@ use crate::config::Config;
 use crate::core::CoreMsg;
 use crate::four_letter;
 use crate::log::Durable;
-use crate::reply::Outgoing;
+use crate::outbox::{self, Batch, Inbox, Outbox};
 use crate::watch::ConnId;
 
 /// Why a connection ended early; logged, never sent.
@@ -52,6 +59,9 @@ pub struct ConnectionCtx {
     pub durable: watch::Receiver<Durable>,
     pub max_frame: usize,
     pub handshake_timeout: std::time::Duration,
+    pub max_queued_bytes: u64,
+    /// Packets written by every connection of the server.
+    pub packets_sent: Arc<AtomicU64>,
 }
 
 impl ConnectionCtx {
@@ -60,6 +70,7 @@ impl ConnectionCtx {
         peer: SocketAddr,
         core: mpsc::Sender<CoreMsg>,
         durable: watch::Receiver<Durable>,
+        packets_sent: Arc<AtomicU64>,
         config: &Config,
     ) -> Self {
         ConnectionCtx {
@@ -69,6 +80,8 @@ impl ConnectionCtx {
             durable,
             max_frame: config.jute_maxbuffer,
             handshake_timeout: config.handshake_timeout,
+            max_queued_bytes: config.max_queued_bytes,
+            packets_sent,
         }
     }
 }
@@ -134,12 +147,13 @@ async fn handshake(
     let frame = next_frame(reader, buf, ctx.max_frame).await?;
     // Read, not decode: bytes after the record are ignored, as ZooKeeper ignores them.
     let request = ConnectRequest::read(&mut Reader::new(frame)).map_err(Closed::Connect)?;
-    let (outbox, outgoing) = mpsc::unbounded_channel();
+    let (outbox, inbox): (Outbox, Inbox) =
+        outbox::channel(ctx.max_queued_bytes, ctx.packets_sent.clone());
     let (done_tx, done_rx) = oneshot::channel();
     let durable = ctx.durable.clone();
     let peer = ctx.peer;
     tokio::spawn(async move {
-        if let Err(e) = write_replies(writer, outgoing, durable).await {
+        if let Err(e) = write_replies(writer, inbox, durable).await {
             tracing::debug!(%peer, error = %e, "writer ended");
         }
         let _ = done_tx.send(());
@@ -222,22 +236,42 @@ async fn read_requests(
     }
 }
 
-/// Writes replies in order, in batches, each only once the zxid it reveals is durable.
+/// Runs the writer until the queue ends or the core gives up on this connection (its queue
+/// passed the bound): then it stops at once, even in the middle of a write to a full socket,
+/// and resets the connection, so what was queued is freed here and in the kernel.
 async fn write_replies(
     mut writer: OwnedWriteHalf,
-    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+    mut inbox: Inbox,
+    durable: watch::Receiver<Durable>,
+) -> std::io::Result<()> {
+    let stats = inbox.stats();
+    tokio::select! {
+        written = write_in_order(&mut writer, &mut inbox, durable) => written,
+        () = stats.overflowed() => {
+            // A reset rather than a FIN: the peer is not reading, and a FIN would wait behind
+            // the unsent bytes in the socket buffer for as long as it keeps not reading.
+            let _ = writer.as_ref().set_zero_linger();
+            Ok(())
+        }
+    }
+}
+
+/// Writes replies in order, in batches, each only once the zxid it reveals is durable.
+async fn write_in_order(
+    writer: &mut OwnedWriteHalf,
+    inbox: &mut Inbox,
     mut durable: watch::Receiver<Durable>,
 ) -> std::io::Result<()> {
-    let mut out = Vec::with_capacity(16 * 1024);
-    while let Some(first) = outgoing.recv().await {
+    // Grown on first use: an idle connection holds no buffer.
+    let mut out = Vec::new();
+    let mut batch = Batch::default();
+    while let Some(first) = inbox.recv().await {
         let mut next = Some(first);
-        while let Some(msg) = next.take().or_else(|| outgoing.try_recv().ok()) {
+        while let Some(queued) = next.take().or_else(|| inbox.try_recv()) {
+            let msg = &queued.outgoing;
             if durable.borrow().zxid < msg.visible_at {
                 // Send what is already allowed out, then wait for the log to catch up.
-                if !out.is_empty() {
-                    writer.write_all(&out).await?;
-                    out.clear();
-                }
+                flush(writer, &mut out, inbox, &mut batch).await?;
                 let waited = durable
                     .wait_for(|d| d.zxid >= msg.visible_at || d.faults != msg.faults)
                     .await
@@ -248,20 +282,39 @@ async fn write_replies(
                 }
             }
             msg.message.encode(&mut out);
+            batch.add(&queued);
             if msg.close {
-                writer.write_all(&out).await?;
+                flush(writer, &mut out, inbox, &mut batch).await?;
                 writer.shutdown().await?;
                 return Ok(());
             }
-            if out.len() >= 64 * 1024 {
-                writer.write_all(&out).await?;
-                out.clear();
+            if out.len() >= WRITE_BATCH {
+                flush(writer, &mut out, inbox, &mut batch).await?;
             }
         }
-        if !out.is_empty() {
-            writer.write_all(&out).await?;
-            out.clear();
+        flush(writer, &mut out, inbox, &mut batch).await?;
+        if out.capacity() > 4 * WRITE_BATCH {
+            // One huge reply must not pin its buffer for the connection's whole life.
+            out = Vec::new();
         }
     }
+    Ok(())
+}
+
+/// Bytes encoded before they are written out, unless the queue runs dry first.
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// Writes what is encoded and counts its messages as sent.
+async fn flush(
+    writer: &mut OwnedWriteHalf,
+    out: &mut Vec<u8>,
+    inbox: &Inbox,
+    batch: &mut Batch,
+) -> std::io::Result<()> {
+    if !out.is_empty() {
+        writer.write_all(out).await?;
+        out.clear();
+    }
+    inbox.written(std::mem::take(batch));
     Ok(())
 }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockkeeper_proto::*;
@@ -17,6 +18,7 @@ use crate::acl::AuthIds;
 use crate::config::Config;
 use crate::datadir_lock::DataDirLock;
 use crate::log::{Durable, LogEvent, TxnLog};
+use crate::outbox::{Outbox, Refused};
 use crate::prep::{self, Ctx, Rejected};
 use crate::recovery;
 use crate::reply::{Body, Message, MultiResult, Outgoing};
@@ -25,8 +27,6 @@ use crate::snapshot;
 use crate::tree::DataTree;
 use crate::txn::{self, Txn, TxnResult};
 use crate::watch::{ConnId, Fired, Watches};
-
-pub type Outbox = mpsc::UnboundedSender<Outgoing>;
 
 /// What connections (and the server) tell the core.
 pub enum CoreMsg {
@@ -60,19 +60,20 @@ pub enum CoreMsg {
 }
 
 pub(crate) struct Connection {
+    /// Also counts what is queued for the connection and what its writer has written.
     pub outbox: Outbox,
     pub peer: SocketAddr,
     pub session: Option<i64>,
     pub auth: AuthIds,
     pub received: u64,
-    pub sent: u64,
 }
 
 /// Request counters and latency, for `srvr`, `stat` and `mntr`.
 #[derive(Default)]
 pub(crate) struct Counters {
     pub received: u64,
-    pub sent: u64,
+    /// Packets written to sockets, by every connection's writer.
+    pub sent: Arc<AtomicU64>,
     pub latency_min_us: u64,
     pub latency_max_us: u64,
     pub latency_total_us: u64,
@@ -316,19 +317,39 @@ impl Core {
         self.last_zxid
     }
 
-    /// Queues a message for `conn`. A connection that has gone away is simply skipped: its
-    /// Disconnected message is already on its way to the core.
+    /// Queues a message for `conn`, never waiting. A connection that has gone away is simply
+    /// skipped: its Disconnected message is already on its way to the core. One whose queue
+    /// would pass `max_queued_bytes` is closed (its writer drops what is queued and ends, and
+    /// its Disconnected follows); its session is left alone.
     pub(crate) fn send(&mut self, conn: ConnId, message: Message, close: bool) {
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.sent += 1;
-            self.counters.sent += 1;
-            let _ = c.outbox.send(Outgoing {
-                message,
-                visible_at: self.last_zxid,
-                faults: self.durable_rx.borrow().faults,
-                close,
-            });
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let outgoing = Outgoing {
+            message,
+            visible_at: self.last_zxid,
+            faults: self.durable_rx.borrow().faults,
+            close,
+        };
+        if let Err(Refused::Overflow {
+            queued_bytes,
+            message_bytes,
+        }) = c.outbox.push(outgoing)
+        {
+            tracing::warn!(
+                peer = %c.peer,
+                session = format_args!("{:#x}", c.session.unwrap_or_default()),
+                queued_bytes,
+                message_bytes,
+                max_queued_bytes = self.config.max_queued_bytes,
+                "client is not reading its replies; closing its connection (the session stays)"
+            );
         }
+    }
+
+    /// Packets written to sockets so far, by every connection (`mntr`, `srvr`).
+    pub(crate) fn packets_sent(&self) -> Arc<AtomicU64> {
+        self.counters.sent.clone()
     }
 
     pub(crate) fn reply(&mut self, conn: ConnId, xid: i32, zxid: i64, err: ErrorCode, body: Body) {

@@ -5,6 +5,7 @@
 //! monitoring scripts written for it keep working.
 
 use std::fmt::Write;
+use std::sync::atomic::Ordering;
 
 use crate::core::Core;
 use crate::tree::Owner;
@@ -108,7 +109,7 @@ fn srvr_body(core: &Core, out: &mut String) {
         c.latency_max_us / 1000
     );
     let _ = writeln!(out, "Received: {}", c.received);
-    let _ = writeln!(out, "Sent: {}", c.sent);
+    let _ = writeln!(out, "Sent: {}", c.sent.load(Ordering::Relaxed));
     let _ = writeln!(out, "Connections: {}", core.conns.len());
     let _ = writeln!(out, "Outstanding: 0");
     let _ = writeln!(out, "Zxid: {:#x}", core.last_zxid);
@@ -126,7 +127,10 @@ fn mntr(core: &Core, out: &mut String) {
         ("zk_max_latency", (c.latency_max_us / 1000).to_string()),
         ("zk_min_latency", (c.latency_min_us / 1000).to_string()),
         ("zk_packets_received", c.received.to_string()),
-        ("zk_packets_sent", c.sent.to_string()),
+        (
+            "zk_packets_sent",
+            c.sent.load(Ordering::Relaxed).to_string(),
+        ),
         ("zk_num_alive_connections", core.conns.len().to_string()),
         ("zk_outstanding_requests", "0".into()),
         ("zk_znode_count", core.tree.len().to_string()),
@@ -147,6 +151,9 @@ fn mntr(core: &Core, out: &mut String) {
     let _ = writeln!(out, "zk_global_sessions\t{}", core.sessions.len());
 }
 
+/// One line per connection in ZooKeeper's layout. `queued` is the packets waiting for the
+/// connection's writer (replies and watch events not yet written to the socket, including
+/// those held until the log is durable), `sent` the packets written to the socket.
 fn cons(core: &Core, out: &mut String) {
     let mut conns: Vec<_> = core.conns.iter().collect();
     conns.sort_by_key(|(id, _)| **id);
@@ -155,10 +162,14 @@ fn cons(core: &Core, out: &mut String) {
             .session
             .map(|s| format!("{s:#x}"))
             .unwrap_or_else(|| "0x0".into());
+        let stats = c.outbox.stats();
         let _ = writeln!(
             out,
-            " /{}[1](queued=0,recved={},sent={},sid={session})",
-            c.peer, c.received, c.sent
+            " /{}[1](queued={},recved={},sent={},sid={session})",
+            c.peer,
+            stats.queued_packets.load(Ordering::Acquire),
+            c.received,
+            stats.sent_packets.load(Ordering::Acquire),
         );
     }
 }

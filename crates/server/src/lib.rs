@@ -29,6 +29,7 @@ pub mod datadir_lock;
 mod durability;
 pub mod four_letter;
 pub mod log;
+mod outbox;
 pub mod path;
 pub mod prep;
 mod read;
@@ -42,6 +43,7 @@ pub mod watch;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use tokio::net::TcpListener;
@@ -74,6 +76,7 @@ impl Server {
     /// [`datadir_lock::InUse`] (the directory and the holder's pid); a data dir recovery refuses
     /// is `InvalidData`, naming the file and offset; a failed bind names the address.
     pub async fn start(config: Config) -> std::io::Result<Server> {
+        config.validate()?;
         // The lock comes first: a second server on a held dir is refused before it binds a port
         // or reads (let alone repairs) a single file of the dir.
         let dir = config.data_dir.clone();
@@ -101,11 +104,21 @@ impl Server {
                 ),
             })?;
         let durable = core.durable();
+        let packets_sent = core.packets_sent();
         // Bounded, so a flood of requests pushes back on the connections that send them.
         let (core_tx, core_rx) = mpsc::channel(4096);
         let (shutdown, shutdown_rx) = signal::channel(false);
         let core = tokio::spawn(core.run(core_rx, shutdown_rx.clone()));
-        let accept = tokio::spawn(accept_loop(listener, config, core_tx, durable, shutdown_rx));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            config,
+            core_tx,
+            Shared {
+                durable,
+                packets_sent,
+            },
+            shutdown_rx,
+        ));
         tracing::info!(%local_addr, "keeper listening");
         Ok(Server {
             local_addr,
@@ -166,11 +179,18 @@ impl Drop for IpSlot {
     }
 }
 
+/// What every connection gets a handle on: the durable mark its writer waits for, and the
+/// server's count of packets written.
+struct Shared {
+    durable: signal::Receiver<log::Durable>,
+    packets_sent: Arc<AtomicU64>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     config: Arc<Config>,
     core: mpsc::Sender<CoreMsg>,
-    durable: signal::Receiver<log::Durable>,
+    shared: Shared,
     mut shutdown: signal::Receiver<bool>,
 ) {
     let per_ip: PerIp = Arc::default();
@@ -207,7 +227,14 @@ async fn accept_loop(
                 ip: peer.ip(),
             }
         };
-        let ctx = ConnectionCtx::new(next_id, peer, core.clone(), durable.clone(), &config);
+        let ctx = ConnectionCtx::new(
+            next_id,
+            peer,
+            core.clone(),
+            shared.durable.clone(),
+            shared.packets_sent.clone(),
+            &config,
+        );
         next_id += 1;
         connections.spawn(async move {
             connection::serve(stream, ctx).await;

@@ -3,6 +3,9 @@
 //! The core decides *what* to send; the connection's writer task encodes it, so serialization
 //! runs in parallel with the single-threaded core. Every message carries the zxid of the newest
 //! state it may reveal; the writer holds it back until that zxid is durable.
+//!
+//! [`Outgoing::memory`] estimates what a queued message holds, for the per-connection bound on
+//! queued replies (see [`crate::outbox`]).
 
 use bytes::Bytes;
 use lockkeeper_proto::request::MULTI_END;
@@ -85,7 +88,40 @@ pub struct Outgoing {
     pub close: bool,
 }
 
+impl Outgoing {
+    /// An estimate of the memory this message holds while it waits in a connection's queue:
+    /// its inline size (what a queue slot holds) plus the heap it owns, by capacity, not by
+    /// encoded length. Node data counts in full even though it is shared with the data tree:
+    /// once the node changes or goes, the queued reply is what keeps the old data alive.
+    /// Allocator overhead (a few words per allocation) is not counted.
+    pub fn memory(&self) -> usize {
+        std::mem::size_of::<Outgoing>() + self.message.heap()
+    }
+
+    /// Whether this is a packet on the wire, counted in `cons` and `mntr`; a close marker is not.
+    pub fn is_packet(&self) -> bool {
+        !matches!(self.message, Message::Text(_))
+    }
+}
+
+/// Heap bytes owned by a string or a vector of records (by capacity), for [`Outgoing::memory`].
+fn vec_heap<T>(v: &Vec<T>, each: impl Fn(&T) -> usize) -> usize {
+    v.capacity() * std::mem::size_of::<T>() + v.iter().map(each).sum::<usize>()
+}
+
+fn id_heap(id: &Id) -> usize {
+    id.scheme.capacity() + id.id.capacity()
+}
+
 impl Message {
+    fn heap(&self) -> usize {
+        match self {
+            Message::Connect(response) => response.passwd.len(),
+            Message::Reply { body, .. } => body.heap(),
+            Message::Text(text) => text.capacity(),
+        }
+    }
+
     /// Appends this message, framed, to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
@@ -103,6 +139,32 @@ impl Message {
 }
 
 impl Body {
+    fn heap(&self) -> usize {
+        let data = |d: &Option<Bytes>| d.as_ref().map_or(0, Bytes::len);
+        match self {
+            Body::Empty | Body::Stat(_) | Body::Count(_) | Body::Code(_) => 0,
+            Body::Path(path) | Body::PathStat { path, .. } => path.capacity(),
+            Body::Data { data: d, .. } => data(d),
+            Body::Children(children) | Body::ChildrenStat { children, .. } => {
+                vec_heap(children, String::capacity)
+            }
+            Body::Acl { acl, .. } => vec_heap(acl, |a| id_heap(&a.id)),
+            Body::Multi(results) => vec_heap(results, |r| match r {
+                MultiResult::Created { path, .. } => path.capacity(),
+                _ => 0,
+            }),
+            Body::MultiRead(results) => vec_heap(results, |r| match r {
+                ReadResult::Children(children) => vec_heap(children, String::capacity),
+                ReadResult::Data { data: d, .. } => data(d),
+                ReadResult::Error(_) => 0,
+            }),
+            Body::WhoAmI(infos) => {
+                vec_heap(infos, |i| i.auth_scheme.capacity() + i.user.capacity())
+            }
+            Body::Event(event) => event.path.capacity(),
+        }
+    }
+
     fn write(&self, b: &mut Vec<u8>) {
         match self {
             Body::Empty => {}

@@ -233,6 +233,21 @@ impl KeeperProcess {
             .clone()
     }
 
+    /// The server's resident memory now and at its peak so far, in KiB (`VmRSS` and `VmHWM`
+    /// of `/proc/PID/status`).
+    pub fn memory_kib(&self) -> (u64, u64) {
+        let path = format!("/proc/{}/status", self.child.id());
+        let status = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} line in {path}:\n{status}"))
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
     /// Crashes the server: SIGKILL to exactly this PID, then reaps it.
     pub fn kill9(&mut self) {
         if self.exited.is_some() {
