@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// socket ever has waiting, and caps what a client that stops reading can cost.
     #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
     max_queued_bytes: u64,
+    /// Connections the kernel may hold before Keeper accepts them (ZooKeeper's
+    /// clientPortListenBacklog); the kernel caps it at net.core.somaxconn.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    listen_backlog: u32,
     /// Digest of a super user that passes every ACL, as "super:<base64 sha1>"
     /// (ZooKeeper's DigestAuthenticationProvider.superDigest).
     #[arg(long)]
@@ -101,6 +105,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send
         snap_count: args.snap_count,
         snap_retain: args.snap_retain as usize,
         max_queued_bytes: args.max_queued_bytes,
+        listen_backlog: args.listen_backlog,
         ..Config::default()
     };
     // Every start error names what failed: the data dir held by another server (and its pid),

@@ -57,6 +57,11 @@ pub struct Config {
     /// that stops reading is cut off at 16 MiB instead of growing without limit, so 100 such
     /// connections hold at most 1.6 GiB, and 300 (five addresses at maxClientCnxns) 4.8 GiB.
     pub max_queued_bytes: u64,
+    /// The listen backlog (ZooKeeper's clientPortListenBacklog): connections the kernel
+    /// completes and holds before Keeper accepts them. The kernel caps it at
+    /// `net.core.somaxconn`. The default, 1024, absorbs a reconnect storm of hundreds of clients
+    /// where tokio's 128 would drop SYNs and make clients wait for a retransmit (1 s, then 3 s).
+    pub listen_backlog: u32,
 }
 
 impl Default for Config {
@@ -77,6 +82,7 @@ impl Default for Config {
             snap_count: 100_000,
             snap_retain: 3,
             max_queued_bytes: 16 << 20,
+            listen_backlog: 1024,
         }
     }
 }
@@ -101,6 +107,9 @@ impl Config {
     /// Refuses settings no server can run with, naming the field.
     pub fn validate(&self) -> std::io::Result<()> {
         let invalid = |what: &str| Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, what));
+        if self.listen_backlog == 0 {
+            return invalid("listen_backlog must be at least 1");
+        }
         if self.max_queued_bytes == 0 {
             return invalid("max_queued_bytes must be at least 1");
         }

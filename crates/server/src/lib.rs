@@ -46,7 +46,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{mpsc, watch as signal};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -83,7 +83,7 @@ impl Server {
         let lock = tokio::task::spawn_blocking(move || DataDirLock::exclusive(&dir))
             .await
             .map_err(std::io::Error::other)??;
-        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+        let listener = bind(config.listen, config.listen_backlog).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
         })?;
         let local_addr = listener.local_addr()?;
@@ -184,6 +184,21 @@ impl Drop for IpSlot {
 struct Shared {
     durable: signal::Receiver<log::Durable>,
     packets_sent: Arc<AtomicU64>,
+}
+
+/// Binds `addr` with a listen backlog of `backlog` (tokio's `TcpListener::bind` always asks
+/// for 128).
+fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As std and tokio do on Unix: a restarted server binds while old connections linger in
+    // TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 async fn accept_loop(

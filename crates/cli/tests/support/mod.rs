@@ -248,6 +248,20 @@ impl KeeperProcess {
         (field("VmRSS:"), field("VmHWM:"))
     }
 
+    /// Sends `signal` (SIGSTOP to freeze the server, SIGCONT to thaw it) to exactly this PID.
+    pub fn signal(&self, signal: libc::c_int) {
+        assert!(self.exited.is_none(), "signal {signal} to an exited server");
+        // SAFETY: kill(2) with our own child's PID, not reaped yet, so not reused.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({}, {signal}): {}",
+            self.child.id(),
+            std::io::Error::last_os_error()
+        );
+    }
+
     /// Crashes the server: SIGKILL to exactly this PID, then reaps it.
     pub fn kill9(&mut self) {
         if self.exited.is_some() {
