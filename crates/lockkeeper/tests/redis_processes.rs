@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lockkeeper::redis::Redis;
 use lockkeeper_testkit::RedisServer;
-use support_redis::child::{self, ChildProcess};
+use lockkeeper_testkit::test_child::{self as child, ChildProcess};
 use support_redis::resource::{Client, Resource};
 
 const LOCK: &str = "processes";

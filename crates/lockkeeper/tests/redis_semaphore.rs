@@ -10,7 +10,7 @@ use std::time::Duration;
 use lockkeeper::Error;
 use lockkeeper::redis::Redis;
 use lockkeeper_testkit::RedisServer;
-use support_redis::child::{self, ChildProcess};
+use lockkeeper_testkit::test_child::{self as child, ChildProcess};
 use support_redis::connect;
 use support_redis::resource::{Client, Resource};
 

@@ -29,6 +29,7 @@ mod redis_cluster;
 mod redis_node;
 pub mod resp;
 mod sentinel;
+pub mod test_child;
 mod tools;
 mod zk;
 

@@ -1,9 +1,8 @@
-//! Shared helpers of the Redis lock tests: a handle on a fresh redis-server, a protected
-//! resource that counts overlapping holders and checks fencing tokens, and child processes
-//! that re-run the current test binary in a "child" role.
+//! Shared helpers of the Redis lock tests: a handle on a fresh redis-server, and a protected
+//! resource that counts overlapping holders and checks fencing tokens. (Child processes come
+//! from `lockkeeper_testkit::test_child`, shared with the ZooKeeper tests.)
 #![allow(dead_code)] // each test binary uses its own subset
 
-pub mod child;
 pub mod resource;
 
 use std::time::Duration;

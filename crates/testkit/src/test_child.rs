@@ -1,6 +1,7 @@
 //! Child processes for multi-process tests: the test binary runs itself again, restricted to
 //! the current test, with `LOCKKEEPER_CHILD` set. The test function checks the variable first
-//! and plays the child's part when it is set, so no separate helper binary is needed.
+//! and plays the child's part when it is set, so no separate helper binary is needed. Used by
+//! the ZooKeeper and the Redis lock tests alike.
 
 use std::process::{Child, Command, Stdio};
 
