@@ -21,3 +21,8 @@ pub mod zk;
 
 pub use error::{ConnectCause, Error, Result};
 pub use fencing::FencingToken;
+
+/// The README's examples, compiled as doc tests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
