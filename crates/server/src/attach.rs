@@ -122,6 +122,7 @@ impl Core {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        self.after_burst.departed(Instant::now());
         self.watches.remove_connection(conn);
         if let Some(session) = c.session.and_then(|s| self.sessions.get_mut(s))
             && session.conn == Some(conn)

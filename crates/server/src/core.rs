@@ -18,6 +18,7 @@ use crate::acl::AuthIds;
 use crate::config::Config;
 use crate::datadir_lock::DataDirLock;
 use crate::log::{Durable, LogEvent, TxnLog};
+use crate::memory::{self, AfterBurst};
 use crate::outbox::{Outbox, Refused};
 use crate::prep::{self, Ctx, Rejected};
 use crate::recovery;
@@ -99,6 +100,8 @@ pub struct Core {
     pub(crate) read_only: Option<(i64, Instant)>,
     pub(crate) counters: Counters,
     pub(crate) started: Instant,
+    /// Departures counted so that the memory a burst of them freed goes back to the OS.
+    pub(crate) after_burst: AfterBurst,
     /// Held for as long as the core exists. Declared last, so it is dropped (and released)
     /// after the log writer and the snapshot writer above have finished with the directory.
     _data_dir_lock: DataDirLock,
@@ -192,6 +195,7 @@ impl Core {
             read_only: None,
             counters: Counters::default(),
             started: Instant::now(),
+            after_burst: AfterBurst::default(),
             _data_dir_lock: lock,
         })
     }
@@ -230,7 +234,10 @@ impl Core {
                     }
                 }
                 Some(event) = self.log_events.recv() => self.on_log_event(event),
-                _ = expiry.tick(), if self.read_only.is_none() => self.expire_sessions(),
+                _ = expiry.tick(), if self.read_only.is_none() => {
+                    self.expire_sessions();
+                    self.release_memory_after_burst();
+                }
                 _ = reaper.tick(), if self.read_only.is_none() => self.reap_containers(),
                 _ = probe.tick(), if self.read_only.is_some() => self.probe_disk(),
                 // A snapshot walks the tree a chunk per turn, between batches of requests.
@@ -292,6 +299,16 @@ impl Core {
             CoreMsg::FourLetter { word, reply } => {
                 let _ = reply.send(crate::four_letter::answer(self, &word));
             }
+        }
+    }
+
+    /// Once a burst of connections and sessions has gone: shrinks the maps that held them and
+    /// has malloc return the freed memory to the OS (see [`crate::memory`]).
+    fn release_memory_after_burst(&mut self) {
+        if self.after_burst.due(Instant::now()) {
+            memory::shrink(&mut self.conns);
+            self.sessions.shrink();
+            self.after_burst.trim();
         }
     }
 
@@ -388,6 +405,7 @@ impl Core {
             }
             Txn::CloseSession { session_id } => {
                 self.sessions.remove(*session_id);
+                self.after_burst.departed(Instant::now());
             }
             _ => {}
         }

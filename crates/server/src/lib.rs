@@ -29,6 +29,7 @@ pub mod datadir_lock;
 mod durability;
 pub mod four_letter;
 pub mod log;
+mod memory;
 mod outbox;
 pub mod path;
 pub mod prep;

@@ -49,6 +49,11 @@ impl Sessions {
         Duration::from_millis(requested_ms.max(0) as u64).clamp(self.min_timeout, self.max_timeout)
     }
 
+    /// Gives back the map's spare capacity after many sessions have gone.
+    pub fn shrink(&mut self) {
+        crate::memory::shrink(&mut self.map);
+    }
+
     pub fn next_id(&mut self) -> i64 {
         let id = self.next_id;
         self.next_id += 1;
