@@ -1,6 +1,6 @@
 //! Memory after a burst: giving back what a flood of connections and sessions freed.
 //!
-//! A connection costs about 14 KB while it lives (read buffer, its reply queue's first block,
+//! A connection with its session costs about 13 KB (read buffer, its reply queue's first block,
 //! two tasks), allocated from the malloc arenas of whichever runtime threads ran it. When
 //! thousands go at once, glibc's malloc keeps what they freed: it hands memory back to the OS
 //! only from the top of an arena, and the freed chunks sit between longer-lived ones. Measured on
