@@ -52,6 +52,7 @@ fn assert_serves(addr: SocketAddr) {
 }
 
 #[test]
+#[ignore = "load-sensitive: the kernel's accept queue under a busy machine; run with --ignored"]
 fn a_small_backlog_holds_that_many_connections_and_no_more() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let server = KeeperProcess::start(&tmp.path().join("data"), &["--listen-backlog", "8"]);
@@ -65,6 +66,7 @@ fn a_small_backlog_holds_that_many_connections_and_no_more() {
 }
 
 #[test]
+#[ignore = "load-sensitive: the kernel's accept queue under a busy machine; run with --ignored"]
 fn the_default_backlog_holds_a_connection_storm() {
     // More than tokio's own 128, within the kernel's cap.
     let storm = 300.min(somaxconn());

@@ -77,10 +77,10 @@ impl Attempt<'_> {
             () = tokio::time::sleep(grace) => {
                 let probing = self.probe_all(&hosts, deadline);
                 tokio::pin!(probing);
+                // The probes end by the deadline on their own (each step is bounded by it).
                 let probes = tokio::select! {
                     connected = &mut connecting => return self.outcome(connected, &hosts, deadline).await,
                     probes = &mut probing => probes,
-                    () = tokio::time::sleep_until(deadline) => return Err(self.timed_out(&hosts)),
                 };
                 let hopeless = probes.iter().all(|(_, probe)| {
                     matches!(probe, Probe::Fails(ConnectCause::NotZooKeeper(_)))
@@ -122,10 +122,8 @@ impl Attempt<'_> {
             }
             Err(err) => err,
         };
-        let probes = tokio::select! {
-            probes = self.probe_all(hosts, deadline) => probes,
-            () = tokio::time::sleep_until(deadline) => return Err(self.timed_out(hosts)),
-        };
+        // Bounded by the deadline, step by step.
+        let probes = self.probe_all(hosts, deadline).await;
         Err(self.error(hosts, combine(self.causes(probes, Some(&err)))))
     }
 
@@ -152,19 +150,6 @@ impl Attempt<'_> {
                 (host, cause)
             })
             .collect()
-    }
-
-    fn timed_out(&self, hosts: &[String]) -> Error {
-        let each = hosts
-            .iter()
-            .map(|host| {
-                (
-                    host.clone(),
-                    ConnectCause::TimedOut(self.connection_timeout),
-                )
-            })
-            .collect();
-        self.error(hosts, combine(each))
     }
 
     fn error(&self, hosts: &[String], cause: ConnectCause) -> Error {
