@@ -72,44 +72,38 @@ impl Attempt<'_> {
         tokio::pin!(connecting);
         // A healthy server answers well within this; only then is a probe worth its cost.
         let grace = (limit / 5).min(Duration::from_secs(1));
-        let failed = tokio::select! {
-            connected = &mut connecting => connected,
-            () = tokio::time::sleep(grace) => {
-                let probing = self.probe_all(&hosts, deadline);
-                tokio::pin!(probing);
-                // The probes end by the deadline on their own (each step is bounded by it).
-                let probes = tokio::select! {
-                    connected = &mut connecting => return self.outcome(connected, &hosts, deadline).await,
-                    probes = &mut probing => probes,
-                };
-                let hopeless = probes.iter().all(|(_, probe)| {
-                    matches!(probe, Probe::Fails(ConnectCause::NotZooKeeper(_)))
-                });
-                let causes = self.causes(probes, None);
-                if hopeless {
-                    return Err(self.error(&hosts, combine(causes)));
-                }
-                tokio::select! {
-                    connected = &mut connecting => match connected {
-                        Ok(client) => return Ok(client),
-                        Err(err) => Err(err),
-                    },
-                    () = tokio::time::sleep_until(deadline) => {
-                        return Err(self.error(&hosts, combine(causes)));
-                    }
-                }
-            }
+        tokio::select! {
+            connected = &mut connecting => return self.outcome(connected, &hosts, deadline, None).await,
+            () = tokio::time::sleep(grace) => {}
+        }
+        // The probes end by the deadline on their own (each step is bounded by it).
+        let probes = tokio::select! {
+            connected = &mut connecting => return self.outcome(connected, &hosts, deadline, None).await,
+            probes = self.probe_all(&hosts, deadline) => probes,
         };
-        self.outcome(failed, &hosts, deadline).await
+        // A host that answers, but not as ZooKeeper, will not become one by waiting.
+        let hopeless = probes
+            .iter()
+            .all(|(_, probe)| matches!(probe, Probe::Fails(ConnectCause::NotZooKeeper(_))));
+        if !hopeless {
+            tokio::select! {
+                connected = &mut connecting => {
+                    return self.outcome(connected, &hosts, deadline, Some(probes)).await;
+                }
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+        Err(self.error(&hosts, combine(self.causes(probes, None))))
     }
 
-    /// The client, or the error for a connect that failed before the deadline: the probe's
-    /// cause if it finds one in the time left, the client library's error otherwise.
+    /// The client, or the error for a connect the client library ended before the deadline:
+    /// each host's cause from `probes`, or from probes run now in the time left.
     async fn outcome(
         &self,
         connected: std::result::Result<Client, zookeeper_client::Error>,
         hosts: &[String],
         deadline: Instant,
+        probes: Option<Vec<(String, Probe)>>,
     ) -> Result<Client> {
         let err = match connected {
             Ok(client) => return Ok(client),
@@ -122,8 +116,11 @@ impl Attempt<'_> {
             }
             Err(err) => err,
         };
-        // Bounded by the deadline, step by step.
-        let probes = self.probe_all(hosts, deadline).await;
+        let probes = match probes {
+            Some(probes) => probes,
+            // Bounded by the deadline, step by step.
+            None => self.probe_all(hosts, deadline).await,
+        };
         Err(self.error(hosts, combine(self.causes(probes, Some(&err)))))
     }
 
