@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::deadline::trusted_until;
 use crate::{Error, Result};
 
 /// How often a release is sent in all when its answers are lost with the connection.
@@ -90,12 +91,6 @@ pub(crate) fn millis(duration: Duration) -> u64 {
         .max(1)
 }
 
-/// The deadline of a lease of `ttl` whose request left at `sent` (the rule every grant the
-/// client cannot watch end follows: see [`crate::deadline`]).
-pub(crate) fn deadline(sent: Instant, ttl: Duration) -> Instant {
-    crate::deadline::trusted_until(sent, ttl)
-}
-
 /// Where a lease stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -149,7 +144,7 @@ impl Lease {
     pub fn start(sent: Instant, spec: LeaseSpec, renew: Renew) -> Lease {
         let ttl = spec.ttl();
         let status = Arc::new(watch::Sender::new(Status::Held {
-            valid_until: deadline(sent, ttl),
+            valid_until: trusted_until(sent, ttl),
         }));
         let watchdog = match spec.fixed {
             Some(_) => None,
@@ -296,7 +291,7 @@ async fn watchdog(
     renew: Renew,
 ) {
     let period = (ttl / 3).max(Duration::from_millis(1));
-    let mut valid_until = deadline(acquired, ttl);
+    let mut valid_until = trusted_until(acquired, ttl);
     let mut next = acquired + period;
     loop {
         tokio::time::sleep_until(next).await;
@@ -317,7 +312,7 @@ async fn watchdog(
         let outcome = tokio::time::timeout(valid_until - sent, renew(lease)).await;
         match outcome {
             Ok(Ok(true)) => {
-                valid_until = deadline(sent, lease);
+                valid_until = trusted_until(sent, lease);
                 status.send_replace(Status::Held { valid_until });
                 next = sent + period;
             }

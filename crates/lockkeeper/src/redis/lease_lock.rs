@@ -15,10 +15,11 @@ use tokio::time::Instant;
 use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
-use super::lease::{Lease, LeaseSpec, Renew, check_ttl, deadline, millis, renew_with};
+use super::lease::{Lease, LeaseSpec, Renew, check_ttl, millis, renew_with};
 use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::NOW;
 use super::wait::{self, Attempt};
+use crate::deadline::trusted_until;
 use crate::{Error, FencingToken, Result};
 
 /// KEYS: lock, fence, line, line deadlines. ARGV: token, ttl, waiter (empty for a single
@@ -472,7 +473,7 @@ impl LeaseGuard {
         )
         .await?
         {
-            self.lease.renewed(deadline(sent, lease));
+            self.lease.renewed(trusted_until(sent, lease));
             Ok(())
         } else {
             self.lease.mark_lost();

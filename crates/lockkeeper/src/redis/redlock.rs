@@ -48,7 +48,8 @@ use redis::RedisError;
 use tokio::time::Instant;
 
 use super::keys::{self, DEFAULT_PREFIX, LockKeys};
-use super::lease::{Lease, LeaseSpec, Renew, check_ttl, deadline};
+use super::lease::{Lease, LeaseSpec, Renew, check_ttl};
+use crate::deadline::trusted_until;
 use crate::{Error, Result};
 
 mod node;
@@ -407,7 +408,7 @@ impl RedlockLock {
             .map(|node| node.acquire(limit, &self.key, &token, self.ttl))
             .collect();
         let tally = Tally::of(join_all(calls).await);
-        let valid_until = deadline(sent, self.ttl);
+        let valid_until = trusted_until(sent, self.ttl);
         if tally.yes >= shared.quorum() && Instant::now() < valid_until {
             undo.shared = None;
             let lease = Lease::start(sent, fixed(self.ttl), no_renewal());
@@ -549,7 +550,7 @@ impl RedlockGuard {
             .map(|node| node.extend(limit, &self.key, &self.token, ttl))
             .collect();
         let tally = Tally::of(join_all(calls).await);
-        let valid_until = deadline(sent, ttl);
+        let valid_until = trusted_until(sent, ttl);
         let quorum = self.shared.quorum();
         if tally.yes >= quorum && Instant::now() < valid_until {
             self.lease.renewed(valid_until);
