@@ -86,15 +86,9 @@ fn assert_bounded(failure: &Failure, timeout: Duration) {
     );
 }
 
-/// A port on 127.0.0.1 where nothing listens: bound by us a moment ago, then closed.
+/// `127.0.0.1:PORT` where nothing listens.
 fn closed_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    let address = listener
-        .local_addr()
-        .expect("local address of a bound listener")
-        .to_string();
-    drop(listener);
-    address
+    format!("127.0.0.1:{}", lockkeeper_testkit::free_port())
 }
 
 /// A TCP server on 127.0.0.1 that hands each connection (at most [`FAKE_CONNECTIONS`], each

@@ -14,12 +14,9 @@ use tokio::net::TcpListener;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 const SLACK: Duration = Duration::from_millis(1500);
 
-/// A port where nothing listens.
+/// `127.0.0.1:PORT` where nothing listens.
 fn closed_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = listener.local_addr().expect("address").to_string();
-    drop(listener);
-    address
+    format!("127.0.0.1:{}", lockkeeper_testkit::free_port())
 }
 
 /// A fake server on loopback that answers every connection with `answer` (or nothing, and
@@ -181,6 +178,15 @@ async fn a_real_server_connects_and_a_bad_connect_string_is_an_argument_error() 
         Session::connect("127.0.0.1:2181,,127.0.0.1:2182").await,
         Err(Error::InvalidArgument(_))
     ));
+    // Refused before anything is dialled, naming the setting.
+    let zero = Session::builder(&keeper.connect_string())
+        .connection_timeout(Duration::ZERO)
+        .connect()
+        .await;
+    match zero {
+        Err(Error::InvalidArgument(what)) => assert!(what.contains("connection"), "{what}"),
+        other => panic!("a zero connection timeout must be refused: {other:?}"),
+    }
     assert!(matches!(
         Session::connect("127.0.0.1:notaport").await,
         Err(Error::InvalidArgument(_) | Error::Connect { .. })
