@@ -67,8 +67,8 @@ impl LockGuard {
     /// The instant until which the lock is certainly still held, as far as this process can
     /// know without asking: when the newest request the server answered was sent, plus the
     /// negotiated session timeout, minus an allowance for clock drift (1% + 2 ms). The server
-    /// cannot expire the session before then. A heartbeat keeps it at least three quarters of
-    /// a session timeout ahead while connected. `None` once [`is_held`](LockGuard::is_held)
+    /// cannot expire the session before then. A heartbeat keeps it about three quarters of a
+    /// session timeout ahead while connected (less the drift allowance and a round trip). `None` once [`is_held`](LockGuard::is_held)
     /// is false.
     ///
     /// ```no_run
