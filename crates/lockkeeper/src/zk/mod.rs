@@ -16,14 +16,20 @@
 //!
 //! Node layouts are Curator's, so a lock can be shared with Java services using Curator.
 
+mod cache;
 mod connect;
+mod counter;
+mod election;
 mod guard;
 mod hold;
 mod inspect;
+mod member;
+mod naming;
 mod mutex;
 mod node;
 mod owner;
 mod path;
+mod persistent;
 mod queue;
 mod retry;
 mod rwlock;
