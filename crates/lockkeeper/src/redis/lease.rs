@@ -10,6 +10,9 @@
 //! compare-and-pexpire; it gives up, and the guard reports the lock as lost, when the key turns
 //! out not to be ours any more or when renewals keep failing until the deadline. An optional
 //! maximum hold time stops the renewals, after which the lease runs out on its own.
+//!
+//! Every lock kind also takes from here the helpers of its scripts' answers: fresh random
+//! tokens, fencing counter values as tokens, `PTTL` answers as waits.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,8 +24,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::conn::unexpected_reply;
 use crate::deadline::trusted_until;
-use crate::{Error, Result};
+use crate::{Error, FencingToken, Result};
 
 /// How often a release is sent in all when its answers are lost with the connection.
 const RELEASE_ATTEMPTS: u32 = 4;
@@ -89,6 +93,27 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
+}
+
+/// A fresh random 128-bit token, as 32 hex digits.
+pub(crate) fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// A fencing counter value as a token (the counter starts at 1; anything else is corruption).
+pub(crate) fn fencing_token(value: i64) -> Result<FencingToken> {
+    u64::try_from(value)
+        .ok()
+        .filter(|v| *v > 0)
+        .map(FencingToken::new)
+        .ok_or_else(|| {
+            unexpected_reply("the fencing counter is not a positive integer", value).into()
+        })
+}
+
+/// A `PTTL` answer as a wait: none when the key has no expiry (-1) or is gone (-2).
+pub(crate) fn remaining(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 
 /// Where a lease stands.

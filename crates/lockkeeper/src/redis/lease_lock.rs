@@ -15,7 +15,9 @@ use tokio::time::Instant;
 use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
-use super::lease::{Lease, LeaseSpec, Renew, check_ttl, millis, renew_with};
+use super::lease::{
+    Lease, LeaseSpec, Renew, check_ttl, fencing_token, millis, new_token, remaining, renew_with,
+};
 use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::NOW;
 use super::wait::{self, Attempt};
@@ -318,11 +320,6 @@ impl LeaseLock {
     }
 }
 
-/// A fresh random 128-bit token, as 32 hex digits.
-pub(crate) fn new_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
 async fn acquire_once(
     conn: Conn,
     keys: &LockKeys,
@@ -350,22 +347,6 @@ async fn acquire_once(
         [0, wait] => Ok(Attempt::Busy(remaining(*wait))),
         _ => Err(unexpected_reply("unexpected answer from the lock acquire script", reply).into()),
     }
-}
-
-/// A fencing counter value as a token (the counter starts at 1; anything else is corruption).
-pub(crate) fn fencing_token(value: i64) -> Result<FencingToken> {
-    u64::try_from(value)
-        .ok()
-        .filter(|v| *v > 0)
-        .map(FencingToken::new)
-        .ok_or_else(|| {
-            unexpected_reply("the fencing counter is not a positive integer", value).into()
-        })
-}
-
-/// A `PTTL` answer as a wait: none when the key has no expiry (-1) or is gone (-2).
-pub(crate) fn remaining(pttl: i64) -> Option<Duration> {
-    u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 
 async fn release_once(mut conn: Conn, keys: &LockKeys, token: &str) -> Result<bool> {

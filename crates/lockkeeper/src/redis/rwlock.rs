@@ -21,8 +21,7 @@ use tokio::time::Instant;
 use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
-use super::lease::{Lease, LeaseSpec, millis, renew_with};
-use super::lease_lock::{fencing_token, new_token, remaining};
+use super::lease::{Lease, LeaseSpec, fencing_token, millis, new_token, remaining, renew_with};
 use super::script::call;
 use super::wait::{self, Attempt};
 
