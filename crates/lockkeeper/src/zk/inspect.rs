@@ -17,8 +17,8 @@ use zookeeper_client::{Client, MultiReadResult, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::mutex::LOCK_MARKER;
 use crate::zk::path::validate_lock_path;
+use crate::zk::queue::LOCK_MARKER;
 use crate::zk::queue::Queue;
 use crate::zk::session::{Generation, Session};
 use crate::zk::simple::SIMPLE_NODE;

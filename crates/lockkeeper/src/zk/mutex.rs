@@ -7,11 +7,8 @@ use crate::error::Result;
 use crate::zk::guard::LockGuard;
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{Deadline, Decision, Queue};
+use crate::zk::queue::{Deadline, LOCK_MARKER, Queue, predecessor_rule};
 use crate::zk::session::Session;
-
-/// The marker of a mutex node, as Curator names it: `_c_{uuid}-lock-{sequence}`.
-pub(crate) const LOCK_MARKER: &str = "lock-";
 
 /// A distributed mutual-exclusion lock: the ZooKeeper lock recipe, with Curator's
 /// `InterProcessMutex` node layout so Java services using Curator and Rust services using
@@ -99,14 +96,6 @@ impl Mutex {
             })
             .await?;
         Ok(held.map(|held| LockGuard::new(self.owner.clone(), held)))
-    }
-}
-
-/// The mutex rule: the first node holds; every other node watches the one just before it.
-pub(crate) fn predecessor_rule(children: &[String], ours: usize) -> Decision {
-    match ours {
-        0 => Decision::Hold,
-        _ => Decision::Watch(children[ours - 1].clone()),
     }
 }
 

@@ -82,6 +82,19 @@ pub(crate) enum Decision {
 /// A recipe's grant rule: given the queue sorted by sequence and the index of our node.
 pub(crate) type Rule<'r> = &'r (dyn Fn(&[String], usize) -> Decision + Sync);
 
+/// The marker of a mutex node (and of the semaphore's internal lock), as Curator names it:
+/// `_c_{uuid}-lock-{sequence}`.
+pub(crate) const LOCK_MARKER: &str = "lock-";
+
+/// The rule of a mutex and of a leader latch: the first node holds; every other node watches
+/// the one just before it.
+pub(crate) fn predecessor_rule(children: &[String], ours: usize) -> Decision {
+    match ours {
+        0 => Decision::Hold,
+        _ => Decision::Watch(children[ours - 1].clone()),
+    }
+}
+
 /// One queue directory and the marker its nodes carry before the sequence number.
 #[derive(Clone, Debug)]
 pub(crate) struct Queue {
@@ -128,6 +141,18 @@ impl Queue {
         rule: Rule<'_>,
         deadline: Deadline,
     ) -> Result<Option<Held>> {
+        self.acquire_as(session, rule, deadline, &node_data()).await
+    }
+
+    /// [`acquire`](Queue::acquire) with a node carrying `data` instead of the process id (a
+    /// leader latch's node carries the participant's id, as Curator's does).
+    pub(crate) async fn acquire_as(
+        &self,
+        session: &Session,
+        rule: Rule<'_>,
+        deadline: Deadline,
+        data: &[u8],
+    ) -> Result<Option<Held>> {
         let generation = match deadline {
             // try_lock while disconnected: do not wait for the connection.
             Deadline::Now if session.generation().client().is_err() => {
@@ -137,7 +162,7 @@ impl Queue {
         };
         loop {
             let mut pending = PendingNode::new(self, &generation);
-            let (name, czxid, mut listing) = pending.create(self).await?;
+            let (name, czxid, mut listing) = pending.create(self, data).await?;
             let node = self.path_of(&name);
             match self
                 .wait_turn(&generation, &name, rule, deadline, &mut listing)
@@ -254,7 +279,7 @@ pub(crate) struct PendingNode {
 }
 
 /// Data of a lock node: enough for an operator looking at the queue to find the process.
-fn node_data() -> Vec<u8> {
+pub(crate) fn node_data() -> Vec<u8> {
     format!("lockkeeper pid={}", std::process::id()).into_bytes()
 }
 
@@ -277,15 +302,15 @@ impl PendingNode {
     pub(crate) async fn create(
         &mut self,
         queue: &Queue,
+        data: &[u8],
     ) -> Result<(String, i64, Option<Vec<String>>)> {
         let prefix = format!("{}/{}{}", self.dir, self.protection, self.marker);
-        let data = node_data();
         let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let mut attempt = 1;
         let mut parent_attempts = 0;
         loop {
             let client = self.generation.client()?;
-            let create = client.create(&prefix, &data, &options);
+            let create = client.create(&prefix, data, &options);
             let listing = client.list_children(&queue.dir);
             let created = create.await;
             let listed = listing.await;

@@ -20,9 +20,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::zk::guard::LockGuard;
 use crate::zk::hold::Held;
-use crate::zk::mutex::predecessor_rule;
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
+use crate::zk::queue::predecessor_rule;
 use crate::zk::queue::{Deadline, Decision, Queue};
 use crate::zk::session::{Health, Session};
 

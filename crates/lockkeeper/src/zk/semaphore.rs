@@ -32,10 +32,9 @@ use zookeeper_client::EventType;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::hold::Held;
-use crate::zk::mutex::{LOCK_MARKER, predecessor_rule};
 use crate::zk::node::delete_node;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{Deadline, PendingNode, Queue};
+use crate::zk::queue::{Deadline, LOCK_MARKER, PendingNode, Queue, node_data, predecessor_rule};
 use crate::zk::session::{Generation, Health, Session};
 
 /// The marker of a lease node, as Curator names it: `_c_{uuid}-lease-{sequence}`.
@@ -235,7 +234,7 @@ impl Semaphore {
             let mut pending = Vec::with_capacity(n as usize);
             for _ in 0..n {
                 let mut node = PendingNode::new(&self.leases, generation);
-                let (name, czxid, _) = node.create(&self.leases).await?;
+                let (name, czxid, _) = node.create(&self.leases, &node_data()).await?;
                 pending.push(Lease { node, name, czxid });
             }
             loop {
