@@ -8,6 +8,11 @@
 //! reason a hold is not trusted past its session's deadline (`valid_until`): a holder that was
 //! paused longer than its session timeout must not believe its lock is still there just
 //! because nobody has told it otherwise yet.
+//!
+//! A hold may instead be told to *tolerate* suspensions (Curator's session error policy, for a
+//! leader that would rather not step down on every network blip): then only the session's end,
+//! its deadline or the node's deletion count. The deadline still bounds it: a suspension that
+//! outlasts it may hide an expiry, so it ends the hold either way.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -17,7 +22,7 @@ use zookeeper_client::EventType;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::node::{delete_if_ours, delete_node};
-use crate::zk::session::{Generation, Health};
+use crate::zk::session::{Generation, Health, is_connection_loss};
 
 /// One granted lock node.
 pub(crate) struct Held {
@@ -38,6 +43,18 @@ pub(crate) struct Held {
     linger: StdMutex<Linger>,
     /// The pinned write node this read node keeps on the server until it is released.
     anchor: StdMutex<Option<Arc<Held>>>,
+    /// Whether a suspension of the session counts as losing the hold.
+    suspension: Suspension,
+}
+
+/// What a suspended connection means to a hold: see the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Suspension {
+    /// Not trusted while suspended (the default, and Curator's standard policy).
+    #[default]
+    Lost,
+    /// Kept through a suspension that reconnects to the same session within its deadline.
+    Tolerated,
 }
 
 /// The pin of a write node under a downgraded read lock (see [`Held::pin`]).
@@ -62,7 +79,14 @@ impl Held {
             ours: None,
             linger: StdMutex::default(),
             anchor: StdMutex::default(),
+            suspension: Suspension::default(),
         }
+    }
+
+    /// Sets what a suspension means to this hold.
+    pub(crate) fn on_suspension(mut self, suspension: Suspension) -> Held {
+        self.suspension = suspension;
+        self
     }
 
     /// Makes release check that the node still carries `data` and our session before
@@ -88,8 +112,16 @@ impl Held {
     pub(crate) fn is_held(&self) -> bool {
         !self.released.load(Ordering::Acquire)
             && !self.deleted.load(Ordering::Acquire)
-            && self.generation.health() == Health::Connected
+            && self.healthy()
             && tokio::time::Instant::now() < self.generation.valid_until()
+    }
+
+    fn healthy(&self) -> bool {
+        match (self.generation.health(), self.suspension) {
+            (Health::Connected, _) => true,
+            (Health::Suspended, Suspension::Tolerated) => true,
+            (Health::Suspended, Suspension::Lost) | (Health::Ended, _) => false,
+        }
     }
 
     /// Until when the hold can be trusted: its session's deadline while it is held, `None`
@@ -116,8 +148,14 @@ impl Held {
         if !self.is_held() {
             return;
         }
+        let unhealthy = async {
+            match self.suspension {
+                Suspension::Lost => self.generation.unhealthy().await,
+                Suspension::Tolerated => self.generation.ended().await,
+            }
+        };
         tokio::select! {
-            () = self.generation.unhealthy() => {}
+            () = unhealthy => {}
             () = self.generation.untrusted() => {}
             () = self.node_deleted() => {}
         }
@@ -140,7 +178,15 @@ impl Held {
                     }
                 }
                 Err(zookeeper_client::Error::NoNode) => break,
-                // Connection trouble is reported by the health watch.
+                // Connection trouble is reported by the health watch; a hold that tolerates
+                // it watches again once the same session is back.
+                Err(err)
+                    if is_connection_loss(&err) && self.suspension == Suspension::Tolerated =>
+                {
+                    if self.generation.connected().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
                 Err(_) => return std::future::pending().await,
             }
         }

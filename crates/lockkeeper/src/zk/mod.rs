@@ -37,6 +37,7 @@ mod semaphore;
 mod session;
 mod simple;
 
+pub use election::{Candidate, LeaderLatch, LeaderTerm, Leadership};
 pub use guard::LockGuard;
 pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, inspect_semaphore};
 pub use mutex::Mutex;
