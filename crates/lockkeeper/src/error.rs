@@ -62,6 +62,17 @@ pub enum Error {
         last: zookeeper_client::Error,
     },
 
+    /// An optimistic update (a shared counter's increment, add or compare-and-set) lost to
+    /// concurrent writers on every attempt its retry policy allowed, and to the promoted lock's
+    /// timeout if it has one. Nothing was written: the caller may back off and try again.
+    #[error("{path}: gave up after {attempts} attempts, each overtaken by a concurrent write")]
+    Contended {
+        /// The node that kept changing under the update.
+        path: String,
+        /// How many read-then-write attempts were made, those under the promoted lock included.
+        attempts: u32,
+    },
+
     /// An error from ZooKeeper (or Keeper) that the recipe does not handle itself.
     #[error("zookeeper: {0}")]
     Zk(#[from] zookeeper_client::Error),
