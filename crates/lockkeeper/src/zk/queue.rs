@@ -207,11 +207,16 @@ impl Queue {
         loop {
             let children = match known.take() {
                 Some(children) => children,
-                None => self.sort(
-                    generation
-                        .retry(|client| async move { client.list_children(&self.dir).await })
-                        .await?,
-                ),
+                None => match generation
+                    .retry(|client| async move { client.list_children(&self.dir).await })
+                    .await
+                {
+                    Ok(children) => self.sort(children),
+                    // The whole directory was deleted, our node with it: queue again (the
+                    // create makes the directory anew).
+                    Err(Error::Zk(zookeeper_client::Error::NoNode)) => return Ok(Turn::NodeGone),
+                    Err(err) => return Err(err),
+                },
             };
             let Some(ours) = children.iter().position(|child| child == name) else {
                 return Ok(Turn::NodeGone);
