@@ -29,6 +29,7 @@
 //! - A data change by someone else is not fought as it happens (as in Curator); our data is
 //!   written back at the next look (a reconnection, a new generation, a re-create).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -62,8 +63,11 @@ struct Shared {
     data: StdMutex<Vec<u8>>,
     /// The czxid of the node we created (or adopted): how a node found later is known as ours.
     czxid: StdMutex<Option<i64>>,
-    /// Whether our node is on the server, as far as we know.
+    /// Whether our node is on the server, as far as the task knows.
     present: watch::Sender<bool>,
+    /// The session that created (or found) our node when `present` was last set: an
+    /// ephemeral is not present in any other, nor once that session has ended.
+    present_in: AtomicI64,
     /// Set once to stop the task.
     stop: watch::Sender<bool>,
 }
@@ -96,6 +100,7 @@ impl PersistentNode {
             data: StdMutex::new(data),
             czxid: StdMutex::new(None),
             present: watch::Sender::new(false),
+            present_in: AtomicI64::new(0),
             stop: watch::Sender::new(false),
         });
         let generation = session.connected_generation().await?;
@@ -118,14 +123,21 @@ impl PersistentNode {
     }
 
     /// Whether our node is on the server, as far as we know: false while someone else's node
-    /// sits on the path, and from the end of a generation until the node is created again.
+    /// sits on the path, and (ephemeral) from the end of its session until the node is
+    /// created again in the next, without waiting for the task to notice.
     pub(crate) fn is_present(&self) -> bool {
-        *self.shared.present.borrow()
+        self.shared.is_present()
     }
 
-    /// A watch of [`is_present`](PersistentNode::is_present).
-    pub(crate) fn presence(&self) -> watch::Receiver<bool> {
-        self.shared.present.subscribe()
+    /// Resolves once [`is_present`](PersistentNode::is_present) is true.
+    pub(crate) async fn wait_present(&self) {
+        // Subscribed before the check: every later change wakes the loop.
+        let mut presence = self.shared.present.subscribe();
+        while !self.shared.is_present() {
+            if presence.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Sets the data, on the server now if our node is there (a versioned write, so it never
@@ -180,6 +192,25 @@ impl Shared {
         lock(&self.data).clone()
     }
 
+    fn is_present(&self) -> bool {
+        if !*self.present.borrow() {
+            return false;
+        }
+        if !self.ephemeral {
+            return true;
+        }
+        let generation = self.session.generation();
+        generation.health() != Health::Ended
+            && generation.session_id() == self.present_in.load(Ordering::Acquire)
+    }
+
+    /// Records that our node is on the server in `generation`'s session.
+    fn mark_present(&self, generation: &Generation) {
+        self.present_in
+            .store(generation.session_id(), Ordering::Release);
+        self.present.send_replace(true);
+    }
+
     fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
@@ -216,7 +247,7 @@ impl Shared {
                         self.set_versioned(generation, &stat).await?;
                         continue;
                     }
-                    self.present.send_replace(true);
+                    self.mark_present(generation);
                     return Ok(watcher);
                 }
                 Owner::UsBefore => {
@@ -286,7 +317,7 @@ impl Shared {
             match made {
                 Ok(Some(stat)) => {
                     *lock(&self.czxid) = Some(stat.czxid);
-                    self.present.send_replace(true);
+                    self.mark_present(generation);
                     return Ok(unanswered);
                 }
                 Ok(None) => return Ok(unanswered),
