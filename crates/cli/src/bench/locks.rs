@@ -23,12 +23,12 @@ mod report;
 use std::time::Duration;
 
 use super::BoxError;
-use super::process::{ChildServer, Launcher, ServerKind};
-use super::startup::first_session;
+use super::process::{Launcher, ServerKind};
 use super::stats::Json;
+use super::versus::{Client, Combo, Target, start_servers};
 use curator::CuratorJvm;
-pub use measure::LockKind;
-use report::{Client, Combo, Report};
+pub use measure::{LockKind, close_all, open_many};
+use report::Report;
 
 /// Flags of the lock benchmark (`--duration`, `--warmup`, `--json` and the server flags of
 /// `--compare` apply too).
@@ -67,7 +67,8 @@ pub struct LockArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub lock_trials: u32,
 
-    /// With --locks: class path with Curator 5 and the ZooKeeper client, for the Curator side.
+    /// With --locks or --recipes: class path with Curator 5 and the ZooKeeper client, for the
+    /// Curator side.
     #[arg(long, value_name = "CLASSPATH", default_value = curator::DEFAULT_CLASSPATH)]
     pub curator_classpath: String,
 }
@@ -121,14 +122,6 @@ impl Settings {
     }
 }
 
-/// A server under test: which one, and where.
-#[derive(Clone, Debug)]
-pub struct Target {
-    pub kind: ServerKind,
-    pub connect: String,
-    pub command: String,
-}
-
 /// Starts both servers, measures, prints the table and returns the JSON (or a
 /// [`Partial`](super::compare::Partial) carrying it when some figure could not be taken).
 pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
@@ -138,23 +131,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         settings.clients,
         settings.waiters
     );
-    let mut servers = Vec::new();
-    let mut targets = Vec::new();
-    for kind in [ServerKind::Keeper, ServerKind::Zookeeper] {
-        let mut server = ChildServer::spawn(kind, &settings.launcher)?;
-        let ready = first_session(&mut server, settings.connect_limit).await?;
-        let command = settings.launcher.describe(kind);
-        println!(
-            "{kind}: {command} (first session after {})",
-            super::stats::fmt_duration(ready)
-        );
-        targets.push(Target {
-            kind,
-            connect: server.addr().to_string(),
-            command,
-        });
-        servers.push(server);
-    }
+    let (servers, targets) = start_servers(&settings.launcher, settings.connect_limit).await?;
     let report = measure(settings, &targets).await;
     // The servers stay up until every figure is taken; dropping them kills them.
     drop(servers);
@@ -299,7 +276,9 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
 mod tests {
     use std::path::PathBuf;
 
+    use super::super::process::ChildServer;
     use super::super::process::KeeperFlags;
+    use super::super::startup::first_session;
     use super::super::workload::tests::in_process_keeper;
     use super::*;
 

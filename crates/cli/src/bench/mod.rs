@@ -6,7 +6,9 @@
 //! as a ratio, which is how the numbers in the README are produced.
 //!
 //! `--locks` measures lockkeeper's ZooKeeper Mutex against Apache Curator's InterProcessMutex,
-//! each on Keeper and on Apache ZooKeeper (see [`locks`]).
+//! each on Keeper and on Apache ZooKeeper (see [`locks`]); `--recipes` measures lockkeeper's
+//! leader latch and atomic long against Curator's LeaderLatch and DistributedAtomicLong the same
+//! way, with election failover after SIGKILL of the leader's process (see [`recipes`]).
 //!
 //! `--recovery N` measures how long Keeper (and, with `--recovery-peer`, ZooKeeper) takes to come
 //! back after SIGKILL with N znodes in a snapshot and a log tail, and checks that every znode
@@ -19,14 +21,17 @@
 mod compare;
 mod datadir;
 mod driver;
+mod jvm;
 mod locks;
 mod paced;
 mod process;
+mod recipes;
 mod recovery;
 mod redis;
 mod snapshot;
 mod startup;
 mod stats;
+mod versus;
 mod workload;
 
 use std::path::PathBuf;
@@ -52,6 +57,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
     lockkeeper bench --compare --json bench.json\n  \
     lockkeeper bench --compare --only zookeeper\n  \
     lockkeeper bench --locks --json locks.json\n  \
+    lockkeeper bench --recipes --json recipes.json\n  \
     lockkeeper bench --recovery 1000000 --recovery-peer\n  \
     lockkeeper bench --snapshot-latency 1000000 --rate 5000\n  \
     lockkeeper bench --redis --json redis.json")]
@@ -196,6 +202,9 @@ pub struct BenchArgs {
     /// The `--redis` mode's flags (boxed for the same reason).
     #[command(flatten)]
     pub redis_args: Box<redis::RedisArgs>,
+    /// The `--recipes` mode's flags (boxed for the same reason).
+    #[command(flatten)]
+    pub recipes: Box<recipes::RecipeArgs>,
 }
 
 /// Runs the benchmark described by `args` until it completes, fails, or is interrupted.
@@ -225,7 +234,23 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
         server_pid: args.server_pid,
     };
     let sessions: Vec<usize> = args.sessions.iter().map(|&s| usize::from(s)).collect();
-    let result = if args.locks.locks {
+    let result = if let Some(spec) = &args.recipes.election_participant {
+        recipes::participate(
+            spec,
+            args.recipes.recipe_session_timeout,
+            args.connect_timeout,
+        )
+        .await
+    } else if args.recipes.recipes {
+        let settings = recipes::Settings::from_args(
+            &args.recipes,
+            launcher(&args)?,
+            &args.locks.curator_classpath,
+            args.duration,
+            args.connect_timeout,
+        );
+        recipes::run(&settings).await
+    } else if args.locks.locks {
         let settings = locks::Settings::from_args(
             &args.locks,
             launcher(&args)?,

@@ -4,44 +4,29 @@
 //! `lockkeeper bench --locks` needs only a JDK and Debian's Curator jars: it compiles the program
 //! with javac into a temporary directory and runs one JVM for the whole run. Commands go to the
 //! JVM's stdin and results come back on its stdout, one line each (see the Java file), every
-//! exchange bounded in time. The JVM is killed when its handle drops, when this process dies (the
-//! parent-death signal), and by its own watchdog.
+//! exchange bounded in time (the compiling and the exchange are [`crate::bench::jvm`]'s). The JVM
+//! is killed when its handle drops, when this process dies (the parent-death signal), and by its
+//! own watchdog.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex as StdMutex};
+use std::path::Path;
 use std::time::Duration;
-
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use super::measure::{Contended, Uncontended};
 use crate::bench::BoxError;
-use crate::bench::process::die_with_parent;
+use crate::bench::jvm::{Classes, Jvm, START_LIMIT};
+
+pub use crate::bench::jvm::CURATOR_CLASSPATH as DEFAULT_CLASSPATH;
 
 /// The Java program, carried by the binary.
 const SOURCE: &str = include_str!("../CuratorLockBench.java");
 const CLASS: &str = "CuratorLockBench";
 
-/// Debian's Curator 5 and ZooKeeper client jars, with a logger that discards (Curator would
-/// otherwise warn that it has none).
-pub const DEFAULT_CLASSPATH: &str = "/usr/share/java/curator-recipes.jar:\
-    /usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:\
-    /usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:\
-    /usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar";
-
-/// Bound on compiling the program and on the JVM's start.
-const START_LIMIT: Duration = Duration::from_secs(120);
-
 /// The running JVM.
 pub struct CuratorJvm {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-    stderr: Arc<StdMutex<String>>,
+    jvm: Jvm,
     command: String,
     /// Holds the compiled class for as long as the JVM runs.
-    _classes: tempfile::TempDir,
+    _classes: Classes,
 }
 
 impl CuratorJvm {
@@ -51,86 +36,13 @@ impl CuratorJvm {
         classpath: &str,
         watchdog: Duration,
     ) -> Result<CuratorJvm, BoxError> {
-        let classes = tempfile::Builder::new()
-            .prefix("lockkeeper-bench-curator-")
-            .tempdir()?;
-        let source = classes.path().join(format!("{CLASS}.java"));
-        std::fs::write(&source, SOURCE)?;
-        let javac = javac_next_to(java);
-        let compiled = tokio::time::timeout(
-            START_LIMIT,
-            Command::new(&javac)
-                .args(["-nowarn", "-encoding", "UTF-8", "-d"])
-                .arg(classes.path())
-                .arg("-cp")
-                .arg(classpath)
-                .arg(&source)
-                .stdin(Stdio::null())
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .map_err(|_| "javac did not finish within 2 minutes")?
-        .map_err(|e| format!("cannot run {}: {e} (install a JDK)", javac.display()))?;
-        if !compiled.status.success() {
-            return Err(format!(
-                "javac could not compile the Curator benchmark ({}); is Curator at {classpath}? \
-                 (Debian: libcurator-recipes-java, libslf4j-java)\n{}",
-                compiled.status,
-                String::from_utf8_lossy(&compiled.stderr)
-            )
-            .into());
-        }
-
-        let full_classpath = format!("{}:{classpath}", classes.path().display());
-        let mut command = Command::new(java);
-        command
-            .arg("-Djava.net.preferIPv4Stack=true")
-            .arg("-cp")
-            .arg(&full_classpath)
-            .arg(CLASS)
-            .arg(watchdog.as_secs().max(1).to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        die_with_parent(command.as_std_mut());
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", java.display()))?;
-        let stdin = child.stdin.take().ok_or("no stdin pipe to the JVM")?;
-        let stdout = child.stdout.take().ok_or("no stdout pipe from the JVM")?;
-        let stderr = Arc::new(StdMutex::new(String::new()));
-        if let Some(mut pipe) = child.stderr.take() {
-            let sink = Arc::clone(&stderr);
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = pipe.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    if let Ok(mut text) = sink.lock() {
-                        text.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    }
-                }
-            });
-        }
-        let mut jvm = CuratorJvm {
-            child,
-            stdin,
-            lines: BufReader::new(stdout).lines(),
-            stderr,
-            command: format!(
-                "{} -cp {full_classpath} {CLASS} (Curator InterProcessMutex)",
-                java.display()
-            ),
+        let classes = Classes::compile(java, classpath, CLASS, SOURCE).await?;
+        let jvm = Jvm::start(java, &classes, &[watchdog.as_secs().max(1).to_string()]).await?;
+        Ok(CuratorJvm {
+            jvm,
+            command: format!("{} (Curator InterProcessMutex)", classes.describe(java)),
             _classes: classes,
-        };
-        let ready = jvm.next_line(START_LIMIT).await?;
-        if ready != "READY" {
-            return Err(jvm.failure(&format!("expected READY, got {ready:?}")));
-        }
-        Ok(jvm)
+        })
     }
 
     /// The command line, printed so a reader knows what was measured.
@@ -210,67 +122,17 @@ impl CuratorJvm {
         parsed.ok_or_else(|| self.failure(&format!("no RESULT line in {lines:?}")))
     }
 
-    /// Sends one command and collects its answer up to `END`; an `ERROR` line fails it.
     async fn exchange(&mut self, command: &str, limit: Duration) -> Result<Vec<String>, BoxError> {
-        self.stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await?;
-        self.stdin.flush().await?;
-        let deadline = tokio::time::Instant::now() + limit;
-        let mut answer = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let line = self.next_line(left).await?;
-            if line == "END" {
-                break;
-            }
-            if let Some(reason) = line.strip_prefix("ERROR ") {
-                return Err(self.failure(&format!("Curator: {reason}")));
-            }
-            answer.push(line);
-        }
-        Ok(answer)
-    }
-
-    async fn next_line(&mut self, limit: Duration) -> Result<String, BoxError> {
-        match tokio::time::timeout(limit, self.lines.next_line()).await {
-            Ok(Ok(Some(line))) => Ok(line),
-            Ok(Ok(None)) => Err(self.failure("the Curator JVM exited")),
-            Ok(Err(e)) => Err(self.failure(&format!("reading from the Curator JVM: {e}"))),
-            Err(_) => Err(self.failure(&format!("no answer within {limit:?}"))),
-        }
+        self.jvm.exchange(command, limit).await
     }
 
     /// An error carrying `what` and the end of the JVM's stderr.
     fn failure(&self, what: &str) -> BoxError {
-        let stderr = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
-        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        if tail.is_empty() {
-            what.to_string().into()
-        } else {
-            format!("{what}; JVM stderr:\n{}", tail.join("\n")).into()
-        }
+        self.jvm.failure(what)
     }
 
     /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.
-    pub async fn stop(mut self) {
-        let _ = self.stdin.write_all(b"quit\n").await;
-        let _ = self.stdin.flush().await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
-    }
-}
-
-/// `javac` from the same JDK as `java` when `java` is a path, else `javac` from `PATH`.
-fn javac_next_to(java: &Path) -> PathBuf {
-    match java.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => {
-            let candidate = dir.join("javac");
-            if candidate.is_file() {
-                return candidate;
-            }
-            PathBuf::from("javac")
-        }
-        _ => PathBuf::from("javac"),
+    pub async fn stop(self) {
+        self.jvm.stop().await;
     }
 }

@@ -134,7 +134,8 @@ pub async fn open(connect: &str, limit: Duration) -> Result<Session, BoxError> {
     }
 }
 
-async fn open_many(connect: &str, n: usize, limit: Duration) -> Result<Vec<Session>, BoxError> {
+/// Opens `n` sessions (see [`open`]); on any failure closes those that opened.
+pub async fn open_many(connect: &str, n: usize, limit: Duration) -> Result<Vec<Session>, BoxError> {
     let opened = futures::future::join_all((0..n).map(|_| open(connect, limit))).await;
     let mut sessions = Vec::with_capacity(n);
     let mut first_error = None;
@@ -153,7 +154,8 @@ async fn open_many(connect: &str, n: usize, limit: Duration) -> Result<Vec<Sessi
     }
 }
 
-async fn close_all(sessions: Vec<Session>) {
+/// Closes every session, all at once.
+pub async fn close_all(sessions: Vec<Session>) {
     futures::future::join_all(sessions.iter().map(|s| s.close())).await;
 }
 

@@ -8,78 +8,7 @@ use crate::bench::BoxError;
 use crate::bench::compare::json_or_partial;
 use crate::bench::process::ServerKind;
 use crate::bench::stats::{Json, fmt_duration, fmt_ratio, ratio};
-
-/// Which client library takes the lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Client {
-    Lockkeeper,
-    Curator,
-}
-
-impl Client {
-    fn name(self) -> &'static str {
-        match self {
-            Client::Lockkeeper => "lockkeeper",
-            Client::Curator => "Curator",
-        }
-    }
-
-    fn json_key(self) -> &'static str {
-        match self {
-            Client::Lockkeeper => "lockkeeper",
-            Client::Curator => "curator",
-        }
-    }
-}
-
-/// A client on a server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Combo {
-    pub client: Client,
-    pub server: ServerKind,
-}
-
-impl Combo {
-    /// Every combination, in the order measured; Curator on Keeper is extra information.
-    pub const ALL: [Combo; 4] = [
-        Combo::new(Client::Lockkeeper, ServerKind::Keeper),
-        Combo::new(Client::Lockkeeper, ServerKind::Zookeeper),
-        Combo::BASELINE,
-        Combo::new(Client::Curator, ServerKind::Keeper),
-    ];
-
-    /// What every ratio is taken against.
-    pub const BASELINE: Combo = Combo::new(Client::Curator, ServerKind::Zookeeper);
-
-    /// The combinations in the order of trial `trial`: every other trial reversed.
-    pub fn in_turn(trial: u32) -> impl Iterator<Item = Combo> {
-        let mut order = Combo::ALL;
-        if trial % 2 == 1 {
-            order.reverse();
-        }
-        order.into_iter()
-    }
-
-    const fn new(client: Client, server: ServerKind) -> Combo {
-        Combo { client, server }
-    }
-
-    /// `lockkeeper-keeper`, for lock paths.
-    pub fn key(self) -> String {
-        format!("{}-{}", self.client.json_key(), self.server.json_key())
-    }
-
-    fn label(self) -> String {
-        format!("{} on {}", self.client.name(), self.server.name())
-    }
-}
-
-/// One measurement of one combination in one trial.
-pub struct Trial<T> {
-    pub combo: Combo,
-    pub trial: u32,
-    pub result: Result<T, String>,
-}
+use crate::bench::versus::{Client, Combo, Goal, Trial};
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason. The
 /// comparisons use each combination's best trial (the highest rate; for contended runs, the
@@ -91,26 +20,6 @@ pub struct Report {
     pub contended: Vec<Trial<Contended>>,
     pub herd: Vec<(LockKind, ServerKind, Result<Herd, String>)>,
     pub errors: Vec<String>,
-}
-
-/// A ratio the benchmark is held to: `measured / baseline` should reach `target` (rates), or
-/// stay at or below it (`at_most`, for wait latency, where lower is better).
-struct Goal {
-    name: &'static str,
-    ratio: Option<f64>,
-    target: f64,
-    at_most: bool,
-}
-
-impl Goal {
-    fn met(&self) -> Option<bool> {
-        let r = self.ratio?;
-        Some(if self.at_most {
-            r <= self.target
-        } else {
-            r >= self.target
-        })
-    }
 }
 
 impl Report {
@@ -330,18 +239,7 @@ impl Report {
         }
         println!("\ntargets:");
         for goal in self.goals() {
-            let verdict = match goal.met() {
-                Some(true) => "met",
-                Some(false) => "MISSED",
-                None => "not measured",
-            };
-            println!(
-                "  {:<46} {:>8}  target {} {}x  {verdict}",
-                goal.name,
-                fmt_ratio(goal.ratio, Some(1.0)),
-                if goal.at_most { "<=" } else { ">=" },
-                goal.target
-            );
+            println!("  {}", goal.row());
         }
     }
 
@@ -408,29 +306,7 @@ impl Report {
                 Json::obj(f)
             })
             .collect();
-        let goals = self
-            .goals()
-            .into_iter()
-            .map(|g| {
-                Json::obj(vec![
-                    ("name", Json::Str(g.name.into())),
-                    ("ratio", Json::opt_num(g.ratio)),
-                    ("target", Json::num(g.target)),
-                    (
-                        "direction",
-                        Json::Str(if g.at_most { "at_most" } else { "at_least" }.into()),
-                    ),
-                    (
-                        "met",
-                        Json::Str(match g.met() {
-                            Some(true) => "yes".into(),
-                            Some(false) => "no".into(),
-                            None => "unknown".into(),
-                        }),
-                    ),
-                ])
-            })
-            .collect();
+        let goals = self.goals().iter().map(Goal::to_json).collect();
         let mut servers: Vec<(&str, Json)> = self
             .targets
             .iter()
@@ -575,16 +451,6 @@ mod tests {
             result: Ok(base),
         });
         r
-    }
-
-    #[test]
-    fn every_other_trial_runs_in_reverse() {
-        let first: Vec<Combo> = Combo::in_turn(0).collect();
-        let second: Vec<Combo> = Combo::in_turn(1).collect();
-        assert_eq!(first, Combo::ALL);
-        assert_eq!(second.first(), Combo::ALL.last());
-        assert_eq!(second.last(), Combo::ALL.first());
-        assert_eq!(Combo::in_turn(2).collect::<Vec<_>>(), first);
     }
 
     #[test]

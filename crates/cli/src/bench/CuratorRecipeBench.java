@@ -1,0 +1,293 @@
+// The Curator side of `lockkeeper bench --recipes`: Apache Curator's LeaderLatch and
+// DistributedAtomicLong measured the way the Rust side measures lockkeeper's leader latch and
+// atomic long, so the figures can be set side by side.
+//
+// The benchmark binary carries this file, compiles it with javac into a temporary directory and
+// runs it on Debian's Curator and ZooKeeper jars, in one of two modes:
+//
+//   commands <watchdogS> <sessionTimeoutMs>
+//       One JVM for the in-process measurements of a run. Commands arrive on stdin, one per
+//       line, each answered by result lines and a final `END` (`ERROR <reason>` before `END`
+//       when it failed):
+//
+//       counter <connect> <path> <sessions> <increments> <limitMs>
+//           `sessions` sessions, each incrementing one DistributedAtomicLong up to
+//           `increments` times or until `limitMs` passed. Answers
+//           `RESULT increments=<n> elapsed_us=<us> tries=<optimistic tries>` (the benchmark
+//           then reads the counter's final value itself).
+//       handoff <connect> <path> <participants> <handoffs> <limitMs>
+//           `participants` sessions in one LeaderLatch election; the leader closes its latch
+//           and joins again with a new one (at the back of the line) until `handoffs` handoffs
+//           or `limitMs` passed. Answers `GAPS <us> <us> ...` (from the leader's close() to the
+//           next leader's grant, one per handoff), then `RESULT handoffs=<n> elapsed_us=<us>`.
+//
+//   participant <connect> <path> <id> <sessionTimeoutMs> <watchdogS>
+//       One election participant in a JVM of its own, so that the benchmark can SIGKILL the
+//       leader's whole process. Prints `SESSION <negotiated timeout ms>`, then `LEADER` when its
+//       LeaderLatch is granted, then waits for stdin to close.
+//
+// A JVM ends when stdin closes, on `quit`, or when its watchdog fires, whichever comes first.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.curator.retry.RetryNTimes;
+
+public final class CuratorRecipeBench {
+    /** Bound on one wait for leadership; a longer wait fails the measurement. */
+    private static final long GRANT_LIMIT_S = 60;
+
+    /**
+     * Optimistic tries of one increment before DistributedAtomicLong gives up, with no sleep in
+     * between: the fastest Curator's counter can go (a sleeping retry policy only slows it).
+     */
+    private static final int COUNTER_TRIES = 10_000;
+
+    private static int sessionTimeoutMs = 4_000;
+
+    public static void main(String[] argv) throws Exception {
+        if (argv.length >= 6 && argv[0].equals("participant")) {
+            sessionTimeoutMs = Integer.parseInt(argv[4]);
+            watchdog(Long.parseLong(argv[5]));
+            participant(argv[1], argv[2], argv[3]);
+            return;
+        }
+        if (argv.length < 3 || !argv[0].equals("commands")) {
+            say("ERROR usage: commands <watchdogS> <sessionTimeoutMs> | participant ...");
+            Runtime.getRuntime().halt(2);
+        }
+        watchdog(Long.parseLong(argv[1]));
+        sessionTimeoutMs = Integer.parseInt(argv[2]);
+        BufferedReader in = stdin();
+        say("READY");
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] w = line.trim().split(" ");
+            if (w[0].equals("quit")) {
+                break;
+            }
+            try {
+                switch (w[0]) {
+                    case "counter" -> counter(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
+                            Long.parseLong(w[5]));
+                    case "handoff" -> handoff(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
+                            Long.parseLong(w[5]));
+                    default -> say("ERROR unknown command " + w[0]);
+                }
+            } catch (Throwable t) {
+                say("ERROR " + t.toString().replace('\n', ' '));
+            }
+            say("END");
+        }
+        // halt, not exit: a client thread that did not stop must not keep the JVM alive.
+        Runtime.getRuntime().halt(0);
+    }
+
+    private static void watchdog(long seconds) {
+        Thread dog = new Thread(() -> {
+            try {
+                Thread.sleep(TimeUnit.SECONDS.toMillis(seconds));
+            } catch (InterruptedException e) {
+                return;
+            }
+            say("ERROR watchdog: no end after " + seconds + " s");
+            Runtime.getRuntime().halt(3);
+        }, "watchdog");
+        dog.setDaemon(true);
+        dog.start();
+    }
+
+    private static BufferedReader stdin() {
+        return new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    }
+
+    private static void say(String line) {
+        synchronized (System.out) {
+            System.out.println(line);
+            System.out.flush();
+        }
+    }
+
+    private static CuratorFramework client(String connect) throws InterruptedException {
+        CuratorFramework client = CuratorFrameworkFactory.builder()
+                .connectString(connect)
+                .sessionTimeoutMs(sessionTimeoutMs)
+                .connectionTimeoutMs(15_000)
+                .retryPolicy(new ExponentialBackoffRetry(100, 5))
+                .build();
+        client.start();
+        if (!client.blockUntilConnected(30, TimeUnit.SECONDS)) {
+            client.close();
+            throw new IllegalStateException("no session with " + connect + " within 30 s");
+        }
+        return client;
+    }
+
+    private static List<CuratorFramework> clients(String connect, int n) throws InterruptedException {
+        List<CuratorFramework> sessions = new ArrayList<>();
+        try {
+            for (int i = 0; i < n; i++) {
+                sessions.add(client(connect));
+            }
+        } catch (InterruptedException | RuntimeException e) {
+            close(sessions);
+            throw e;
+        }
+        return sessions;
+    }
+
+    private static void close(List<CuratorFramework> sessions) {
+        for (CuratorFramework c : sessions) {
+            c.close();
+        }
+    }
+
+    /** Runs `body(i)` on `n` threads started together; rethrows the first failure. */
+    private static long together(int n, long joinLimitMs, IntBody body) throws Exception {
+        CountDownLatch start = new CountDownLatch(1);
+        Throwable[] failure = new Throwable[1];
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            int index = i;
+            Thread t = new Thread(() -> {
+                try {
+                    start.await();
+                    body.run(index);
+                } catch (Throwable e) {
+                    synchronized (failure) {
+                        if (failure[0] == null) {
+                            failure[0] = e;
+                        }
+                    }
+                }
+            }, "worker-" + i);
+            threads.add(t);
+            t.start();
+        }
+        long startedAt = System.nanoTime();
+        start.countDown();
+        for (Thread t : threads) {
+            t.join(joinLimitMs);
+            if (t.isAlive()) {
+                throw new IllegalStateException(t.getName() + " did not finish");
+            }
+        }
+        synchronized (failure) {
+            if (failure[0] != null) {
+                throw new IllegalStateException("a worker failed: " + failure[0], failure[0]);
+            }
+        }
+        return startedAt;
+    }
+
+    @FunctionalInterface
+    private interface IntBody {
+        void run(int index) throws Exception;
+    }
+
+    private static void counter(String connect, String path, int sessions, int increments, long limitMs)
+            throws Exception {
+        List<CuratorFramework> clients = clients(connect, sessions);
+        try {
+            AtomicLong done = new AtomicLong();
+            AtomicLong tries = new AtomicLong();
+            long[] deadline = new long[1];
+            deadline[0] = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(limitMs);
+            long startedAt = together(sessions, limitMs + TimeUnit.SECONDS.toMillis(120), i -> {
+                DistributedAtomicLong counter =
+                        new DistributedAtomicLong(clients.get(i), path, new RetryNTimes(COUNTER_TRIES, 0));
+                for (int n = 0; n < increments && System.nanoTime() < deadline[0]; n++) {
+                    AtomicValue<Long> value = counter.increment();
+                    if (!value.succeeded()) {
+                        throw new IllegalStateException("increment gave up after " + COUNTER_TRIES + " tries");
+                    }
+                    tries.addAndGet(value.getStats().getOptimisticTries());
+                    done.incrementAndGet();
+                }
+            });
+            long elapsed = System.nanoTime() - startedAt;
+            say("RESULT increments=" + done.get() + " elapsed_us=" + elapsed / 1000 + " tries=" + tries.get());
+        } finally {
+            close(clients);
+        }
+    }
+
+    private static void handoff(String connect, String path, int participants, int handoffs, long limitMs)
+            throws Exception {
+        List<CuratorFramework> clients = clients(connect, participants);
+        try {
+            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(limitMs);
+            // The nanoTime of the leader's close(), 0 when there is none to hand off from.
+            AtomicLong resignedAt = new AtomicLong();
+            AtomicBoolean stop = new AtomicBoolean();
+            AtomicInteger count = new AtomicInteger();
+            long[] gaps = new long[handoffs];
+            long[] lastGrant = new long[1];
+            long startedAt = together(participants, limitMs + TimeUnit.SECONDS.toMillis(GRANT_LIMIT_S * 2), i -> {
+                while (!stop.get()) {
+                    LeaderLatch latch = new LeaderLatch(clients.get(i), path, "participant-" + i);
+                    latch.start();
+                    try {
+                        if (!latch.await(GRANT_LIMIT_S, TimeUnit.SECONDS)) {
+                            throw new IllegalStateException("not leader within " + GRANT_LIMIT_S + " s");
+                        }
+                        // Only the leader runs from here to close(): the fields below are its own.
+                        long now = System.nanoTime();
+                        long resigned = resignedAt.getAndSet(0);
+                        if (resigned != 0 && !stop.get()) {
+                            int n = count.getAndIncrement();
+                            gaps[n] = (now - resigned) / 1000;
+                            lastGrant[0] = now;
+                            if (n + 1 >= handoffs || now >= deadline) {
+                                stop.set(true);
+                            }
+                        }
+                        if (!stop.get()) {
+                            resignedAt.set(System.nanoTime());
+                        }
+                    } finally {
+                        latch.close();
+                    }
+                }
+            });
+            int n = count.get();
+            StringBuilder line = new StringBuilder("GAPS");
+            for (int k = 0; k < n; k++) {
+                line.append(' ').append(gaps[k]);
+            }
+            say(line.toString());
+            long elapsed = n > 0 ? lastGrant[0] - startedAt : 0;
+            say("RESULT handoffs=" + n + " elapsed_us=" + elapsed / 1000);
+        } finally {
+            close(clients);
+        }
+    }
+
+    private static void participant(String connect, String path, String id) throws Exception {
+        CuratorFramework client = client(connect);
+        say("SESSION " + client.getZookeeperClient().getZooKeeper().getSessionTimeout());
+        LeaderLatch latch = new LeaderLatch(client, path, id);
+        latch.start();
+        // Waits as long as the watchdog lets it: the benchmark decides when this one should lead.
+        latch.await();
+        say("LEADER");
+        BufferedReader in = stdin();
+        while (in.readLine() != null) {
+            // Nothing to do but stay leader until stdin closes or the process is killed.
+        }
+        Runtime.getRuntime().halt(0);
+    }
+}

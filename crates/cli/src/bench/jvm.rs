@@ -1,0 +1,244 @@
+//! Java programs the benchmark carries (the Curator sides of `--locks` and `--recipes`): compiled
+//! at run time with javac against Debian's jars, run as child JVMs that take commands on stdin
+//! and answer on stdout, one line at a time.
+//!
+//! Invariants: every JVM is killed, by its PID, when its handle drops and when this process dies
+//! (the parent-death signal); every read is bounded in time; a failure carries the end of the
+//! JVM's stderr, which is where a Java exception says what went wrong.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use super::BoxError;
+use super::process::die_with_parent;
+
+/// Debian's Curator 5 and ZooKeeper client jars, with a logger that discards (Curator would
+/// otherwise warn that it has none).
+pub const CURATOR_CLASSPATH: &str = "/usr/share/java/curator-recipes.jar:\
+    /usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:\
+    /usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:\
+    /usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar";
+
+/// Bound on compiling a program and on a JVM's start.
+pub const START_LIMIT: Duration = Duration::from_secs(120);
+
+/// A program compiled into a temporary directory, which lives as long as this value.
+pub struct Classes {
+    classpath: String,
+    class: &'static str,
+    _dir: tempfile::TempDir,
+}
+
+impl Classes {
+    /// Compiles `source` (the public class `class`) with the `javac` next to `java`.
+    pub async fn compile(
+        java: &Path,
+        classpath: &str,
+        class: &'static str,
+        source: &str,
+    ) -> Result<Classes, BoxError> {
+        let dir = tempfile::Builder::new()
+            .prefix("lockkeeper-bench-java-")
+            .tempdir()?;
+        let file = dir.path().join(format!("{class}.java"));
+        std::fs::write(&file, source)?;
+        let javac = javac_next_to(java);
+        let compiled = tokio::time::timeout(
+            START_LIMIT,
+            Command::new(&javac)
+                .args(["-nowarn", "-encoding", "UTF-8", "-d"])
+                .arg(dir.path())
+                .arg("-cp")
+                .arg(classpath)
+                .arg(&file)
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .map_err(|_| "javac did not finish within 2 minutes")?
+        .map_err(|e| format!("cannot run {}: {e} (install a JDK)", javac.display()))?;
+        if !compiled.status.success() {
+            return Err(format!(
+                "javac could not compile {class} ({}); is Curator at {classpath}? \
+                 (Debian: libcurator-recipes-java, libslf4j-java)\n{}",
+                compiled.status,
+                String::from_utf8_lossy(&compiled.stderr)
+            )
+            .into());
+        }
+        Ok(Classes {
+            classpath: format!("{}:{classpath}", dir.path().display()),
+            class,
+            _dir: dir,
+        })
+    }
+
+    /// `java -cp <classes and jars> <class> <args>` with piped stdio, dying with this process
+    /// and killed when its `Child` drops.
+    pub fn command(&self, java: &Path, args: &[String]) -> Command {
+        let mut command = Command::new(java);
+        command
+            .arg("-Djava.net.preferIPv4Stack=true")
+            .arg("-cp")
+            .arg(&self.classpath)
+            .arg(self.class)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        die_with_parent(command.as_std_mut());
+        command
+    }
+
+    /// The command line of [`Classes::command`] without its arguments, for the report.
+    pub fn describe(&self, java: &Path) -> String {
+        format!("{} -cp {} {}", java.display(), self.classpath, self.class)
+    }
+}
+
+/// The end of a child's stderr, collected in the background so the pipe never fills.
+#[derive(Clone, Default)]
+pub struct StderrTail(Arc<StdMutex<String>>);
+
+impl StderrTail {
+    /// Starts collecting `child`'s stderr (if it is piped).
+    pub fn collect(child: &mut Child) -> StderrTail {
+        let tail = StderrTail::default();
+        if let Some(mut pipe) = child.stderr.take() {
+            let sink = Arc::clone(&tail.0);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut text) = sink.lock() {
+                        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+                        // Only the end is ever shown: keep memory bounded on a chatty child.
+                        if text.len() > 64 * 1024 {
+                            let cut = text.len() - 32 * 1024;
+                            let cut = (cut..text.len())
+                                .find(|&i| text.is_char_boundary(i))
+                                .unwrap_or(text.len());
+                            text.drain(..cut);
+                        }
+                    }
+                }
+            });
+        }
+        tail
+    }
+
+    /// `what`, followed by the last lines the child wrote to stderr, if any.
+    pub fn failure(&self, what: &str) -> BoxError {
+        let text = self.0.lock().map(|s| s.clone()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(15)..];
+        if tail.is_empty() {
+            what.to_string().into()
+        } else {
+            format!("{what}; its stderr:\n{}", tail.join("\n")).into()
+        }
+    }
+}
+
+/// A running JVM that answers commands: each command is one line, each answer is result lines
+/// ending with `END`, or an `ERROR <reason>` line.
+pub struct Jvm {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    stderr: StderrTail,
+}
+
+impl Jvm {
+    /// Starts `classes` with `args` and waits (bounded) for its `READY` line.
+    pub async fn start(java: &Path, classes: &Classes, args: &[String]) -> Result<Jvm, BoxError> {
+        let mut child = classes
+            .command(java, args)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", java.display()))?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe to the JVM")?;
+        let stdout = child.stdout.take().ok_or("no stdout pipe from the JVM")?;
+        let stderr = StderrTail::collect(&mut child);
+        let mut jvm = Jvm {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+            stderr,
+        };
+        let ready = jvm.next_line(START_LIMIT).await?;
+        if ready != "READY" {
+            return Err(jvm.failure(&format!("expected READY, got {ready:?}")));
+        }
+        Ok(jvm)
+    }
+
+    /// Sends one command and collects its answer up to `END`; an `ERROR` line fails it.
+    pub async fn exchange(
+        &mut self,
+        command: &str,
+        limit: Duration,
+    ) -> Result<Vec<String>, BoxError> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut answer = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let line = self.next_line(left).await?;
+            if line == "END" {
+                break;
+            }
+            if let Some(reason) = line.strip_prefix("ERROR ") {
+                return Err(self.failure(&format!("Curator: {reason}")));
+            }
+            answer.push(line);
+        }
+        Ok(answer)
+    }
+
+    async fn next_line(&mut self, limit: Duration) -> Result<String, BoxError> {
+        match tokio::time::timeout(limit, self.lines.next_line()).await {
+            Ok(Ok(Some(line))) => Ok(line),
+            Ok(Ok(None)) => Err(self.failure("the JVM exited")),
+            Ok(Err(e)) => Err(self.failure(&format!("reading from the JVM: {e}"))),
+            Err(_) => Err(self.failure(&format!("no answer from the JVM within {limit:?}"))),
+        }
+    }
+
+    /// An error carrying `what` and the end of the JVM's stderr.
+    pub fn failure(&self, what: &str) -> BoxError {
+        self.stderr.failure(what)
+    }
+
+    /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.
+    pub async fn stop(mut self) {
+        let _ = self.stdin.write_all(b"quit\n").await;
+        let _ = self.stdin.flush().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+}
+
+/// `javac` from the same JDK as `java` when `java` is a path, else `javac` from `PATH`.
+fn javac_next_to(java: &Path) -> PathBuf {
+    match java.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => {
+            let candidate = dir.join("javac");
+            if candidate.is_file() {
+                return candidate;
+            }
+            PathBuf::from("javac")
+        }
+        _ => PathBuf::from("javac"),
+    }
+}

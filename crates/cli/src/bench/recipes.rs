@@ -1,0 +1,397 @@
+//! `lockkeeper bench --recipes`: lockkeeper's leader latch and atomic long against Apache
+//! Curator's `LeaderLatch` and `DistributedAtomicLong`, on Keeper and on Apache ZooKeeper, in one
+//! run.
+//!
+//! Like `--locks` (whose servers, Curator JVM plumbing and comparisons it shares, see
+//! [`super::versus`] and [`super::jvm`]), one run starts Keeper (`--sync always`) and Apache
+//! ZooKeeper as child processes on free loopback ports, then measures:
+//!
+//! 1. **counter increments/s**: several sessions incrementing one counter, all four
+//!    client/server combinations interleaved over trials; the counter's final value must equal
+//!    the increments counted, or the run fails;
+//! 2. **resign handoff**: the leader of an election gives leadership up and queues again at the
+//!    back, the next participant is granted; handoffs/s and the time from the resign to the
+//!    next grant, all four combinations;
+//! 3. **election failover**: every participant is a process of its own (this binary in a hidden
+//!    mode, or a JVM per Curator participant); the leader's process is SIGKILLed and the time
+//!    until another participant reports leadership is taken on this process's clock. Its floor
+//!    is the session timeout (the server notices a dead client only when its session expires),
+//!    so each failover is reported with its excess over the negotiated timeout.
+//!
+//! Every loop is bounded in count and in time, every process the run starts is killed by its PID
+//! on every way out, and every address is 127.0.0.1.
+
+mod curator;
+mod failover;
+mod measure;
+mod report;
+
+use std::time::Duration;
+
+use super::BoxError;
+use super::jvm::Classes;
+use super::process::{Launcher, ServerKind};
+use super::stats::{Json, fmt_duration};
+use super::versus::{Client, Combo, Target, start_servers};
+use curator::CuratorRecipeJvm;
+use report::Report;
+
+pub use failover::participate;
+
+/// Flags of the recipe benchmark (`--duration`, `--json`, `--java`, `--curator-classpath` and
+/// the server flags of `--compare` apply too).
+#[derive(clap::Args, Debug, Clone)]
+pub struct RecipeArgs {
+    /// Recipe benchmark: lockkeeper's leader latch and atomic long against Curator's LeaderLatch
+    /// and DistributedAtomicLong, on Keeper and on Apache ZooKeeper (both started here): counter
+    /// increments/s, leadership handoffs on resign, and election failover after SIGKILL of the
+    /// leader's process. Each measured counter or handoff run lasts at most --duration.
+    #[arg(long, conflicts_with_all = ["compare", "connect", "recovery", "snapshot_latency", "locks", "redis"])]
+    pub recipes: bool,
+
+    /// With --recipes: session timeout asked for by every election participant, on both sides.
+    /// Apache ZooKeeper grants at least 2 ticks (its default tickTime of 2 s makes that 4 s), so
+    /// a shorter one would not be the same on both servers.
+    #[arg(long, default_value = "4s", value_parser = super::parse_duration)]
+    pub recipe_session_timeout: Duration,
+
+    /// With --recipes: leader processes killed per failover combination.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub failovers: u32,
+
+    /// With --recipes: participant processes in each failover election (one is replaced after
+    /// each failover, so the line never runs dry).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=64))]
+    pub election_participants: u16,
+
+    /// With --recipes: measure failover on all four client/server combinations, not only
+    /// lockkeeper on Keeper and Curator on ZooKeeper.
+    #[arg(long)]
+    pub failover_all: bool,
+
+    /// With --recipes: sessions in the resign-handoff election.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=256))]
+    pub handoff_participants: u16,
+
+    /// With --recipes: handoffs per resign-handoff run.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub handoffs: u32,
+
+    /// With --recipes: sessions incrementing the one counter.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub counter_sessions: u16,
+
+    /// With --recipes: increments per session in each counter run.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
+    pub increments: u32,
+
+    /// With --recipes: trials of the counter and handoff runs over the four combinations, every
+    /// other one in reverse order; each figure is the best of its trials.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub recipe_trials: u32,
+
+    /// Internal: one election participant of the failover runs (CONNECT PATH ID WATCHDOG_SECS);
+    /// prints `SESSION <ms>`, then `LEADER <fencing token>` when granted, then waits for stdin
+    /// to close.
+    #[arg(long, hide = true, num_args = 4,
+          value_names = ["CONNECT", "PATH", "ID", "WATCHDOG_SECS"],
+          conflicts_with_all = ["compare", "connect", "recovery", "snapshot_latency", "locks", "redis", "recipes"])]
+    pub election_participant: Option<Vec<String>>,
+}
+
+/// Everything one recipe benchmark run needs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub launcher: Launcher,
+    pub curator_classpath: String,
+    /// Bound on each counter and handoff run.
+    pub limit: Duration,
+    pub session_timeout: Duration,
+    pub failovers: u32,
+    pub election_participants: usize,
+    pub failover_combos: Vec<Combo>,
+    pub handoff_participants: usize,
+    pub handoffs: u32,
+    pub counter_sessions: usize,
+    pub increments: u32,
+    pub trials: u32,
+    /// Bound on a server's start and on opening a session.
+    pub connect_limit: Duration,
+}
+
+impl Settings {
+    pub fn from_args(
+        args: &RecipeArgs,
+        launcher: Launcher,
+        curator_classpath: &str,
+        limit: Duration,
+        connect_limit: Duration,
+    ) -> Settings {
+        Settings {
+            launcher,
+            curator_classpath: curator_classpath.to_string(),
+            limit,
+            session_timeout: args.recipe_session_timeout,
+            failovers: args.failovers,
+            election_participants: usize::from(args.election_participants),
+            failover_combos: if args.failover_all {
+                Combo::ALL.to_vec()
+            } else {
+                FAILOVER_COMBOS.to_vec()
+            },
+            handoff_participants: usize::from(args.handoff_participants),
+            handoffs: args.handoffs,
+            counter_sessions: usize::from(args.counter_sessions),
+            increments: args.increments,
+            trials: args.recipe_trials,
+            connect_limit,
+        }
+    }
+
+    /// Bound on the Curator command JVM as a whole: every run, with room to spare.
+    fn jvm_watchdog(&self) -> Duration {
+        self.limit * 4 * self.trials + Duration::from_secs(600)
+    }
+
+    /// Bound on any one failover: expiry takes the session timeout plus at most a server tick
+    /// or check interval; three timeouts and half a minute leave room for a loaded machine.
+    fn failover_limit(&self) -> Duration {
+        self.session_timeout * 3 + Duration::from_secs(30)
+    }
+}
+
+/// The failover combinations measured by default: the two the target compares.
+const FAILOVER_COMBOS: [Combo; 2] = [
+    Combo::new(Client::Lockkeeper, ServerKind::Keeper),
+    Combo::BASELINE,
+];
+
+/// The Java program, carried by the binary.
+const SOURCE: &str = include_str!("CuratorRecipeBench.java");
+const CLASS: &str = "CuratorRecipeBench";
+
+/// Starts both servers, measures, prints the tables and returns the JSON (or a
+/// [`Partial`](super::compare::Partial) carrying it when some figure could not be taken).
+pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+    println!(
+        "lockkeeper bench --recipes: counter and handoff runs at most {} each; {} failovers per \
+         side with a {} session timeout",
+        fmt_duration(settings.limit),
+        settings.failovers,
+        fmt_duration(settings.session_timeout)
+    );
+    let (servers, targets) = start_servers(&settings.launcher, settings.connect_limit).await?;
+    let report = measure(settings, &targets).await;
+    // The servers stay up until every figure is taken; dropping them kills them.
+    drop(servers);
+    report.finish(settings)
+}
+
+/// Takes every figure against `targets` (one Keeper and one ZooKeeper), printing each as it
+/// comes. A figure that cannot be taken is recorded as an error; the others are still taken.
+pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
+    let mut report = Report::new(targets);
+    let java = &settings.launcher.java;
+    let classes = match Classes::compile(java, &settings.curator_classpath, CLASS, SOURCE).await {
+        Ok(classes) => Some(classes),
+        Err(e) => {
+            report.errors.push(format!("Curator: {e}"));
+            None
+        }
+    };
+    let mut jvm = match &classes {
+        Some(classes) => {
+            match CuratorRecipeJvm::start(java, classes, settings.jvm_watchdog()).await {
+                Ok(jvm) => {
+                    println!("Curator: {}", jvm.describe());
+                    report.curator_command = Some(jvm.describe().to_string());
+                    Some(jvm)
+                }
+                Err(e) => {
+                    report.errors.push(format!("Curator: {e}"));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let connect = |kind: ServerKind| {
+        targets
+            .iter()
+            .find(|t| t.kind == kind)
+            .map(|t| t.connect.clone())
+    };
+    let s = settings;
+
+    // Each trial runs every combination in turn, every other trial in reverse order, so that
+    // drift during the run does not favour the combinations that happen to come last.
+    report.print_counter_header(s);
+    for trial in 0..s.trials {
+        for combo in Combo::in_turn(trial) {
+            let Some(addr) = connect(combo.server) else {
+                continue;
+            };
+            let path = format!("/lockkeeper-bench/counter-{}-{trial}", combo.key());
+            let result = match (combo.client, jvm.as_mut()) {
+                (Client::Lockkeeper, _) => {
+                    measure::counter(
+                        &addr,
+                        &path,
+                        s.counter_sessions,
+                        s.increments,
+                        s.limit,
+                        s.connect_limit,
+                    )
+                    .await
+                }
+                (Client::Curator, Some(jvm)) => {
+                    jvm.counter(&addr, &path, s.counter_sessions, s.increments, s.limit)
+                        .await
+                }
+                (Client::Curator, None) => Err("no Curator JVM".into()),
+            };
+            let result = match result {
+                Ok(run) => measure::check_counter(&addr, &path, run, s.connect_limit).await,
+                Err(e) => Err(e),
+            };
+            report.add_counter(combo, trial, result);
+        }
+    }
+
+    report.print_handoff_header(s);
+    for trial in 0..s.trials {
+        for combo in Combo::in_turn(trial) {
+            let Some(addr) = connect(combo.server) else {
+                continue;
+            };
+            let path = format!("/lockkeeper-bench/handoff-{}-{trial}", combo.key());
+            let result = match (combo.client, jvm.as_mut()) {
+                (Client::Lockkeeper, _) => {
+                    measure::handoff(
+                        &addr,
+                        &path,
+                        s.handoff_participants,
+                        s.handoffs,
+                        s.limit,
+                        s.connect_limit,
+                    )
+                    .await
+                }
+                (Client::Curator, Some(jvm)) => {
+                    jvm.handoff(&addr, &path, s.handoff_participants, s.handoffs, s.limit)
+                        .await
+                }
+                (Client::Curator, None) => Err("no Curator JVM".into()),
+            };
+            report.add_handoff(combo, trial, result);
+        }
+    }
+    if let Some(jvm) = jvm {
+        jvm.stop().await;
+    }
+
+    if s.failovers > 0 {
+        report.print_failover_header(s);
+        failover::measure(s, targets, classes.as_ref(), &mut report).await;
+    }
+    report
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::jvm::CURATOR_CLASSPATH;
+    use super::*;
+
+    /// Settings for tests that only need their shape.
+    pub fn settings() -> Settings {
+        let args = parse(&["--recipes"]).expect("parse");
+        Settings::from_args(
+            &args.recipes,
+            launcher(),
+            CURATOR_CLASSPATH,
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        )
+    }
+
+    fn launcher() -> Launcher {
+        Launcher {
+            keeper_bin: "unused".into(),
+            java: "java".into(),
+            zookeeper_classpath: String::new(),
+            zookeeper_jvm_opts: Vec::new(),
+            zookeeper_force_sync: true,
+            keeper_flags: Default::default(),
+        }
+    }
+
+    fn parse(args: &[&str]) -> Result<crate::bench::BenchArgs, clap::Error> {
+        #[derive(clap::Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            bench: crate::bench::BenchArgs,
+        }
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    }
+
+    #[test]
+    fn recipe_flags_parse_and_exclude_the_other_modes() {
+        let args = parse(&["--recipes"]).expect("parse");
+        let r = &args.recipes;
+        assert!(r.recipes);
+        assert_eq!(r.recipe_session_timeout, Duration::from_secs(4));
+        assert_eq!((r.failovers, r.election_participants), (10, 3));
+        assert_eq!((r.counter_sessions, r.increments), (8, 250));
+        assert_eq!((r.handoff_participants, r.handoffs), (3, 200));
+        assert!(!r.failover_all);
+        assert_eq!(r.election_participant, None);
+        let args = parse(&[
+            "--recipes",
+            "--failovers",
+            "2",
+            "--recipe-session-timeout",
+            "6s",
+            "--failover-all",
+        ])
+        .expect("parse");
+        assert_eq!(args.recipes.failovers, 2);
+        assert_eq!(args.recipes.recipe_session_timeout, Duration::from_secs(6));
+        assert!(args.recipes.failover_all);
+        assert!(!parse(&[]).expect("defaults").recipes.recipes);
+        assert!(parse(&["--recipes", "--locks"]).is_err());
+        assert!(parse(&["--recipes", "--compare"]).is_err());
+        assert!(parse(&["--recipes", "--connect", "127.0.0.1:1"]).is_err());
+        assert!(parse(&["--recipes", "--election-participants", "1"]).is_err());
+        assert!(parse(&["--recipes", "--counter-sessions", "0"]).is_err());
+        let args = parse(&[
+            "--election-participant",
+            "127.0.0.1:2181",
+            "/e",
+            "p-1",
+            "60",
+        ])
+        .expect("parse");
+        assert_eq!(
+            args.recipes.election_participant.as_deref(),
+            Some(&["127.0.0.1:2181", "/e", "p-1", "60"].map(String::from)[..])
+        );
+        assert!(parse(&["--election-participant", "127.0.0.1:2181", "/e"]).is_err());
+    }
+
+    #[test]
+    fn failover_combos_default_to_the_two_compared() {
+        let s = settings();
+        assert_eq!(s.failover_combos, FAILOVER_COMBOS.to_vec());
+        assert!(s.failover_limit() >= s.session_timeout * 2);
+        let all = parse(&["--recipes", "--failover-all"]).expect("parse");
+        let s = Settings::from_args(
+            &all.recipes,
+            launcher(),
+            CURATOR_CLASSPATH,
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        );
+        assert_eq!(s.failover_combos.len(), 4);
+    }
+}

@@ -1,0 +1,145 @@
+//! Curator's `DistributedAtomicLong` and `LeaderLatch`, measured from one JVM the benchmark
+//! starts (`CuratorRecipeBench.java` in `commands` mode, compiled by [`crate::bench::jvm`]).
+//! Every exchange is bounded in time; the JVM is killed when its handle drops, when this process
+//! dies, and by its own watchdog. The failover participants run in JVMs of their own (see
+//! [`super::failover`]).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::measure::{GRANT_LIMIT, Handoffs, Increments};
+use crate::bench::BoxError;
+use crate::bench::jvm::{Classes, Jvm, START_LIMIT};
+
+/// Session timeout of the JVM's counter and handoff sessions, as lockkeeper's side asks for
+/// (see `locks::open`): long, so that a scheduling hiccup on a loaded machine loses nothing.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The running command JVM.
+pub struct CuratorRecipeJvm {
+    jvm: Jvm,
+    command: String,
+}
+
+impl CuratorRecipeJvm {
+    /// Starts the compiled program in `commands` mode, ending itself after `watchdog`.
+    pub async fn start(
+        java: &Path,
+        classes: &Classes,
+        watchdog: Duration,
+    ) -> Result<CuratorRecipeJvm, BoxError> {
+        let args = [
+            "commands".to_string(),
+            watchdog.as_secs().max(1).to_string(),
+            SESSION_TIMEOUT.as_millis().to_string(),
+        ];
+        let jvm = Jvm::start(java, classes, &args).await?;
+        Ok(CuratorRecipeJvm {
+            jvm,
+            command: format!(
+                "{} commands (Curator DistributedAtomicLong, LeaderLatch)",
+                classes.describe(java)
+            ),
+        })
+    }
+
+    /// The command line, printed so a reader knows what was measured.
+    pub fn describe(&self) -> &str {
+        &self.command
+    }
+
+    /// `sessions` sessions incrementing one `DistributedAtomicLong`, up to `increments` each or
+    /// until `limit` passed.
+    pub async fn counter(
+        &mut self,
+        connect: &str,
+        path: &str,
+        sessions: usize,
+        increments: u32,
+        limit: Duration,
+    ) -> Result<Increments, BoxError> {
+        let command = format!(
+            "counter {connect} {path} {sessions} {increments} {}",
+            limit.as_millis()
+        );
+        let lines = self.jvm.exchange(&command, limit * 2 + START_LIMIT).await?;
+        let fields = self.result(&lines)?;
+        let elapsed_us = self.field(&fields, "elapsed_us")?;
+        Ok(Increments {
+            sessions,
+            increments: self.field(&fields, "increments")?,
+            elapsed: Duration::from_micros(elapsed_us),
+            tries: Some(self.field(&fields, "tries")?),
+        })
+    }
+
+    /// `participants` sessions in one `LeaderLatch` election, the leader closing its latch and
+    /// joining again with a new one, up to `handoffs` handoffs or until `limit` passed.
+    pub async fn handoff(
+        &mut self,
+        connect: &str,
+        path: &str,
+        participants: usize,
+        handoffs: u32,
+        limit: Duration,
+    ) -> Result<Handoffs, BoxError> {
+        let command = format!(
+            "handoff {connect} {path} {participants} {handoffs} {}",
+            limit.as_millis()
+        );
+        let lines = self
+            .jvm
+            .exchange(&command, limit + GRANT_LIMIT * 2 + START_LIMIT)
+            .await?;
+        let mut gaps = Vec::new();
+        for line in lines.iter().filter_map(|l| l.strip_prefix("GAPS")) {
+            for word in line.split_whitespace() {
+                let us: u64 = word
+                    .parse()
+                    .map_err(|_| self.jvm.failure(&format!("bad gap {word:?}")))?;
+                gaps.push(Duration::from_micros(us));
+            }
+        }
+        let fields = self.result(&lines)?;
+        let count: u64 = self.field(&fields, "handoffs")?;
+        if count != gaps.len() as u64 {
+            return Err(self.jvm.failure(&format!(
+                "{count} handoffs but {} gaps reported",
+                gaps.len()
+            )));
+        }
+        Ok(Handoffs {
+            participants,
+            gaps,
+            elapsed: Duration::from_micros(self.field(&fields, "elapsed_us")?),
+        })
+    }
+
+    /// The `key=value` words of the `RESULT` line.
+    fn result<'a>(&self, lines: &'a [String]) -> Result<Vec<(&'a str, &'a str)>, BoxError> {
+        let line = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .ok_or_else(|| self.jvm.failure(&format!("no RESULT line in {lines:?}")))?;
+        Ok(line
+            .split_whitespace()
+            .filter_map(|word| word.split_once('='))
+            .collect())
+    }
+
+    fn field(&self, fields: &[(&str, &str)], key: &str) -> Result<u64, BoxError> {
+        fields
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| {
+                self.jvm
+                    .failure(&format!("no number `{key}=` in {fields:?}"))
+            })
+    }
+
+    /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.
+    pub async fn stop(self) {
+        self.jvm.stop().await;
+    }
+}
