@@ -573,14 +573,14 @@ fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
         assert_eq!(ask(&format!("count-get {path} 99")), "OK -3 1", "on {on}");
         assert_eq!(ask(&format!("count-set {path} 123456")), "OK", "on {on}");
         rt.block_on(wait_count(&count, 123456));
-        // Curator's versioned try-set against lockkeeper's versions, both ways.
+        // Curator's versioned try-set against the versions of the writes so far.
         assert_eq!(
-            ask(&format!("count-tryset {path} 1 5")),
+            ask(&format!("count-tryset {path} 1 123456 5")),
             "OK false",
             "on {on}"
         );
         assert_eq!(
-            ask(&format!("count-tryset {path} 2 5")),
+            ask(&format!("count-tryset {path} 2 123456 5")),
             "OK true",
             "on {on}"
         );
