@@ -140,7 +140,7 @@ impl View {
         match (self.nodes.get(path), found) {
             (None, None) => {}
             (None, Some(node)) => self.insert(path, node),
-            (Some(_), None) => self.remove_subtree(path),
+            (Some(_), None) => self.remove_subtree(path, i64::MAX),
             (Some(old), Some(node)) => match compare(old, &node) {
                 Update::Stale => {}
                 Update::StatOnly => {
@@ -156,8 +156,9 @@ impl View {
                     });
                 }
                 Update::Recreated => {
-                    // The old incarnation's children went with it.
-                    self.remove_subtree(path);
+                    // The old incarnation's children went with it; children of the new one
+                    // (created after it, so with a greater czxid) may be cached already.
+                    self.remove_subtree(path, node.stat.czxid);
                     self.insert(path, node);
                 }
             },
@@ -194,8 +195,9 @@ impl View {
         });
     }
 
-    /// Removes `path` and every cached node below it, deepest first, with their events.
-    fn remove_subtree(&mut self, path: &str) {
+    /// Removes `path` and every cached node below it created before `before` (a zxid),
+    /// deepest first, with their events.
+    fn remove_subtree(&mut self, path: &str, before: i64) {
         let prefix = child_prefix(path);
         let below: Vec<String> = self
             .nodes
@@ -204,6 +206,7 @@ impl View {
                 std::ops::Bound::Unbounded,
             ))
             .take_while(|(p, _)| p.starts_with(&prefix))
+            .filter(|(_, node)| node.stat.czxid < before)
             .map(|(p, _)| p.clone())
             .collect();
         for p in below.iter().rev().map(String::as_str).chain([path]) {
@@ -282,6 +285,19 @@ mod tests {
         view.apply("/a", Some(node(5, 8, "newer")));
         view.apply("/a", Some(node(9, 9, "recreated")));
         assert_eq!(drain(&mut events), ["+/a@7", "~/a@8", "-/a", "+/a@9"]);
+    }
+
+    #[test]
+    fn a_recreated_parent_keeps_the_children_of_its_new_incarnation() {
+        let mut view = View::default();
+        view.apply("/p", Some(node(1, 1, "")));
+        view.apply("/p/old", Some(node(2, 2, "")));
+        // Read before the parent's re-creation was seen: a child of the new incarnation.
+        view.apply("/p/new", Some(node(6, 6, "")));
+        let mut events = view.subscribe();
+        view.apply("/p", Some(node(5, 5, "")));
+        assert_eq!(drain(&mut events), ["-/p/old", "-/p", "+/p@5"]);
+        assert!(view.get("/p/new").is_some());
     }
 
     #[test]
