@@ -13,13 +13,14 @@ mod jvm;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use jvm::Jvm;
 use lockkeeper::Error;
-use lockkeeper::zk::{RetryPolicy, Session, SharedCount, VersionedCount};
+use lockkeeper::zk::{ConnectionState, RetryPolicy, Session, SharedCount, VersionedCount};
 use lockkeeper_testkit::python3;
-use support::{children, for_each_backend, session};
+use support::{Partition, children, for_each_backend, session, wait_state};
 use zookeeper_client::{Acls, CreateMode};
 
 /// Bound on anything a test waits for (the machine may be loaded).
@@ -223,6 +224,74 @@ async fn exhausted_retries_are_contended_and_write_nothing() {
     .await;
 }
 
+/// Connections cut again and again while increments are in flight: an increment whose answer
+/// was lost is either proved unapplied and sent again, or reported as unknown; none is ever
+/// applied twice (Curator and kazoo retry the whole update there and can count it twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn increments_cut_off_mid_write_are_never_applied_twice() {
+    for_each_backend(|connect| async move {
+        // Bounds the loop if the cuts take far longer than planned.
+        const MAX_ROUNDS: usize = 20_000;
+        let path = "/counters/cut";
+        let partition = Partition::start(&connect).await;
+        let through = session(&partition.connect_string()).await;
+        let counter = through.atomic_long(path).unwrap();
+        let writer = session(&connect).await;
+        let rival = writer.atomic_long(path).unwrap();
+        let cutting_done = AtomicBool::new(false);
+        let cutting = async {
+            // Short cuts: the session survives them (4 s timeout); requests in flight do not.
+            for _ in 0..30 {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                partition.cut();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                partition.heal();
+            }
+            cutting_done.store(true, Ordering::SeqCst);
+        };
+        let incrementing = async {
+            let (mut applied, mut unknown, mut refused, mut rounds) = (Vec::new(), 0i64, 0, 0);
+            while !cutting_done.load(Ordering::SeqCst) && rounds < MAX_ROUNDS {
+                rounds += 1;
+                // A second writer keeps the node moving, so that a lost write is often
+                // ambiguous rather than provably unapplied.
+                rival.increment().await.expect("rival increment");
+                match counter.increment().await {
+                    Ok(value) => applied.push(value),
+                    Err(Error::Zk(_) | Error::SessionLost) => unknown += 1,
+                    // Retries exhausted or contended: provably not written.
+                    Err(Error::RetriesExhausted { .. } | Error::Contended { .. }) => refused += 1,
+                    Err(other) => panic!("increment through the cut connection: {other}"),
+                }
+            }
+            (applied, unknown, refused, rounds)
+        };
+        let ((mut applied, unknown, refused, rounds), ()) =
+            tokio::time::timeout(LIMIT * 4, async { tokio::join!(incrementing, cutting) })
+                .await
+                .expect("the increments end in time");
+        let total = rival.get().await.unwrap();
+        let ours = total - rounds as i64;
+        eprintln!(
+            "{rounds} rounds: {} applied, {unknown} unknown, {refused} refused; the counter holds {ours} of ours",
+            applied.len()
+        );
+        let count = applied.len() as i64;
+        assert!(
+            count <= ours && ours <= count + unknown,
+            "{count} acknowledged + {unknown} unknown increments, but {ours} were applied"
+        );
+        applied.sort_unstable();
+        applied.dedup();
+        assert_eq!(
+            applied.len() as i64,
+            count,
+            "two increments returned one value"
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atomic_long_wraps_on_overflow_as_curator_does() {
     for_each_backend(|connect| async move {
@@ -360,6 +429,33 @@ async fn shared_count_seeds_once_watches_and_try_sets_by_version() {
             tokio::time::timeout(LIMIT, changes.next()).await.unwrap(),
             None
         );
+    })
+    .await;
+}
+
+/// A session lost to a partition: the SharedCount catches up with what was written meanwhile
+/// and keeps following in the new session; the AtomicLong carries on with the same value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_carry_on_after_the_session_is_lost() {
+    for_each_backend(|connect| async move {
+        let path = "/counters/after-loss";
+        let long_path = "/counters/after-loss-long";
+        let partition = Partition::start(&connect).await;
+        let through = session(&partition.connect_string()).await;
+        let count = through.shared_count(path, 1).await.unwrap();
+        let counter = through.atomic_long(long_path).unwrap();
+        assert_eq!(counter.add(10).await.unwrap(), 10);
+        let writer = session(&connect).await;
+        let other = writer.shared_count(path, 0).await.unwrap();
+
+        partition.cut();
+        wait_state(&through, ConnectionState::Lost).await;
+        other.set(77).await.unwrap();
+        partition.heal();
+        wait_count(&count, 77).await;
+        other.set(78).await.unwrap();
+        wait_count(&count, 78).await;
+        assert_eq!(counter.increment().await.unwrap(), 11);
     })
     .await;
 }
