@@ -95,6 +95,8 @@ impl Group {
 
     /// The current members, id -> payload, read fresh from the server (empty if the group's
     /// node does not exist). A member that leaves while it is read is left out.
+    /// [`Error::SessionLost`] while a lost session is being replaced (a read never waits for
+    /// the next one).
     pub async fn members(&self) -> Result<BTreeMap<String, Vec<u8>>> {
         let generation = self.session.generation();
         let path = &*self.path;

@@ -29,7 +29,7 @@
 //! - A data change by someone else is not fought as it happens (as in Curator); our data is
 //!   written back at the next look (a reconnection, a new generation, a re-create).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -255,17 +255,17 @@ impl Shared {
                     self.delete_versioned(generation, &stat).await?;
                 }
                 Owner::Other => {
-                    if self.present.send_replace(false) || created_unanswered {
-                        tracing::info!(
-                            path = self.path,
-                            owner = format_args!("0x{:x}", stat.ephemeral_owner),
-                            "someone else's node is on the path; ours is created once it is gone"
-                        );
-                    }
+                    self.present.send_replace(false);
+                    tracing::info!(
+                        path = self.path,
+                        owner = format_args!("0x{:x}", stat.ephemeral_owner),
+                        "someone else's node is on the path; ours is created once it is gone"
+                    );
                     return Ok(watcher);
                 }
             }
         }
+        // The node kept changing under every look: the task tries again after a pause.
         Err(Error::Zk(zookeeper_client::Error::BadVersion))
     }
 
@@ -295,7 +295,7 @@ impl Shared {
         let data = self.data();
         let mut unanswered = false;
         for _ in 0..2 {
-            let unanswered_now = std::sync::atomic::AtomicBool::new(false);
+            let unanswered_now = AtomicBool::new(false);
             let made = generation
                 .retry(|client| {
                     let (options, data, flag) = (&options, &data, &unanswered_now);
@@ -305,7 +305,7 @@ impl Shared {
                             Err(zookeeper_client::Error::NodeExists) => Ok(None),
                             Err(err) => {
                                 if is_connection_loss(&err) {
-                                    flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                                    flag.store(true, Ordering::Relaxed);
                                 }
                                 Err(err)
                             }
