@@ -682,6 +682,12 @@ fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
         );
         rt.block_on(wait_count(&count, 5));
         assert_eq!(count.versioned().version, 3);
+        // Curator's watch sees lockkeeper's write.
+        curator.send(&format!("count-await {path} 2024"));
+        assert_eq!(curator.next_line(JVM_LIMIT), "WATCHING", "on {on}");
+        rt.block_on(count.set(2024)).unwrap();
+        assert_eq!(curator.next_line(JVM_LIMIT), "OK 2024", "on {on}");
+        let mut ask = |command: &str| curator.request(command, JVM_LIMIT);
         // Curator seeds a node; lockkeeper reads the seed.
         let seeded = "/interop/curator/seeded";
         assert_eq!(ask(&format!("count-get {seeded} -8")), "OK -8 0", "on {on}");

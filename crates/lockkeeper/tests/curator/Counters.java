@@ -8,6 +8,9 @@
 //   count-set <path> <value>                setCount                       -> `OK`
 //   count-tryset <path> <version> <expected> <value>
 //                                           trySetCount(VersionedValue)    -> `OK true|false`
+//   count-await <path> <value>              a started SharedCount's listener, waiting (60 s)
+//                                           for the count to become <value>: `WATCHING` once
+//                                           listening, then `OK <value>` (or `OK timeout`)
 //   long-get <path>                         DistributedAtomicLong.get      -> `OK <value>`
 //   long-add <path> <delta>                 add                            -> `OK <new value>`
 //   long-cas <path> <expected> <new>        compareAndSet                  -> `OK true|false`
@@ -17,12 +20,16 @@
 // A command that throws answers `ERR <exception>`; `READY` is printed once connected.
 
 import java.lang.reflect.Constructor;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.recipes.atomic.AtomicValue;
 import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.atomic.PromotedToLock;
 import org.apache.curator.framework.recipes.shared.SharedCount;
+import org.apache.curator.framework.recipes.shared.SharedCountListener;
+import org.apache.curator.framework.recipes.shared.SharedCountReader;
+import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.framework.recipes.shared.VersionedValue;
 import org.apache.curator.retry.RetryNTimes;
 
@@ -73,6 +80,28 @@ public final class Counters {
                     VersionedValue<Integer> previous =
                             versioned(Integer.parseInt(words[2]), Integer.parseInt(words[3]));
                     return "OK " + count.trySetCount(previous, Integer.parseInt(words[4]));
+                }
+            }
+            case "count-await": {
+                int wanted = Integer.parseInt(words[2]);
+                CountDownLatch seen = new CountDownLatch(1);
+                try (SharedCount count = started(client, path, 0)) {
+                    count.addListener(new SharedCountListener() {
+                        @Override
+                        public void countHasChanged(SharedCountReader reader, int newCount) {
+                            if (newCount == wanted) {
+                                seen.countDown();
+                            }
+                        }
+
+                        @Override
+                        public void stateChanged(CuratorFramework c, ConnectionState state) {}
+                    });
+                    if (count.getCount() == wanted) {
+                        seen.countDown();
+                    }
+                    Interop.say("WATCHING");
+                    return "OK " + (seen.await(60, TimeUnit.SECONDS) ? Integer.toString(wanted) : "timeout");
                 }
             }
             case "long-get":

@@ -96,10 +96,10 @@ impl AtomicLong {
     /// `lock_path` (through [`Session::mutex`], waiting at most `timeout`) and attempts the
     /// update again under it, backing off as the retry policy says, until it is written or
     /// `timeout` has passed once more (writers that have not promoted still race the holder),
-    /// then releases the lock. Every
-    /// writer that promotes must name the same lock path; Curator's `PromotedToLock` with that
-    /// `lockPath` takes the same lock. If the lock is not granted in time the update fails
-    /// with [`Error::Contended`].
+    /// then releases the lock. Every writer that promotes must name the same lock path;
+    /// Curator's `PromotedToLock` with that `lockPath` queues in the same lock. If the lock is
+    /// not granted in time, or the second `timeout` passes, the update fails with
+    /// [`Error::Contended`], having written nothing.
     ///
     /// [`Error::InvalidArgument`] for a lock path that is not absolute or a zero timeout.
     pub fn promote_to_lock(mut self, lock_path: &str, timeout: Duration) -> Result<AtomicLong> {
