@@ -33,9 +33,11 @@
 //!   watch, one read and the marker), and it is the participant that was second in the queue:
 //!   both languages queue in one order. One settle period later there is still exactly one new
 //!   start and no end.
-//! - **Both sides name the same leader**: after every change, lockkeeper's
-//!   [`LeaderLatch::leader`] and Curator's `getLeader()` in every live JVM name the marker's
-//!   holder.
+//! - **Both sides name the same leader**: after every change, and while a killed leader's
+//!   session may live (it still leads then), lockkeeper's [`LeaderLatch::leader`] and Curator's
+//!   `getLeader()` in every live JVM name the same participant (after a change, the marker's
+//!   holder), and lockkeeper's `candidates()` and Curator's `getParticipants()` list one queue.
+//!   The successor's fencing token is above the leader's, whichever languages they are.
 //! - **A graceful leave hands over at once**: after Curator's `close`, the next participant (a
 //!   lockkeeper one) leads within a tick of the Curator leader's end, not after a timeout.
 
@@ -397,7 +399,8 @@ impl Election<'_> {
         self.both_name(leader);
     }
 
-    /// lockkeeper's `leader()` and Curator's `getLeader()` in every live JVM name `leader`.
+    /// lockkeeper's `leader()` and Curator's `getLeader()` in every live JVM name `leader`,
+    /// and lockkeeper's `candidates()` and Curator's `getParticipants()` list one queue.
     fn both_name(&mut self, leader: &str) {
         let on = self.on();
         let named = self
@@ -412,12 +415,20 @@ impl Election<'_> {
             Some(leader),
             "lockkeeper's leader() on {on}"
         );
+        let queue = self.ids().join(",");
         for participant in &mut self.participants {
             if let Process::Curator(jvm) = &mut participant.process {
                 let named = curator_leader(jvm);
                 assert_eq!(
                     named, leader,
                     "Curator's getLeader() in {} on {on}",
+                    participant.id
+                );
+                let listed = ask(jvm, "participants");
+                assert_eq!(
+                    listed.strip_prefix("OK participants "),
+                    Some(queue.as_str()),
+                    "Curator's getParticipants() in {} on {on}",
                     participant.id
                 );
             }
@@ -429,9 +440,14 @@ impl Election<'_> {
     /// the time from the kill to the new leader's start.
     fn kill_the_leader(&mut self) -> (Language, Duration) {
         let on = self.on();
-        let queue = self.ids();
+        let queue = self.candidates();
         assert!(queue.len() >= 2, "nobody to take over on {on}: {queue:?}");
-        let (leader, next) = (queue[0].clone(), queue[1].clone());
+        let (leader, next) = (queue[0].id.clone(), queue[1].id.clone());
+        // Whatever the language, a later term fences out an earlier one.
+        assert!(
+            queue[1].fencing_token > queue[0].fencing_token,
+            "the successor's token is not above the leader's on {on}: {queue:?}"
+        );
         assert_eq!(
             holder(self.dir()).as_deref(),
             Some(leader.as_str()),

@@ -12,9 +12,10 @@
 // it holds the leader marker of <markerDir> (see `LeaderMarker` below), and it prints
 // `LEADER <id>` and `NOTLEADER <id>` at each change. Commands on stdin, one reply line each (event
 // lines may come before it):
-//   leader   -> `OK leader <id>`: Curator's getLeader().getId() (empty when nobody is queued)
-//   close    -> `OK closed`: lets go of the marker, then closes the latch (its node is deleted)
-//   quit     -> `BYE`, then the JVM ends
+//   leader       -> `OK leader <id>`: Curator's getLeader().getId() (empty when nobody is queued)
+//   participants -> `OK participants <id>,<id>,...`: getParticipants(), in queue order
+//   close        -> `OK closed`: lets go of the marker, then closes the latch (its node goes)
+//   quit         -> `BYE`, then the JVM ends
 // A command that throws answers `ERR <exception>`.
 
 import java.io.IOException;
@@ -26,10 +27,12 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public final class Latch {
@@ -100,6 +103,9 @@ public final class Latch {
             try {
                 switch (line.trim()) {
                     case "leader" -> Interop.say("OK leader " + latch.getLeader().getId());
+                    case "participants" -> Interop.say("OK participants " + latch.getParticipants().stream()
+                            .map(Participant::getId)
+                            .collect(Collectors.joining(",")));
                     case "close" -> {
                         // Curator's close deletes the node before it drops its leadership flag
                         // (and, closing silently, never calls notLeader): a careful leader stops
