@@ -53,10 +53,12 @@ pub(super) async fn write_if(
     base: Base,
     data: &[u8],
 ) -> Result<Written> {
-    let generation = session.generation();
-    let policy = generation.retry_policy();
+    let policy = session.generation().retry_policy();
     let mut attempt = 1;
     loop {
+        // The current generation each time: a write proved unapplied may be sent again in
+        // the session that replaced a lost one.
+        let generation = session.generation();
         let client = generation.client()?;
         let sent = Instant::now();
         let answer = match base {
