@@ -266,7 +266,15 @@ impl Shared {
             }
         }
         // The node kept changing under every look: the task tries again after a pause.
-        Err(Error::Zk(zookeeper_client::Error::BadVersion))
+        Err(self.contended())
+    }
+
+    /// What a step reports when the node changed under every one of its attempts.
+    fn contended(&self) -> Error {
+        Error::Contended {
+            path: self.path.clone(),
+            attempts: SETTLE_ATTEMPTS,
+        }
     }
 
     fn owner(&self, generation: &Generation, stat: &Stat, created_unanswered: bool) -> Owner {
@@ -381,7 +389,7 @@ impl Shared {
             }
             self.set_versioned(generation, &stat).await?;
         }
-        Err(Error::Zk(zookeeper_client::Error::BadVersion))
+        Err(self.contended())
     }
 
     /// Deletes our node, wherever it was created; someone else's is left alone.
@@ -414,7 +422,7 @@ impl Shared {
                 Err(err) => return Err(err),
             }
         }
-        Err(Error::Zk(zookeeper_client::Error::BadVersion))
+        Err(self.contended())
     }
 }
 
