@@ -40,9 +40,9 @@ use view::View;
 pub struct CachedNode {
     /// The node's data.
     pub data: Vec<u8>,
-    /// The node's stat, as of the last read. Children counters (`num_children`, `cversion`,
-    /// `pzxid`) follow creations and deletions below a tree cache's nodes; a node cache's
-    /// follow its children only as far as the persistent watch reports them.
+    /// The node's stat, as of the last read. Its children counters (`num_children`,
+    /// `cversion`, `pzxid`) follow creations and deletions of children too: those events make
+    /// the cache read the parent again (without emitting an event for it).
     pub stat: Stat,
 }
 

@@ -8,10 +8,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState};
 
 use super::view::{View, child_prefix};
@@ -124,11 +126,16 @@ async fn follow(
         let mut watcher = match client.watch(&spec.root, spec.mode()).await {
             Ok(watcher) => watcher,
             Err(zookeeper_client::Error::Unimplemented) => {
+                tracing::error!(
+                    path = spec.root,
+                    "the server does not implement AddWatch (opcode 106): a cache needs \
+                     persistent watches, Apache ZooKeeper 3.6 or later (or Keeper)"
+                );
                 return Stop::Fatal(Error::Zk(zookeeper_client::Error::Unimplemented));
             }
             Err(err) if is_terminal(&err) => return Stop::Ended,
             Err(err) if is_connection_loss(&err) => {
-                let pause = generation.retry_policy().delay(attempt);
+                let pause = pause(generation, attempt);
                 attempt = attempt.saturating_add(1);
                 tokio::select! {
                     () = tokio::time::sleep(pause) => continue 'connection,
@@ -138,17 +145,18 @@ async fn follow(
             Err(err) => return Stop::Fatal(Error::Zk(err)),
         };
         _previous = None;
-        attempt = 1;
-        // After a failed refresh the view waits for the reconnection's refresh.
-        let mut interrupted = match refresh(&client, spec, view, ready.is_none()).await {
+        // After a read failed, the view waits for the reconnection's refresh, or starts over
+        // at this time if no reconnection is reported (a request that timed out alone).
+        let mut start_over = match refresh(&client, spec, view, ready.is_none()).await {
             Ok(()) => {
                 if let Some(ready) = ready.take() {
                     let _ = ready.send(Ok(()));
                 }
-                false
+                attempt = 1;
+                None
             }
             Err(Interrupted::Ended) => return Stop::Ended,
-            Err(Interrupted::ConnectionLoss) => true,
+            Err(Interrupted::ConnectionLoss) => Some(Instant::now() + pause(generation, attempt)),
         };
         drop(client);
         let mut lookahead = None;
@@ -158,6 +166,11 @@ async fn follow(
                 None => tokio::select! {
                     event = watcher.changed() => event,
                     () = generation.ended() => return Stop::Ended,
+                    () = sleep_until(start_over), if start_over.is_some() => {
+                        attempt = attempt.saturating_add(1);
+                        _previous = Some(watcher);
+                        continue 'connection;
+                    }
                 },
             };
             if event.event_type == EventType::Session {
@@ -171,7 +184,7 @@ async fn follow(
                     _ => continue,
                 }
             }
-            if interrupted {
+            if start_over.is_some() {
                 continue;
             }
             // Everything already waiting is read in the same batch.
@@ -193,9 +206,27 @@ async fn follow(
             match read_nodes(&client, &batch, view).await {
                 Ok(()) => {}
                 Err(Interrupted::Ended) => return Stop::Ended,
-                Err(Interrupted::ConnectionLoss) => interrupted = true,
+                Err(Interrupted::ConnectionLoss) => {
+                    start_over = Some(Instant::now() + pause(generation, attempt));
+                }
             }
         }
+    }
+}
+
+/// The pause before registering the watch again after a connection loss: the retry policy's,
+/// but never so short that a policy without delays spins.
+fn pause(generation: &Generation, attempt: u32) -> Duration {
+    generation
+        .retry_policy()
+        .delay(attempt)
+        .max(Duration::from_millis(20))
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
