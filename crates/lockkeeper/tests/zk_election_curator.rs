@@ -7,8 +7,8 @@
 //! process of its own (this test binary re-run by `test_child`), all with a 4 s session. The test
 //! kills whichever participant leads, by PID, with SIGKILL, [`KILLS`] times (the queue order
 //! makes the victims alternate between the languages), and replaces each victim with a fresh
-//! participant of the same language at the back of the queue. At the end the Curator leader
-//! leaves gracefully (`close`).
+//! participant of the same language at the back of the queue. At the end a Curator leader and
+//! then a lockkeeper leader step down gracefully.
 //!
 //! **What "believes it leads" means, and how it is checked.** Every participant, while it
 //! believes it leads, holds the leader marker of a marker directory both languages write (see
@@ -38,8 +38,11 @@
 //!   `getLeader()` in every live JVM name the same participant (after a change, the marker's
 //!   holder), and lockkeeper's `candidates()` and Curator's `getParticipants()` list one queue.
 //!   The successor's fencing token is above the leader's, whichever languages they are.
-//! - **A graceful leave hands over at once**: after Curator's `close`, the next participant (a
-//!   lockkeeper one) leads within a tick of the Curator leader's end, not after a timeout.
+//! - **A graceful leave hands over at once**, both ways: after Curator's `close`, the next
+//!   participant (a lockkeeper one) leads within a tick of the Curator leader's end, not after
+//!   a timeout; after that lockkeeper leader's `run` task returns (asked through a
+//!   `resign-<id>` file), a Curator participant leads within a tick, and both languages see the
+//!   lockkeeper participant queued again at the back.
 
 #[allow(dead_code)]
 #[path = "curator/jvm.rs"]
@@ -108,12 +111,18 @@ fn lockkeeper_participant() {
             .unwrap_or_else(|e| panic!("participant {id} connects to {connect}: {e}"));
         let latch = session.leader_latch(ELECTION, &id).expect("leader latch");
         // The task is dropped the moment leadership can no longer be trusted, and the marker
-        // with it; `run` then queues again.
+        // with it; when it returns, the marker ends first and `run` resigns. Either way `run`
+        // then queues again.
+        let resign = dir.join(format!("resign-{id}"));
         let run = latch.run(|_term| {
             let marker = LeaderMarker::begin(&dir, &id);
+            let resign = &resign;
             async move {
                 let _marker = marker;
-                std::future::pending::<()>().await
+                // Leads until the test asks it to step down (its file, taken once).
+                while std::fs::remove_file(resign).is_err() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
             }
         });
         match tokio::time::timeout(CHILD_LIMIT, run).await {
@@ -516,27 +525,36 @@ impl Election<'_> {
         (language, delay)
     }
 
-    /// The Curator leader leaves with `close`: the next in line leads within a tick.
-    fn close_the_curator_leader(&mut self) {
+    /// The leader steps down on purpose: a Curator one closes its latch, a lockkeeper one
+    /// ends its `run` task (which resigns and queues again at the back). The next in line leads
+    /// within a tick of the leader's end, not after a session timeout. Returns who stepped down
+    /// and the time from the leader's end to the new leader's start.
+    fn step_down(&mut self) -> (Language, Duration) {
         let on = self.on();
         let queue = self.ids();
         let (leader, next) = (queue[0].clone(), queue[1].clone());
         let mark = events(self.dir()).len();
+        let dir = self.dir().to_owned();
         let participant = self
             .participants
             .iter_mut()
             .find(|p| p.id == leader)
             .unwrap_or_else(|| panic!("the leader {leader} is none of ours on {on}"));
-        let Process::Curator(jvm) = &mut participant.process else {
-            panic!(
-                "the queue order should have put a Curator participant first on {on}: {queue:?}"
-            );
+        let language = match &mut participant.process {
+            Process::Curator(jvm) => {
+                assert_eq!(ask(jvm, "close"), "OK closed");
+                Language::Curator
+            }
+            Process::Lockkeeper(_) => {
+                std::fs::write(dir.join(format!("resign-{leader}")), b"")
+                    .expect("ask the leader to resign");
+                Language::Lockkeeper
+            }
         };
-        assert_eq!(ask(jvm, "close"), "OK closed");
         let (line, new, at) = self
             .next_start(mark, Instant::now() + STEP)
-            .unwrap_or_else(|| panic!("no new leader after {leader} closed on {on}"));
-        assert_eq!(new, next, "after {leader} closed on {on}");
+            .unwrap_or_else(|| panic!("no new leader after {leader} stepped down on {on}"));
+        assert_eq!(new, next, "after {leader} stepped down on {on}");
         let ended = events(self.dir())[mark..].iter().find_map(|e| match e {
             Event::End { id, at } if *id == leader => Some(*at),
             _ => None,
@@ -545,10 +563,23 @@ impl Election<'_> {
         let gap = Duration::from_millis(at.saturating_sub(ended));
         assert!(
             gap <= TICK,
-            "{new} led {gap:?} after {leader} closed on {on}"
+            "{new} led {gap:?} after {leader} stepped down on {on}"
         );
+        if language == Language::Lockkeeper {
+            // `run` queues again at the back, seen alike by both languages (`settle_on`).
+            let deadline = Instant::now() + STEP;
+            while self.ids().last() != Some(&leader) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{leader} did not queue again on {on}: {:?}",
+                    self.ids()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         // The leader's end comes before the new start: settle from the start on.
         self.settle_on(&new, line);
+        (language, gap)
     }
 }
 
@@ -612,7 +643,13 @@ fn one_election(server: &dyn TestServer) {
     for _ in 0..KILLS {
         measured.push(election.kill_the_leader());
     }
-    election.close_the_curator_leader();
+    // The queue now holds curator-2, rust-2, curator-3, rust-3: one graceful handover each way.
+    let stepped = [election.step_down(), election.step_down()];
+    assert_eq!(
+        stepped.map(|(language, _)| language),
+        [Language::Curator, Language::Lockkeeper],
+        "the queue order on {on}"
+    );
 
     let log = events(election.dir());
     let overlaps: Vec<&Event> = log
@@ -625,7 +662,7 @@ fn one_election(server: &dyn TestServer) {
         languages.contains(&Language::Curator) && languages.contains(&Language::Lockkeeper),
         "the kills should have hit both languages on {on}: {languages:?}"
     );
-    eprintln!("{on}: kill -> new leader: {measured:?}");
+    eprintln!("{on}: kill -> new leader: {measured:?}; end -> start on stepping down: {stepped:?}");
 
     // The JVMs end on a closed stdin; the lockkeeper children are killed on drop.
     for participant in election.participants.drain(..) {
