@@ -495,3 +495,66 @@ async fn the_cache_is_rebuilt_in_a_new_session_after_an_expiry() {
     })
     .await;
 }
+
+/// zookeeper-client 0.11 leaves persistent watches out when it reconnects (a plain watcher
+/// hears nothing after a restart): the cache registers its own again.
+#[tokio::test]
+async fn changes_after_a_restart_reach_the_cache() {
+    for mut server in Restartable::all() {
+        eprintln!("--- against {}", server.server().name());
+        let connect = server.server().connect_string();
+        let (writer, reader) = (session(&connect).await, session(&connect).await);
+        create(&writer, "/w/x", b"0").await;
+        let cache = reader.tree_cache("/w").await.expect("tree cache");
+        let mut events = cache.events();
+        server.restart();
+        loop {
+            if let CacheEvent::Rebuilt = next(&mut events).await {
+                break;
+            }
+        }
+        let client = writer.client().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while let Err(err) = client.set_data("/w/x", b"1", None).await {
+            assert!(
+                Instant::now() < deadline,
+                "the writer never got through: {err}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        match next(&mut events).await {
+            CacheEvent::Changed { path, node, .. } => {
+                assert_eq!((path.as_str(), node.data.as_slice()), ("/w/x", &b"1"[..]))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cache_in_a_chroot_sees_paths_relative_to_it() {
+    for_each_backend(|connect| async move {
+        let root = session(&connect).await;
+        let chrooted = session(&format!("{connect}/app")).await;
+        let cache = chrooted.tree_cache("/config").await.expect("tree cache");
+        let mut events = cache.events();
+        create(&root, "/app/config/db", b"url").await;
+        loop {
+            match next(&mut events).await {
+                CacheEvent::Created { path, .. } if path == "/config/db" => break,
+                CacheEvent::Created { path, .. } if path == "/config" => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(cache.get("/config/db").expect("cached").data, b"url");
+        assert_eq!(
+            cache
+                .children("/config")
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect::<Vec<_>>(),
+            ["db"]
+        );
+    })
+    .await;
+}
