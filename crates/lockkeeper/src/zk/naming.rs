@@ -291,6 +291,7 @@ async fn write_persistent(session: &Session, path: &str, address: &str) -> Resul
                 match create_parents(&client, parent).await {
                     Ok(()) => {}
                     Err(Error::Zk(err)) => return Err(err),
+                    // The session ended: a terminal error ends the retries as SessionLost.
                     Err(_) => return Err(zookeeper_client::Error::SessionExpired),
                 }
             }

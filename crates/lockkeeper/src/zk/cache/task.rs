@@ -102,6 +102,8 @@ fn stop(view: &StdMutex<View>, ready: &mut Option<oneshot::Sender<Result<()>>>, 
         Some(ready) => {
             let _ = ready.send(Err(err));
         }
+        // A closed session is the normal end of a cache.
+        None if matches!(err, Error::SessionLost) => tracing::debug!("a ZooKeeper cache stopped"),
         None => tracing::error!(%err, "a ZooKeeper cache stopped"),
     }
     lock(view).close();
