@@ -10,9 +10,12 @@
 //       line, each answered by result lines and a final `END` (`ERROR <reason>` before `END`
 //       when it failed):
 //
-//       counter <connect> <path> <sessions> <increments> <limitMs>
+//       counter <connect> <path> <sessions> <increments> <limitMs> <backoff|spin>
 //           `sessions` sessions, each incrementing one DistributedAtomicLong up to
-//           `increments` times or until `limitMs` passed. Answers
+//           `increments` times or until `limitMs` passed. An increment that loses to a
+//           concurrent one tries again: `backoff` after a jittered sleep from 5 ms doubling to at
+//           most 500 ms, 20 tries in all (lockkeeper's default); `spin` at once, up to
+//           10,000 tries. Answers
 //           `RESULT increments=<n> elapsed_us=<us> tries=<optimistic tries>` (the benchmark
 //           then reads the counter's final value itself).
 //       handoff <connect> <path> <participants> <handoffs> <limitMs>
@@ -38,6 +41,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import org.apache.curator.RetryPolicy;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.atomic.AtomicValue;
@@ -50,11 +54,8 @@ public final class CuratorRecipeBench {
     /** Bound on one wait for leadership; a longer wait fails the measurement. */
     private static final long GRANT_LIMIT_S = 60;
 
-    /**
-     * Optimistic tries of one increment before DistributedAtomicLong gives up, with no sleep in
-     * between: the fastest Curator's counter can go (a sleeping retry policy only slows it).
-     */
-    private static final int COUNTER_TRIES = 10_000;
+    /** Tries of one increment under the `spin` policy, with no sleep in between. */
+    private static final int SPIN_TRIES = 10_000;
 
     private static int sessionTimeoutMs = 4_000;
 
@@ -82,7 +83,7 @@ public final class CuratorRecipeBench {
             try {
                 switch (w[0]) {
                     case "counter" -> counter(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
-                            Long.parseLong(w[5]));
+                            Long.parseLong(w[5]), w[6]);
                     case "handoff" -> handoff(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
                             Long.parseLong(w[5]));
                     default -> say("ERROR unknown command " + w[0]);
@@ -198,8 +199,19 @@ public final class CuratorRecipeBench {
         void run(int index) throws Exception;
     }
 
-    private static void counter(String connect, String path, int sessions, int increments, long limitMs)
-            throws Exception {
+    private static RetryPolicy counterRetry(String mode) {
+        return switch (mode) {
+            // Curator's sleep before retry n is base * random(1 .. 2^(n+1)), capped; 19 retries
+            // make the 20 tries of lockkeeper's default.
+            case "backoff" -> new ExponentialBackoffRetry(5, 19, 500);
+            case "spin" -> new RetryNTimes(SPIN_TRIES - 1, 0);
+            default -> throw new IllegalArgumentException("unknown counter retry " + mode);
+        };
+    }
+
+    private static void counter(String connect, String path, int sessions, int increments, long limitMs,
+            String retry) throws Exception {
+        counterRetry(retry);
         List<CuratorFramework> clients = clients(connect, sessions);
         try {
             AtomicLong done = new AtomicLong();
@@ -207,12 +219,11 @@ public final class CuratorRecipeBench {
             long[] deadline = new long[1];
             deadline[0] = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(limitMs);
             long startedAt = together(sessions, limitMs + TimeUnit.SECONDS.toMillis(120), i -> {
-                DistributedAtomicLong counter =
-                        new DistributedAtomicLong(clients.get(i), path, new RetryNTimes(COUNTER_TRIES, 0));
+                DistributedAtomicLong counter = new DistributedAtomicLong(clients.get(i), path, counterRetry(retry));
                 for (int n = 0; n < increments && System.nanoTime() < deadline[0]; n++) {
                     AtomicValue<Long> value = counter.increment();
                     if (!value.succeeded()) {
-                        throw new IllegalStateException("increment gave up after " + COUNTER_TRIES + " tries");
+                        throw new IllegalStateException("increment gave up (" + retry + ")");
                     }
                     tries.addAndGet(value.getStats().getOptimisticTries());
                     done.incrementAndGet();

@@ -81,6 +81,14 @@ pub struct RecipeArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub counter_sessions: u16,
 
+    /// With --recipes: what an increment that lost to a concurrent one does, the same on both
+    /// sides: `spin` tries again at once, up to 10,000 tries (no sleep, so the figure is the
+    /// clients' and servers' speed, not a sleep schedule); `backoff` tries again after a
+    /// jittered sleep from 5 ms doubling to at most 500 ms, 20 tries in all (lockkeeper's
+    /// default; Curator's ExponentialBackoffRetry(5, 19, 500)).
+    #[arg(long, value_enum, default_value = "spin")]
+    pub counter_retry: CounterRetry,
+
     /// With --recipes: increments per session in each counter run.
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
     pub increments: u32,
@@ -99,6 +107,22 @@ pub struct RecipeArgs {
     pub election_participant: Option<Vec<String>>,
 }
 
+/// How a counter increment that lost to a concurrent one is tried again (see `--counter-retry`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CounterRetry {
+    Backoff,
+    Spin,
+}
+
+impl CounterRetry {
+    pub fn name(self) -> &'static str {
+        match self {
+            CounterRetry::Backoff => "backoff",
+            CounterRetry::Spin => "spin",
+        }
+    }
+}
+
 /// Everything one recipe benchmark run needs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -113,6 +137,7 @@ pub struct Settings {
     pub handoff_participants: usize,
     pub handoffs: u32,
     pub counter_sessions: usize,
+    pub counter_retry: CounterRetry,
     pub increments: u32,
     pub trials: u32,
     /// Bound on a server's start and on opening a session.
@@ -142,6 +167,7 @@ impl Settings {
             handoff_participants: usize::from(args.handoff_participants),
             handoffs: args.handoffs,
             counter_sessions: usize::from(args.counter_sessions),
+            counter_retry: args.counter_retry,
             increments: args.increments,
             trials: args.recipe_trials,
             connect_limit,
@@ -239,14 +265,22 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
                         &path,
                         s.counter_sessions,
                         s.increments,
+                        s.counter_retry,
                         s.limit,
                         s.connect_limit,
                     )
                     .await
                 }
                 (Client::Curator, Some(jvm)) => {
-                    jvm.counter(&addr, &path, s.counter_sessions, s.increments, s.limit)
-                        .await
+                    jvm.counter(
+                        &addr,
+                        &path,
+                        s.counter_sessions,
+                        s.increments,
+                        s.counter_retry,
+                        s.limit,
+                    )
+                    .await
                 }
                 (Client::Curator, None) => Err("no Curator JVM".into()),
             };
@@ -343,6 +377,7 @@ pub(super) mod tests {
         assert_eq!(r.recipe_session_timeout, Duration::from_secs(4));
         assert_eq!((r.failovers, r.election_participants), (10, 3));
         assert_eq!((r.counter_sessions, r.increments), (8, 250));
+        assert_eq!(r.counter_retry, CounterRetry::Spin);
         assert_eq!((r.handoff_participants, r.handoffs), (3, 200));
         assert!(!r.failover_all);
         assert_eq!(r.election_participant, None);
@@ -353,8 +388,11 @@ pub(super) mod tests {
             "--recipe-session-timeout",
             "6s",
             "--failover-all",
+            "--counter-retry",
+            "backoff",
         ])
         .expect("parse");
+        assert_eq!(args.recipes.counter_retry, CounterRetry::Backoff);
         assert_eq!(args.recipes.failovers, 2);
         assert_eq!(args.recipes.recipe_session_timeout, Duration::from_secs(6));
         assert!(args.recipes.failover_all);

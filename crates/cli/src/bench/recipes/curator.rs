@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::CounterRetry;
 use super::measure::{GRANT_LIMIT, Handoffs, Increments};
 use crate::bench::BoxError;
 use crate::bench::jvm::{Classes, Jvm, START_LIMIT};
@@ -49,18 +50,20 @@ impl CuratorRecipeJvm {
     }
 
     /// `sessions` sessions incrementing one `DistributedAtomicLong`, up to `increments` each or
-    /// until `limit` passed.
+    /// until `limit` passed, retrying as `retry` says.
     pub async fn counter(
         &mut self,
         connect: &str,
         path: &str,
         sessions: usize,
         increments: u32,
+        retry: CounterRetry,
         limit: Duration,
     ) -> Result<Increments, BoxError> {
         let command = format!(
-            "counter {connect} {path} {sessions} {increments} {}",
-            limit.as_millis()
+            "counter {connect} {path} {sessions} {increments} {} {}",
+            limit.as_millis(),
+            retry.name()
         );
         let lines = self.jvm.exchange(&command, limit * 2 + START_LIMIT).await?;
         let fields = self.result(&lines)?;

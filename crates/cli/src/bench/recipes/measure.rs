@@ -9,14 +9,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
+use lockkeeper::zk::RetryPolicy;
 use tokio::sync::Barrier;
 
+use super::CounterRetry;
 use crate::bench::BoxError;
 use crate::bench::locks::{close_all, open_many};
 use crate::bench::workload::{close_session, open_session};
 
 /// Bound on one wait for leadership: far beyond any wait a healthy run sees.
 pub const GRANT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Tries of one increment under `--counter-retry spin`, with no sleep in between.
+const SPIN_TRIES: u32 = 10_000;
 
 /// Several sessions incrementing one counter.
 #[derive(Clone, Debug)]
@@ -69,12 +74,13 @@ fn rate(count: u64, elapsed: Duration) -> f64 {
 }
 
 /// `sessions` sessions, each incrementing the atomic long at `path` up to `increments` times or
-/// until `limit` passed.
+/// until `limit` passed, retrying as `retry` says.
 pub async fn counter(
     connect: &str,
     path: &str,
     sessions: usize,
     increments: u32,
+    retry: CounterRetry,
     limit: Duration,
     connect_limit: Duration,
 ) -> Result<Increments, BoxError> {
@@ -83,7 +89,14 @@ pub async fn counter(
     let mut tasks = Vec::with_capacity(sessions);
     for session in &opened {
         let counter = match session.atomic_long(path) {
-            Ok(counter) => counter,
+            Ok(counter) => match retry {
+                CounterRetry::Backoff => counter,
+                CounterRetry::Spin => counter.optimistic_retries(RetryPolicy::exponential(
+                    Duration::ZERO,
+                    Duration::ZERO,
+                    SPIN_TRIES,
+                )),
+            },
             Err(e) => {
                 close_all(opened).await;
                 return Err(e.into());

@@ -39,11 +39,12 @@ impl Report {
 
     pub fn print_counter_header(&self, s: &Settings) {
         println!(
-            "\ncounter increments, {} sessions on one counter, up to {} each or {}; \
+            "\ncounter increments, {} sessions on one counter, up to {} each or {}, {} retry; \
              final value checked",
             s.counter_sessions,
             s.increments,
-            fmt_duration(s.limit)
+            fmt_duration(s.limit),
+            s.counter_retry.name()
         );
         println!(
             "{:<24} {:>5} {:>10} {:>12} {:>11}",
@@ -311,6 +312,7 @@ impl Report {
                     ("run_limit_s", Json::num(s.limit.as_secs_f64())),
                     ("counter_sessions", Json::num(s.counter_sessions as u32)),
                     ("increments_per_session", Json::num(s.increments)),
+                    ("counter_retry", Json::Str(s.counter_retry.name().into())),
                     (
                         "handoff_participants",
                         Json::num(s.handoff_participants as u32),
