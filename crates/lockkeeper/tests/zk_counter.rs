@@ -1,8 +1,9 @@
 //! Shared counters against Keeper and Apache ZooKeeper: exact totals under contention (8
 //! sessions x 500 increments), the promoted lock, exhausted retries, overflow, the node bytes,
-//! the watched SharedCount, bad input; and the same counters read and written by Curator 5.4's
-//! `SharedCount` and `DistributedAtomicLong` (`curator/Counters.java`) and by kazoo's
-//! `Counter(support_curator=True)` (`kazoo/counter.py`).
+//! the watched SharedCount, bad input. `counter/faults.rs`: connection faults (a write whose
+//! answer is lost is never applied twice); `counter/interop.rs`: the same counters read and
+//! written by Curator 5.4's `SharedCount` and `DistributedAtomicLong` and by kazoo's
+//! `Counter(support_curator=True)`.
 
 mod support;
 
@@ -11,23 +12,22 @@ mod support;
 #[path = "curator/jvm.rs"]
 mod jvm;
 
-use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+#[path = "counter/cutter.rs"]
+mod cutter;
+#[path = "counter/faults.rs"]
+mod faults;
+#[path = "counter/interop.rs"]
+mod interop;
+
 use std::time::{Duration, Instant};
 
-use jvm::Jvm;
 use lockkeeper::Error;
-use lockkeeper::zk::{ConnectionState, RetryPolicy, Session, SharedCount, VersionedCount};
-use lockkeeper_testkit::python3;
-use support::{Partition, children, for_each_backend, session, wait_state};
+use lockkeeper::zk::{RetryPolicy, Session, SharedCount, VersionedCount};
+use support::{children, for_each_backend, session};
 use zookeeper_client::{Acls, CreateMode};
 
 /// Bound on anything a test waits for (the machine may be loaded).
 const LIMIT: Duration = Duration::from_secs(60);
-/// Bound on a JVM's start and on one of its answers.
-const JVM_LIMIT: Duration = Duration::from_secs(120);
 
 /// The bytes of `path` as a plain client reads them.
 async fn raw_bytes(session: &Session, path: &str) -> Vec<u8> {
@@ -225,243 +225,6 @@ async fn exhausted_retries_are_contended_and_write_nothing() {
     .await;
 }
 
-/// Connections cut again and again while increments are in flight: an increment whose answer
-/// was lost is either proved unapplied and sent again, or reported as unknown; none is ever
-/// applied twice (Curator and kazoo retry the whole update there and can count it twice).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn increments_cut_off_mid_write_are_never_applied_twice() {
-    for_each_backend(|connect| async move {
-        // Bounds the loop if the cuts take far longer than planned.
-        const MAX_ROUNDS: usize = 20_000;
-        let path = "/counters/cut";
-        let partition = Partition::start(&connect).await;
-        let through = session(&partition.connect_string()).await;
-        let counter = through.atomic_long(path).unwrap();
-        let writer = session(&connect).await;
-        let rival = writer.atomic_long(path).unwrap();
-        let cutting_done = AtomicBool::new(false);
-        let cutting = async {
-            // Short cuts: the session survives them (4 s timeout); requests in flight do not.
-            for _ in 0..30 {
-                tokio::time::sleep(Duration::from_millis(60)).await;
-                partition.cut();
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                partition.heal();
-            }
-            cutting_done.store(true, Ordering::SeqCst);
-        };
-        let incrementing = async {
-            let (mut applied, mut unknown, mut refused, mut rounds) = (Vec::new(), 0i64, 0, 0);
-            while !cutting_done.load(Ordering::SeqCst) && rounds < MAX_ROUNDS {
-                rounds += 1;
-                // A second writer keeps the node moving, so that a lost write is often
-                // ambiguous rather than provably unapplied.
-                rival.increment().await.expect("rival increment");
-                match counter.increment().await {
-                    Ok(value) => applied.push(value),
-                    Err(Error::Zk(_) | Error::SessionLost) => unknown += 1,
-                    // Retries exhausted or contended: provably not written.
-                    Err(Error::RetriesExhausted { .. } | Error::Contended { .. }) => refused += 1,
-                    Err(other) => panic!("increment through the cut connection: {other}"),
-                }
-            }
-            (applied, unknown, refused, rounds)
-        };
-        let ((mut applied, unknown, refused, rounds), ()) =
-            tokio::time::timeout(LIMIT * 4, async { tokio::join!(incrementing, cutting) })
-                .await
-                .expect("the increments end in time");
-        let total = rival.get().await.unwrap();
-        let ours = total - rounds as i64;
-        eprintln!(
-            "{rounds} rounds: {} applied, {unknown} unknown, {refused} refused; the counter holds {ours} of ours",
-            applied.len()
-        );
-        let count = applied.len() as i64;
-        assert!(
-            count <= ours && ours <= count + unknown,
-            "{count} acknowledged + {unknown} unknown increments, but {ours} were applied"
-        );
-        applied.sort_unstable();
-        applied.dedup();
-        assert_eq!(
-            applied.len() as i64,
-            count,
-            "two increments returned one value"
-        );
-    })
-    .await;
-}
-
-/// A loopback proxy that, when armed, lets the next write request (create or setData) through
-/// to the server and then closes the connection before the answer can come back: the write
-/// is in the server's hands, and its outcome is unknown to the client.
-struct WriteCutter {
-    addr: std::net::SocketAddr,
-    armed: Arc<AtomicBool>,
-    accept: tokio::task::JoinHandle<()>,
-}
-
-impl WriteCutter {
-    async fn start(upstream: &str) -> WriteCutter {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let armed = Arc::new(AtomicBool::new(false));
-        let upstream = upstream.to_owned();
-        let accept = tokio::spawn({
-            let armed = armed.clone();
-            async move {
-                // Aborted when the WriteCutter is dropped; the relays end with their sockets.
-                while let Ok((client, _)) = listener.accept().await {
-                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                        continue;
-                    };
-                    tokio::spawn(relay(client, server, armed.clone()));
-                }
-            }
-        });
-        WriteCutter {
-            addr,
-            armed,
-            accept,
-        }
-    }
-
-    fn connect_string(&self) -> String {
-        self.addr.to_string()
-    }
-
-    fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether the armed cut has happened.
-    fn fired(&self) -> bool {
-        !self.armed.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for WriteCutter {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
-/// Relays one connection frame by frame (4-byte length, then the request: xid, op code);
-/// the first frame is the handshake, which has no op code.
-async fn relay(
-    client: tokio::net::TcpStream,
-    server: tokio::net::TcpStream,
-    armed: Arc<AtomicBool>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const WRITES: [i32; 3] = [
-        lockkeeper_proto::OpCode::Create as i32,
-        lockkeeper_proto::OpCode::Create2 as i32,
-        lockkeeper_proto::OpCode::SetData as i32,
-    ];
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    let answers =
-        tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
-    let mut handshake = true;
-    loop {
-        let mut length = [0u8; 4];
-        if client_read.read_exact(&mut length).await.is_err() {
-            break;
-        }
-        let mut frame = vec![0u8; u32::from_be_bytes(length) as usize];
-        if client_read.read_exact(&mut frame).await.is_err() {
-            break;
-        }
-        let op = frame
-            .get(4..8)
-            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-        let is_write = !handshake && op.is_some_and(|op| WRITES.contains(&op));
-        handshake = false;
-        if server_write.write_all(&length).await.is_err()
-            || server_write.write_all(&frame).await.is_err()
-        {
-            break;
-        }
-        if is_write
-            && armed
-                .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        {
-            // The request is on its way to the server; its answer will find no one.
-            break;
-        }
-    }
-    answers.abort();
-}
-
-/// The write of an update leaves, and the connection drops before its answer: the update is
-/// either proved unapplied and sent again (`Ok`), or reported as unknown (the connection-loss
-/// error); an increment is never applied twice, and a `try_set` never answers `false` for a
-/// write that went through.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_whose_answer_is_lost_is_applied_at_most_once() {
-    for_each_backend(|connect| async move {
-        const ROUNDS: usize = 10;
-        let path = "/counters/answer-lost";
-        let cutter = WriteCutter::start(&connect).await;
-        let through = session(&cutter.connect_string()).await;
-        let observer = session(&connect).await;
-        let check = observer.atomic_long(path).unwrap();
-
-        let counter = through.atomic_long(path).unwrap();
-        let (mut expected, mut resent, mut unknown) = (0i64, 0, 0);
-        for round in 0..ROUNDS {
-            cutter.arm();
-            let outcome = counter.increment().await;
-            assert!(cutter.fired(), "round {round}: the write was not cut");
-            let now = check.get().await.unwrap();
-            match outcome {
-                Ok(value) => {
-                    expected += 1;
-                    assert_eq!((value, now), (expected, expected), "round {round}");
-                    resent += 1;
-                }
-                Err(Error::Zk(_)) => {
-                    assert!(
-                        now == expected || now == expected + 1,
-                        "round {round}: {now} after {expected} and one unknown increment"
-                    );
-                    expected = now;
-                    unknown += 1;
-                }
-                Err(other) => panic!("round {round}: increment: {other}"),
-            }
-        }
-
-        let count_path = "/counters/answer-lost-count";
-        let count = through.shared_count(count_path, 0).await.unwrap();
-        let raw = observer.shared_count(count_path, 0).await.unwrap();
-        for round in 0..ROUNDS {
-            let seen = count.read().await.unwrap();
-            cutter.arm();
-            let outcome = count.try_set(&seen, seen.value + 1).await;
-            assert!(cutter.fired(), "round {round}: the try_set was not cut");
-            let now = raw.read().await.unwrap().value;
-            match outcome {
-                Ok(true) => assert_eq!(now, seen.value + 1, "round {round}"),
-                Ok(false) => panic!("round {round}: try_set said false with no other writer"),
-                Err(Error::Zk(_)) => assert!(
-                    now == seen.value || now == seen.value + 1,
-                    "round {round}: {now} after {} and one unknown try_set",
-                    seen.value
-                ),
-                Err(other) => panic!("round {round}: try_set: {other}"),
-            }
-        }
-        eprintln!("increments: {resent} proved unapplied and sent again, {unknown} unknown");
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atomic_long_wraps_on_overflow_as_curator_does() {
     for_each_backend(|connect| async move {
@@ -603,33 +366,6 @@ async fn shared_count_seeds_once_watches_and_try_sets_by_version() {
     .await;
 }
 
-/// A session lost to a partition: the SharedCount catches up with what was written meanwhile
-/// and keeps following in the new session; the AtomicLong carries on with the same value.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn counters_carry_on_after_the_session_is_lost() {
-    for_each_backend(|connect| async move {
-        let path = "/counters/after-loss";
-        let long_path = "/counters/after-loss-long";
-        let partition = Partition::start(&connect).await;
-        let through = session(&partition.connect_string()).await;
-        let count = through.shared_count(path, 1).await.unwrap();
-        let counter = through.atomic_long(long_path).unwrap();
-        assert_eq!(counter.add(10).await.unwrap(), 10);
-        let writer = session(&connect).await;
-        let other = writer.shared_count(path, 0).await.unwrap();
-
-        partition.cut();
-        wait_state(&through, ConnectionState::Lost).await;
-        other.set(77).await.unwrap();
-        partition.heal();
-        wait_count(&count, 77).await;
-        other.set(78).await.unwrap();
-        wait_count(&count, 78).await;
-        assert_eq!(counter.increment().await.unwrap(), 11);
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_count_reads_an_empty_node_as_its_seed() {
     for_each_backend(|connect| async move {
@@ -745,177 +481,4 @@ async fn bad_paths_and_zero_timeouts_are_refused_by_name() {
         assert_eq!(children(&session, "/").await, vec!["zookeeper".to_owned()]);
     })
     .await;
-}
-
-// ---------------------------------------------------------------------------------------
-// Curator and kazoo.
-
-/// Runs `kazoo/counter.py` against `connect`: one step, one line of output (the value).
-fn kazoo(connect: &str, args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kazoo/counter.py");
-    let output = Command::new(python3())
-        .arg(script)
-        .arg(connect)
-        .args(args)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "kazoo {args:?} failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout.trim().to_owned()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kazoo_counter_with_curator_support_shares_shared_count() {
-    for_each_backend(|connect| async move {
-        let session = session(&connect).await;
-        // lockkeeper seeds and sets; kazoo reads, adds, and its adds are seen by the watch.
-        let path = "/interop/kazoo/shared";
-        let count = session.shared_count(path, 41).await.unwrap();
-        assert_eq!(kazoo(&connect, &[path, "read"]), "41");
-        assert_eq!(kazoo(&connect, &[path, "add", "1"]), "42");
-        wait_count(&count, 42).await;
-        count.set(-5).await.unwrap();
-        assert_eq!(kazoo(&connect, &[path, "add", "-10"]), "-15");
-        wait_count(&count, -15).await;
-        assert_eq!(count.read().await.unwrap().value, -15);
-
-        // kazoo creates the node (empty, then 4 bytes); lockkeeper reads what it wrote.
-        let path = "/interop/kazoo/from-kazoo";
-        assert_eq!(kazoo(&connect, &[path, "add", "2147483647"]), "2147483647");
-        assert_eq!(raw_bytes(&session, path).await, [0x7f, 0xff, 0xff, 0xff]);
-        let count = session.shared_count(path, 0).await.unwrap();
-        assert_eq!(count.get(), i32::MAX);
-        // kazoo refuses to go past i32::MAX (struct.error) and leaves the node as it was.
-        assert_eq!(kazoo(&connect, &[path, "add", "1"]), "error: struct.error");
-        assert_eq!(count.read().await.unwrap().value, i32::MAX);
-
-        // Contention: kazoo's adds and lockkeeper's try_set loop on one node lose nothing.
-        let path = "/interop/kazoo/contended";
-        let count = session.shared_count(path, 0).await.unwrap();
-        let kazoo_side = {
-            let connect = connect.clone();
-            tokio::task::spawn_blocking(move || kazoo(&connect, &[path, "add-each", "1", "200"]))
-        };
-        for _ in 0..200 {
-            loop {
-                let seen = count.read().await.unwrap();
-                if count.try_set(&seen, seen.value + 1).await.unwrap() {
-                    break;
-                }
-            }
-        }
-        assert_eq!(kazoo_side.await.unwrap(), "done");
-        assert_eq!(count.read().await.unwrap().value, 400);
-    })
-    .await;
-}
-
-#[test]
-fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
-    for server in lockkeeper_testkit::both() {
-        let connect = server.connect_string();
-        let on = server.name();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let session = rt.block_on(session(&connect));
-        let mut curator = Jvm::spawn("Counters", &[&connect]);
-        curator.expect_line("READY", JVM_LIMIT);
-        let mut ask = |command: &str| curator.request(command, JVM_LIMIT);
-
-        // SharedCount: lockkeeper writes, Curator reads; Curator writes, lockkeeper reads.
-        let path = "/interop/curator/shared";
-        let count = rt.block_on(session.shared_count(path, 17)).unwrap();
-        assert_eq!(ask(&format!("count-get {path} 99")), "OK 17 0", "on {on}");
-        rt.block_on(count.set(-3)).unwrap();
-        assert_eq!(ask(&format!("count-get {path} 99")), "OK -3 1", "on {on}");
-        assert_eq!(ask(&format!("count-set {path} 123456")), "OK", "on {on}");
-        rt.block_on(wait_count(&count, 123456));
-        // Curator's versioned try-set against the versions of the writes so far.
-        assert_eq!(
-            ask(&format!("count-tryset {path} 1 123456 5")),
-            "OK false",
-            "on {on}"
-        );
-        assert_eq!(
-            ask(&format!("count-tryset {path} 2 123456 5")),
-            "OK true",
-            "on {on}"
-        );
-        rt.block_on(wait_count(&count, 5));
-        assert_eq!(count.versioned().version, 3);
-        // Curator's watch sees lockkeeper's write.
-        curator.send(&format!("count-await {path} 2024"));
-        assert_eq!(curator.next_line(JVM_LIMIT), "WATCHING", "on {on}");
-        rt.block_on(count.set(2024)).unwrap();
-        assert_eq!(curator.next_line(JVM_LIMIT), "OK 2024", "on {on}");
-        let mut ask = |command: &str| curator.request(command, JVM_LIMIT);
-        // Curator seeds a node; lockkeeper reads the seed.
-        let seeded = "/interop/curator/seeded";
-        assert_eq!(ask(&format!("count-get {seeded} -8")), "OK -8 0", "on {on}");
-        let count = rt.block_on(session.shared_count(seeded, 0)).unwrap();
-        assert_eq!(count.get(), -8);
-
-        // DistributedAtomicLong: each side increments what the other wrote.
-        let path = "/interop/curator/long";
-        let counter = session.atomic_long(path).unwrap();
-        assert_eq!(
-            ask(&format!("long-get {path}")),
-            "OK 0",
-            "absent reads 0 on {on}"
-        );
-        assert_eq!(
-            rt.block_on(counter.add(1_000_000_000_000)).unwrap(),
-            1_000_000_000_000
-        );
-        assert_eq!(
-            ask(&format!("long-add {path} 5")),
-            "OK 1000000000005",
-            "on {on}"
-        );
-        assert_eq!(rt.block_on(counter.decrement()).unwrap(), 1_000_000_000_004);
-        assert_eq!(
-            ask(&format!("long-get {path}")),
-            "OK 1000000000004",
-            "on {on}"
-        );
-        assert_eq!(ask(&format!("long-cas {path} 1000000000004 -1")), "OK true");
-        assert!(rt.block_on(counter.compare_and_set(-1, i64::MAX)).unwrap());
-        // Both wrap at the top.
-        assert_eq!(
-            ask(&format!("long-add {path} 1")),
-            "OK -9223372036854775808"
-        );
-        assert_eq!(rt.block_on(counter.get()).unwrap(), i64::MIN);
-
-        // Contention across the languages: Curator's increments (with its promoted lock) and
-        // lockkeeper's (with the same lock path) add up exactly.
-        let path = "/interop/curator/contended";
-        let lock = "/interop/curator/contended-lock";
-        curator.send(&format!("long-inc-many {path} {lock} 300"));
-        let counter = session
-            .atomic_long(path)
-            .unwrap()
-            .promote_to_lock(lock, LIMIT)
-            .unwrap();
-        rt.block_on(async {
-            for _ in 0..300 {
-                counter.increment().await.expect("increment beside Curator");
-            }
-        });
-        assert_eq!(curator.next_line(JVM_LIMIT), "OK 300", "on {on}");
-        assert_eq!(rt.block_on(counter.get()).unwrap(), 600, "on {on}");
-
-        assert_eq!(curator.request("quit", JVM_LIMIT), "BYE");
-        let finished = curator.finish(JVM_LIMIT);
-        assert!(finished.success, "{}", finished.transcript);
-    }
 }
