@@ -222,10 +222,12 @@ enum Event {
     },
 }
 
-/// The marker log so far.
+/// The marker log so far: its complete lines (a line being appended right now waits for the
+/// next read).
 fn events(dir: &Path) -> Vec<Event> {
     let text = std::fs::read_to_string(dir.join(LOG)).unwrap_or_default();
-    text.lines()
+    text.split_inclusive('\n')
+        .filter_map(|line| line.strip_suffix('\n'))
         .map(|line| {
             let words: Vec<&str> = line.split(' ').collect();
             let at = || {
