@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use zookeeper_client::Stat;
 
 use crate::error::{Error, Result};
+use crate::zk::path::validate_path;
 use crate::zk::session::Session;
 use task::Spec;
 use view::View;
@@ -133,7 +134,7 @@ impl Session {
 
 impl Cache {
     async fn start(session: &Session, path: &str, recursive: bool) -> Result<Cache> {
-        validate_cache_path(path)?;
+        validate_path("cache path", path)?;
         let view = Arc::new(StdMutex::new(View::default()));
         let (ready, initialized) = oneshot::channel();
         let spec = Spec {
@@ -277,37 +278,6 @@ impl CacheEvents {
     pub fn try_next(&mut self) -> Option<CacheEvent> {
         self.receiver.try_recv().ok()
     }
-}
-
-/// Checks a cache path before anything is sent: absolute, no empty or relative segments. The
-/// root itself may be cached (a tree cache of the whole chroot).
-pub(crate) fn validate_cache_path(path: &str) -> Result<()> {
-    let invalid = |why: &str| {
-        Err(Error::InvalidArgument(format!(
-            "cache path {path:?}: {why}"
-        )))
-    };
-    if !path.starts_with('/') {
-        return invalid("must be absolute (start with '/')");
-    }
-    if path == "/" {
-        return Ok(());
-    }
-    if path.ends_with('/') {
-        return invalid("must not end with '/'");
-    }
-    for segment in path[1..].split('/') {
-        if segment.is_empty() {
-            return invalid("has an empty segment ('//')");
-        }
-        if segment == "." || segment == ".." {
-            return invalid("'.' and '..' are not allowed");
-        }
-    }
-    if path.chars().any(char::is_control) {
-        return invalid("contains a control character");
-    }
-    Ok(())
 }
 
 /// Locks a std mutex that is never held across an await; a panic elsewhere does not make the

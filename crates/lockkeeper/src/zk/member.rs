@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::zk::cache::{Cache, CacheEvent, CacheEvents};
-use crate::zk::path::validate_lock_path;
+use crate::zk::path::validate_node_path;
 use crate::zk::persistent::PersistentNode;
 use crate::zk::session::Session;
 
@@ -54,12 +54,7 @@ pub struct Group {
 
 impl Group {
     fn new(session: Session, path: &str) -> Result<Group> {
-        validate_lock_path(path).map_err(|err| match err {
-            Error::InvalidArgument(why) => {
-                Error::InvalidArgument(why.replacen("lock path", "group path", 1))
-            }
-            other => other,
-        })?;
+        validate_node_path("group path", path)?;
         Ok(Group {
             session,
             path: path.into(),

@@ -17,8 +17,9 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::error::{Error, Result};
-use crate::zk::cache::{Cache, CacheEvent, CacheEvents, validate_cache_path};
+use crate::zk::cache::{Cache, CacheEvent, CacheEvents};
 use crate::zk::node::create_parents;
+use crate::zk::path::validate_node_path;
 use crate::zk::persistent::PersistentNode;
 use crate::zk::session::Session;
 
@@ -324,18 +325,7 @@ fn address_of(cache: &Cache, path: &str) -> Option<String> {
 }
 
 fn validate_name(path: &str) -> Result<()> {
-    validate_cache_path(path).map_err(|err| match err {
-        Error::InvalidArgument(why) => {
-            Error::InvalidArgument(why.replacen("cache path", "name", 1))
-        }
-        other => other,
-    })?;
-    if path == "/" {
-        return Err(Error::InvalidArgument(
-            "name \"/\": the root cannot be a name".into(),
-        ));
-    }
-    Ok(())
+    validate_node_path("name", path)
 }
 
 fn validate_address(path: &str, address: &str) -> Result<()> {

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::zk::counter::codec::{decode_i64, encode_i64};
 use crate::zk::counter::write::{Base, Written, write_if};
 use crate::zk::node::look;
-use crate::zk::path::validate_lock_path;
+use crate::zk::path::{validate_lock_path, validate_node_path};
 use crate::zk::retry::RetryPolicy;
 use crate::zk::session::Session;
 
@@ -283,10 +283,5 @@ fn default_retries() -> RetryPolicy {
 
 /// A counter path is checked as a lock path is, and the message says it is a counter's.
 pub(super) fn validate_counter_path(path: &str) -> Result<()> {
-    validate_lock_path(path).map_err(|err| match err {
-        Error::InvalidArgument(message) => {
-            Error::InvalidArgument(message.replacen("lock path", "counter path", 1))
-        }
-        other => other,
-    })
+    validate_node_path("counter path", path)
 }
