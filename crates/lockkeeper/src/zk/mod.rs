@@ -36,6 +36,7 @@ mod rwlock;
 mod semaphore;
 mod session;
 mod simple;
+mod wait;
 
 pub use cache::{Cache, CacheEvent, CacheEvents, CachedNode};
 pub use counter::{AtomicLong, CountChanges, SharedCount, VersionedCount};

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 
 use crate::error::{Error, Result};
 use crate::zk::hold::Held;
-use crate::zk::queue::Deadline;
 use crate::zk::session::Health;
+use crate::zk::wait::Deadline;
 
 /// The owner's current hold and its count.
 #[derive(Default)]

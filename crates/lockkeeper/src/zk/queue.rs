@@ -23,7 +23,6 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
 use uuid::Uuid;
 use zookeeper_client::{Acls, CreateMode, EventType, Stat};
 
@@ -32,44 +31,7 @@ use crate::fencing::FencingToken;
 use crate::zk::hold::Held;
 use crate::zk::node::{create_parents, delete_node};
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
-
-/// How long an acquisition may wait.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Deadline {
-    /// `lock()`: until granted.
-    Never,
-    /// `lock_timeout(d)`: until this instant.
-    At(Instant),
-    /// `try_lock()`: only if granted at once.
-    Now,
-}
-
-impl Deadline {
-    pub(crate) fn after(timeout: std::time::Duration) -> Result<Deadline> {
-        if timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "timeout must be greater than zero (the try_ variant does not wait at all)".into(),
-            ));
-        }
-        Ok(Deadline::At(Instant::now() + timeout))
-    }
-
-    pub(crate) fn passed(&self) -> bool {
-        match self {
-            Deadline::Never => false,
-            Deadline::At(at) => Instant::now() >= *at,
-            Deadline::Now => true,
-        }
-    }
-
-    pub(crate) async fn sleep(&self) {
-        match self {
-            Deadline::Never => std::future::pending().await,
-            Deadline::At(at) => tokio::time::sleep_until(*at).await,
-            Deadline::Now => {}
-        }
-    }
-}
+use crate::zk::wait::Deadline;
 
 /// A recipe's answer for one node of the queue.
 pub(crate) enum Decision {
@@ -475,13 +437,5 @@ mod tests {
                 "_c_a-__WRIT__0000000003"
             ]
         );
-    }
-
-    #[test]
-    fn zero_timeout_is_refused() {
-        assert!(matches!(
-            Deadline::after(std::time::Duration::ZERO),
-            Err(Error::InvalidArgument(_))
-        ));
     }
 }

@@ -23,8 +23,9 @@ use crate::zk::hold::Held;
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
 use crate::zk::queue::predecessor_rule;
-use crate::zk::queue::{Deadline, Decision, Queue};
+use crate::zk::queue::{Decision, Queue};
 use crate::zk::session::{Health, Session};
+use crate::zk::wait::Deadline;
 
 /// The marker of a read node, as Curator names it: `_c_{uuid}-__READ__{sequence}`.
 pub(crate) const READ_MARKER: &str = "__READ__";

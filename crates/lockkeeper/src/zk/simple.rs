@@ -26,8 +26,8 @@ use crate::zk::hold::Held;
 use crate::zk::node::{create_parents, delete_if_ours, is_ours, look};
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::Deadline;
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
+use crate::zk::wait::Deadline;
 
 /// The name of a [`SimpleLock`]'s node under its lock path.
 pub(crate) const SIMPLE_NODE: &str = "lock";

@@ -13,8 +13,8 @@ use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 use crate::error::{Error, Result};
 use crate::zk::election::{Candidate, LeaderLatch, Leadership};
 use crate::zk::node::look;
-use crate::zk::queue::Deadline;
 use crate::zk::session::Generation;
+use crate::zk::wait::Deadline;
 
 /// Attempts at replacing a mark that changes under us (only a deposed leader's late mark can).
 const MARK_ATTEMPTS: usize = 5;
