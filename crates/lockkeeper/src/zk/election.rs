@@ -24,8 +24,11 @@
 //!   through a suspension that reconnects to the same session before its deadline (Curator's
 //!   session error policy). A session loss ends it either way.
 //!
-//! The latch path must hold latch nodes only (as Curator requires): any other child takes a
-//! place in the queue that nobody will ever free.
+//! The latch path must hold latch nodes only (as Curator requires). Nodes of another recipe
+//! are sorted by their whole name, not by their sequence: a name that sorts before the
+//! sequence digits would block the queue, and Curator's `LeaderSelector` (whose nodes are
+//! `-lock-`, not `-latch-`) on the same path would lead beside this latch. Share a path with
+//! Curator's `LeaderLatch` only.
 
 mod confirm;
 mod leadership;
@@ -40,9 +43,10 @@ pub use leadership::{LeaderTerm, Leadership};
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::hold::Suspension;
-use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{Deadline, Queue, predecessor_rule};
+use crate::zk::path::validate_node_path;
+use crate::zk::queue::{Queue, predecessor_rule};
 use crate::zk::session::Session;
+use crate::zk::wait::Deadline;
 
 /// The marker of a latch node, as Curator names it: `_c_{uuid}-latch-{sequence}`.
 const LATCH_MARKER: &str = "latch-";
@@ -74,9 +78,10 @@ impl Session {
 ///
 /// - **Fair and herd-free**: participants lead in order of arrival; a departure wakes one.
 /// - **Cancel-safe**: dropping a [`lead`](LeaderLatch::lead) future deletes its node.
-/// - **Interoperable**: Curator's `LeaderLatch` and `LeaderSelector` on the same path queue in
-///   the same order, and [`leader`](LeaderLatch::leader) names the same participant as
-///   Curator's `getLeader()`.
+/// - **Interoperable**: Curator's `LeaderLatch` on the same path queues in the same order, and
+///   [`leader`](LeaderLatch::leader) names the same participant as Curator's `getLeader()`.
+///   (Curator's `LeaderSelector` uses another node name, `-lock-`: it must not share a path
+///   with a latch, Curator's or this one.)
 #[derive(Clone)]
 pub struct LeaderLatch {
     session: Session,
@@ -102,12 +107,7 @@ pub struct Candidate {
 
 impl LeaderLatch {
     fn new(session: Session, path: &str, id: &str) -> Result<LeaderLatch> {
-        validate_lock_path(path).map_err(|err| match err {
-            Error::InvalidArgument(why) => {
-                Error::InvalidArgument(why.replacen("lock path", "election path", 1))
-            }
-            other => other,
-        })?;
+        validate_node_path("election path", path)?;
         if id.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "participant id for the election at {path:?} is empty"
