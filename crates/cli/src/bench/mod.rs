@@ -247,6 +247,7 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
             launcher(&args)?,
             &args.locks.curator_classpath,
             args.duration,
+            args.warmup,
             args.connect_timeout,
         );
         recipes::run(&settings).await

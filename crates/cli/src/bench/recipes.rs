@@ -18,6 +18,8 @@
 //!    is the session timeout (the server notices a dead client only when its session expires),
 //!    so each failover is reported with its excess over the negotiated timeout.
 //!
+//! The counter and handoff trials follow one unmeasured run of each combination (bounded by
+//! `--warmup`): a fresh server's first writes and a cold JVM are slower, whoever comes first.
 //! Every loop is bounded in count and in time, every process the run starts is killed by its PID
 //! on every way out, and every address is 127.0.0.1.
 
@@ -130,6 +132,8 @@ pub struct Settings {
     pub curator_classpath: String,
     /// Bound on each counter and handoff run.
     pub limit: Duration,
+    /// Bound on the unmeasured run of each combination before the trials (0: none).
+    pub warmup: Duration,
     pub session_timeout: Duration,
     pub failovers: u32,
     pub election_participants: usize,
@@ -150,12 +154,14 @@ impl Settings {
         launcher: Launcher,
         curator_classpath: &str,
         limit: Duration,
+        warmup: Duration,
         connect_limit: Duration,
     ) -> Settings {
         Settings {
             launcher,
             curator_classpath: curator_classpath.to_string(),
             limit,
+            warmup,
             session_timeout: args.recipe_session_timeout,
             failovers: args.failovers,
             election_participants: usize::from(args.election_participants),
@@ -176,7 +182,7 @@ impl Settings {
 
     /// Bound on the Curator command JVM as a whole: every run, with room to spare.
     fn jvm_watchdog(&self) -> Duration {
-        self.limit * 4 * self.trials + Duration::from_secs(600)
+        (self.limit * 4 * self.trials + self.warmup * 8) + Duration::from_secs(600)
     }
 
     /// Bound on any one failover: expiry takes the session timeout plus at most a server tick
@@ -249,75 +255,42 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     };
     let s = settings;
 
+    // One unmeasured run of each combination first (bounded by --warmup): the first writes to
+    // a fresh server and the first calls into a cold JVM are slower, whoever makes them.
+    if !s.warmup.is_zero() {
+        for combo in Combo::ALL {
+            let Some(addr) = connect(combo.server) else {
+                continue;
+            };
+            let counter = counter_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
+            let handoff = handoff_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
+            if let Err(e) = counter.and(handoff.map(drop)) {
+                println!("warm-up, {}: {e}", combo.label());
+            }
+        }
+    }
+
     // Each trial runs every combination in turn, every other trial in reverse order, so that
     // drift during the run does not favour the combinations that happen to come last.
     report.print_counter_header(s);
     for trial in 0..s.trials {
         for combo in Combo::in_turn(trial) {
-            let Some(addr) = connect(combo.server) else {
-                continue;
-            };
-            let path = format!("/lockkeeper-bench/counter-{}-{trial}", combo.key());
-            let result = match (combo.client, jvm.as_mut()) {
-                (Client::Lockkeeper, _) => {
-                    measure::counter(
-                        &addr,
-                        &path,
-                        s.counter_sessions,
-                        s.increments,
-                        s.counter_retry,
-                        s.limit,
-                        s.connect_limit,
-                    )
-                    .await
-                }
-                (Client::Curator, Some(jvm)) => {
-                    jvm.counter(
-                        &addr,
-                        &path,
-                        s.counter_sessions,
-                        s.increments,
-                        s.counter_retry,
-                        s.limit,
-                    )
-                    .await
-                }
-                (Client::Curator, None) => Err("no Curator JVM".into()),
-            };
-            let result = match result {
-                Ok(run) => measure::check_counter(&addr, &path, run, s.connect_limit).await,
-                Err(e) => Err(e),
-            };
-            report.add_counter(combo, trial, result);
+            if let Some(addr) = connect(combo.server) {
+                let run = &trial.to_string();
+                let result = counter_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+                report.add_counter(combo, trial, result);
+            }
         }
     }
 
     report.print_handoff_header(s);
     for trial in 0..s.trials {
         for combo in Combo::in_turn(trial) {
-            let Some(addr) = connect(combo.server) else {
-                continue;
-            };
-            let path = format!("/lockkeeper-bench/handoff-{}-{trial}", combo.key());
-            let result = match (combo.client, jvm.as_mut()) {
-                (Client::Lockkeeper, _) => {
-                    measure::handoff(
-                        &addr,
-                        &path,
-                        s.handoff_participants,
-                        s.handoffs,
-                        s.limit,
-                        s.connect_limit,
-                    )
-                    .await
-                }
-                (Client::Curator, Some(jvm)) => {
-                    jvm.handoff(&addr, &path, s.handoff_participants, s.handoffs, s.limit)
-                        .await
-                }
-                (Client::Curator, None) => Err("no Curator JVM".into()),
-            };
-            report.add_handoff(combo, trial, result);
+            if let Some(addr) = connect(combo.server) {
+                let run = &trial.to_string();
+                let result = handoff_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+                report.add_handoff(combo, trial, result);
+            }
         }
     }
     if let Some(jvm) = jvm {
@@ -329,6 +302,62 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
         failover::measure(s, targets, classes.as_ref(), &mut report).await;
     }
     report
+}
+
+/// One counter run of `combo` on a fresh counter, bounded by `limit`, its final value checked.
+async fn counter_run(
+    s: &Settings,
+    combo: Combo,
+    addr: &str,
+    run: &str,
+    limit: Duration,
+    jvm: Option<&mut CuratorRecipeJvm>,
+) -> Result<measure::Increments, BoxError> {
+    let path = format!("/lockkeeper-bench/counter-{}-{run}", combo.key());
+    let (sessions, increments, retry) = (s.counter_sessions, s.increments, s.counter_retry);
+    let result = match (combo.client, jvm) {
+        (Client::Lockkeeper, _) => {
+            measure::counter(
+                addr,
+                &path,
+                sessions,
+                increments,
+                retry,
+                limit,
+                s.connect_limit,
+            )
+            .await
+        }
+        (Client::Curator, Some(jvm)) => {
+            jvm.counter(addr, &path, sessions, increments, retry, limit)
+                .await
+        }
+        (Client::Curator, None) => Err("no Curator JVM".into()),
+    };
+    measure::check_counter(addr, &path, result?, s.connect_limit).await
+}
+
+/// One resign-handoff run of `combo` in a fresh election, bounded by `limit`.
+async fn handoff_run(
+    s: &Settings,
+    combo: Combo,
+    addr: &str,
+    run: &str,
+    limit: Duration,
+    jvm: Option<&mut CuratorRecipeJvm>,
+) -> Result<measure::Handoffs, BoxError> {
+    let path = format!("/lockkeeper-bench/handoff-{}-{run}", combo.key());
+    let (participants, handoffs) = (s.handoff_participants, s.handoffs);
+    match (combo.client, jvm) {
+        (Client::Lockkeeper, _) => {
+            measure::handoff(addr, &path, participants, handoffs, limit, s.connect_limit).await
+        }
+        (Client::Curator, Some(jvm)) => {
+            jvm.handoff(addr, &path, participants, handoffs, limit)
+                .await
+        }
+        (Client::Curator, None) => Err("no Curator JVM".into()),
+    }
 }
 
 #[cfg(test)]
@@ -344,6 +373,7 @@ pub(super) mod tests {
             launcher(),
             CURATOR_CLASSPATH,
             Duration::from_secs(5),
+            Duration::from_secs(2),
             Duration::from_secs(30),
         )
     }
@@ -428,6 +458,7 @@ pub(super) mod tests {
             launcher(),
             CURATOR_CLASSPATH,
             Duration::from_secs(5),
+            Duration::from_secs(2),
             Duration::from_secs(30),
         );
         assert_eq!(s.failover_combos.len(), 4);

@@ -310,6 +310,7 @@ impl Report {
                 "settings",
                 Json::obj(vec![
                     ("run_limit_s", Json::num(s.limit.as_secs_f64())),
+                    ("warmup_s", Json::num(s.warmup.as_secs_f64())),
                     ("counter_sessions", Json::num(s.counter_sessions as u32)),
                     ("increments_per_session", Json::num(s.increments)),
                     ("counter_retry", Json::Str(s.counter_retry.name().into())),
