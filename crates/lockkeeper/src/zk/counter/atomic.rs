@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::zk::counter::codec::{decode_i64, encode_i64};
-use crate::zk::counter::write::{Base, Found, Written, write_if, write_if_or_read};
+use crate::zk::counter::write::{Base, Written, write_if};
 use crate::zk::node::look;
 use crate::zk::path::{validate_lock_path, validate_node_path};
 use crate::zk::retry::RetryPolicy;
@@ -196,12 +196,7 @@ impl AtomicLong {
     /// The current value and the state it was read in.
     async fn read(&self) -> Result<(i64, Base)> {
         let found = look(&self.session.generation(), &self.path, false).await?;
-        self.value_of(found.map(|(data, stat, _)| (data, stat)))
-    }
-
-    /// The value a read found and the state it was found in.
-    fn value_of(&self, found: Found) -> Result<(i64, Base)> {
-        let Some((data, stat)) = found else {
+        let Some((data, stat, _)) = found else {
             return Ok((0, Base::Absent));
         };
         let value = decode_i64(&self.path, &data)?.unwrap_or(0);
@@ -255,22 +250,17 @@ impl AtomicLong {
         until: Option<Instant>,
     ) -> Result<Option<Result<i64, E>>> {
         let mut attempt = 0;
-        // What the write that lost last time found behind it, to compute from without a read.
-        let mut known: Option<Found> = None;
         loop {
             attempt += 1;
             *attempts += 1;
-            let (current, base) = match known.take() {
-                Some(found) => self.value_of(found)?,
-                None => self.read().await?,
-            };
+            let (current, base) = self.read().await?;
             let new = match make(current) {
                 Ok(new) => new,
                 Err(declined) => return Ok(Some(Err(declined))),
             };
-            match write_if_or_read(&self.session, &self.path, base, &encode_i64(new)).await? {
-                (Written::Applied(_), _) => return Ok(Some(Ok(new))),
-                (Written::Overtaken, found) => known = found,
+            match write_if(&self.session, &self.path, base, &encode_i64(new)).await? {
+                Written::Applied(_) => return Ok(Some(Ok(new))),
+                Written::Overtaken => {}
             }
             let delay = self.retries.delay(attempt.min(self.retries.max_attempts()));
             let spent = match until {
@@ -279,10 +269,6 @@ impl AtomicLong {
             };
             if spent {
                 return Ok(None);
-            }
-            if !delay.is_zero() {
-                // After a pause, what the lost write found is stale: read afresh.
-                known = None;
             }
             tokio::time::sleep(delay).await;
         }

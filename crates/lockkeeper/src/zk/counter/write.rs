@@ -45,9 +45,6 @@ pub(super) enum Written {
     Overtaken,
 }
 
-/// The node as a read found it: `None` when absent.
-pub(super) type Found = Option<(Vec<u8>, Stat)>;
-
 /// Writes `data` to `path` if the node is still in the state `base`; see the module docs for
 /// what a connection loss does.
 pub(super) async fn write_if(
@@ -56,19 +53,6 @@ pub(super) async fn write_if(
     base: Base,
     data: &[u8],
 ) -> Result<Written> {
-    Ok(write_if_or_read(session, path, base, data).await?.0)
-}
-
-/// [`write_if`], with a read of the node sent right behind a versioned write: when the write
-/// is overtaken, the read (answered after it, in order) already holds the state that beat it,
-/// so a read-compute-write loop under contention needs one round trip per attempt, not two.
-/// The found state is `None` when the write was applied or the read did not answer.
-pub(super) async fn write_if_or_read(
-    session: &Session,
-    path: &str,
-    base: Base,
-    data: &[u8],
-) -> Result<(Written, Option<Found>)> {
     let policy = session.generation().retry_policy();
     let mut attempt = 1;
     loop {
@@ -77,21 +61,15 @@ pub(super) async fn write_if_or_read(
         let generation = session.generation();
         let client = generation.client()?;
         let sent = Instant::now();
-        let mut reread = None;
         let answer = match base {
             Base::Absent => create(&client, path, data).await?,
-            Base::Version(version) => {
-                // Both requests leave before either answer is awaited.
-                let write = client.set_data(path, data, Some(version));
-                reread = Some(client.get_data(path));
-                write.await
-            }
+            Base::Version(version) => client.set_data(path, data, Some(version)).await,
             Base::Any => client.set_data(path, data, None).await,
         };
         let lost = match answer {
             Ok(stat) => {
                 generation.heard_at(sent);
-                return Ok((Written::Applied(stat), None));
+                return Ok(Written::Applied(stat));
             }
             Err(
                 zookeeper_client::Error::BadVersion
@@ -99,15 +77,7 @@ pub(super) async fn write_if_or_read(
                 | zookeeper_client::Error::NoNode,
             ) => {
                 generation.heard_at(sent);
-                let found = match reread {
-                    Some(read) => match read.await {
-                        Ok(found) => Some(Some(found)),
-                        Err(zookeeper_client::Error::NoNode) => Some(None),
-                        Err(_) => None,
-                    },
-                    None => None,
-                };
-                return Ok((Written::Overtaken, found));
+                return Ok(Written::Overtaken);
             }
             Err(err) if is_connection_loss(&err) || is_terminal(&err) => err,
             Err(err) => {
