@@ -16,14 +16,17 @@
 //!
 //! Node layouts are Curator's, so a lock can be shared with Java services using Curator.
 
+mod barrier;
 mod cache;
 mod connect;
 mod counter;
+mod distributed_queue;
 mod election;
 mod guard;
 mod hold;
 mod inspect;
 mod member;
+mod multi_lock;
 mod mutex;
 mod naming;
 mod node;
@@ -32,10 +35,12 @@ mod path;
 mod persistent;
 mod queue;
 mod retry;
+mod revoke;
 mod rwlock;
 mod semaphore;
 mod session;
 mod simple;
+mod two_phase;
 mod wait;
 
 pub use cache::{Cache, CacheEvent, CacheEvents, CachedNode};
