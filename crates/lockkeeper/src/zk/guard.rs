@@ -94,6 +94,31 @@ impl LockGuard {
         self.held.lost().await
     }
 
+    /// Resolves once a revoker has asked this holder to give the lock up (cooperative
+    /// revocation: [`Session::request_revocation`], or Curator's `Revoker.attemptRevoke`). The
+    /// holder decides what to do; a revoker that does not want to wait uses
+    /// [`Session::revoke`], which deletes the node after a grace period (then [`lost`] fires).
+    /// Requests made before this is called count too. Cancel-safe.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// let guard = session.mutex("/locks/reindex")?.lock().await?;
+    /// tokio::select! {
+    ///     () = guard.revocation_requested() => eprintln!("asked to give the lock up: stopping"),
+    ///     () = guard.lost() => eprintln!("lock lost"),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {} // the work
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Session::request_revocation`]: crate::zk::Session::request_revocation
+    /// [`Session::revoke`]: crate::zk::Session::revoke
+    /// [`lost`]: LockGuard::lost
+    pub async fn revocation_requested(&self) {
+        self.held.revocation_requested().await
+    }
+
     /// The full path of the lock node this guard holds (for logs and inspection).
     pub fn node(&self) -> &str {
         self.held.node()

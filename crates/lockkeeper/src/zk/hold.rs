@@ -47,6 +47,11 @@ pub(crate) struct Held {
     suspension: Suspension,
 }
 
+/// What a revoker writes to a holder's node to ask it to give the lock up: Curator's
+/// `LockInternals.REVOKE_MESSAGE`, so revokers and holders of either library understand each
+/// other.
+pub(crate) const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
+
 /// What a suspended connection means to a hold: see the module docs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Suspension {
@@ -192,6 +197,38 @@ impl Held {
         }
         if !self.released.load(Ordering::Acquire) {
             self.deleted.store(true, Ordering::Release);
+        }
+    }
+
+    /// Resolves once someone has asked this hold to give the lock up, by writing
+    /// [`REVOKE_MESSAGE`] to its node, including a request written before this was called
+    /// (Curator's holder only hears requests made after it started watching). Stays pending
+    /// if the node goes or the session ends: [`lost`](Held::lost) reports those.
+    pub(crate) async fn revocation_requested(&self) {
+        loop {
+            let Ok(client) = self.generation.client() else {
+                return std::future::pending().await;
+            };
+            match client.get_and_watch_data(&self.node).await {
+                Ok((data, _, watcher)) => {
+                    if data == REVOKE_MESSAGE {
+                        return;
+                    }
+                    match watcher.changed().await.event_type {
+                        EventType::NodeDeleted | EventType::Session => {
+                            return std::future::pending().await;
+                        }
+                        // Changed data (or a reconnection): read it again.
+                        _ => continue,
+                    }
+                }
+                Err(err) if is_connection_loss(&err) => {
+                    if self.generation.connected().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+                Err(_) => return std::future::pending().await,
+            }
         }
     }
 

@@ -52,6 +52,7 @@ pub use member::{Group, GroupView, Member, MemberEvent};
 pub use mutex::Mutex;
 pub use naming::{NameWatch, Registered, Registration};
 pub use retry::RetryPolicy;
+pub use revoke::Revoked;
 pub use rwlock::RwLock;
 pub use semaphore::{Leases, Semaphore};
 pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
