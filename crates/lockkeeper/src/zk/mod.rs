@@ -49,6 +49,7 @@ pub use election::{Candidate, LeaderLatch, LeaderTerm, Leadership};
 pub use guard::LockGuard;
 pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, inspect_semaphore};
 pub use member::{Group, GroupView, Member, MemberEvent};
+pub use multi_lock::{Lockable, MultiGuard, MultiLock};
 pub use mutex::Mutex;
 pub use naming::{NameWatch, Registered, Registration};
 pub use retry::RetryPolicy;

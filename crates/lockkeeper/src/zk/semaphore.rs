@@ -422,6 +422,13 @@ impl Leases {
         self.leases.iter().map(|held| held.node()).collect()
     }
 
+    /// The fencing token of each lease: its lease node's czxid, in the order of
+    /// [`nodes`](Leases::nodes). Leases are not exclusive, so a token tells a resource which
+    /// grant a write comes from, not that no one else holds a lease.
+    pub fn fencing_tokens(&self) -> Vec<FencingToken> {
+        self.leases.iter().map(|held| held.token()).collect()
+    }
+
     /// Whether the holder can still be sure it holds every lease: not released, no lease node
     /// deleted, session connected and within its deadline. False while the session is
     /// suspended; answered without a round trip.
