@@ -17,83 +17,29 @@
 //       then `RESULT cycles=<total> elapsed_us=<us>`.
 //
 // A failed command answers `ERROR <reason>` before `END`. The JVM ends when stdin closes, on
-// `quit`, or when its watchdog (first argument, seconds) fires, whichever comes first.
+// `quit`, or when its watchdog (first argument, seconds) fires, whichever comes first. The command
+// loop, the watchdog and the sessions are CuratorBenchSupport's, compiled with this file.
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.CountDownLatch;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
-import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
-import org.apache.curator.retry.ExponentialBackoffRetry;
 
-public final class CuratorLockBench {
+public final class CuratorLockBench extends CuratorBenchSupport {
     /** Bound on one acquisition; an acquisition that takes longer fails the measurement. */
     private static final long ACQUIRE_LIMIT_S = 60;
 
+    /** Long, so that a scheduling hiccup on a loaded machine loses no session. */
+    private static final int SESSION_TIMEOUT_MS = 30_000;
+
     public static void main(String[] argv) throws Exception {
-        long watchdogSeconds = argv.length > 0 ? Long.parseLong(argv[0]) : 600;
-        Thread dog = new Thread(() -> {
-            try {
-                Thread.sleep(TimeUnit.SECONDS.toMillis(watchdogSeconds));
-            } catch (InterruptedException e) {
-                return;
-            }
-            say("ERROR watchdog: no end after " + watchdogSeconds + " s");
-            Runtime.getRuntime().halt(3);
-        }, "watchdog");
-        dog.setDaemon(true);
-        dog.start();
-
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        say("READY");
-        String line;
-        while ((line = in.readLine()) != null) {
-            String[] w = line.trim().split(" ");
-            if (w[0].equals("quit")) {
-                break;
-            }
-            try {
-                switch (w[0]) {
-                    case "uncontended" -> uncontended(w[1], w[2], Integer.parseInt(w[3]), Long.parseLong(w[4]),
-                            Integer.parseInt(w[5]), Long.parseLong(w[6]));
-                    case "contended" -> contended(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
-                            Long.parseLong(w[5]));
-                    default -> say("ERROR unknown command " + w[0]);
-                }
-            } catch (Throwable t) {
-                say("ERROR " + t.toString().replace('\n', ' '));
-            }
-            say("END");
-        }
-        // halt, not exit: a client thread that did not stop must not keep the JVM alive.
-        Runtime.getRuntime().halt(0);
-    }
-
-    private static void say(String line) {
-        synchronized (System.out) {
-            System.out.println(line);
-            System.out.flush();
-        }
-    }
-
-    private static CuratorFramework client(String connect) throws InterruptedException {
-        CuratorFramework client = CuratorFrameworkFactory.builder()
-                .connectString(connect)
-                .sessionTimeoutMs(30_000)
-                .connectionTimeoutMs(15_000)
-                .retryPolicy(new ExponentialBackoffRetry(100, 5))
-                .build();
-        client.start();
-        if (!client.blockUntilConnected(30, TimeUnit.SECONDS)) {
-            client.close();
-            throw new IllegalStateException("no session with " + connect + " within 30 s");
-        }
-        return client;
+        watchdog(argv.length > 0 ? Long.parseLong(argv[0]) : 600);
+        serve(Map.of(
+                "uncontended", w -> uncontended(w[1], w[2], Integer.parseInt(w[3]), Long.parseLong(w[4]),
+                        Integer.parseInt(w[5]), Long.parseLong(w[6])),
+                "contended", w -> contended(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
+                        Long.parseLong(w[5]))));
     }
 
     private static void cycle(InterProcessMutex mutex) throws Exception {
@@ -105,7 +51,7 @@ public final class CuratorLockBench {
 
     private static void uncontended(String connect, String path, int warmup, long warmupMs, int cycles,
             long limitMs) throws Exception {
-        CuratorFramework client = client(connect);
+        CuratorFramework client = client(connect, SESSION_TIMEOUT_MS);
         try {
             InterProcessMutex mutex = new InterProcessMutex(client, path);
             long warmupEnd = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(warmupMs);
@@ -128,75 +74,34 @@ public final class CuratorLockBench {
 
     private static void contended(String connect, String path, int clients, int cycles, long limitMs)
             throws Exception {
-        List<CuratorFramework> sessions = new ArrayList<>();
+        List<CuratorFramework> sessions = clients(connect, clients, SESSION_TIMEOUT_MS);
         try {
-            for (int i = 0; i < clients; i++) {
-                sessions.add(client(connect));
-            }
-            CountDownLatch start = new CountDownLatch(1);
-            long[][] waits = new long[clients][];
+            long[][] waits = new long[clients][cycles];
             int[] counts = new int[clients];
-            Throwable[] failure = new Throwable[1];
-            long[] startedAt = new long[1];
-            List<Thread> threads = new ArrayList<>();
-            for (int i = 0; i < clients; i++) {
-                int index = i;
+            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(limitMs);
+            long startedAt = together(clients, limitMs + TimeUnit.SECONDS.toMillis(ACQUIRE_LIMIT_S * 2), i -> {
                 InterProcessMutex mutex = new InterProcessMutex(sessions.get(i), path);
-                waits[i] = new long[cycles];
-                Thread t = new Thread(() -> {
-                    try {
-                        start.await();
-                        long deadline = startedAt[0] + TimeUnit.MILLISECONDS.toNanos(limitMs);
-                        int n = 0;
-                        while (n < cycles && System.nanoTime() < deadline) {
-                            long asked = System.nanoTime();
-                            if (!mutex.acquire(ACQUIRE_LIMIT_S, TimeUnit.SECONDS)) {
-                                throw new IllegalStateException("no lock within " + ACQUIRE_LIMIT_S + " s");
-                            }
-                            waits[index][n] = (System.nanoTime() - asked) / 1000;
-                            n++;
-                            mutex.release();
-                        }
-                        counts[index] = n;
-                    } catch (Throwable e) {
-                        synchronized (failure) {
-                            if (failure[0] == null) {
-                                failure[0] = e;
-                            }
-                        }
+                int n = 0;
+                while (n < cycles && System.nanoTime() < deadline) {
+                    long asked = System.nanoTime();
+                    if (!mutex.acquire(ACQUIRE_LIMIT_S, TimeUnit.SECONDS)) {
+                        throw new IllegalStateException("no lock within " + ACQUIRE_LIMIT_S + " s");
                     }
-                }, "contender-" + i);
-                threads.add(t);
-                t.start();
-            }
-            startedAt[0] = System.nanoTime();
-            start.countDown();
-            for (Thread t : threads) {
-                t.join(limitMs + TimeUnit.SECONDS.toMillis(ACQUIRE_LIMIT_S * 2));
-                if (t.isAlive()) {
-                    throw new IllegalStateException(t.getName() + " did not finish");
+                    waits[i][n] = (System.nanoTime() - asked) / 1000;
+                    n++;
+                    mutex.release();
                 }
-            }
-            long elapsed = System.nanoTime() - startedAt[0];
-            synchronized (failure) {
-                if (failure[0] != null) {
-                    throw new IllegalStateException("a contender failed: " + failure[0], failure[0]);
-                }
-            }
+                counts[i] = n;
+            });
+            long elapsed = System.nanoTime() - startedAt;
             int total = 0;
             for (int i = 0; i < clients; i++) {
-                StringBuilder line = new StringBuilder("WAITS");
-                for (int n = 0; n < counts[i]; n++) {
-                    line.append(' ').append(waits[i][n]);
-                }
-                say(line.toString());
+                say(line("WAITS", waits[i], counts[i]));
                 total += counts[i];
             }
             say("RESULT cycles=" + total + " elapsed_us=" + elapsed / 1000);
         } finally {
-            for (CuratorFramework c : sessions) {
-                c.close();
-            }
+            close(sessions);
         }
     }
 }

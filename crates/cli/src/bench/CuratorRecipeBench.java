@@ -29,28 +29,25 @@
 //       leader's whole process. Prints `SESSION <negotiated timeout ms>`, then `LEADER` when its
 //       LeaderLatch is granted, then waits for stdin to close.
 //
-// A JVM ends when stdin closes, on `quit`, or when its watchdog fires, whichever comes first.
+// A JVM ends when stdin closes, on `quit`, or when its watchdog fires, whichever comes first. The
+// command loop, the watchdog and the sessions are CuratorBenchSupport's, compiled with this file.
 
 import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.CountDownLatch;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.curator.RetryPolicy;
 import org.apache.curator.framework.CuratorFramework;
-import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.atomic.AtomicValue;
 import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.curator.retry.RetryNTimes;
 
-public final class CuratorRecipeBench {
+public final class CuratorRecipeBench extends CuratorBenchSupport {
     /** Bound on one wait for leadership; a longer wait fails the measurement. */
     private static final long GRANT_LIMIT_S = 60;
 
@@ -72,131 +69,19 @@ public final class CuratorRecipeBench {
         }
         watchdog(Long.parseLong(argv[1]));
         sessionTimeoutMs = Integer.parseInt(argv[2]);
-        BufferedReader in = stdin();
-        say("READY");
-        String line;
-        while ((line = in.readLine()) != null) {
-            String[] w = line.trim().split(" ");
-            if (w[0].equals("quit")) {
-                break;
-            }
-            try {
-                switch (w[0]) {
-                    case "counter" -> counter(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
-                            Long.parseLong(w[5]), w[6]);
-                    case "handoff" -> handoff(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
-                            Long.parseLong(w[5]));
-                    default -> say("ERROR unknown command " + w[0]);
-                }
-            } catch (Throwable t) {
-                say("ERROR " + t.toString().replace('\n', ' '));
-            }
-            say("END");
-        }
-        // halt, not exit: a client thread that did not stop must not keep the JVM alive.
-        Runtime.getRuntime().halt(0);
-    }
-
-    private static void watchdog(long seconds) {
-        Thread dog = new Thread(() -> {
-            try {
-                Thread.sleep(TimeUnit.SECONDS.toMillis(seconds));
-            } catch (InterruptedException e) {
-                return;
-            }
-            say("ERROR watchdog: no end after " + seconds + " s");
-            Runtime.getRuntime().halt(3);
-        }, "watchdog");
-        dog.setDaemon(true);
-        dog.start();
-    }
-
-    private static BufferedReader stdin() {
-        return new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    }
-
-    private static void say(String line) {
-        synchronized (System.out) {
-            System.out.println(line);
-            System.out.flush();
-        }
+        serve(Map.of(
+                "counter", w -> counter(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
+                        Long.parseLong(w[5]), w[6]),
+                "handoff", w -> handoff(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
+                        Long.parseLong(w[5]))));
     }
 
     private static CuratorFramework client(String connect) throws InterruptedException {
-        CuratorFramework client = CuratorFrameworkFactory.builder()
-                .connectString(connect)
-                .sessionTimeoutMs(sessionTimeoutMs)
-                .connectionTimeoutMs(15_000)
-                .retryPolicy(new ExponentialBackoffRetry(100, 5))
-                .build();
-        client.start();
-        if (!client.blockUntilConnected(30, TimeUnit.SECONDS)) {
-            client.close();
-            throw new IllegalStateException("no session with " + connect + " within 30 s");
-        }
-        return client;
+        return client(connect, sessionTimeoutMs);
     }
 
     private static List<CuratorFramework> clients(String connect, int n) throws InterruptedException {
-        List<CuratorFramework> sessions = new ArrayList<>();
-        try {
-            for (int i = 0; i < n; i++) {
-                sessions.add(client(connect));
-            }
-        } catch (InterruptedException | RuntimeException e) {
-            close(sessions);
-            throw e;
-        }
-        return sessions;
-    }
-
-    private static void close(List<CuratorFramework> sessions) {
-        for (CuratorFramework c : sessions) {
-            c.close();
-        }
-    }
-
-    /** Runs `body(i)` on `n` threads started together; rethrows the first failure. */
-    private static long together(int n, long joinLimitMs, IntBody body) throws Exception {
-        CountDownLatch start = new CountDownLatch(1);
-        Throwable[] failure = new Throwable[1];
-        List<Thread> threads = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
-            int index = i;
-            Thread t = new Thread(() -> {
-                try {
-                    start.await();
-                    body.run(index);
-                } catch (Throwable e) {
-                    synchronized (failure) {
-                        if (failure[0] == null) {
-                            failure[0] = e;
-                        }
-                    }
-                }
-            }, "worker-" + i);
-            threads.add(t);
-            t.start();
-        }
-        long startedAt = System.nanoTime();
-        start.countDown();
-        for (Thread t : threads) {
-            t.join(joinLimitMs);
-            if (t.isAlive()) {
-                throw new IllegalStateException(t.getName() + " did not finish");
-            }
-        }
-        synchronized (failure) {
-            if (failure[0] != null) {
-                throw new IllegalStateException("a worker failed: " + failure[0], failure[0]);
-            }
-        }
-        return startedAt;
-    }
-
-    @FunctionalInterface
-    private interface IntBody {
-        void run(int index) throws Exception;
+        return clients(connect, n, sessionTimeoutMs);
     }
 
     private static RetryPolicy counterRetry(String mode) {
@@ -275,11 +160,7 @@ public final class CuratorRecipeBench {
                 }
             });
             int n = count.get();
-            StringBuilder line = new StringBuilder("GAPS");
-            for (int k = 0; k < n; k++) {
-                line.append(' ').append(gaps[k]);
-            }
-            say(line.toString());
+            say(line("GAPS", gaps, n));
             long elapsed = n > 0 ? lastGrant[0] - startedAt : 0;
             say("RESULT handoffs=" + n + " elapsed_us=" + elapsed / 1000);
         } finally {

@@ -1,6 +1,8 @@
 //! Java programs the benchmark carries (the Curator sides of `--locks` and `--recipes`): compiled
-//! at run time with javac against Debian's jars, run as child JVMs that take commands on stdin
-//! and answer on stdout, one line at a time.
+//! at run time with javac against Debian's jars, each together with `CuratorBenchSupport.java`
+//! (the command loop, watchdog and sessions they share), run as child JVMs that take commands on
+//! stdin and answer on stdout, one line at a time; the answers' `RESULT key=value ...` and
+//! `<PREFIX> <us> <us> ...` lines are read here.
 //!
 //! Invariants: every JVM is killed, by its PID, when its handle drops and when this process dies
 //! (the parent-death signal); every read is bounded in time; a failure carries the end of the
@@ -27,6 +29,10 @@ pub const CURATOR_CLASSPATH: &str = "/usr/share/java/curator-recipes.jar:\
 /// Bound on compiling a program and on a JVM's start.
 pub const START_LIMIT: Duration = Duration::from_secs(120);
 
+/// What every program shares, compiled with each (the programs extend this class).
+const SUPPORT_CLASS: &str = "CuratorBenchSupport";
+const SUPPORT_SOURCE: &str = include_str!("CuratorBenchSupport.java");
+
 /// A program compiled into a temporary directory, which lives as long as this value.
 pub struct Classes {
     classpath: String,
@@ -35,7 +41,8 @@ pub struct Classes {
 }
 
 impl Classes {
-    /// Compiles `source` (the public class `class`) with the `javac` next to `java`.
+    /// Compiles `source` (the public class `class`) and the shared support class with the
+    /// `javac` next to `java`.
     pub async fn compile(
         java: &Path,
         classpath: &str,
@@ -45,8 +52,12 @@ impl Classes {
         let dir = tempfile::Builder::new()
             .prefix("lockkeeper-bench-java-")
             .tempdir()?;
-        let file = dir.path().join(format!("{class}.java"));
-        std::fs::write(&file, source)?;
+        let mut files = Vec::new();
+        for (name, text) in [(class, source), (SUPPORT_CLASS, SUPPORT_SOURCE)] {
+            let file = dir.path().join(format!("{name}.java"));
+            std::fs::write(&file, text)?;
+            files.push(file);
+        }
         let javac = javac_next_to(java);
         let compiled = tokio::time::timeout(
             START_LIMIT,
@@ -55,7 +66,7 @@ impl Classes {
                 .arg(dir.path())
                 .arg("-cp")
                 .arg(classpath)
-                .arg(&file)
+                .args(&files)
                 .stdin(Stdio::null())
                 .kill_on_drop(true)
                 .output(),
@@ -221,11 +232,66 @@ impl Jvm {
         self.stderr.failure(what)
     }
 
+    /// The `key=value` words of the `RESULT` line of an answer.
+    pub fn result<'a>(&self, lines: &'a [String]) -> Result<Fields<'a>, BoxError> {
+        let line = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .ok_or_else(|| self.failure(&format!("no RESULT line in {lines:?}")))?;
+        Ok(Fields {
+            words: line
+                .split_whitespace()
+                .filter_map(|word| word.split_once('='))
+                .collect(),
+            stderr: self.stderr.clone(),
+        })
+    }
+
+    /// The microsecond values of every `<prefix> <us> <us> ...` line of an answer, in order
+    /// (`WAITS`, `GAPS`: one per event, so the caller checks their count against the result's).
+    pub fn micros(&self, lines: &[String], prefix: &str) -> Result<Vec<Duration>, BoxError> {
+        let mut values = Vec::new();
+        for line in lines.iter().filter_map(|l| l.strip_prefix(prefix)) {
+            for word in line.split_whitespace() {
+                let us: u64 = word.parse().map_err(|_| {
+                    self.failure(&format!("bad {} value {word:?}", prefix.to_lowercase()))
+                })?;
+                values.push(Duration::from_micros(us));
+            }
+        }
+        Ok(values)
+    }
+
     /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.
     pub async fn stop(mut self) {
         let _ = self.stdin.write_all(b"quit\n").await;
         let _ = self.stdin.flush().await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+}
+
+/// The `key=value` words of a `RESULT` line.
+pub struct Fields<'a> {
+    words: Vec<(&'a str, &'a str)>,
+    stderr: StderrTail,
+}
+
+impl Fields<'_> {
+    /// The whole number under `key`, or an error naming it.
+    pub fn number(&self, key: &str) -> Result<u64, BoxError> {
+        self.words
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| {
+                self.stderr
+                    .failure(&format!("no number `{key}=` in {:?}", self.words))
+            })
+    }
+
+    /// The microseconds under `key`, as a duration.
+    pub fn micros(&self, key: &str) -> Result<Duration, BoxError> {
+        self.number(key).map(Duration::from_micros)
     }
 }
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 use super::BoxError;
 use super::process::{Launcher, ServerKind};
 use super::stats::Json;
-use super::versus::{Client, Combo, Target, start_servers};
+use super::versus::{self, Client, Target, on_both_servers, runs};
 use curator::CuratorJvm;
 pub use measure::{LockKind, close_all, open_many};
 use report::Report;
@@ -131,114 +131,83 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         settings.clients,
         settings.waiters
     );
-    let (servers, targets) = start_servers(&settings.launcher, settings.connect_limit).await?;
-    let report = measure(settings, &targets).await;
-    // The servers stay up until every figure is taken; dropping them kills them.
-    drop(servers);
-    report.finish(settings)
+    let report = on_both_servers(
+        &settings.launcher,
+        settings.connect_limit,
+        async |targets| measure(settings, targets).await,
+    );
+    report.await?.finish(settings)
 }
 
 /// Takes every figure against `targets` (one Keeper and one ZooKeeper) and prints each as it
 /// comes. A figure that cannot be taken is recorded as an error; the others are still taken.
 pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut report = Report::new(targets);
-    let mut jvm = match CuratorJvm::start(
-        &settings.launcher.java,
-        &settings.curator_classpath,
-        settings.jvm_watchdog(),
-    )
-    .await
-    {
-        Ok(jvm) => {
-            println!("Curator: {}", jvm.describe());
-            report.curator_command = Some(jvm.describe().to_string());
-            Some(jvm)
-        }
-        Err(e) => {
-            report.errors.push(format!("Curator: {e}"));
-            None
-        }
-    };
-    let connect = |kind: ServerKind| {
-        targets
-            .iter()
-            .find(|t| t.kind == kind)
-            .map(|t| t.connect.clone())
-    };
+    let java = &settings.launcher.java;
+    let started = CuratorJvm::start(java, &settings.curator_classpath, settings.jvm_watchdog());
+    let mut jvm = report.record.curator(started.await, CuratorJvm::describe);
+    let connect = |kind| versus::connect(targets, kind);
     let limit = settings.limit;
     let connect_limit = settings.connect_limit;
 
-    // Each trial runs every combination in turn, every other trial in reverse order, so that
-    // whatever drifts during the run (a server's log file warming up, the JIT, other load on the
-    // machine) does not favour the combinations that happen to come last.
     report.print_uncontended_header(settings);
-    for trial in 0..settings.trials {
-        for combo in Combo::in_turn(trial) {
-            let Some(addr) = connect(combo.server) else {
-                continue;
-            };
-            let path = format!("/lockkeeper-bench/uncontended-{}-{trial}", combo.key());
-            let result = match combo.client {
-                Client::Lockkeeper => {
-                    measure::uncontended(
+    for (trial, combo, addr) in runs(settings.trials, targets) {
+        let path = format!("/lockkeeper-bench/uncontended-{}-{trial}", combo.key());
+        let result = match combo.client {
+            Client::Lockkeeper => {
+                measure::uncontended(
+                    &addr,
+                    &path,
+                    settings.cycles,
+                    settings.warmup,
+                    settings.cycles,
+                    limit,
+                    connect_limit,
+                )
+                .await
+            }
+            Client::Curator => match jvm.as_mut() {
+                Some(jvm) => {
+                    jvm.uncontended(
                         &addr,
                         &path,
                         settings.cycles,
                         settings.warmup,
                         settings.cycles,
                         limit,
-                        connect_limit,
                     )
                     .await
                 }
-                Client::Curator => match jvm.as_mut() {
-                    Some(jvm) => {
-                        jvm.uncontended(
-                            &addr,
-                            &path,
-                            settings.cycles,
-                            settings.warmup,
-                            settings.cycles,
-                            limit,
-                        )
-                        .await
-                    }
-                    None => Err("no Curator JVM".into()),
-                },
-            };
-            report.add_uncontended(combo, trial, result);
-        }
+                None => Err("no Curator JVM".into()),
+            },
+        };
+        report.add_uncontended(combo, trial, result);
     }
 
     report.print_contended_header(settings);
-    for trial in 0..settings.trials {
-        for combo in Combo::in_turn(trial) {
-            let Some(addr) = connect(combo.server) else {
-                continue;
-            };
-            let path = format!("/lockkeeper-bench/contended-{}-{trial}", combo.key());
-            let result = match combo.client {
-                Client::Lockkeeper => {
-                    measure::contended(
-                        &addr,
-                        &path,
-                        settings.clients,
-                        settings.handoffs,
-                        limit,
-                        connect_limit,
-                    )
-                    .await
+    for (trial, combo, addr) in runs(settings.trials, targets) {
+        let path = format!("/lockkeeper-bench/contended-{}-{trial}", combo.key());
+        let result = match combo.client {
+            Client::Lockkeeper => {
+                measure::contended(
+                    &addr,
+                    &path,
+                    settings.clients,
+                    settings.handoffs,
+                    limit,
+                    connect_limit,
+                )
+                .await
+            }
+            Client::Curator => match jvm.as_mut() {
+                Some(jvm) => {
+                    jvm.contended(&addr, &path, settings.clients, settings.handoffs, limit)
+                        .await
                 }
-                Client::Curator => match jvm.as_mut() {
-                    Some(jvm) => {
-                        jvm.contended(&addr, &path, settings.clients, settings.handoffs, limit)
-                            .await
-                    }
-                    None => Err("no Curator JVM".into()),
-                },
-            };
-            report.add_contended(combo, trial, result);
-        }
+                None => Err("no Curator JVM".into()),
+            },
+        };
+        report.add_contended(combo, trial, result);
     }
 
     report.print_herd_header(settings);
@@ -274,11 +243,9 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::super::process::ChildServer;
-    use super::super::process::KeeperFlags;
     use super::super::startup::first_session;
+    use super::super::tests::{launcher, parse};
     use super::super::workload::tests::in_process_keeper;
     use super::*;
 
@@ -305,16 +272,6 @@ mod tests {
             Json::Arr(rows) => rows,
             other => panic!("`{key}` is not a list: {}", other.render()),
         }
-    }
-
-    fn parse(args: &[&str]) -> Result<crate::bench::BenchArgs, clap::Error> {
-        #[derive(clap::Parser, Debug)]
-        struct Cli {
-            #[command(flatten)]
-            bench: crate::bench::BenchArgs,
-        }
-        use clap::Parser;
-        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
     }
 
     #[test]
@@ -346,14 +303,7 @@ mod tests {
     /// shape. Speed is not asserted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn measures_every_combination_in_a_tiny_run() {
-        let launcher = Launcher {
-            keeper_bin: PathBuf::from("unused"),
-            java: PathBuf::from("java"),
-            zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
-            zookeeper_jvm_opts: Vec::new(),
-            zookeeper_force_sync: true,
-            keeper_flags: KeeperFlags::default(),
-        };
+        let launcher = launcher();
         let (keeper, _dir) = in_process_keeper().await;
         let mut zookeeper =
             ChildServer::spawn(ServerKind::Zookeeper, &launcher).expect("spawn ZooKeeper");
@@ -423,7 +373,11 @@ mod tests {
             assert!(number(row, "handoffs_vs_curator_on_zookeeper") > 0.0);
         }
         assert_eq!(rows(&json, "goals").len(), 6);
-        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert!(
+            report.record.errors.is_empty(),
+            "{:?}",
+            report.record.errors
+        );
         keeper.shutdown().await;
     }
 }

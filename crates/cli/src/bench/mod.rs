@@ -538,8 +538,21 @@ mod tests {
         bench: BenchArgs,
     }
 
-    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+    /// `bench <args>` parsed as the command line would be.
+    pub(super) fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
         Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    }
+
+    /// A launcher for tests that start Apache ZooKeeper from Debian's jar and never Keeper.
+    pub(super) fn launcher() -> Launcher {
+        Launcher {
+            keeper_bin: "unused".into(),
+            java: "java".into(),
+            zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
+            zookeeper_jvm_opts: Vec::new(),
+            zookeeper_force_sync: true,
+            keeper_flags: Default::default(),
+        }
     }
 
     #[test]

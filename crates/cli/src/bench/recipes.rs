@@ -34,7 +34,7 @@ use super::BoxError;
 use super::jvm::Classes;
 use super::process::{Launcher, ServerKind};
 use super::stats::{Json, fmt_duration};
-use super::versus::{Client, Combo, Target, start_servers};
+use super::versus::{self, Client, Combo, Target, on_both_servers, runs};
 use curator::CuratorRecipeJvm;
 use report::Report;
 
@@ -212,11 +212,12 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         settings.failovers,
         fmt_duration(settings.session_timeout)
     );
-    let (servers, targets) = start_servers(&settings.launcher, settings.connect_limit).await?;
-    let report = measure(settings, &targets).await;
-    // The servers stay up until every figure is taken; dropping them kills them.
-    drop(servers);
-    report.finish(settings)
+    let report = on_both_servers(
+        &settings.launcher,
+        settings.connect_limit,
+        async |targets| measure(settings, targets).await,
+    );
+    report.await?.finish(settings)
 }
 
 /// Takes every figure against `targets` (one Keeper and one ZooKeeper), printing each as it
@@ -224,35 +225,16 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
 pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut report = Report::new(targets);
     let java = &settings.launcher.java;
-    let classes = match Classes::compile(java, &settings.curator_classpath, CLASS, SOURCE).await {
-        Ok(classes) => Some(classes),
-        Err(e) => {
-            report.errors.push(format!("Curator: {e}"));
-            None
-        }
-    };
+    let compiled = Classes::compile(java, &settings.curator_classpath, CLASS, SOURCE).await;
+    let classes = compiled.map_err(|e| report.record.errors.push(format!("Curator: {e}")));
     let mut jvm = match &classes {
-        Some(classes) => {
-            match CuratorRecipeJvm::start(java, classes, settings.jvm_watchdog()).await {
-                Ok(jvm) => {
-                    println!("Curator: {}", jvm.describe());
-                    report.curator_command = Some(jvm.describe().to_string());
-                    Some(jvm)
-                }
-                Err(e) => {
-                    report.errors.push(format!("Curator: {e}"));
-                    None
-                }
-            }
+        Ok(classes) => {
+            let started = CuratorRecipeJvm::start(java, classes, settings.jvm_watchdog()).await;
+            report.record.curator(started, CuratorRecipeJvm::describe)
         }
-        None => None,
+        Err(()) => None,
     };
-    let connect = |kind: ServerKind| {
-        targets
-            .iter()
-            .find(|t| t.kind == kind)
-            .map(|t| t.connect.clone())
-    };
+    let connect = |kind| versus::connect(targets, kind);
     let s = settings;
 
     // One unmeasured run of each combination first (bounded by --warmup): the first writes to
@@ -270,28 +252,18 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
         }
     }
 
-    // Each trial runs every combination in turn, every other trial in reverse order, so that
-    // drift during the run does not favour the combinations that happen to come last.
     report.print_counter_header(s);
-    for trial in 0..s.trials {
-        for combo in Combo::in_turn(trial) {
-            if let Some(addr) = connect(combo.server) {
-                let run = &trial.to_string();
-                let result = counter_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
-                report.add_counter(combo, trial, result);
-            }
-        }
+    for (trial, combo, addr) in runs(s.trials, targets) {
+        let run = &trial.to_string();
+        let result = counter_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+        report.add_counter(combo, trial, result);
     }
 
     report.print_handoff_header(s);
-    for trial in 0..s.trials {
-        for combo in Combo::in_turn(trial) {
-            if let Some(addr) = connect(combo.server) {
-                let run = &trial.to_string();
-                let result = handoff_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
-                report.add_handoff(combo, trial, result);
-            }
-        }
+    for (trial, combo, addr) in runs(s.trials, targets) {
+        let run = &trial.to_string();
+        let result = handoff_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+        report.add_handoff(combo, trial, result);
     }
     if let Some(jvm) = jvm {
         jvm.stop().await;
@@ -299,7 +271,7 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
 
     if s.failovers > 0 {
         report.print_failover_header(s);
-        failover::measure(s, targets, classes.as_ref(), &mut report).await;
+        failover::measure(s, targets, classes.as_ref().ok(), &mut report).await;
     }
     report
 }
@@ -363,6 +335,7 @@ async fn handoff_run(
 #[cfg(test)]
 pub(super) mod tests {
     use super::super::jvm::CURATOR_CLASSPATH;
+    use super::super::tests::{launcher, parse};
     use super::*;
 
     /// Settings for tests that only need their shape.
@@ -376,27 +349,6 @@ pub(super) mod tests {
             Duration::from_secs(2),
             Duration::from_secs(30),
         )
-    }
-
-    fn launcher() -> Launcher {
-        Launcher {
-            keeper_bin: "unused".into(),
-            java: "java".into(),
-            zookeeper_classpath: String::new(),
-            zookeeper_jvm_opts: Vec::new(),
-            zookeeper_force_sync: true,
-            keeper_flags: Default::default(),
-        }
-    }
-
-    fn parse(args: &[&str]) -> Result<crate::bench::BenchArgs, clap::Error> {
-        #[derive(clap::Parser, Debug)]
-        struct Cli {
-            #[command(flatten)]
-            bench: crate::bench::BenchArgs,
-        }
-        use clap::Parser;
-        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
     }
 
     #[test]

@@ -97,6 +97,12 @@ pub fn run_row(s: &RunStats) -> String {
 }
 
 /// `842us`, `2.41ms`, `1.20s`: short and unambiguous at any scale a benchmark meets.
+/// `count` per second of `elapsed` (0 for no time at all).
+pub fn rate(count: u64, elapsed: Duration) -> f64 {
+    let secs = elapsed.as_secs_f64();
+    if secs > 0.0 { count as f64 / secs } else { 0.0 }
+}
+
 pub fn fmt_duration(d: Duration) -> String {
     let us = d.as_micros();
     if us < 1_000 {

@@ -1,6 +1,8 @@
 //! Comparisons against Curator on ZooKeeper, shared by `bench --locks` and `bench --recipes`:
-//! the four client/server combinations, the order they are measured in, one trial's result, and
-//! the ratio targets the figures are held to.
+//! the four client/server combinations, the order they are measured in, one trial's result, the
+//! ratio targets the figures are held to, and what every report of theirs carries besides its
+//! own figures ([`Record`]: the servers, the Curator command, the failures, the JSON header, the
+//! ratio table and the targets list).
 //!
 //! Only a ratio measured in the same run on the same machine means anything elsewhere, so every
 //! figure of those benchmarks is set against Curator on ZooKeeper, the combination most Java
@@ -9,6 +11,7 @@
 use std::time::Duration;
 
 use super::BoxError;
+use super::compare::json_or_partial;
 use super::process::{ChildServer, Launcher, ServerKind};
 use super::startup::first_session;
 use super::stats::{Json, fmt_duration, fmt_ratio};
@@ -45,6 +48,39 @@ pub async fn start_servers(
         servers.push(server);
     }
     Ok((servers, targets))
+}
+
+/// Starts both servers (see [`start_servers`]), takes `measure`'s figures against them, then
+/// kills them: the servers stay up until every figure is taken.
+pub async fn on_both_servers<R>(
+    launcher: &Launcher,
+    limit: Duration,
+    measure: impl AsyncFnOnce(&[Target]) -> R,
+) -> Result<R, BoxError> {
+    let (servers, targets) = start_servers(launcher, limit).await?;
+    let figures = measure(&targets).await;
+    drop(servers);
+    Ok(figures)
+}
+
+/// Every run of `trials` trials over the four combinations, each with the address of its
+/// server (a combination whose server is missing is left out): every combination in turn,
+/// every other trial in reverse order, so that whatever drifts during a run (a server's log
+/// file warming up, the JIT, other load on the machine) does not favour the combinations that
+/// happen to come last.
+pub fn runs(trials: u32, targets: &[Target]) -> impl Iterator<Item = (u32, Combo, String)> {
+    (0..trials).flat_map(move |trial| {
+        Combo::in_turn(trial)
+            .filter_map(move |combo| Some((trial, combo, connect(targets, combo.server)?)))
+    })
+}
+
+/// Where the server of `kind` among `targets` listens.
+pub fn connect(targets: &[Target], kind: ServerKind) -> Option<String> {
+    targets
+        .iter()
+        .find(|t| t.kind == kind)
+        .map(|t| t.connect.clone())
 }
 
 /// Which client library runs the recipe.
@@ -126,6 +162,190 @@ pub struct Trial<T> {
     pub combo: Combo,
     pub trial: u32,
     pub result: Result<T, String>,
+}
+
+impl<T> Trial<T> {
+    /// Its JSON row: `client`, `server`, `trial` (from 1), then `fields` of the figure or its
+    /// `error`.
+    pub fn json(&self, fields: impl FnOnce(&T) -> Vec<(&'static str, Json)>) -> Json {
+        let mut f = self.combo.json_fields();
+        f.push(("trial", Json::num(self.trial + 1)));
+        match &self.result {
+            Ok(figure) => f.extend(fields(figure)),
+            Err(e) => f.push(("error", Json::Str(e.clone()))),
+        }
+        Json::obj(f)
+    }
+}
+
+/// The figures of `combo` that were taken, in trial order.
+pub fn taken<T>(trials: &[Trial<T>], combo: Combo) -> impl Iterator<Item = &T> {
+    trials
+        .iter()
+        .filter(move |t| t.combo == combo)
+        .filter_map(|t| t.result.as_ref().ok())
+}
+
+/// The figure of `combo` with the highest `score` (the first of equals).
+pub fn best<T>(trials: &[Trial<T>], combo: Combo, score: impl Fn(&T) -> f64) -> Option<&T> {
+    taken(trials, combo).reduce(|a, b| if score(b) > score(a) { b } else { a })
+}
+
+/// One row per combination, in [`Combo::ALL`]'s order: `client`, `server`, then `fields`.
+pub fn per_combo_json(fields: impl Fn(Combo) -> Vec<(&'static str, Json)>) -> Json {
+    Json::Arr(
+        Combo::ALL
+            .into_iter()
+            .map(|combo| {
+                let mut f = combo.json_fields();
+                f.extend(fields(combo));
+                Json::obj(f)
+            })
+            .collect(),
+    )
+}
+
+/// A column of the printed ratio table: each combination's `figure` over Curator on
+/// ZooKeeper's.
+pub struct Column<'a> {
+    pub title: &'static str,
+    pub width: usize,
+    pub figure: &'a dyn Fn(Combo) -> Option<f64>,
+}
+
+/// What every comparison report carries besides its own figures.
+pub struct Record {
+    pub targets: Vec<Target>,
+    /// How the Curator JVM was started, once it was.
+    pub curator_command: Option<String>,
+    /// Every figure that could not be taken, with the reason.
+    pub errors: Vec<String>,
+}
+
+impl Record {
+    pub fn new(targets: &[Target]) -> Record {
+        Record {
+            targets: targets.to_vec(),
+            curator_command: None,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The Curator JVM when it started (its command printed and kept for the JSON); else
+    /// `None`, the reason recorded as a failure.
+    pub fn curator<J>(
+        &mut self,
+        started: Result<J, BoxError>,
+        describe: impl Fn(&J) -> &str,
+    ) -> Option<J> {
+        match started {
+            Ok(jvm) => {
+                println!("Curator: {}", describe(&jvm));
+                self.curator_command = Some(describe(&jvm).to_string());
+                Some(jvm)
+            }
+            Err(e) => {
+                self.errors.push(format!("Curator: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Prints and records a figure that could not be taken.
+    pub fn fail(&mut self, what: &str, error: &BoxError) {
+        println!("{what}: error: {error}");
+        self.errors.push(format!("{what}: {error}"));
+    }
+
+    /// Adds one trial to `trials`: its `row` printed, or its failure (`<what>, <combo>`)
+    /// printed and recorded.
+    pub fn add<T>(
+        &mut self,
+        trials: &mut Vec<Trial<T>>,
+        what: &str,
+        (combo, trial): (Combo, u32),
+        result: Result<T, BoxError>,
+        row: impl FnOnce(&T) -> String,
+    ) {
+        match &result {
+            Ok(figure) => println!("{}", row(figure)),
+            Err(e) => self.fail(&format!("{what}, {}", combo.label()), e),
+        }
+        trials.push(Trial {
+            combo,
+            trial,
+            result: result.map_err(|e| e.to_string()),
+        });
+    }
+
+    /// The JSON document: `command`, `servers`, `settings`, the report's own `figures`, `goals`
+    /// and `errors`.
+    pub fn json(
+        &self,
+        settings: Vec<(&'static str, Json)>,
+        figures: Vec<(&'static str, Json)>,
+        goals: &[Goal],
+    ) -> Json {
+        let mut servers: Vec<(&str, Json)> = self
+            .targets
+            .iter()
+            .map(|t| (t.kind.json_key(), Json::Str(t.command.clone())))
+            .collect();
+        servers.push((
+            "curator",
+            self.curator_command.clone().map_or(Json::Null, Json::Str),
+        ));
+        let mut fields = vec![
+            (
+                "command",
+                Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+            ),
+            ("servers", Json::obj(servers)),
+            ("settings", Json::obj(settings)),
+        ];
+        fields.extend(figures);
+        fields.push((
+            "goals",
+            Json::Arr(goals.iter().map(Goal::to_json).collect()),
+        ));
+        fields.push((
+            "errors",
+            Json::Arr(self.errors.iter().map(|e| Json::Str(e.clone())).collect()),
+        ));
+        Json::obj(fields)
+    }
+
+    /// `json`, or a [`Partial`](super::compare::Partial) carrying it and naming every failure
+    /// (each also on stderr after `prefix`).
+    pub fn finish(&self, json: Json, prefix: &str) -> Result<Json, BoxError> {
+        json_or_partial(json, &self.errors, prefix)
+    }
+}
+
+/// Prints every combination but the baseline with `columns`' ratios against Curator on
+/// ZooKeeper.
+pub fn print_ratios(columns: &[Column]) {
+    let mut header = "\nagainst Curator on ZooKeeper, same run".to_string();
+    for c in columns {
+        header.push_str(&format!(" {:>w$}", c.title, w = c.width));
+    }
+    println!("{header}");
+    for combo in Combo::ALL.into_iter().filter(|c| *c != Combo::BASELINE) {
+        let mut row = format!("{:<37}", combo.label());
+        for c in columns {
+            let ratio = fmt_ratio((c.figure)(combo), (c.figure)(Combo::BASELINE));
+            row.push_str(&format!(" {ratio:>w$}", w = c.width));
+        }
+        println!("{row}");
+    }
+}
+
+/// Prints the `targets:` list.
+pub fn print_goals(goals: &[Goal]) {
+    println!("\ntargets:");
+    for goal in goals {
+        println!("  {}", goal.row());
+    }
 }
 
 /// A ratio the benchmark is held to: `measured / baseline` should reach `target` (rates), or

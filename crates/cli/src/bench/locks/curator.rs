@@ -67,10 +67,14 @@ impl CuratorJvm {
             limit.as_millis()
         );
         let lines = self
+            .jvm
             .exchange(&command, warmup + limit * 2 + START_LIMIT)
             .await?;
-        let (cycles, elapsed) = self.result(&lines)?;
-        Ok(Uncontended { cycles, elapsed })
+        let result = self.jvm.result(&lines)?;
+        Ok(Uncontended {
+            cycles: result.number("cycles")?,
+            elapsed: result.micros("elapsed_us")?,
+        })
     }
 
     /// `clients` sessions on one lock, each looping acquire -> release up to `cycles` times or
@@ -83,52 +87,25 @@ impl CuratorJvm {
         cycles: u32,
         limit: Duration,
     ) -> Result<Contended, BoxError> {
-        let lines = self
-            .exchange(
-                &format!(
-                    "contended {connect} {path} {clients} {cycles} {}",
-                    limit.as_millis()
-                ),
-                limit * 2 + START_LIMIT,
-            )
-            .await?;
-        let mut waits = Vec::new();
-        for line in lines.iter().filter_map(|l| l.strip_prefix("WAITS")) {
-            for word in line.split_whitespace() {
-                let us: u64 = word
-                    .parse()
-                    .map_err(|_| self.failure(&format!("bad wait {word:?}")))?;
-                waits.push(Duration::from_micros(us));
-            }
-        }
-        let (handoffs, elapsed) = self.result(&lines)?;
+        let command = format!(
+            "contended {connect} {path} {clients} {cycles} {}",
+            limit.as_millis()
+        );
+        let lines = self.jvm.exchange(&command, limit * 2 + START_LIMIT).await?;
+        let waits = self.jvm.micros(&lines, "WAITS")?;
+        let result = self.jvm.result(&lines)?;
+        let handoffs = result.number("cycles")?;
         if handoffs != waits.len() as u64 {
-            return Err(self.failure(&format!(
+            return Err(self.jvm.failure(&format!(
                 "{handoffs} handoffs but {} waits reported",
                 waits.len()
             )));
         }
-        Ok(Contended::from_waits(clients, &waits, elapsed))
-    }
-
-    /// Parses `RESULT cycles=<n> elapsed_us=<us>`.
-    fn result(&self, lines: &[String]) -> Result<(u64, Duration), BoxError> {
-        let parsed = lines.iter().find_map(|line| {
-            let mut words = line.strip_prefix("RESULT ")?.split(' ');
-            let cycles = words.next()?.strip_prefix("cycles=")?.parse().ok()?;
-            let us = words.next()?.strip_prefix("elapsed_us=")?.parse().ok()?;
-            Some((cycles, Duration::from_micros(us)))
-        });
-        parsed.ok_or_else(|| self.failure(&format!("no RESULT line in {lines:?}")))
-    }
-
-    async fn exchange(&mut self, command: &str, limit: Duration) -> Result<Vec<String>, BoxError> {
-        self.jvm.exchange(command, limit).await
-    }
-
-    /// An error carrying `what` and the end of the JVM's stderr.
-    fn failure(&self, what: &str) -> BoxError {
-        self.jvm.failure(what)
+        Ok(Contended::from_waits(
+            clients,
+            &waits,
+            result.micros("elapsed_us")?,
+        ))
     }
 
     /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.

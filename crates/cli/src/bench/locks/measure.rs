@@ -13,7 +13,7 @@ use lockkeeper::zk::{Mutex, Session, SimpleLock};
 use tokio::sync::Barrier;
 
 use crate::bench::BoxError;
-use crate::bench::stats;
+use crate::bench::stats::{self, rate};
 
 /// Bound on one acquisition: far beyond any wait a healthy run sees.
 pub const ACQUIRE_LIMIT: Duration = Duration::from_secs(60);
@@ -117,11 +117,6 @@ impl LockKind {
             LockKind::Simple => "SimpleLock",
         }
     }
-}
-
-fn rate(count: u64, elapsed: Duration) -> f64 {
-    let secs = elapsed.as_secs_f64();
-    if secs > 0.0 { count as f64 / secs } else { 0.0 }
 }
 
 /// Opens one lockkeeper session, bounded by `limit`.

@@ -5,32 +5,29 @@ use super::Settings;
 use super::Target;
 use super::measure::{Contended, Herd, LockKind, Uncontended};
 use crate::bench::BoxError;
-use crate::bench::compare::json_or_partial;
 use crate::bench::process::ServerKind;
-use crate::bench::stats::{Json, fmt_duration, fmt_ratio, ratio};
-use crate::bench::versus::{Client, Combo, Goal, Trial};
+use crate::bench::stats::{Json, fmt_duration, ratio};
+use crate::bench::versus::{
+    Client, Column, Combo, Goal, Record, Trial, best, per_combo_json, print_goals, print_ratios,
+};
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason. The
 /// comparisons use each combination's best trial (the highest rate; for contended runs, the
 /// wait figures of that same trial).
 pub struct Report {
-    pub targets: Vec<Target>,
-    pub curator_command: Option<String>,
+    pub record: Record,
     pub uncontended: Vec<Trial<Uncontended>>,
     pub contended: Vec<Trial<Contended>>,
     pub herd: Vec<(LockKind, ServerKind, Result<Herd, String>)>,
-    pub errors: Vec<String>,
 }
 
 impl Report {
     pub fn new(targets: &[Target]) -> Report {
         Report {
-            targets: targets.to_vec(),
-            curator_command: None,
+            record: Record::new(targets),
             uncontended: Vec::new(),
             contended: Vec::new(),
             herd: Vec::new(),
-            errors: Vec::new(),
         }
     }
 
@@ -52,21 +49,17 @@ impl Report {
         trial: u32,
         result: Result<Uncontended, BoxError>,
     ) {
-        match &result {
-            Ok(u) => println!(
+        let row = |u: &Uncontended| {
+            format!(
                 "{:<24} {:>5} {:>8} {:>10.0}",
                 combo.label(),
                 trial + 1,
                 u.cycles,
                 u.per_sec()
-            ),
-            Err(e) => self.fail(&format!("uncontended, {}", combo.label()), e),
-        }
-        self.uncontended.push(Trial {
-            combo,
-            trial,
-            result: result.map_err(|e| e.to_string()),
-        });
+            )
+        };
+        let trials = &mut self.uncontended;
+        (self.record).add(trials, "uncontended", (combo, trial), result, row);
     }
 
     pub fn print_contended_header(&self, s: &Settings) {
@@ -90,8 +83,8 @@ impl Report {
     }
 
     pub fn add_contended(&mut self, combo: Combo, trial: u32, result: Result<Contended, BoxError>) {
-        match &result {
-            Ok(c) => println!(
+        let row = |c: &Contended| {
+            format!(
                 "{:<24} {:>5} {:>8} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
                 combo.label(),
                 trial + 1,
@@ -101,14 +94,10 @@ impl Report {
                 fmt_duration(c.wait_quantile(0.99)),
                 fmt_duration(c.max_wait),
                 c.fairness().map_or("-".into(), |f| format!("{f:.1}"))
-            ),
-            Err(e) => self.fail(&format!("contended, {}", combo.label()), e),
-        }
-        self.contended.push(Trial {
-            combo,
-            trial,
-            result: result.map_err(|e| e.to_string()),
-        });
+            )
+        };
+        let trials = &mut self.contended;
+        (self.record).add(trials, "contended", (combo, trial), result, row);
     }
 
     pub fn print_herd_header(&self, s: &Settings) {
@@ -131,34 +120,24 @@ impl Report {
                 h.notifications,
                 h.per_release().map_or("-".into(), |r| format!("{r:.2}"))
             ),
-            Err(e) => self.fail(&format!("notifications, {label}"), e),
+            Err(e) => self.record.fail(&format!("notifications, {label}"), e),
         }
         self.herd
             .push((kind, server, result.map_err(|e| e.to_string())));
     }
 
-    fn fail(&mut self, what: &str, error: &BoxError) {
-        println!("{what}: error: {error}");
-        self.errors.push(format!("{what}: {error}"));
-    }
-
     /// The best uncontended rate of `combo` over its trials.
     fn uncontended_rate(&self, combo: Combo) -> Option<f64> {
-        self.uncontended
-            .iter()
-            .filter(|t| t.combo == combo)
-            .filter_map(|t| t.result.as_ref().ok())
-            .map(Uncontended::per_sec)
-            .reduce(f64::max)
+        best(&self.uncontended, combo, Uncontended::per_sec).map(Uncontended::per_sec)
     }
 
     /// The trial of `combo` with the most handoffs per second.
     fn contended_of(&self, combo: Combo) -> Option<&Contended> {
-        self.contended
-            .iter()
-            .filter(|t| t.combo == combo)
-            .filter_map(|t| t.result.as_ref().ok())
-            .reduce(|a, b| if b.per_sec() > a.per_sec() { b } else { a })
+        best(&self.contended, combo, Contended::per_sec)
+    }
+
+    fn handoff_rate(&self, combo: Combo) -> Option<f64> {
+        self.contended_of(combo).map(Contended::per_sec)
     }
 
     fn p99_wait_us(&self, combo: Combo) -> Option<f64> {
@@ -171,121 +150,92 @@ impl Report {
         let base = Combo::BASELINE;
         let lk_keeper = Combo::new(Client::Lockkeeper, ServerKind::Keeper);
         let lk_zk = Combo::new(Client::Lockkeeper, ServerKind::Zookeeper);
-        let handoffs = |c| self.contended_of(c).map(Contended::per_sec);
-        let goal = |name, ratio, target, at_most| Goal {
+        let goal = |name, figure: &dyn Fn(Combo) -> Option<f64>, combo, target, at_most| Goal {
             name,
-            ratio,
+            ratio: ratio(figure(combo), figure(base)),
             target,
             at_most,
         };
+        let cycles = &|c| self.uncontended_rate(c);
+        let handoffs = &|c| self.handoff_rate(c);
+        let p99 = &|c| self.p99_wait_us(c);
         vec![
             goal(
                 "uncontended cycles/s, lockkeeper on Keeper",
-                ratio(
-                    self.uncontended_rate(lk_keeper),
-                    self.uncontended_rate(base),
-                ),
+                cycles,
+                lk_keeper,
                 3.0,
                 false,
             ),
             goal(
                 "uncontended cycles/s, lockkeeper on ZooKeeper",
-                ratio(self.uncontended_rate(lk_zk), self.uncontended_rate(base)),
+                cycles,
+                lk_zk,
                 1.5,
                 false,
             ),
             goal(
                 "contended handoffs/s, lockkeeper on Keeper",
-                ratio(handoffs(lk_keeper), handoffs(base)),
+                handoffs,
+                lk_keeper,
                 3.0,
                 false,
             ),
             goal(
                 "contended handoffs/s, lockkeeper on ZooKeeper",
-                ratio(handoffs(lk_zk), handoffs(base)),
+                handoffs,
+                lk_zk,
                 1.5,
                 false,
             ),
-            goal(
-                "p99 wait, lockkeeper on Keeper",
-                ratio(self.p99_wait_us(lk_keeper), self.p99_wait_us(base)),
-                1.0,
-                true,
-            ),
-            goal(
-                "p99 wait, lockkeeper on ZooKeeper",
-                ratio(self.p99_wait_us(lk_zk), self.p99_wait_us(base)),
-                1.0,
-                true,
-            ),
+            goal("p99 wait, lockkeeper on Keeper", p99, lk_keeper, 1.0, true),
+            goal("p99 wait, lockkeeper on ZooKeeper", p99, lk_zk, 1.0, true),
         ]
     }
 
     fn print_summary(&self) {
-        let base = Combo::BASELINE;
-        println!(
-            "\nagainst Curator on ZooKeeper, same run {:>10} {:>10} {:>9}",
-            "cycles/s", "handoffs/s", "p99 wait"
-        );
-        for combo in Combo::ALL.into_iter().filter(|c| *c != base) {
-            let handoffs = |c| self.contended_of(c).map(Contended::per_sec);
-            println!(
-                "{:<37} {:>10} {:>10} {:>9}",
-                combo.label(),
-                fmt_ratio(self.uncontended_rate(combo), self.uncontended_rate(base)),
-                fmt_ratio(handoffs(combo), handoffs(base)),
-                fmt_ratio(self.p99_wait_us(combo), self.p99_wait_us(base)),
-            );
-        }
-        println!("\ntargets:");
-        for goal in self.goals() {
-            println!("  {}", goal.row());
-        }
+        print_ratios(&[
+            Column {
+                title: "cycles/s",
+                width: 10,
+                figure: &|c| self.uncontended_rate(c),
+            },
+            Column {
+                title: "handoffs/s",
+                width: 10,
+                figure: &|c| self.handoff_rate(c),
+            },
+            Column {
+                title: "p99 wait",
+                width: 9,
+                figure: &|c| self.p99_wait_us(c),
+            },
+        ]);
+        print_goals(&self.goals());
     }
 
     /// Prints the goals and returns the JSON, or a `Partial` naming what failed.
     pub fn finish(self, settings: &Settings) -> Result<Json, BoxError> {
         self.print_summary();
         let json = self.to_json(settings);
-        json_or_partial(json, &self.errors, "lock benchmark: ")
+        self.record.finish(json, "lock benchmark: ")
     }
 
     pub fn to_json(&self, s: &Settings) -> Json {
-        let trial_fields = |combo: Combo, trial: u32| {
-            vec![
-                ("client", Json::Str(combo.client.json_key().into())),
-                ("server", Json::Str(combo.server.json_key().into())),
-                ("trial", Json::num(trial + 1)),
-            ]
-        };
         let uncontended = self
             .uncontended
             .iter()
             .map(|t| {
-                let mut f = trial_fields(t.combo, t.trial);
-                match &t.result {
-                    Ok(u) => f.extend([
+                t.json(|u| {
+                    vec![
                         ("cycles", Json::Num(u.cycles as f64)),
                         ("elapsed_s", Json::num(u.elapsed.as_secs_f64())),
                         ("cycles_per_sec", Json::num(u.per_sec())),
-                    ]),
-                    Err(e) => f.push(("error", Json::Str(e.clone()))),
-                }
-                Json::obj(f)
+                    ]
+                })
             })
             .collect();
-        let contended = self
-            .contended
-            .iter()
-            .map(|t| {
-                let mut f = trial_fields(t.combo, t.trial);
-                match &t.result {
-                    Ok(c) => f.extend(contended_json(c)),
-                    Err(e) => f.push(("error", Json::Str(e.clone()))),
-                }
-                Json::obj(f)
-            })
-            .collect();
+        let contended = self.contended.iter().map(|t| t.json(contended_json));
         let herd = self
             .herd
             .iter()
@@ -306,47 +256,46 @@ impl Report {
                 Json::obj(f)
             })
             .collect();
-        let goals = self.goals().iter().map(Goal::to_json).collect();
-        let mut servers: Vec<(&str, Json)> = self
-            .targets
-            .iter()
-            .map(|t| (t.kind.json_key(), Json::Str(t.command.clone())))
-            .collect();
-        servers.push((
-            "curator",
-            self.curator_command.clone().map_or(Json::Null, Json::Str),
-        ));
-        Json::obj(vec![
+        let settings = vec![
+            ("run_limit_s", Json::num(s.limit.as_secs_f64())),
+            ("warmup_s", Json::num(s.warmup.as_secs_f64())),
+            ("uncontended_cycles", Json::num(s.cycles)),
+            ("contended_sessions", Json::num(s.clients as u32)),
+            ("contended_handoffs_per_session", Json::num(s.handoffs)),
+            ("notification_sessions", Json::num(s.waiters as u32)),
             (
-                "command",
-                Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+                "notification_cycles_per_session",
+                Json::num(s.waiter_cycles),
             ),
-            ("servers", Json::obj(servers)),
-            (
-                "settings",
-                Json::obj(vec![
-                    ("run_limit_s", Json::num(s.limit.as_secs_f64())),
-                    ("warmup_s", Json::num(s.warmup.as_secs_f64())),
-                    ("uncontended_cycles", Json::num(s.cycles)),
-                    ("contended_sessions", Json::num(s.clients as u32)),
-                    ("contended_handoffs_per_session", Json::num(s.handoffs)),
-                    ("notification_sessions", Json::num(s.waiters as u32)),
-                    (
-                        "notification_cycles_per_session",
-                        Json::num(s.waiter_cycles),
-                    ),
-                ]),
-            ),
+        ];
+        let figures = vec![
             ("uncontended", Json::Arr(uncontended)),
-            ("contended", Json::Arr(contended)),
+            ("contended", Json::Arr(contended.collect())),
             ("best", self.best_json()),
             ("notifications", Json::Arr(herd)),
-            ("goals", Json::Arr(goals)),
-            (
-                "errors",
-                Json::Arr(self.errors.iter().map(|e| Json::Str(e.clone())).collect()),
-            ),
-        ])
+        ];
+        self.record.json(settings, figures, &self.goals())
+    }
+
+    /// Each combination's best trial, with its ratios against Curator on ZooKeeper's best.
+    fn best_json(&self) -> Json {
+        let base = Combo::BASELINE;
+        let vs = |figure: &dyn Fn(Combo) -> Option<f64>, combo| {
+            Json::opt_num(ratio(figure(combo), figure(base)))
+        };
+        let cycles = &|c| self.uncontended_rate(c);
+        let handoffs = &|c| self.handoff_rate(c);
+        let p99 = &|c| self.p99_wait_us(c);
+        per_combo_json(|combo| {
+            vec![
+                ("cycles_per_sec", Json::opt_num(cycles(combo))),
+                ("handoffs_per_sec", Json::opt_num(handoffs(combo))),
+                ("wait_p99_us", Json::opt_num(p99(combo))),
+                ("cycles_vs_curator_on_zookeeper", vs(cycles, combo)),
+                ("handoffs_vs_curator_on_zookeeper", vs(handoffs, combo)),
+                ("wait_p99_vs_curator_on_zookeeper", vs(p99, combo)),
+            ]
+        })
     }
 }
 
@@ -364,46 +313,6 @@ fn contended_json(c: &Contended) -> Vec<(&'static str, Json)> {
         ("wait_mean_us", us(c.mean_wait)),
         ("fairness", Json::opt_num(c.fairness())),
     ]
-}
-
-impl Report {
-    /// Each combination's best trial, with its ratios against Curator on ZooKeeper's best.
-    fn best_json(&self) -> Json {
-        let base = Combo::BASELINE;
-        let handoffs = |c| self.contended_of(c).map(Contended::per_sec);
-        Json::Arr(
-            Combo::ALL
-                .into_iter()
-                .map(|combo| {
-                    Json::obj(vec![
-                        ("client", Json::Str(combo.client.json_key().into())),
-                        ("server", Json::Str(combo.server.json_key().into())),
-                        (
-                            "cycles_per_sec",
-                            Json::opt_num(self.uncontended_rate(combo)),
-                        ),
-                        ("handoffs_per_sec", Json::opt_num(handoffs(combo))),
-                        ("wait_p99_us", Json::opt_num(self.p99_wait_us(combo))),
-                        (
-                            "cycles_vs_curator_on_zookeeper",
-                            Json::opt_num(ratio(
-                                self.uncontended_rate(combo),
-                                self.uncontended_rate(base),
-                            )),
-                        ),
-                        (
-                            "handoffs_vs_curator_on_zookeeper",
-                            Json::opt_num(ratio(handoffs(combo), handoffs(base))),
-                        ),
-                        (
-                            "wait_p99_vs_curator_on_zookeeper",
-                            Json::opt_num(ratio(self.p99_wait_us(combo), self.p99_wait_us(base))),
-                        ),
-                    ])
-                })
-                .collect(),
-        )
-    }
 }
 
 #[cfg(test)]
@@ -494,14 +403,7 @@ mod tests {
 
     fn test_settings() -> Settings {
         Settings {
-            launcher: crate::bench::process::Launcher {
-                keeper_bin: "unused".into(),
-                java: "java".into(),
-                zookeeper_classpath: String::new(),
-                zookeeper_jvm_opts: Vec::new(),
-                zookeeper_force_sync: true,
-                keeper_flags: Default::default(),
-            },
+            launcher: crate::bench::tests::launcher(),
             curator_classpath: String::new(),
             limit: Duration::from_secs(1),
             warmup: Duration::from_secs(1),

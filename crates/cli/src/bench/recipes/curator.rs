@@ -66,13 +66,12 @@ impl CuratorRecipeJvm {
             retry.name()
         );
         let lines = self.jvm.exchange(&command, limit * 2 + START_LIMIT).await?;
-        let fields = self.result(&lines)?;
-        let elapsed_us = self.field(&fields, "elapsed_us")?;
+        let result = self.jvm.result(&lines)?;
         Ok(Increments {
             sessions,
-            increments: self.field(&fields, "increments")?,
-            elapsed: Duration::from_micros(elapsed_us),
-            tries: Some(self.field(&fields, "tries")?),
+            increments: result.number("increments")?,
+            elapsed: result.micros("elapsed_us")?,
+            tries: Some(result.number("tries")?),
         })
     }
 
@@ -94,17 +93,9 @@ impl CuratorRecipeJvm {
             .jvm
             .exchange(&command, limit + GRANT_LIMIT * 2 + START_LIMIT)
             .await?;
-        let mut gaps = Vec::new();
-        for line in lines.iter().filter_map(|l| l.strip_prefix("GAPS")) {
-            for word in line.split_whitespace() {
-                let us: u64 = word
-                    .parse()
-                    .map_err(|_| self.jvm.failure(&format!("bad gap {word:?}")))?;
-                gaps.push(Duration::from_micros(us));
-            }
-        }
-        let fields = self.result(&lines)?;
-        let count: u64 = self.field(&fields, "handoffs")?;
+        let gaps = self.jvm.micros(&lines, "GAPS")?;
+        let result = self.jvm.result(&lines)?;
+        let count = result.number("handoffs")?;
         if count != gaps.len() as u64 {
             return Err(self.jvm.failure(&format!(
                 "{count} handoffs but {} gaps reported",
@@ -114,31 +105,8 @@ impl CuratorRecipeJvm {
         Ok(Handoffs {
             participants,
             gaps,
-            elapsed: Duration::from_micros(self.field(&fields, "elapsed_us")?),
+            elapsed: result.micros("elapsed_us")?,
         })
-    }
-
-    /// The `key=value` words of the `RESULT` line.
-    fn result<'a>(&self, lines: &'a [String]) -> Result<Vec<(&'a str, &'a str)>, BoxError> {
-        let line = lines
-            .iter()
-            .find_map(|l| l.strip_prefix("RESULT "))
-            .ok_or_else(|| self.jvm.failure(&format!("no RESULT line in {lines:?}")))?;
-        Ok(line
-            .split_whitespace()
-            .filter_map(|word| word.split_once('='))
-            .collect())
-    }
-
-    fn field(&self, fields: &[(&str, &str)], key: &str) -> Result<u64, BoxError> {
-        fields
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, v)| v.parse().ok())
-            .ok_or_else(|| {
-                self.jvm
-                    .failure(&format!("no number `{key}=` in {fields:?}"))
-            })
     }
 
     /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.

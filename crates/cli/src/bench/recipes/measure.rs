@@ -15,6 +15,7 @@ use tokio::sync::Barrier;
 use super::CounterRetry;
 use crate::bench::BoxError;
 use crate::bench::locks::{close_all, open_many};
+use crate::bench::stats::rate;
 use crate::bench::workload::{close_session, open_session};
 
 /// Bound on one wait for leadership: far beyond any wait a healthy run sees.
@@ -66,11 +67,6 @@ impl Handoffs {
     pub fn max_gap(&self) -> Option<Duration> {
         self.gaps.iter().copied().max()
     }
-}
-
-fn rate(count: u64, elapsed: Duration) -> f64 {
-    let secs = elapsed.as_secs_f64();
-    if secs > 0.0 { count as f64 / secs } else { 0.0 }
 }
 
 /// `sessions` sessions, each incrementing the atomic long at `path` up to `increments` times or

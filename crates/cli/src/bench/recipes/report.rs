@@ -9,31 +9,29 @@ use super::Settings;
 use super::failover::Failover;
 use super::measure::{Handoffs, Increments};
 use crate::bench::BoxError;
-use crate::bench::compare::json_or_partial;
 use crate::bench::process::ServerKind;
-use crate::bench::stats::{Json, fmt_duration, fmt_ratio, ratio};
-use crate::bench::versus::{Client, Combo, Goal, Target, Trial};
+use crate::bench::stats::{Json, fmt_duration, ratio};
+use crate::bench::versus::{
+    Client, Column, Combo, Goal, Record, Target, Trial, best, per_combo_json, print_goals,
+    print_ratios, taken,
+};
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason.
 pub struct Report {
-    pub targets: Vec<Target>,
-    pub curator_command: Option<String>,
+    pub record: Record,
     pub counter: Vec<Trial<Increments>>,
     pub handoff: Vec<Trial<Handoffs>>,
     /// Failovers in the order taken (`trial` is the failover's number).
     pub failovers: Vec<Trial<Failover>>,
-    pub errors: Vec<String>,
 }
 
 impl Report {
     pub fn new(targets: &[Target]) -> Report {
         Report {
-            targets: targets.to_vec(),
-            curator_command: None,
+            record: Record::new(targets),
             counter: Vec::new(),
             handoff: Vec::new(),
             failovers: Vec::new(),
-            errors: Vec::new(),
         }
     }
 
@@ -53,22 +51,18 @@ impl Report {
     }
 
     pub fn add_counter(&mut self, combo: Combo, trial: u32, result: Result<Increments, BoxError>) {
-        match &result {
-            Ok(c) => println!(
+        let row = |c: &Increments| {
+            format!(
                 "{:<24} {:>5} {:>10} {:>12.0} {:>11}",
                 combo.label(),
                 trial + 1,
                 c.increments,
                 c.per_sec(),
                 tries_per_increment(c).map_or("-".into(), |t| format!("{t:.2}"))
-            ),
-            Err(e) => self.fail(&format!("counter, {}", combo.label()), e),
-        }
-        self.counter.push(Trial {
-            combo,
-            trial,
-            result: result.map_err(|e| e.to_string()),
-        });
+            )
+        };
+        let trials = &mut self.counter;
+        (self.record).add(trials, "counter", (combo, trial), result, row);
     }
 
     pub fn print_handoff_header(&self, s: &Settings) {
@@ -86,8 +80,8 @@ impl Report {
     }
 
     pub fn add_handoff(&mut self, combo: Combo, trial: u32, result: Result<Handoffs, BoxError>) {
-        match &result {
-            Ok(h) => println!(
+        let row = |h: &Handoffs| {
+            format!(
                 "{:<24} {:>5} {:>8} {:>10.0} {:>9} {:>9}",
                 combo.label(),
                 trial + 1,
@@ -95,14 +89,10 @@ impl Report {
                 h.per_sec(),
                 h.mean_gap().map_or("-".into(), fmt_duration),
                 h.max_gap().map_or("-".into(), fmt_duration),
-            ),
-            Err(e) => self.fail(&format!("handoff, {}", combo.label()), e),
-        }
-        self.handoff.push(Trial {
-            combo,
-            trial,
-            result: result.map_err(|e| e.to_string()),
-        });
+            )
+        };
+        let trials = &mut self.handoff;
+        (self.record).add(trials, "handoff", (combo, trial), result, row);
     }
 
     pub fn print_failover_header(&self, s: &Settings) {
@@ -119,45 +109,29 @@ impl Report {
     }
 
     pub fn add_failover(&mut self, combo: Combo, n: u32, result: Result<Failover, BoxError>) {
-        match &result {
-            Ok(f) => println!(
+        let row = |f: &Failover| {
+            format!(
                 "{:<24} {:>5} {:>9} {:>9} {:>11}",
                 combo.label(),
                 n + 1,
                 fmt_duration(f.took),
                 fmt_duration(f.floor),
                 fmt_excess(f.excess_secs())
-            ),
-            Err(e) => self.fail(&format!("failover, {}", combo.label()), e),
-        }
-        self.failovers.push(Trial {
-            combo,
-            trial: n,
-            result: result.map_err(|e| e.to_string()),
-        });
-    }
-
-    fn fail(&mut self, what: &str, error: &BoxError) {
-        println!("{what}: error: {error}");
-        self.errors.push(format!("{what}: {error}"));
+            )
+        };
+        let trials = &mut self.failovers;
+        (self.record).add(trials, "failover", (combo, n), result, row);
     }
 
     /// The best increments/s of `combo` over its trials.
     fn counter_of(&self, combo: Combo) -> Option<&Increments> {
-        self.counter
-            .iter()
-            .filter(|t| t.combo == combo)
-            .filter_map(|t| t.result.as_ref().ok())
-            .reduce(|a, b| if b.per_sec() > a.per_sec() { b } else { a })
+        best(&self.counter, combo, Increments::per_sec)
     }
 
     /// The trial of `combo` with the shortest mean handoff.
     fn handoff_of(&self, combo: Combo) -> Option<&Handoffs> {
         let mean = |h: &Handoffs| h.mean_gap().unwrap_or(Duration::MAX);
-        self.handoff
-            .iter()
-            .filter(|t| t.combo == combo)
-            .filter_map(|t| t.result.as_ref().ok())
+        taken(&self.handoff, combo)
             .filter(|h| h.count() > 0)
             .reduce(|a, b| if mean(b) < mean(a) { b } else { a })
     }
@@ -174,11 +148,7 @@ impl Report {
 
     /// The failovers of `combo` that were taken.
     fn failovers_of(&self, combo: Combo) -> Vec<&Failover> {
-        self.failovers
-            .iter()
-            .filter(|t| t.combo == combo)
-            .filter_map(|t| t.result.as_ref().ok())
-            .collect()
+        taken(&self.failovers, combo).collect()
     }
 
     /// The ratios the recipes are held to, all against Curator on ZooKeeper.
@@ -205,19 +175,18 @@ impl Report {
     }
 
     fn print_summary(&self) {
-        let base = Combo::BASELINE;
-        println!(
-            "\nagainst Curator on ZooKeeper, same run {:>12} {:>13}",
-            "increments/s", "handoff time"
-        );
-        for combo in Combo::ALL.into_iter().filter(|c| *c != base) {
-            println!(
-                "{:<37} {:>12} {:>13}",
-                combo.label(),
-                fmt_ratio(self.counter_rate(combo), self.counter_rate(base)),
-                fmt_ratio(self.handoff_mean_secs(combo), self.handoff_mean_secs(base)),
-            );
-        }
+        print_ratios(&[
+            Column {
+                title: "increments/s",
+                width: 12,
+                figure: &|c| self.counter_rate(c),
+            },
+            Column {
+                title: "handoff time",
+                width: 13,
+                figure: &|c| self.handoff_mean_secs(c),
+            },
+        ]);
         let combos: Vec<Combo> = Combo::ALL
             .into_iter()
             .filter(|&c| !self.failovers_of(c).is_empty())
@@ -240,151 +209,91 @@ impl Report {
                 );
             }
         }
-        println!("\ntargets:");
-        for goal in self.goals() {
-            println!("  {}", goal.row());
-        }
+        print_goals(&self.goals());
     }
 
     /// Prints the summary and returns the JSON, or a `Partial` naming what failed.
     pub fn finish(self, settings: &Settings) -> Result<Json, BoxError> {
         self.print_summary();
         let json = self.to_json(settings);
-        json_or_partial(json, &self.errors, "recipe benchmark: ")
+        self.record.finish(json, "recipe benchmark: ")
     }
 
     pub fn to_json(&self, s: &Settings) -> Json {
-        let row = |combo: Combo, trial: u32, fields: Vec<(&'static str, Json)>| {
-            let mut f = combo.json_fields();
-            f.push(("trial", Json::num(trial + 1)));
-            f.extend(fields);
-            Json::obj(f)
-        };
-        let error = |e: &String| vec![("error", Json::Str(e.clone()))];
-        let counter = self
-            .counter
-            .iter()
-            .map(|t| {
-                let fields = t.result.as_ref().map_or_else(error, counter_json);
-                row(t.combo, t.trial, fields)
+        let counter = self.counter.iter().map(|t| t.json(counter_json));
+        let handoff = self.handoff.iter().map(|t| t.json(handoff_json));
+        let failovers = self.failovers.iter().map(|t| {
+            t.json(|f| {
+                vec![
+                    ("took_s", Json::num(f.took.as_secs_f64())),
+                    ("session_timeout_s", Json::num(f.floor.as_secs_f64())),
+                    ("above_timeout_s", Json::num(f.excess_secs())),
+                ]
             })
-            .collect();
-        let handoff = self
-            .handoff
-            .iter()
-            .map(|t| {
-                let fields = t.result.as_ref().map_or_else(error, handoff_json);
-                row(t.combo, t.trial, fields)
-            })
-            .collect();
-        let failovers = self
-            .failovers
-            .iter()
-            .map(|t| {
-                let fields = t.result.as_ref().map_or_else(error, |f| {
-                    vec![
-                        ("took_s", Json::num(f.took.as_secs_f64())),
-                        ("session_timeout_s", Json::num(f.floor.as_secs_f64())),
-                        ("above_timeout_s", Json::num(f.excess_secs())),
-                    ]
-                });
-                row(t.combo, t.trial, fields)
-            })
-            .collect();
-        let mut servers: Vec<(&str, Json)> = self
-            .targets
-            .iter()
-            .map(|t| (t.kind.json_key(), Json::Str(t.command.clone())))
-            .collect();
-        servers.push((
-            "curator",
-            self.curator_command.clone().map_or(Json::Null, Json::Str),
-        ));
-        Json::obj(vec![
+        });
+        let settings = vec![
+            ("run_limit_s", Json::num(s.limit.as_secs_f64())),
+            ("warmup_s", Json::num(s.warmup.as_secs_f64())),
+            ("counter_sessions", Json::num(s.counter_sessions as u32)),
+            ("increments_per_session", Json::num(s.increments)),
+            ("counter_retry", Json::Str(s.counter_retry.name().into())),
             (
-                "command",
-                Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+                "handoff_participants",
+                Json::num(s.handoff_participants as u32),
             ),
-            ("servers", Json::obj(servers)),
+            ("handoffs_per_run", Json::num(s.handoffs)),
+            ("trials", Json::num(s.trials)),
             (
-                "settings",
-                Json::obj(vec![
-                    ("run_limit_s", Json::num(s.limit.as_secs_f64())),
-                    ("warmup_s", Json::num(s.warmup.as_secs_f64())),
-                    ("counter_sessions", Json::num(s.counter_sessions as u32)),
-                    ("increments_per_session", Json::num(s.increments)),
-                    ("counter_retry", Json::Str(s.counter_retry.name().into())),
-                    (
-                        "handoff_participants",
-                        Json::num(s.handoff_participants as u32),
-                    ),
-                    ("handoffs_per_run", Json::num(s.handoffs)),
-                    ("trials", Json::num(s.trials)),
-                    (
-                        "failover_session_timeout_s",
-                        Json::num(s.session_timeout.as_secs_f64()),
-                    ),
-                    (
-                        "election_participants",
-                        Json::num(s.election_participants as u32),
-                    ),
-                    ("failovers_per_combination", Json::num(s.failovers)),
-                ]),
+                "failover_session_timeout_s",
+                Json::num(s.session_timeout.as_secs_f64()),
             ),
-            ("counter", Json::Arr(counter)),
-            ("handoff", Json::Arr(handoff)),
-            ("failover", Json::Arr(failovers)),
+            (
+                "election_participants",
+                Json::num(s.election_participants as u32),
+            ),
+            ("failovers_per_combination", Json::num(s.failovers)),
+        ];
+        let figures = vec![
+            ("counter", Json::Arr(counter.collect())),
+            ("handoff", Json::Arr(handoff.collect())),
+            ("failover", Json::Arr(failovers.collect())),
             ("best", self.best_json()),
             ("failover_summary", self.failover_summary_json()),
-            (
-                "goals",
-                Json::Arr(self.goals().iter().map(Goal::to_json).collect()),
-            ),
-            (
-                "errors",
-                Json::Arr(self.errors.iter().map(|e| Json::Str(e.clone())).collect()),
-            ),
-        ])
+        ];
+        self.record.json(settings, figures, &self.goals())
     }
 
     /// Each combination's best counter and handoff trial, with ratios against Curator on
     /// ZooKeeper's.
     fn best_json(&self) -> Json {
         let base = Combo::BASELINE;
-        Json::Arr(
-            Combo::ALL
-                .into_iter()
-                .map(|combo| {
-                    let mut f = combo.json_fields();
-                    f.extend([
-                        (
-                            "increments_per_sec",
-                            Json::opt_num(self.counter_rate(combo)),
-                        ),
-                        (
-                            "increments_vs_curator_on_zookeeper",
-                            Json::opt_num(ratio(self.counter_rate(combo), self.counter_rate(base))),
-                        ),
-                        (
-                            "handoffs_per_sec",
-                            Json::opt_num(self.handoff_of(combo).map(Handoffs::per_sec)),
-                        ),
-                        (
-                            "handoff_mean_ms",
-                            Json::opt_num(self.handoff_mean_secs(combo).map(|s| s * 1e3)),
-                        ),
-                        (
-                            "handoff_time_vs_curator_on_zookeeper",
-                            Json::opt_num(ratio(
-                                self.handoff_mean_secs(combo),
-                                self.handoff_mean_secs(base),
-                            )),
-                        ),
-                    ]);
-                    Json::obj(f)
-                })
-                .collect(),
-        )
+        per_combo_json(|combo| {
+            vec![
+                (
+                    "increments_per_sec",
+                    Json::opt_num(self.counter_rate(combo)),
+                ),
+                (
+                    "increments_vs_curator_on_zookeeper",
+                    Json::opt_num(ratio(self.counter_rate(combo), self.counter_rate(base))),
+                ),
+                (
+                    "handoffs_per_sec",
+                    Json::opt_num(self.handoff_of(combo).map(Handoffs::per_sec)),
+                ),
+                (
+                    "handoff_mean_ms",
+                    Json::opt_num(self.handoff_mean_secs(combo).map(|s| s * 1e3)),
+                ),
+                (
+                    "handoff_time_vs_curator_on_zookeeper",
+                    Json::opt_num(ratio(
+                        self.handoff_mean_secs(combo),
+                        self.handoff_mean_secs(base),
+                    )),
+                ),
+            ]
+        })
     }
 
     fn failover_summary_json(&self) -> Json {
