@@ -16,7 +16,9 @@
 //!   consumer's lock node, run in the session that created the lock. A consumer whose session
 //!   may have expired can therefore never remove an item another consumer has since locked.
 //! - At-most-once: the item is removed (read and delete pipelined) before it is handed out, and
-//!   handed out only if this consumer's delete is the one that removed it.
+//!   handed out only if this consumer's delete is the one that removed it. An item node whose
+//!   data is not an envelope is therefore removed (and logged), as Curator's consumer does;
+//!   at-least-once consumers leave it in place.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex};
