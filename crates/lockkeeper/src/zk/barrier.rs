@@ -1,0 +1,484 @@
+//! Barriers: Curator's `DistributedBarrier` (processes wait while one node exists) and
+//! `DistributedDoubleBarrier` (a group enters together once N members are in, and leaves
+//! together once every member has left), in Curator's node layouts.
+//!
+//! Layouts, as Curator's sources have them:
+//! - barrier: the persistent node `PATH` itself (parents created as containers). Set means it
+//!   exists; waiters return once it is gone.
+//! - double barrier: one ephemeral node `PATH/{uuid}` per member (no data) and the persistent
+//!   node `PATH/ready`, created by the member that finds N members in and deleted again when
+//!   the members leave.
+//!
+//! Invariants:
+//! - **Herd-free.** A barrier waiter holds one exists watch. Entering, a member watches only
+//!   `ready` and is woken once, when it is created. Leaving follows the recipes document: the
+//!   lowest member watches the highest, every other member deletes its node and watches the
+//!   lowest, so a leave wakes at most one process (the lowest, when the highest goes) until the
+//!   lowest itself leaves last and releases the rest. Every wake-up is counted in
+//!   [`Session::notifications`] so tests can hold this.
+//! - **A member whose session dies counts as left**: its ephemeral node goes with the session,
+//!   which is exactly what a leave does.
+//! - **Cancel-safe.** A dropped `enter` or `leave` future, and a dropped [`Entered`], delete the
+//!   member node in the background, so the others do not wait for a member that gave up.
+//!
+//! Where Curator differs (read from its 5.4 sources): its `leave` returns for a non-lowest
+//! member as soon as only one member node remains, before the lowest has left; here `leave`
+//! returns once no member node remains. Its `enter` counts `ready` among the members; here only
+//! member nodes count. Neither changes what the other side sees, so both can share a barrier.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, Stat};
+
+use crate::error::{Error, Result};
+use crate::zk::node::{create_parents, delete_node};
+use crate::zk::path::validate_node_path;
+use crate::zk::session::{Generation, Session};
+use crate::zk::wait::Deadline;
+
+/// The name of the double barrier's "everyone is in" node (Curator's `READY_NODE`).
+const READY: &str = "ready";
+
+/// How often a create that finds its parent missing creates the parents and tries again (a
+/// container parent can be reaped between the two).
+const MAX_PARENT_ATTEMPTS: u32 = 3;
+
+impl Session {
+    /// A [`Barrier`] at `path` (Curator's `DistributedBarrier` layout: the node `path` is the
+    /// barrier). [`Error::InvalidArgument`] for a malformed path.
+    pub fn barrier(&self, path: &str) -> Result<Barrier> {
+        validate_node_path("barrier path", path)?;
+        Ok(Barrier {
+            session: self.clone(),
+            path: path.to_owned(),
+        })
+    }
+
+    /// A [`DoubleBarrier`] at `path` for groups of `members` (Curator's
+    /// `DistributedDoubleBarrier` layout). Every member must pass the same count.
+    /// [`Error::InvalidArgument`] for a malformed path or a `members` of 0.
+    pub fn double_barrier(&self, path: &str, members: u32) -> Result<DoubleBarrier> {
+        validate_node_path("barrier path", path)?;
+        if members == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "members for the double barrier {path:?}: must be at least 1"
+            )));
+        }
+        Ok(DoubleBarrier {
+            session: self.clone(),
+            path: path.to_owned(),
+            ready: format!("{path}/{READY}"),
+            members,
+        })
+    }
+}
+
+/// A barrier: while its node exists, [`wait`](Barrier::wait) blocks; [`remove`](Barrier::remove)
+/// lets every waiter through.
+///
+/// The node is persistent, so a barrier outlives the session that set it, and waiting carries
+/// on across session expiry (the next session sets a new watch).
+#[derive(Clone, Debug)]
+pub struct Barrier {
+    session: Session,
+    path: String,
+}
+
+impl Barrier {
+    /// The barrier's node.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Sets the barrier (creates its node); setting a barrier already set is not an error.
+    pub async fn set(&self) -> Result<()> {
+        let generation = self.session.connected_generation().await?;
+        create_persistent(&generation, &self.path).await
+    }
+
+    /// Removes the barrier (deletes its node), releasing every waiter; removing a barrier that
+    /// is not set is not an error.
+    pub async fn remove(&self) -> Result<()> {
+        let generation = self.session.connected_generation().await?;
+        match delete_node(&generation, &self.path).await {
+            Ok(()) | Err(Error::NotHeld) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Whether the barrier is set now, without waiting.
+    pub async fn is_set(&self) -> Result<bool> {
+        let generation = self.session.connected_generation().await?;
+        let path = self.path.as_str();
+        let stat = generation
+            .retry(|client| async move { client.check_stat(path).await })
+            .await?;
+        Ok(stat.is_some())
+    }
+
+    /// Waits until the barrier is not set.
+    pub async fn wait(&self) -> Result<()> {
+        self.wait_until(Deadline::Never).await.map(|_| ())
+    }
+
+    /// Waits at most `timeout` for the barrier to be removed: `true` if it was (or was not
+    /// set), `false` if the time ran out. A zero timeout is refused (use
+    /// [`is_set`](Barrier::is_set)).
+    pub async fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.wait_until(Deadline::after(timeout)?).await
+    }
+
+    async fn wait_until(&self, deadline: Deadline) -> Result<bool> {
+        let path = self.path.as_str();
+        loop {
+            let generation = tokio::select! {
+                generation = self.session.connected_generation() => generation?,
+                () = deadline.sleep() => return Ok(false),
+            };
+            let (stat, watcher) = match generation
+                .retry(|client| async move { client.check_and_watch_stat(path).await })
+                .await
+            {
+                Ok(found) => found,
+                // That session ended: watch again from the next one.
+                Err(Error::SessionLost) => continue,
+                Err(err) => return Err(err),
+            };
+            if stat.is_none() {
+                return Ok(true);
+            }
+            tokio::select! {
+                event = watcher.changed() => {
+                    if event.event_type != EventType::Session {
+                        generation.count_notification();
+                    }
+                }
+                () = deadline.sleep() => return Ok(false),
+                () = generation.ended() => {}
+            }
+        }
+    }
+}
+
+/// A double barrier: [`enter`](DoubleBarrier::enter) returns once `members` processes have
+/// entered, and [`Entered::leave`] once every one of them has left.
+///
+/// Each `enter` makes a new member (its own node), so one handle can enter again after leaving.
+#[derive(Clone, Debug)]
+pub struct DoubleBarrier {
+    session: Session,
+    path: String,
+    ready: String,
+    members: u32,
+}
+
+impl DoubleBarrier {
+    /// The barrier's node (the parent of the member nodes).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The number of members that must enter before any of them proceeds.
+    pub fn members(&self) -> u32 {
+        self.members
+    }
+
+    /// Enters and waits until `members` members are in.
+    ///
+    /// If `ready` already exists (the group is in, or the previous group has not finished
+    /// leaving) this member is in at once, as with Curator.
+    pub async fn enter(&self) -> Result<Entered> {
+        let entered = self.enter_until(Deadline::Never).await?;
+        entered.ok_or(Error::SessionLost)
+    }
+
+    /// Enters and waits at most `timeout` for `members` members to be in; `None` if the time
+    /// ran out, in which case this member's node is deleted again before returning.
+    pub async fn enter_timeout(&self, timeout: Duration) -> Result<Option<Entered>> {
+        self.enter_until(Deadline::after(timeout)?).await
+    }
+
+    /// The document's enter: watch `ready`, create our node, count; whoever counts N creates
+    /// `ready`, the others sleep on their one watch until it appears.
+    async fn enter_until(&self, deadline: Deadline) -> Result<Option<Entered>> {
+        let generation = tokio::select! {
+            generation = self.session.connected_generation() => generation?,
+            () = deadline.sleep() => return Ok(None),
+        };
+        let name = uuid::Uuid::new_v4().to_string();
+        let mut member = Entered {
+            generation: generation.clone(),
+            path: self.path.clone(),
+            ready: self.ready.clone(),
+            node: format!("{}/{name}", self.path),
+            name,
+            armed: true,
+        };
+        let (ready, mut watcher) = self.watch_ready(&generation).await?;
+        create_member(&generation, &self.path, &member.node).await?;
+        if ready.is_some() {
+            return Ok(Some(member));
+        }
+        loop {
+            if self.count_members(&generation).await? >= self.members as usize {
+                // Someone may have created it meanwhile: NodeExists is fine.
+                create_persistent(&generation, &self.ready).await?;
+                return Ok(Some(member));
+            }
+            tokio::select! {
+                event = watcher.changed() => {
+                    if event.event_type == EventType::Session {
+                        member.armed = false;
+                        return Err(Error::SessionLost);
+                    }
+                    generation.count_notification();
+                    if event.event_type == EventType::NodeCreated {
+                        return Ok(Some(member));
+                    }
+                    // Created and deleted already (a group that entered and left at once):
+                    // watch again and count again.
+                    let (ready, next) = self.watch_ready(&generation).await?;
+                    if ready.is_some() {
+                        return Ok(Some(member));
+                    }
+                    watcher = next;
+                }
+                () = deadline.sleep() => {
+                    member.abandon().await;
+                    return Ok(None);
+                }
+                () = generation.ended() => {
+                    member.armed = false;
+                    return Err(Error::SessionLost);
+                }
+            }
+        }
+    }
+
+    async fn watch_ready(&self, generation: &Generation) -> Result<(Option<Stat>, OneshotWatcher)> {
+        let ready = self.ready.as_str();
+        generation
+            .retry(|client| async move { client.check_and_watch_stat(ready).await })
+            .await
+    }
+
+    async fn count_members(&self, generation: &Generation) -> Result<usize> {
+        Ok(list_members(generation, &self.path).await?.len())
+    }
+}
+
+/// A member inside a double barrier. Leave with [`leave`](Entered::leave); dropping it leaves
+/// without waiting for the others (its node is deleted in the background).
+pub struct Entered {
+    generation: Arc<Generation>,
+    path: String,
+    ready: String,
+    /// Our node's full path and its name (a uuid).
+    node: String,
+    name: String,
+    /// Whether `Drop` must still delete our node.
+    armed: bool,
+}
+
+impl Entered {
+    /// This member's node.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Leaves and waits until every member has left (a member whose session ended counts as
+    /// left). [`Error::SessionLost`] if this member's own session ended first: its node went
+    /// with it, so the others were not held up, but it cannot tell when they were done.
+    pub async fn leave(self) -> Result<()> {
+        self.leave_until(Deadline::Never).await.map(|_| ())
+    }
+
+    /// Leaves and waits at most `timeout` for every member to leave: `true` if they did,
+    /// `false` if the time ran out. Either way this member's node is gone when it returns, so
+    /// nobody waits for it.
+    pub async fn leave_timeout(self, timeout: Duration) -> Result<bool> {
+        self.leave_until(Deadline::after(timeout)?).await
+    }
+
+    /// The document's leave, repeated until no member node is left: alone, delete ours and
+    /// finish; lowest, wait for the highest to go; otherwise delete ours and wait for the
+    /// lowest to go. The lowest leaves last, so it is the one that releases everyone.
+    async fn leave_until(mut self, deadline: Deadline) -> Result<bool> {
+        let generation = self.generation.clone();
+        // Our node, until we delete it (or find it gone: someone deleted it, which is a leave).
+        let mut ours = true;
+        loop {
+            let members = match list_members(&generation, &self.path).await {
+                Ok(members) => members,
+                Err(Error::SessionLost) => {
+                    self.armed = false;
+                    return Err(Error::SessionLost);
+                }
+                Err(err) => return Err(err),
+            };
+            let index = members.iter().position(|m| *m == self.name);
+            ours &= index.is_some();
+            let Some(lowest) = members.first() else {
+                break;
+            };
+            if ours && members.len() == 1 {
+                // The last one out: `ready` goes first, so that whoever sees the barrier empty
+                // also sees it ready for the next group.
+                delete_ignoring_missing(&generation, &self.ready).await?;
+                self.delete_ours().await?;
+                return Ok(true);
+            }
+            let watched = if index == Some(0) {
+                format!("{}/{}", self.path, members[members.len() - 1])
+            } else {
+                format!("{}/{lowest}", self.path)
+            };
+            let watched = watched.as_str();
+            let (stat, watcher) = generation
+                .retry(|client| async move { client.check_and_watch_stat(watched).await })
+                .await?;
+            if ours && index != Some(0) {
+                self.delete_ours().await?;
+                ours = false;
+            }
+            if stat.is_none() {
+                continue;
+            }
+            tokio::select! {
+                event = watcher.changed() => {
+                    if event.event_type == EventType::Session {
+                        self.armed = false;
+                        return Err(Error::SessionLost);
+                    }
+                    generation.count_notification();
+                }
+                () = deadline.sleep() => {
+                    if ours {
+                        self.abandon().await;
+                    }
+                    return Ok(false);
+                }
+                () = generation.ended() => {
+                    self.armed = false;
+                    return Err(Error::SessionLost);
+                }
+            }
+        }
+        self.armed = false;
+        Ok(true)
+    }
+
+    async fn delete_ours(&mut self) -> Result<()> {
+        self.armed = false;
+        match delete_node(&self.generation, &self.node).await {
+            Ok(()) | Err(Error::NotHeld) | Err(Error::SessionLost) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Deletes our node in a task of its own, so the delete finishes even if the caller stops
+    /// waiting for this future.
+    async fn abandon(&mut self) {
+        self.armed = false;
+        let cleanup = tokio::spawn(delete_member(self.generation.clone(), self.node.clone()));
+        // An Err is a panic in the task (resumed here) or a runtime shutting down.
+        if let Err(err) = cleanup.await
+            && err.is_panic()
+        {
+            std::panic::resume_unwind(err.into_panic());
+        }
+    }
+}
+
+impl std::fmt::Debug for Entered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entered").field("node", &self.node).finish()
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Without a runtime the node goes when the session does.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(delete_member(self.generation.clone(), self.node.clone()));
+        }
+    }
+}
+
+/// Deletes a member node that is being given up; the outcome only matters to the log.
+async fn delete_member(generation: Arc<Generation>, node: String) {
+    match delete_node(&generation, &node).await {
+        Ok(()) | Err(Error::NotHeld) | Err(Error::SessionLost) => {}
+        Err(err) => tracing::warn!(node, %err, "could not delete a double barrier member"),
+    }
+}
+
+/// The member nodes under `path` (everything but `ready`), sorted by name as Curator sorts
+/// them; none if the barrier node does not exist.
+async fn list_members(generation: &Generation, path: &str) -> Result<Vec<String>> {
+    let mut members = generation
+        .retry(|client| async move {
+            match client.list_children(path).await {
+                Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                other => other,
+            }
+        })
+        .await?;
+    members.retain(|name| name != READY);
+    members.sort();
+    Ok(members)
+}
+
+/// Creates our ephemeral member node; a retried create that finds the node made it (the name
+/// is a fresh uuid, nobody else creates it).
+async fn create_member(generation: &Generation, path: &str, node: &str) -> Result<()> {
+    create(generation, path, node, CreateMode::Ephemeral).await
+}
+
+/// Creates the persistent node `node`; already existing is fine.
+async fn create_persistent(generation: &Generation, node: &str) -> Result<()> {
+    let parent = match node.rfind('/') {
+        Some(0) | None => "/",
+        Some(at) => &node[..at],
+    };
+    create(generation, parent, node, CreateMode::Persistent).await
+}
+
+/// Creates `node` under `parent` (creating missing parents as containers); NodeExists is
+/// success.
+async fn create(generation: &Generation, parent: &str, node: &str, mode: CreateMode) -> Result<()> {
+    let options = mode.with_acls(Acls::anyone_all());
+    let options = &options;
+    let mut parent_attempts = 0;
+    loop {
+        let created = generation
+            .retry(|client| async move {
+                match client.create(node, b"", options).await {
+                    Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(true),
+                    Err(zookeeper_client::Error::NoNode) => Ok(false),
+                    Err(err) => Err(err),
+                }
+            })
+            .await?;
+        if created {
+            return Ok(());
+        }
+        parent_attempts += 1;
+        if parent_attempts > MAX_PARENT_ATTEMPTS {
+            return Err(Error::Zk(zookeeper_client::Error::NoNode));
+        }
+        create_parents(&generation.client()?, parent).await?;
+    }
+}
+
+/// Deletes `node`, a node that may be gone already.
+async fn delete_ignoring_missing(generation: &Generation, node: &str) -> Result<()> {
+    match delete_node(generation, node).await {
+        Ok(()) | Err(Error::NotHeld) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
