@@ -9,6 +9,12 @@ mod support;
 mod curator;
 #[path = "queue/faults.rs"]
 mod faults;
+#[allow(dead_code)]
+#[path = "curator/jvm.rs"]
+mod jvm;
+#[allow(dead_code)]
+#[path = "curator/zk.rs"]
+mod zk;
 
 use std::time::Duration;
 
