@@ -1,6 +1,7 @@
 //! `lockkeeper bench --recipes` in a tiny configuration, so that the benchmark keeps working: it
 //! starts Keeper and Apache ZooKeeper, runs Curator's side in JVMs, takes every figure on all
-//! four client/server combinations (counter values checked), kills an election leader's
+//! four client/server combinations (counter values checked, every queue item consumed exactly
+//! once), kills an election leader's
 //! process on each side, writes the JSON, and leaves no process behind. Speed is not asserted
 //! (the machine is shared).
 
@@ -55,6 +56,12 @@ fn a_tiny_run_measures_every_combination_and_leaves_nothing_running() {
             "3",
             "--increments",
             "4",
+            "--queue-producers",
+            "4",
+            "--queue-consumers",
+            "4",
+            "--queue-items",
+            "12",
             "--handoff-participants",
             "2",
             "--handoffs",
@@ -82,6 +89,13 @@ fn a_tiny_run_measures_every_combination_and_leaves_nothing_running() {
     // Four combinations, one trial each; every counter ended at exactly the increments counted
     // (the run fails otherwise), here all 3 x 4 of them.
     assert_eq!(numbers(&json, "increments"), vec![12.0; 4], "{json}");
+    // Four producers and four consumers on each combination's queue: all 12 items came through,
+    // each exactly once (the run fails otherwise).
+    assert_eq!(numbers(&json, "items"), vec![12.0; 4], "{json}");
+    assert_eq!(numbers(&json, "consumers"), vec![4.0; 4], "{json}");
+    for rate in numbers(&json, "items_per_sec") {
+        assert!(rate > 0.0, "{json}");
+    }
     let handoffs = numbers(&json, "handoffs");
     assert_eq!(handoffs, vec![3.0; 4], "{json}");
     for mean in numbers(&json, "handoff_mean_ms") {

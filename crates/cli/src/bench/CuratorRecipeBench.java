@@ -18,6 +18,14 @@
 //           10,000 tries. Answers
 //           `RESULT increments=<n> elapsed_us=<us> tries=<optimistic tries>` (the benchmark
 //           then reads the counter's final value itself).
+//       queue <connect> <path> <producers> <consumers> <items> <limitMs>
+//           `producers` sessions putting `items` items (named `item-<n>`, each n once) into one
+//           DistributedQueue at `path` until done or `limitMs` passed, and `consumers` sessions
+//           consuming them at least once (lock path `<path>-locks`: an item is removed only after
+//           consumeMessage returned), Curator's defaults otherwise (puts in the background,
+//           flushed before the producers count as done). Answers `RESULT items=<consumed>
+//           produced=<n> distinct=<distinct items consumed> elapsed_us=<from the start to the
+//           last item consumed>`; the benchmark checks that every item came exactly once.
 //       handoff <connect> <path> <participants> <handoffs> <limitMs>
 //           `participants` sessions in one LeaderLatch election; the leader closes its latch
 //           and joins again with a new one (at the back of the line) until `handoffs` handoffs
@@ -33,8 +41,11 @@
 // command loop, the watchdog and the sessions are CuratorBenchSupport's, compiled with this file.
 
 import java.io.BufferedReader;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -44,6 +55,11 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.recipes.atomic.AtomicValue;
 import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.queue.DistributedQueue;
+import org.apache.curator.framework.recipes.queue.QueueBuilder;
+import org.apache.curator.framework.recipes.queue.QueueConsumer;
+import org.apache.curator.framework.recipes.queue.QueueSerializer;
+import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.curator.retry.RetryNTimes;
 
@@ -73,7 +89,9 @@ public final class CuratorRecipeBench extends CuratorBenchSupport {
                 "counter", w -> counter(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
                         Long.parseLong(w[5]), w[6]),
                 "handoff", w -> handoff(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
-                        Long.parseLong(w[5]))));
+                        Long.parseLong(w[5])),
+                "queue", w -> queue(w[1], w[2], Integer.parseInt(w[3]), Integer.parseInt(w[4]),
+                        Integer.parseInt(w[5]), Long.parseLong(w[6]))));
     }
 
     private static CuratorFramework client(String connect) throws InterruptedException {
@@ -164,6 +182,82 @@ public final class CuratorRecipeBench extends CuratorBenchSupport {
             long elapsed = n > 0 ? lastGrant[0] - startedAt : 0;
             say("RESULT handoffs=" + n + " elapsed_us=" + elapsed / 1000);
         } finally {
+            close(clients);
+        }
+    }
+
+    /** Bound on draining the queue after the producers stopped. */
+    private static final long DRAIN_LIMIT_S = 60;
+
+    private static final QueueSerializer<String> UTF8 = new QueueSerializer<>() {
+        @Override
+        public byte[] serialize(String item) {
+            return item.getBytes(StandardCharsets.UTF_8);
+        }
+
+        @Override
+        public String deserialize(byte[] bytes) {
+            return new String(bytes, StandardCharsets.UTF_8);
+        }
+    };
+
+    private static void queue(String connect, String path, int producers, int consumers, int items, long limitMs)
+            throws Exception {
+        List<CuratorFramework> clients = clients(connect, producers + consumers);
+        List<DistributedQueue<String>> queues = new ArrayList<>();
+        try {
+            ConcurrentHashMap<String, Integer> seen = new ConcurrentHashMap<>();
+            AtomicLong consumed = new AtomicLong();
+            AtomicLong produced = new AtomicLong();
+            AtomicLong lastConsumed = new AtomicLong();
+            QueueConsumer<String> consumer = new QueueConsumer<>() {
+                @Override
+                public void consumeMessage(String item) {
+                    seen.merge(item, 1, Integer::sum);
+                    lastConsumed.accumulateAndGet(System.nanoTime(), Math::max);
+                    consumed.incrementAndGet();
+                }
+
+                @Override
+                public void stateChanged(CuratorFramework client, ConnectionState state) {
+                }
+            };
+            for (int i = 0; i < producers + consumers; i++) {
+                QueueBuilder<String> builder = QueueBuilder.builder(clients.get(i), i < producers ? null : consumer,
+                        UTF8, path);
+                DistributedQueue<String> queue = builder.lockPath(path + "-locks").buildQueue();
+                queues.add(queue);
+            }
+            // Consumers first: they wait on the queue's children before the first item comes.
+            for (int i = producers; i < producers + consumers; i++) {
+                queues.get(i).start();
+            }
+            for (int i = 0; i < producers; i++) {
+                queues.get(i).start();
+            }
+            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(limitMs);
+            long startedAt = together(producers, limitMs + TimeUnit.SECONDS.toMillis(DRAIN_LIMIT_S), p -> {
+                DistributedQueue<String> queue = queues.get(p);
+                for (long n = p; n < items && System.nanoTime() < deadline; n += producers) {
+                    queue.put("item-" + n);
+                    produced.incrementAndGet();
+                }
+                if (!queue.flushPuts(DRAIN_LIMIT_S, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("puts not flushed within " + DRAIN_LIMIT_S + " s");
+                }
+            });
+            long drainBy = System.nanoTime() + TimeUnit.SECONDS.toNanos(DRAIN_LIMIT_S);
+            while (consumed.get() < produced.get() && System.nanoTime() < drainBy) {
+                Thread.sleep(1);
+            }
+            long last = lastConsumed.get();
+            long elapsed = consumed.get() > 0 ? last - startedAt : 0;
+            say("RESULT items=" + consumed.get() + " produced=" + produced.get() + " distinct=" + seen.size()
+                    + " elapsed_us=" + elapsed / 1000);
+        } finally {
+            for (DistributedQueue<String> queue : queues) {
+                queue.close();
+            }
             close(clients);
         }
     }

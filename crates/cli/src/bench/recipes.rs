@@ -1,6 +1,6 @@
-//! `lockkeeper bench --recipes`: lockkeeper's leader latch and atomic long against Apache
-//! Curator's `LeaderLatch` and `DistributedAtomicLong`, on Keeper and on Apache ZooKeeper, in one
-//! run.
+//! `lockkeeper bench --recipes`: lockkeeper's leader latch, atomic long and distributed queue
+//! against Apache Curator's `LeaderLatch`, `DistributedAtomicLong` and `DistributedQueue`, on
+//! Keeper and on Apache ZooKeeper, in one run.
 //!
 //! Like `--locks` (whose servers, Curator JVM plumbing and comparisons it shares, see
 //! [`super::versus`] and [`super::jvm`]), one run starts Keeper (`--sync always`) and Apache
@@ -9,16 +9,19 @@
 //! 1. **counter increments/s**: several sessions incrementing one counter, all four
 //!    client/server combinations interleaved over trials; the counter's final value must equal
 //!    the increments counted, or the run fails;
-//! 2. **resign handoff**: the leader of an election gives leadership up and queues again at the
+//! 2. **queue items/s**: producers putting items into one queue while consumers take them at
+//!    least once (see [`queue`]), all four combinations; every item must be consumed exactly
+//!    once, or the run fails;
+//! 3. **resign handoff**: the leader of an election gives leadership up and queues again at the
 //!    back, the next participant is granted; handoffs/s and the time from the resign to the
 //!    next grant, all four combinations;
-//! 3. **election failover**: every participant is a process of its own (this binary in a hidden
+//! 4. **election failover**: every participant is a process of its own (this binary in a hidden
 //!    mode, or a JVM per Curator participant); the leader's process is SIGKILLed and the time
 //!    until another participant reports leadership is taken on this process's clock. Its floor
 //!    is the session timeout (the server notices a dead client only when its session expires),
 //!    so each failover is reported with its excess over the negotiated timeout.
 //!
-//! The counter and handoff trials follow one unmeasured run of each combination (bounded by
+//! The counter, queue and handoff trials follow one unmeasured run of each combination (bounded by
 //! `--warmup`): a fresh server's first writes and a cold JVM are slower, whoever comes first.
 //! Every loop is bounded in count and in time, every process the run starts is killed by its PID
 //! on every way out, and every address is 127.0.0.1.
@@ -26,6 +29,7 @@
 mod curator;
 mod failover;
 mod measure;
+mod queue;
 mod report;
 
 use std::time::Duration;
@@ -36,6 +40,7 @@ use super::process::{Launcher, ServerKind};
 use super::stats::{Json, fmt_duration};
 use super::versus::{self, Client, Combo, Target, on_both_servers, runs};
 use curator::CuratorRecipeJvm;
+use queue::Shape;
 use report::Report;
 
 pub use failover::participate;
@@ -44,10 +49,12 @@ pub use failover::participate;
 /// the server flags of `--compare` apply too).
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecipeArgs {
-    /// Recipe benchmark: lockkeeper's leader latch and atomic long against Curator's LeaderLatch
-    /// and DistributedAtomicLong, on Keeper and on Apache ZooKeeper (both started here): counter
-    /// increments/s, leadership handoffs on resign, and election failover after SIGKILL of the
-    /// leader's process. Each measured counter or handoff run lasts at most --duration.
+    /// Recipe benchmark: lockkeeper's leader latch, atomic long and distributed queue against
+    /// Curator's LeaderLatch, DistributedAtomicLong and DistributedQueue, on Keeper and on Apache
+    /// ZooKeeper (both started here): counter increments/s, queue items/s, leadership handoffs
+    /// on resign, and election failover after SIGKILL of the leader's process. Each measured
+    /// counter, queue or handoff run lasts at most --duration (a queue run then drains what was
+    /// produced).
     #[arg(long, conflicts_with_all = ["compare", "connect", "recovery", "snapshot_latency", "locks", "redis"])]
     pub recipes: bool,
 
@@ -95,7 +102,19 @@ pub struct RecipeArgs {
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
     pub increments: u32,
 
-    /// With --recipes: trials of the counter and handoff runs over the four combinations, every
+    /// With --recipes: sessions putting items into the queue in each queue run.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queue_producers: u16,
+
+    /// With --recipes: sessions consuming the queue's items (at least once) in each queue run.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queue_consumers: u16,
+
+    /// With --recipes: items per queue run, over all producers.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub queue_items: u32,
+
+    /// With --recipes: trials of the counter, queue and handoff runs over the four combinations, every
     /// other one in reverse order; each figure is the best of its trials.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub recipe_trials: u32,
@@ -130,7 +149,7 @@ impl CounterRetry {
 pub struct Settings {
     pub launcher: Launcher,
     pub curator_classpath: String,
-    /// Bound on each counter and handoff run.
+    /// Bound on each counter and handoff run, and on the producing of each queue run.
     pub limit: Duration,
     /// Bound on the unmeasured run of each combination before the trials (0: none).
     pub warmup: Duration,
@@ -143,6 +162,7 @@ pub struct Settings {
     pub counter_sessions: usize,
     pub counter_retry: CounterRetry,
     pub increments: u32,
+    pub queue: Shape,
     pub trials: u32,
     /// Bound on a server's start and on opening a session.
     pub connect_limit: Duration,
@@ -175,6 +195,11 @@ impl Settings {
             counter_sessions: usize::from(args.counter_sessions),
             counter_retry: args.counter_retry,
             increments: args.increments,
+            queue: Shape {
+                producers: usize::from(args.queue_producers),
+                consumers: usize::from(args.queue_consumers),
+                items: args.queue_items,
+            },
             trials: args.recipe_trials,
             connect_limit,
         }
@@ -182,7 +207,7 @@ impl Settings {
 
     /// Bound on the Curator command JVM as a whole: every run, with room to spare.
     fn jvm_watchdog(&self) -> Duration {
-        (self.limit * 4 * self.trials + self.warmup * 8) + Duration::from_secs(600)
+        (self.limit * 6 * self.trials + self.warmup * 12) + Duration::from_secs(600)
     }
 
     /// Bound on any one failover: expiry takes the session timeout plus at most a server tick
@@ -206,8 +231,8 @@ const CLASS: &str = "CuratorRecipeBench";
 /// [`Partial`](super::compare::Partial) carrying it when some figure could not be taken).
 pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
     println!(
-        "lockkeeper bench --recipes: counter and handoff runs at most {} each; {} failovers per \
-         side with a {} session timeout",
+        "lockkeeper bench --recipes: counter, queue and handoff runs at most {} each; {} \
+         failovers per side with a {} session timeout",
         fmt_duration(settings.limit),
         settings.failovers,
         fmt_duration(settings.session_timeout)
@@ -245,8 +270,9 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
                 continue;
             };
             let counter = counter_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
+            let queue = queue_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
             let handoff = handoff_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
-            if let Err(e) = counter.and(handoff.map(drop)) {
+            if let Err(e) = counter.and(queue.map(drop)).and(handoff.map(drop)) {
                 println!("warm-up, {}: {e}", combo.label());
             }
         }
@@ -257,6 +283,13 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
         let run = &trial.to_string();
         let result = counter_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
         report.add_counter(combo, trial, result);
+    }
+
+    report.print_queue_header(s);
+    for (trial, combo, addr) in runs(s.trials, targets) {
+        let run = &trial.to_string();
+        let result = queue_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+        report.add_queue(combo, trial, result);
     }
 
     report.print_handoff_header(s);
@@ -307,6 +340,24 @@ async fn counter_run(
         (Client::Curator, None) => Err("no Curator JVM".into()),
     };
     measure::check_counter(addr, &path, result?, s.connect_limit).await
+}
+
+/// One queue run of `combo` on a fresh queue, producing for at most `limit`; every item must
+/// be consumed exactly once.
+async fn queue_run(
+    s: &Settings,
+    combo: Combo,
+    addr: &str,
+    run: &str,
+    limit: Duration,
+    jvm: Option<&mut CuratorRecipeJvm>,
+) -> Result<queue::Queued, BoxError> {
+    let path = format!("/lockkeeper-bench/queue-{}-{run}", combo.key());
+    match (combo.client, jvm) {
+        (Client::Lockkeeper, _) => queue::run(addr, &path, s.queue, limit, s.connect_limit).await,
+        (Client::Curator, Some(jvm)) => jvm.queue(addr, &path, s.queue, limit).await,
+        (Client::Curator, None) => Err("no Curator JVM".into()),
+    }
 }
 
 /// One resign-handoff run of `combo` in a fresh election, bounded by `limit`.
@@ -360,6 +411,10 @@ pub(super) mod tests {
         assert_eq!((r.failovers, r.election_participants), (10, 3));
         assert_eq!((r.counter_sessions, r.increments), (8, 250));
         assert_eq!(r.counter_retry, CounterRetry::Spin);
+        assert_eq!(
+            (r.queue_producers, r.queue_consumers, r.queue_items),
+            (4, 4, 2000)
+        );
         assert_eq!((r.handoff_participants, r.handoffs), (3, 200));
         assert!(!r.failover_all);
         assert_eq!(r.election_participant, None);
@@ -384,6 +439,8 @@ pub(super) mod tests {
         assert!(parse(&["--recipes", "--connect", "127.0.0.1:1"]).is_err());
         assert!(parse(&["--recipes", "--election-participants", "1"]).is_err());
         assert!(parse(&["--recipes", "--counter-sessions", "0"]).is_err());
+        assert!(parse(&["--recipes", "--queue-items", "0"]).is_err());
+        assert!(parse(&["--recipes", "--queue-consumers", "0"]).is_err());
         let args = parse(&[
             "--election-participant",
             "127.0.0.1:2181",

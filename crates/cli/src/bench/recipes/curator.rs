@@ -1,5 +1,5 @@
-//! Curator's `DistributedAtomicLong` and `LeaderLatch`, measured from one JVM the benchmark
-//! starts (`CuratorRecipeBench.java` in `commands` mode, compiled by [`crate::bench::jvm`]).
+//! Curator's `DistributedAtomicLong`, `LeaderLatch` and `DistributedQueue`, measured from one
+//! JVM the benchmark starts (`CuratorRecipeBench.java` in `commands` mode, compiled by [`crate::bench::jvm`]).
 //! Every exchange is bounded in time; the JVM is killed when its handle drops, when this process
 //! dies, and by its own watchdog. The failover participants run in JVMs of their own (see
 //! [`super::failover`]).
@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::CounterRetry;
 use super::measure::{GRANT_LIMIT, Handoffs, Increments};
+use super::queue::{DRAIN_LIMIT, Queued, Shape};
 use crate::bench::BoxError;
 use crate::bench::jvm::{Classes, Jvm, START_LIMIT};
 
@@ -38,7 +39,7 @@ impl CuratorRecipeJvm {
         Ok(CuratorRecipeJvm {
             jvm,
             command: format!(
-                "{} commands (Curator DistributedAtomicLong, LeaderLatch)",
+                "{} commands (Curator DistributedAtomicLong, LeaderLatch, DistributedQueue)",
                 classes.describe(java)
             ),
         })
@@ -105,6 +106,46 @@ impl CuratorRecipeJvm {
         Ok(Handoffs {
             participants,
             gaps,
+            elapsed: result.micros("elapsed_us")?,
+        })
+    }
+
+    /// One run of a `DistributedQueue` at `path` (see [`super::queue`]), consumed at least once
+    /// with the lock path `<path>-locks`; fails unless every item came exactly once.
+    pub async fn queue(
+        &mut self,
+        connect: &str,
+        path: &str,
+        shape: Shape,
+        limit: Duration,
+    ) -> Result<Queued, BoxError> {
+        let Shape {
+            producers,
+            consumers,
+            items,
+        } = shape;
+        let command = format!(
+            "queue {connect} {path} {producers} {consumers} {items} {}",
+            limit.as_millis()
+        );
+        let lines = self
+            .jvm
+            .exchange(&command, limit + DRAIN_LIMIT * 2 + START_LIMIT)
+            .await?;
+        let result = self.jvm.result(&lines)?;
+        let (consumed, produced) = (result.number("items")?, result.number("produced")?);
+        let distinct = result.number("distinct")?;
+        if consumed != produced || distinct != produced {
+            return Err(format!(
+                "queue {path}: of {produced} items produced, {distinct} distinct ones were \
+                 consumed, {consumed} consumptions in all"
+            )
+            .into());
+        }
+        Ok(Queued {
+            producers,
+            consumers,
+            items: consumed,
             elapsed: result.micros("elapsed_us")?,
         })
     }
