@@ -55,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let round = session.double_barrier(ROUND_PATH, members)?;
     println!("worker {pid}: waiting for {members} workers");
-    let Some(entered) = round.enter_timeout(Duration::from_secs(600)).await? else {
+    let Some(mut entered) = round.enter_timeout(Duration::from_secs(600)).await? else {
         return Err(format!("fewer than {members} workers came within 10 minutes").into());
     };
     println!("worker {pid}: everyone is in, working");

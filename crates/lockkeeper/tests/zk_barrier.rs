@@ -127,7 +127,7 @@ async fn ten_members_enter_together_and_leave_together_without_a_herd() {
                 // Staggered arrivals: the early ones must wait for the late ones.
                 tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
                 arrived.fetch_add(1, Ordering::SeqCst);
-                let entered: Entered = barrier.enter().await.unwrap();
+                let mut entered: Entered = barrier.enter().await.unwrap();
                 assert_eq!(
                     arrived.load(Ordering::SeqCst),
                     N,
@@ -194,13 +194,31 @@ async fn timeouts_and_dropped_futures_leave_no_member_behind() {
         let b = session(&connect).await;
         let other = b.double_barrier(path, 2).unwrap();
         let (first, second) = tokio::join!(barrier.enter(), other.enter());
-        let (first, second) = (first.unwrap(), second.unwrap());
+        let (mut first, mut second) = (first.unwrap(), second.unwrap());
+        assert!(matches!(
+            first.leave_timeout(Duration::ZERO).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(
+            members_of(&a, path).await.len(),
+            2,
+            "a refused leave does nothing"
+        );
         assert!(
             !first.leave_timeout(QUIET).await.unwrap(),
             "the other is still in"
         );
         assert_eq!(members_of(&a, path).await.len(), 1);
+        // Leaving again waits for the others again.
+        let again = tokio::spawn(async move { first.leave().await });
+        tokio::time::sleep(QUIET).await;
+        assert!(!again.is_finished(), "the other is still in");
         assert!(second.leave_timeout(SOON).await.unwrap());
+        tokio::time::timeout(SOON, again)
+            .await
+            .expect("released")
+            .unwrap()
+            .unwrap();
         assert!(children(&a, path).await.is_empty());
     })
     .await;
@@ -224,7 +242,7 @@ async fn a_member_whose_session_dies_counts_as_left() {
             barriers[1].enter(),
             barriers[2].enter()
         );
-        let (x, y, z) = (x.unwrap(), y.unwrap(), z.unwrap());
+        let (mut x, mut y, mut z) = (x.unwrap(), y.unwrap(), z.unwrap());
         let leaving = tokio::spawn(async move { tokio::join!(x.leave(), y.leave()) });
         tokio::time::sleep(QUIET).await;
         assert!(!leaving.is_finished(), "the third member has not left");
@@ -278,7 +296,7 @@ async fn bad_input_is_refused_by_name() {
             Err(Error::InvalidArgument(_))
         ));
         // One member is a group by itself: in and out at once.
-        let alone = barrier.enter().await.unwrap();
+        let mut alone = barrier.enter().await.unwrap();
         alone.leave().await.unwrap();
         assert!(children(&s, "/barriers/zero").await.is_empty());
     })
@@ -315,7 +333,7 @@ fn curator_and_lockkeeper_share_barriers() {
             "Curator entered with 3 of 4 in"
         );
         assert!(!first.is_finished(), "lockkeeper entered with 3 of 4 in");
-        let second = rt
+        let mut second = rt
             .block_on(async { b.double_barrier(path, 4).unwrap().enter().await })
             .unwrap();
         let first = rt.block_on(first).unwrap().unwrap();
@@ -324,7 +342,10 @@ fn curator_and_lockkeeper_share_barriers() {
         assert_eq!(entered, ["ENTERED 0", "ENTERED 1"]);
 
         // Leaving: nobody is out while one member is still in.
-        let first = rt.spawn(first.leave());
+        let first = rt.spawn(async move {
+            let mut first = first;
+            first.leave().await
+        });
         java.send("leave 0");
         java.send("leave 1");
         // Curator's non-lowest members return once one member node is left (its lines may

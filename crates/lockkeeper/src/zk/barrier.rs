@@ -214,6 +214,7 @@ impl DoubleBarrier {
             node: format!("{}/{name}", self.path),
             name,
             armed: true,
+            finished: false,
         };
         let (ready, mut watcher) = self.watch_ready(&generation).await?;
         create_member(&generation, &self.path, &member.node).await?;
@@ -277,8 +278,10 @@ pub struct Entered {
     /// Our node's full path and its name (a uuid).
     node: String,
     name: String,
-    /// Whether `Drop` must still delete our node.
+    /// Whether our node may still exist, so `Drop` must delete it.
     armed: bool,
+    /// Set once a leave saw every member gone: later calls return at once.
+    finished: bool,
 }
 
 impl Entered {
@@ -290,24 +293,29 @@ impl Entered {
     /// Leaves and waits until every member has left (a member whose session ended counts as
     /// left). [`Error::SessionLost`] if this member's own session ended first: its node went
     /// with it, so the others were not held up, but it cannot tell when they were done.
-    pub async fn leave(self) -> Result<()> {
+    ///
+    /// Cancel-safe: if the future is dropped, this member's node is gone or goes when the
+    /// `Entered` is dropped; calling `leave` again carries on waiting for the others.
+    pub async fn leave(&mut self) -> Result<()> {
         self.leave_until(Deadline::Never).await.map(|_| ())
     }
 
     /// Leaves and waits at most `timeout` for every member to leave: `true` if they did,
     /// `false` if the time ran out. Either way this member's node is gone when it returns, so
-    /// nobody waits for it.
-    pub async fn leave_timeout(self, timeout: Duration) -> Result<bool> {
+    /// nobody waits for it; calling again waits for the others again. A zero timeout is
+    /// refused, and then nothing is done.
+    pub async fn leave_timeout(&mut self, timeout: Duration) -> Result<bool> {
         self.leave_until(Deadline::after(timeout)?).await
     }
 
     /// The document's leave, repeated until no member node is left: alone, delete ours and
     /// finish; lowest, wait for the highest to go; otherwise delete ours and wait for the
     /// lowest to go. The lowest leaves last, so it is the one that releases everyone.
-    async fn leave_until(mut self, deadline: Deadline) -> Result<bool> {
+    async fn leave_until(&mut self, deadline: Deadline) -> Result<bool> {
+        if self.finished {
+            return Ok(true);
+        }
         let generation = self.generation.clone();
-        // Our node, until we delete it (or find it gone: someone deleted it, which is a leave).
-        let mut ours = true;
         loop {
             let members = match list_members(&generation, &self.path).await {
                 Ok(members) => members,
@@ -318,16 +326,19 @@ impl Entered {
                 Err(err) => return Err(err),
             };
             let index = members.iter().position(|m| *m == self.name);
-            ours &= index.is_some();
+            if index.is_none() {
+                // Deleted by us, or by someone else: either way we are out.
+                self.armed = false;
+            }
             let Some(lowest) = members.first() else {
                 break;
             };
-            if ours && members.len() == 1 {
+            if self.armed && members.len() == 1 {
                 // The last one out: `ready` goes first, so that whoever sees the barrier empty
                 // also sees it ready for the next group.
                 delete_ignoring_missing(&generation, &self.ready).await?;
                 self.delete_ours().await?;
-                return Ok(true);
+                break;
             }
             let watched = if index == Some(0) {
                 format!("{}/{}", self.path, members[members.len() - 1])
@@ -338,9 +349,8 @@ impl Entered {
             let (stat, watcher) = generation
                 .retry(|client| async move { client.check_and_watch_stat(watched).await })
                 .await?;
-            if ours && index != Some(0) {
+            if self.armed && index != Some(0) {
                 self.delete_ours().await?;
-                ours = false;
             }
             if stat.is_none() {
                 continue;
@@ -354,7 +364,7 @@ impl Entered {
                     generation.count_notification();
                 }
                 () = deadline.sleep() => {
-                    if ours {
+                    if self.armed {
                         self.abandon().await;
                     }
                     return Ok(false);
@@ -365,14 +375,17 @@ impl Entered {
                 }
             }
         }
-        self.armed = false;
+        self.finished = true;
         Ok(true)
     }
 
+    /// Deletes our node; on an error `Drop` still tries again in the background.
     async fn delete_ours(&mut self) -> Result<()> {
-        self.armed = false;
         match delete_node(&self.generation, &self.node).await {
-            Ok(()) | Err(Error::NotHeld) | Err(Error::SessionLost) => Ok(()),
+            Ok(()) | Err(Error::NotHeld) | Err(Error::SessionLost) => {
+                self.armed = false;
+                Ok(())
+            }
             Err(err) => Err(err),
         }
     }
