@@ -1,10 +1,10 @@
 //! Barriers and double barriers, against Keeper and Apache ZooKeeper: the barrier's set, wait
-//! and remove with one wake-up per waiter; a double barrier of 10 members where nobody computes
-//! before all entered and nobody leaves before all finished, with the wake-ups of entering and
-//! leaving counted (herd-free: at most one per member entering, at most two per member
-//! leaving); timeouts and dropped futures that leave no member node behind; a member whose
-//! session dies counting as left; bad input refused by name; and both barriers shared with
-//! unmodified Curator 5.4 (`curator/Barriers.java`).
+//! and remove with one wake-up per waiter, and a wait that carries on in the next session; a
+//! double barrier of 10 members where nobody computes before all entered and nobody leaves
+//! before all finished, with the wake-ups of entering and leaving counted (herd-free: at most
+//! one per member entering, at most two per member leaving); timeouts and dropped futures that
+//! leave no member node behind; a member whose session dies counting as left; bad input refused
+//! by name; and both barriers shared with unmodified Curator 5.4 (`curator/Barriers.java`).
 
 mod support;
 
@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use jvm::Jvm;
 use lockkeeper::Error;
-use lockkeeper::zk::{Entered, Session};
+use lockkeeper::zk::{ConnectionState, Entered, Session};
 use lockkeeper_testkit::both;
-use support::{children, for_each_backend, session, wait_children};
+use support::{Partition, children, for_each_backend, session, wait_children};
 use zk::{JVM_START, STEP, runtime};
 
 /// Bound on anything that should happen promptly.
@@ -100,6 +100,47 @@ async fn barrier_holds_waiters_until_removed_waking_each_once() {
         assert_eq!(woken, WAITERS as u64, "one wake-up per waiter");
         barrier.remove().await.unwrap(); // removing twice is fine
         assert!(!barrier.is_set().await.unwrap());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_barrier_wait_carries_on_across_session_loss() {
+    for_each_backend(|connect| async move {
+        let path = "/barriers/expiry";
+        let owner = session(&connect).await;
+        let gate = owner.barrier(path).unwrap();
+        gate.set().await.unwrap();
+        let partition = Partition::start(&connect).await;
+        let waiter = session(&partition.connect_string()).await;
+        let first = waiter.session_id();
+        let mut states = waiter.states();
+        let waiting = tokio::spawn({
+            let barrier = waiter.barrier(path).unwrap();
+            async move { barrier.wait().await }
+        });
+        tokio::time::sleep(QUIET).await;
+        partition.cut();
+        tokio::time::timeout(SOON, async {
+            while states.next().await != Some(ConnectionState::Lost) {}
+        })
+        .await
+        .expect("the waiter's session expires");
+        partition.heal();
+        tokio::time::timeout(SOON, async {
+            while states.next().await != Some(ConnectionState::Reconnected) {}
+        })
+        .await
+        .expect("a new session");
+        assert_ne!(waiter.session_id(), first);
+        tokio::time::sleep(QUIET).await;
+        assert!(!waiting.is_finished(), "the barrier is still set");
+        gate.remove().await.unwrap();
+        tokio::time::timeout(SOON, waiting)
+            .await
+            .expect("released in the new session")
+            .unwrap()
+            .unwrap();
     })
     .await;
 }
