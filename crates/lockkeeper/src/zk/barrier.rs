@@ -5,9 +5,11 @@
 //! Layouts, as Curator's sources have them:
 //! - barrier: the persistent node `PATH` itself (parents created as containers). Set means it
 //!   exists; waiters return once it is gone.
-//! - double barrier: one ephemeral node `PATH/{uuid}` per member (no data) and the persistent
-//!   node `PATH/ready`, created by the member that finds N members in and deleted again when
-//!   the members leave.
+//! - double barrier: one ephemeral node `PATH/{uuid}` per member (`PATH` created as a
+//!   container; no data here, Curator writes its client's default data, which nobody reads) and
+//!   the persistent node `PATH/ready`, created by the member that counts N members in. The last
+//!   member out deletes `ready` before its own node; Curator's members each delete it at the
+//!   end of their leave (NoNode ignored).
 //!
 //! Invariants:
 //! - **Herd-free.** A barrier waiter holds one exists watch. Entering, a member watches only
@@ -18,8 +20,10 @@
 //!   [`Session::notifications`] so tests can hold this.
 //! - **A member whose session dies counts as left**: its ephemeral node goes with the session,
 //!   which is exactly what a leave does.
-//! - **Cancel-safe.** A dropped `enter` or `leave` future, and a dropped [`Entered`], delete the
-//!   member node in the background, so the others do not wait for a member that gave up.
+//! - **Cancel-safe.** A dropped `enter` future and a dropped [`Entered`] delete the member node
+//!   in the background, and an enter or leave that times out deletes it before returning, so
+//!   the others do not wait for a member that gave up. A dropped `leave` future leaves the node
+//!   to its `Entered`, whose next `leave` carries on.
 //!
 //! Where Curator differs (read from its 5.4 sources): its `leave` returns for a non-lowest
 //! member as soon as only one member node remains, before the lowest has left; here `leave`
@@ -237,8 +241,8 @@ impl DoubleBarrier {
                     if event.event_type == EventType::NodeCreated {
                         return Ok(Some(member));
                     }
-                    // Created and deleted already (a group that entered and left at once):
-                    // watch again and count again.
+                    // No other event is expected on a node that did not exist; should one
+                    // come, look again rather than guess.
                     let (ready, next) = self.watch_ready(&generation).await?;
                     if ready.is_some() {
                         return Ok(Some(member));
