@@ -29,8 +29,8 @@
 //! member as soon as only one member node remains, before the lowest has left; here `leave`
 //! returns once no member node remains. Its `enter` counts once, then takes any wake-up of its
 //! one watcher (shared with `leave`) as "ready", and counts `ready` among the members; here a
-//! wake-up is followed by a fresh look, only member nodes count, and each watch belongs to the
-//! wait that set it. None of this changes the nodes the other side sees, so both can share a
+//! member enters only on `ready`'s creation event or on finding `ready`, only member nodes
+//! count, and each watch belongs to the wait that set it. None of this changes the nodes the other side sees, so both can share a
 //! barrier.
 
 use std::sync::Arc;
