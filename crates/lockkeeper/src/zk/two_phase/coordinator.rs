@@ -1,0 +1,354 @@
+//! The writing side of two-phase commit: the coordinator's proposal and its watch on the votes,
+//! the one create that writes a decision, recovery by a new coordinator, a site's vote, and
+//! removing a finished transaction.
+//!
+//! The coordinator holds one children watch on `votes` and reads each vote once (a vote is
+//! written once, so its data never changes): per round it lists the votes, notes new ones and
+//! vanished ones, and decides as soon as the votes allow. It owns no ephemeral node, so when
+//! its session ends it carries on watching from the next one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use zookeeper_client::{Acls, CreateMode, MultiWriteError};
+
+use super::{
+    AbortReason, DECISION, Outcome, SITES, TwoPhase, VOTES, Vote, count, parse_sites,
+    read_decision, validate_name,
+};
+use crate::error::{Error, Result};
+use crate::zk::node::{create_parents, look};
+use crate::zk::session::Generation;
+use crate::zk::wait::Deadline;
+
+/// How often a create that finds the transaction path missing creates it and tries again (a
+/// container parent can be reaped between the two).
+const MAX_PARENT_ATTEMPTS: u32 = 3;
+
+impl TwoPhase {
+    /// Proposes `tx_id` to `sites` with `payload` and waits for the decision: commit once every
+    /// site has voted commit; abort as soon as one votes abort, one's commit vote vanishes
+    /// (its session ended), or `vote_timeout` passes with a vote missing. Returns the decision
+    /// written, which is another coordinator's if [`recover`](TwoPhase::recover) got there
+    /// first.
+    ///
+    /// [`Error::InvalidArgument`] for a malformed or duplicate site, no sites, a zero timeout,
+    /// or a `tx_id` that exists already (proposed before, or recovered).
+    pub async fn propose(
+        &self,
+        tx_id: &str,
+        sites: &[&str],
+        payload: &[u8],
+        vote_timeout: Duration,
+    ) -> Result<Outcome> {
+        let tx = self.tx_path(tx_id)?;
+        if sites.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "sites of {tx:?}: at least one is needed"
+            )));
+        }
+        for (i, site) in sites.iter().enumerate() {
+            validate_name("site", site, &tx)?;
+            if sites[..i].contains(site) {
+                return Err(Error::InvalidArgument(format!(
+                    "site {site:?} of {tx:?}: named twice"
+                )));
+            }
+        }
+        if vote_timeout.is_zero() {
+            return Err(Error::InvalidArgument(format!(
+                "vote timeout of {tx:?}: must be greater than zero"
+            )));
+        }
+        let deadline = Deadline::after(vote_timeout)?;
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut listing = token.clone();
+        for site in sites {
+            listing.push('\n');
+            listing.push_str(site);
+        }
+        let generation = self.session.connected_generation().await?;
+        self.write_proposal(&generation, &tx, payload, listing.as_bytes(), &token)
+            .await?;
+        let sites: Vec<String> = sites.iter().map(|s| (*s).to_owned()).collect();
+        self.collect_votes(&tx, &sites, deadline).await
+    }
+
+    /// Creates the transaction node, `sites` and `votes` in one multi. A retry that finds them
+    /// checks the token: ours means the lost attempt went through.
+    async fn write_proposal(
+        &self,
+        generation: &Generation,
+        tx: &str,
+        payload: &[u8],
+        listing: &[u8],
+        token: &str,
+    ) -> Result<()> {
+        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let (sites_node, votes_node) = (format!("{tx}/{SITES}"), format!("{tx}/{VOTES}"));
+        let (persistent, sites_node, votes_node) = (&persistent, &sites_node, &votes_node);
+        for _ in 0..=MAX_PARENT_ATTEMPTS {
+            let written = generation
+                .retry(|client| async move {
+                    let mut multi = client.new_multi_writer();
+                    multi.add_create(tx, payload, persistent)?;
+                    multi.add_create(sites_node, listing, persistent)?;
+                    multi.add_create(votes_node, b"", persistent)?;
+                    first_op_failure(multi.commit().await)
+                })
+                .await?;
+            match written {
+                None => return Ok(()),
+                Some(zookeeper_client::Error::NoNode) => {
+                    create_parents(&generation.client()?, &self.path).await?;
+                }
+                Some(_) => {
+                    let ours = match look(generation, sites_node, false).await? {
+                        Some((data, _, _)) => parse_sites(&data, tx)
+                            .map(|(found, _)| found == token)
+                            .unwrap_or(false),
+                        None => false,
+                    };
+                    if ours {
+                        return Ok(());
+                    }
+                    return Err(Error::InvalidArgument(format!(
+                        "transaction id {tx:?}: exists already (proposed before, or decided by recover)"
+                    )));
+                }
+            }
+        }
+        Err(Error::Zk(zookeeper_client::Error::NoNode))
+    }
+
+    /// The coordinator's wait: one children watch on `votes`, each vote read once.
+    async fn collect_votes(
+        &self,
+        tx: &str,
+        sites: &[String],
+        deadline: Deadline,
+    ) -> Result<Outcome> {
+        let votes_node = format!("{tx}/{VOTES}");
+        let votes_node = votes_node.as_str();
+        // The votes read so far, and the version each was read at (for the commit's checks).
+        let mut seen: BTreeMap<String, (Vote, i32)> = BTreeMap::new();
+        loop {
+            let generation = self.session.connected_generation().await?;
+            if let Some(outcome) = read_decision(&generation, tx).await? {
+                return Ok(outcome);
+            }
+            let listed = generation
+                .retry(|client| async move { client.list_and_watch_children(votes_node).await })
+                .await;
+            let (names, watcher) = match listed {
+                Ok(listed) => listed,
+                Err(Error::SessionLost) => continue,
+                Err(err) => return Err(err),
+            };
+            let mut verdict = None;
+            for (site, (vote, _)) in &seen {
+                if *vote == Vote::Commit && !names.contains(site) {
+                    verdict = Some(AbortReason::Died(site.clone()));
+                }
+            }
+            for site in sites {
+                if verdict.is_some() || seen.contains_key(site) || !names.contains(site) {
+                    continue;
+                }
+                match look(&generation, &format!("{votes_node}/{site}"), false).await? {
+                    // Listed, then gone: it voted commit and died.
+                    None => verdict = Some(AbortReason::Died(site.clone())),
+                    Some((data, stat, _)) => {
+                        let vote = if data == Vote::Commit.encode() {
+                            Vote::Commit
+                        } else {
+                            // An abort, or anything else: only a clear commit counts as one.
+                            Vote::Abort
+                        };
+                        seen.insert(site.clone(), (vote, stat.version));
+                    }
+                }
+            }
+            if verdict.is_none()
+                && let Some((site, _)) = seen.iter().find(|(_, (vote, _))| *vote == Vote::Abort)
+            {
+                verdict = Some(AbortReason::Voted(site.clone()));
+            }
+            if let Some(reason) = verdict {
+                return decide(&generation, tx, &Outcome::Abort(reason), &[]).await;
+            }
+            if seen.len() == sites.len() {
+                let checks: Vec<(String, i32)> = seen
+                    .iter()
+                    .map(|(site, (_, version))| (format!("{votes_node}/{site}"), *version))
+                    .collect();
+                match decide(&generation, tx, &Outcome::Commit, &checks).await {
+                    // A vote went between our read and the multi: the next round sees which.
+                    Err(Error::Zk(
+                        zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion,
+                    )) => {
+                        continue;
+                    }
+                    decided => return decided,
+                }
+            }
+            tokio::select! {
+                event = watcher.changed() => count(&generation, event.event_type),
+                () = deadline.sleep() => {
+                    let missing = sites.iter().filter(|s| !seen.contains_key(*s)).cloned().collect();
+                    let outcome = Outcome::Abort(AbortReason::TimedOut(missing));
+                    return decide(&generation, tx, &outcome, &[]).await;
+                }
+                () = generation.ended() => {}
+            }
+        }
+    }
+
+    /// For a new coordinator: the decision on `tx_id` if one was written, else writes abort
+    /// ([`AbortReason::Recovered`]) and returns it. If `tx_id` was never proposed, the
+    /// transaction node is created with the decision, so the old coordinator cannot propose it
+    /// afterwards.
+    pub async fn recover(&self, tx_id: &str) -> Result<Outcome> {
+        let tx = self.tx_path(tx_id)?;
+        let generation = self.session.connected_generation().await?;
+        let outcome = Outcome::Abort(AbortReason::Recovered);
+        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let decision = format!("{tx}/{DECISION}");
+        let data = outcome.encode();
+        let (tx_ref, persistent, decision_ref, data_ref) = (&tx, &persistent, &decision, &data);
+        for _ in 0..=MAX_PARENT_ATTEMPTS {
+            let written = generation
+                .retry(|client| async move {
+                    let mut multi = client.new_multi_writer();
+                    multi.add_create(tx_ref, b"", persistent)?;
+                    multi.add_create(decision_ref, data_ref, persistent)?;
+                    first_op_failure(multi.commit().await)
+                })
+                .await?;
+            match written {
+                None => return Ok(outcome),
+                Some(zookeeper_client::Error::NoNode) => {
+                    create_parents(&generation.client()?, &self.path).await?;
+                }
+                // The transaction exists (or a lost attempt of ours made it): decide in it.
+                Some(_) => return decide(&generation, &tx, &outcome, &[]).await,
+            }
+        }
+        Err(Error::Zk(zookeeper_client::Error::NoNode))
+    }
+}
+
+/// Writes `outcome` as the decision of `tx`, in one multi with a version check of each of
+/// `checks` (the commit votes); if a decision exists already, returns that one instead. A failed
+/// check is `Error::Zk(NoNode | BadVersion)`.
+async fn decide(
+    generation: &Generation,
+    tx: &str,
+    outcome: &Outcome,
+    checks: &[(String, i32)],
+) -> Result<Outcome> {
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let decision = format!("{tx}/{DECISION}");
+    let data = outcome.encode();
+    let (persistent, decision_ref, data) = (&persistent, &decision, &data);
+    let failure = generation
+        .retry(|client| async move {
+            let mut multi = client.new_multi_writer();
+            for (node, version) in checks {
+                multi.add_check_version(node, *version)?;
+            }
+            multi.add_create(decision_ref, data, persistent)?;
+            match multi.commit().await {
+                Ok(_) => Ok(None),
+                Err(MultiWriteError::OperationFailed { index, source }) => {
+                    Ok(Some((index, source)))
+                }
+                Err(MultiWriteError::RequestFailed { source }) => Err(source),
+            }
+        })
+        .await?;
+    match failure {
+        None => Ok(outcome.clone()),
+        Some((index, zookeeper_client::Error::NodeExists)) if index == checks.len() => {
+            // Someone decided first (or our lost attempt did): theirs stands.
+            read_decision(generation, tx)
+                .await?
+                .ok_or(Error::Zk(zookeeper_client::Error::NoNode))
+        }
+        Some((_, source)) => Err(Error::Zk(source)),
+    }
+}
+
+/// A multi's outcome for a retry loop: `None` if it went through, the failed operation's error
+/// if the server refused one (an answer, not retried), connection losses as errors (retried).
+fn first_op_failure<T>(
+    result: std::result::Result<T, MultiWriteError>,
+) -> std::result::Result<Option<zookeeper_client::Error>, zookeeper_client::Error> {
+    match result {
+        Ok(_) => Ok(None),
+        Err(MultiWriteError::OperationFailed { source, .. }) => Ok(Some(source)),
+        Err(MultiWriteError::RequestFailed { source }) => Err(source),
+    }
+}
+
+/// Writes `site`'s vote under `tx`: commit as an ephemeral node (it must be alive at the
+/// decision), abort as a persistent one (it must never vanish). A retry that finds the node
+/// checks it is this vote of this session.
+pub(super) async fn cast(generation: &Generation, tx: &str, site: &str, vote: Vote) -> Result<()> {
+    let node = format!("{tx}/{VOTES}/{site}");
+    let mode = match vote {
+        Vote::Commit => CreateMode::Ephemeral,
+        Vote::Abort => CreateMode::Persistent,
+    };
+    let options = mode.with_acls(Acls::anyone_all());
+    let (node_ref, options, data) = (&node, &options, vote.encode());
+    let created = generation
+        .retry(|client| async move {
+            match client.create(node_ref, data, options).await {
+                Ok(_) => Ok(true),
+                Err(zookeeper_client::Error::NodeExists) => Ok(false),
+                Err(err) => Err(err),
+            }
+        })
+        .await?;
+    if created {
+        return Ok(());
+    }
+    let ours = match look(generation, &node, false).await? {
+        Some((found, stat, _)) => {
+            found == data
+                && (vote == Vote::Abort || stat.ephemeral_owner == generation.session_id())
+        }
+        None => false,
+    };
+    if ours {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "site {site:?} of {tx:?}: has voted already ({node})"
+        )))
+    }
+}
+
+/// Deletes `node` and everything under it, children first; missing nodes are fine.
+pub(super) async fn remove_tree(generation: &Generation, node: &str) -> Result<()> {
+    let children = generation
+        .retry(|client| async move {
+            match client.list_children(node).await {
+                Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                other => other,
+            }
+        })
+        .await?;
+    for child in children {
+        Box::pin(remove_tree(generation, &format!("{node}/{child}"))).await?;
+    }
+    generation
+        .retry(|client| async move {
+            match client.delete(node, None).await {
+                Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+                Err(err) => Err(err),
+            }
+        })
+        .await
+}

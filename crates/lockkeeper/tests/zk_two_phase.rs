@@ -1,0 +1,286 @@
+//! Two-phase commit against Keeper and Apache ZooKeeper: commit, each reason to abort, the
+//! single decision under a race with recovery, bad input. The multi-process test that SIGKILLs
+//! the coordinator or a site at each step is in `two_phase/faults.rs`.
+
+mod support;
+
+#[path = "two_phase/faults.rs"]
+mod faults;
+
+use std::time::Duration;
+
+use lockkeeper::Error;
+use lockkeeper::zk::{AbortReason, Outcome, TwoPhase, Vote};
+use support::{for_each_backend, session};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Runs `site` joining `tx` and voting `vote` in a task of its own session; its outcome.
+fn site(
+    connect: &str,
+    path: &str,
+    tx: &str,
+    name: &str,
+    vote: Vote,
+) -> tokio::task::JoinHandle<(Outcome, Vec<u8>)> {
+    let (connect, path, tx, name) = (
+        connect.to_owned(),
+        path.to_owned(),
+        tx.to_owned(),
+        name.to_owned(),
+    );
+    tokio::spawn(async move {
+        let session = session(&connect).await;
+        let two_phase = session.two_phase(&path).unwrap();
+        let proposal = two_phase.join(&tx, &name).await.expect("join");
+        assert_eq!(proposal.site(), name);
+        let outcome = tokio::time::timeout(WAIT, proposal.vote(vote))
+            .await
+            .expect("a decision in time")
+            .expect("vote");
+        (outcome, proposal.payload().to_vec())
+    })
+}
+
+async fn outcomes(sites: Vec<tokio::task::JoinHandle<(Outcome, Vec<u8>)>>) -> Vec<Outcome> {
+    let mut all = Vec::new();
+    for site in sites {
+        let (outcome, payload) = site.await.expect("site task");
+        assert_eq!(payload, b"move 10 from a to b");
+        all.push(outcome);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_commit_vote_commits_and_everyone_learns_it() {
+    for_each_backend(|connect| async move {
+        let coordinator = session(&connect).await;
+        let two_phase = coordinator.two_phase("/2pc/commit").unwrap();
+        let names = ["a", "b", "c"];
+        let sites = names
+            .iter()
+            .map(|n| site(&connect, "/2pc/commit", "tx-1", n, Vote::Commit))
+            .collect();
+        let outcome = two_phase
+            .propose("tx-1", &names, b"move 10 from a to b", WAIT)
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Commit);
+        assert!(outcomes(sites).await.iter().all(Outcome::is_commit));
+        assert_eq!(
+            two_phase.decision("tx-1").await.unwrap(),
+            Some(Outcome::Commit)
+        );
+        // Recovery after a decision returns it, never overwrites it.
+        assert_eq!(two_phase.recover("tx-1").await.unwrap(), Outcome::Commit);
+        two_phase.forget("tx-1").await.unwrap();
+        assert_eq!(two_phase.decision("tx-1").await.unwrap(), None);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_abort_vote_aborts_everyone() {
+    for_each_backend(|connect| async move {
+        let coordinator = session(&connect).await;
+        let two_phase = coordinator.two_phase("/2pc/abort").unwrap();
+        let names = ["a", "b", "c"];
+        let sites = names
+            .iter()
+            .map(|n| {
+                let vote = if *n == "b" { Vote::Abort } else { Vote::Commit };
+                site(&connect, "/2pc/abort", "tx-1", n, vote)
+            })
+            .collect();
+        let outcome = two_phase
+            .propose("tx-1", &names, b"move 10 from a to b", WAIT)
+            .await
+            .unwrap();
+        let aborted = Outcome::Abort(AbortReason::Voted("b".into()));
+        assert_eq!(outcome, aborted);
+        assert!(outcomes(sites).await.iter().all(|o| *o == aborted));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_vote_times_out_into_abort() {
+    for_each_backend(|connect| async move {
+        let coordinator = session(&connect).await;
+        let two_phase = coordinator.two_phase("/2pc/timeout").unwrap();
+        let sites = vec![site(&connect, "/2pc/timeout", "tx-1", "a", Vote::Commit)];
+        let outcome = two_phase
+            .propose(
+                "tx-1",
+                &["a", "b"],
+                b"move 10 from a to b",
+                Duration::from_millis(1500),
+            )
+            .await
+            .unwrap();
+        let aborted = Outcome::Abort(AbortReason::TimedOut(vec!["b".into()]));
+        assert_eq!(outcome, aborted);
+        assert_eq!(outcomes(sites).await, vec![aborted.clone()]);
+        // A late site learns the same decision, and its vote changes nothing.
+        let late = session(&connect).await;
+        let proposal = late
+            .two_phase("/2pc/timeout")
+            .unwrap()
+            .join("tx-1", "b")
+            .await
+            .unwrap();
+        assert_eq!(proposal.vote(Vote::Commit).await.unwrap(), aborted);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_vote_that_vanishes_aborts() {
+    for_each_backend(|connect| async move {
+        let coordinator = session(&connect).await;
+        let two_phase = coordinator.two_phase("/2pc/died").unwrap();
+        let proposing = {
+            let two_phase = two_phase.clone();
+            tokio::spawn(async move {
+                two_phase
+                    .propose("tx-1", &["a", "b"], b"x", WAIT)
+                    .await
+                    .unwrap()
+            })
+        };
+        let doomed = session(&connect).await;
+        let proposal = doomed
+            .two_phase("/2pc/died")
+            .unwrap()
+            .join("tx-1", "a")
+            .await
+            .unwrap();
+        proposal.cast(Vote::Commit).await.unwrap();
+        // Voting twice is refused: a vote is written once.
+        assert!(matches!(
+            proposal.cast(Vote::Abort).await,
+            Err(Error::InvalidArgument(m)) if m.contains("\"a\"")
+        ));
+        support::wait_children(&coordinator, "/2pc/died/tx-1/votes", 1).await;
+        doomed.close().await;
+        let outcome = proposing.await.unwrap();
+        assert_eq!(outcome, Outcome::Abort(AbortReason::Died("a".into())));
+        // b votes commit afterwards: the decision stands.
+        let b = session(&connect).await;
+        let proposal = b
+            .two_phase("/2pc/died")
+            .unwrap()
+            .join("tx-1", "b")
+            .await
+            .unwrap();
+        assert_eq!(proposal.vote(Vote::Commit).await.unwrap(), outcome);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recovery_decides_abort_once_and_fences_a_late_proposal() {
+    for_each_backend(|connect| async move {
+        let session = session(&connect).await;
+        let two_phase = session.two_phase("/2pc/recover").unwrap();
+        // Never proposed: recovery writes the transaction and its abort.
+        let waiting = site(&connect, "/2pc/recover", "tx-1", "a", Vote::Commit);
+        let recovered = Outcome::Abort(AbortReason::Recovered);
+        assert_eq!(two_phase.recover("tx-1").await.unwrap(), recovered);
+        let (outcome, payload) = waiting.await.unwrap();
+        assert_eq!((outcome, payload), (recovered.clone(), Vec::new()));
+        assert!(matches!(
+            two_phase.propose("tx-1", &["a"], b"late", WAIT).await,
+            Err(Error::InvalidArgument(m)) if m.contains("tx-1")
+        ));
+        // Many recoveries and a coordinator racing: one decision, everyone reports it.
+        let proposing = {
+            let two_phase = two_phase.clone();
+            tokio::spawn(async move { two_phase.propose("tx-2", &["a"], b"x", WAIT).await })
+        };
+        let mut racers = Vec::new();
+        for _ in 0..4 {
+            let two_phase = two_phase.clone();
+            racers.push(tokio::spawn(async move { two_phase.recover("tx-2").await }));
+        }
+        let voter = site(&connect, "/2pc/recover", "tx-2", "a", Vote::Commit);
+        let mut all = vec![proposing.await.unwrap().unwrap(), voter.await.unwrap().0];
+        for racer in racers {
+            all.push(racer.await.unwrap().unwrap());
+        }
+        let written = two_phase
+            .decision("tx-2")
+            .await
+            .unwrap()
+            .expect("a decision");
+        assert!(all.iter().all(|o| *o == written), "{all:?} vs {written:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_its_name() {
+    for_each_backend(|connect| async move {
+        let session = session(&connect).await;
+        let refused = |result: lockkeeper::Result<TwoPhase>, word: &str| match result {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(word), "{m}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        };
+        refused(session.two_phase("2pc"), "transaction path");
+        refused(session.two_phase("/2pc/"), "transaction path");
+        refused(session.two_phase("/zookeeper/x"), "transaction path");
+        let two_phase = session.two_phase("/2pc/bad").unwrap();
+        let invalid = |result: lockkeeper::Result<Outcome>, word: &str| match result {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(word), "{m}"),
+            other => panic!("expected InvalidArgument naming {word}, got {other:?}"),
+        };
+        invalid(
+            two_phase.propose("a/b", &["s"], b"", WAIT).await,
+            "transaction id",
+        );
+        invalid(
+            two_phase.propose("", &["s"], b"", WAIT).await,
+            "transaction id",
+        );
+        invalid(two_phase.propose("t", &[], b"", WAIT).await, "sites");
+        invalid(
+            two_phase.propose("t", &["s", "s"], b"", WAIT).await,
+            "named twice",
+        );
+        invalid(two_phase.propose("t", &["s/x"], b"", WAIT).await, "site");
+        invalid(
+            two_phase.propose("t", &["s"], b"", Duration::ZERO).await,
+            "vote timeout",
+        );
+        invalid(two_phase.recover("..").await, "transaction id");
+        assert!(matches!(
+            two_phase.decision("a\nb").await,
+            Err(Error::InvalidArgument(_))
+        ));
+        // Joining as a site the proposal does not name.
+        let proposing = {
+            let two_phase = two_phase.clone();
+            tokio::spawn(async move {
+                two_phase
+                    .propose("t", &["s"], b"", Duration::from_secs(2))
+                    .await
+            })
+        };
+        match two_phase.join("t", "intruder").await {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("intruder"), "{m}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+        assert_eq!(
+            proposing.await.unwrap().unwrap(),
+            Outcome::Abort(AbortReason::TimedOut(vec!["s".into()]))
+        );
+        // Nothing proposed: a join with a timeout gives up.
+        let none = two_phase
+            .join_timeout("never", "s", Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert!(none.is_none());
+    })
+    .await;
+}
