@@ -197,9 +197,12 @@ impl DistributedQueue {
                 }
                 Ok::<(), E>(())
             };
+            // Biased: a process resuming from a pause past its deadline must not run the
+            // handler one more step before it notices.
             let outcome = tokio::select! {
-                outcome = run => Some(outcome),
+                biased;
                 () = taken.lost() => None,
+                outcome = run => Some(outcome),
             };
             let settled = match outcome {
                 Some(Ok(())) => taken.ack().await,

@@ -197,12 +197,12 @@ impl Items {
             .pop_front()
     }
 
-    /// After losing a race for an item, jump a few items ahead: consumers that listed the
-    /// same children would otherwise keep colliding on the same head item. A lone consumer
-    /// never collides, so it still takes items in queue order.
+    /// After losing a race for an item, jump ahead: consumers that listed the same children
+    /// would otherwise trail each other down the listing, the one behind finding every item
+    /// gone. A lone consumer never loses a race, so it still takes items in queue order.
     fn skip_ahead(&self) {
         let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        let window = cached.len().min(8);
+        let window = cached.len().min(32);
         if window > 0 {
             let skip = rand::thread_rng().gen_range(0..window);
             cached.drain(..skip);
@@ -311,10 +311,10 @@ impl Items {
                             Taken::locked(item, data, lock, stat.version, generation.clone())
                         }
                         Err(_) => {
-                            // Consumed between our listing and our lock (or unreadable):
-                            // nothing to hand out; release the lock at once.
+                            // Consumed between our listing and our lock (another consumer
+                            // is ahead of us in the same listing): release the lock at once.
                             let _ = client.delete(&lock, None).await;
-                            return Ok(Claim::Gone);
+                            return Ok(Claim::Contended);
                         }
                     };
                     return Ok(Claim::Taken(taken));
