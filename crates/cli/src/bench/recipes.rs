@@ -269,9 +269,10 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
             let Some(addr) = connect(combo.server) else {
                 continue;
             };
-            let counter = counter_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
-            let queue = queue_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
-            let handoff = handoff_run(s, combo, &addr, "warmup", s.warmup, jvm.as_mut()).await;
+            let run = Run::new(s, combo, &addr, "warmup".into(), s.warmup);
+            let counter = counter_run(&run, jvm.as_mut()).await;
+            let queue = queue_run(&run, jvm.as_mut()).await;
+            let handoff = handoff_run(&run, jvm.as_mut()).await;
             if let Err(e) = counter.and(queue.map(drop)).and(handoff.map(drop)) {
                 println!("warm-up, {}: {e}", combo.label());
             }
@@ -280,22 +281,22 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
 
     report.print_counter_header(s);
     for (trial, combo, addr) in runs(s.trials, targets) {
-        let run = &trial.to_string();
-        let result = counter_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+        let run = Run::new(s, combo, &addr, trial.to_string(), s.limit);
+        let result = counter_run(&run, jvm.as_mut()).await;
         report.add_counter(combo, trial, result);
     }
 
     report.print_queue_header(s);
     for (trial, combo, addr) in runs(s.trials, targets) {
-        let run = &trial.to_string();
-        let result = queue_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+        let run = Run::new(s, combo, &addr, trial.to_string(), s.limit);
+        let result = queue_run(&run, jvm.as_mut()).await;
         report.add_queue(combo, trial, result);
     }
 
     report.print_handoff_header(s);
     for (trial, combo, addr) in runs(s.trials, targets) {
-        let run = &trial.to_string();
-        let result = handoff_run(s, combo, &addr, run, s.limit, jvm.as_mut()).await;
+        let run = Run::new(s, combo, &addr, trial.to_string(), s.limit);
+        let result = handoff_run(&run, jvm.as_mut()).await;
         report.add_handoff(combo, trial, result);
     }
     if let Some(jvm) = jvm {
@@ -309,74 +310,112 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     report
 }
 
+/// One run of one combination: its settings, its server, its name among the runs (a trial's
+/// number, or `warmup`), and its bound.
+struct Run<'a> {
+    settings: &'a Settings,
+    combo: Combo,
+    addr: &'a str,
+    name: String,
+    limit: Duration,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        settings: &'a Settings,
+        combo: Combo,
+        addr: &'a str,
+        name: String,
+        limit: Duration,
+    ) -> Run<'a> {
+        Run {
+            settings,
+            combo,
+            addr,
+            name,
+            limit,
+        }
+    }
+
+    /// A fresh path for a `recipe` run, of its own for every combination and run.
+    fn path(&self, recipe: &str) -> String {
+        format!(
+            "/lockkeeper-bench/{recipe}-{}-{}",
+            self.combo.key(),
+            self.name
+        )
+    }
+}
+
 /// One counter run of `combo` on a fresh counter, bounded by `limit`, its final value checked.
 async fn counter_run(
-    s: &Settings,
-    combo: Combo,
-    addr: &str,
-    run: &str,
-    limit: Duration,
+    run: &Run<'_>,
     jvm: Option<&mut CuratorRecipeJvm>,
 ) -> Result<measure::Increments, BoxError> {
-    let path = format!("/lockkeeper-bench/counter-{}-{run}", combo.key());
+    let s = run.settings;
+    let path = run.path("counter");
     let (sessions, increments, retry) = (s.counter_sessions, s.increments, s.counter_retry);
-    let result = match (combo.client, jvm) {
+    let result = match (run.combo.client, jvm) {
         (Client::Lockkeeper, _) => {
             measure::counter(
-                addr,
+                run.addr,
                 &path,
                 sessions,
                 increments,
                 retry,
-                limit,
+                run.limit,
                 s.connect_limit,
             )
             .await
         }
         (Client::Curator, Some(jvm)) => {
-            jvm.counter(addr, &path, sessions, increments, retry, limit)
+            jvm.counter(run.addr, &path, sessions, increments, retry, run.limit)
                 .await
         }
         (Client::Curator, None) => Err("no Curator JVM".into()),
     };
-    measure::check_counter(addr, &path, result?, s.connect_limit).await
+    measure::check_counter(run.addr, &path, result?, s.connect_limit).await
 }
 
 /// One queue run of `combo` on a fresh queue, producing for at most `limit`; every item must
 /// be consumed exactly once.
 async fn queue_run(
-    s: &Settings,
-    combo: Combo,
-    addr: &str,
-    run: &str,
-    limit: Duration,
+    run: &Run<'_>,
     jvm: Option<&mut CuratorRecipeJvm>,
 ) -> Result<queue::Queued, BoxError> {
-    let path = format!("/lockkeeper-bench/queue-{}-{run}", combo.key());
-    match (combo.client, jvm) {
-        (Client::Lockkeeper, _) => queue::run(addr, &path, s.queue, limit, s.connect_limit).await,
-        (Client::Curator, Some(jvm)) => jvm.queue(addr, &path, s.queue, limit).await,
+    let s = run.settings;
+    let path = run.path("queue");
+    match (run.combo.client, jvm) {
+        (Client::Lockkeeper, _) => {
+            queue::run(run.addr, &path, s.queue, run.limit, s.connect_limit).await
+        }
+        (Client::Curator, Some(jvm)) => jvm.queue(run.addr, &path, s.queue, run.limit).await,
         (Client::Curator, None) => Err("no Curator JVM".into()),
     }
 }
 
 /// One resign-handoff run of `combo` in a fresh election, bounded by `limit`.
 async fn handoff_run(
-    s: &Settings,
-    combo: Combo,
-    addr: &str,
-    run: &str,
-    limit: Duration,
+    run: &Run<'_>,
     jvm: Option<&mut CuratorRecipeJvm>,
 ) -> Result<measure::Handoffs, BoxError> {
-    let path = format!("/lockkeeper-bench/handoff-{}-{run}", combo.key());
+    let s = run.settings;
+    let path = run.path("handoff");
     let (participants, handoffs) = (s.handoff_participants, s.handoffs);
-    match (combo.client, jvm) {
+    match (run.combo.client, jvm) {
         (Client::Lockkeeper, _) => {
-            measure::handoff(addr, &path, participants, handoffs, limit, s.connect_limit).await
+            measure::handoff(
+                run.addr,
+                &path,
+                participants,
+                handoffs,
+                run.limit,
+                s.connect_limit,
+            )
+            .await
         }
         (Client::Curator, Some(jvm)) => {
-            jvm.handoff(addr, &path, participants, handoffs, limit)
+            jvm.handoff(run.addr, &path, participants, handoffs, run.limit)
                 .await
         }
         (Client::Curator, None) => Err("no Curator JVM".into()),
