@@ -28,6 +28,7 @@ use zookeeper_client::{Acls, Client, CreateMode, MultiWriteError, OneshotWatcher
 
 use super::envelope;
 use crate::error::{Error, Result};
+use crate::zk::node::delete_if_ours;
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
 use crate::zk::wait::Deadline;
 
@@ -296,11 +297,14 @@ impl Items {
         let client = generation.client()?;
         let item = format!("{}/{name}", self.path);
         let lock = format!("{}/{name}", self.lock_path);
+        // The lock's data names this claim, so that after a lost answer we delete the lock
+        // only if it is ours (another consumer may have created it instead).
+        let token = uuid::Uuid::new_v4().to_string();
         let mut created_dir = false;
         loop {
             let sent = tokio::time::Instant::now();
             let (created, read) = tokio::join!(
-                client.create(&lock, &[], &ephemeral()),
+                client.create(&lock, token.as_bytes(), &ephemeral()),
                 client.get_data(&item)
             );
             match created {
@@ -310,10 +314,15 @@ impl Items {
                         Ok((data, _)) => {
                             Taken::locked(item, data, lock, stat.version, generation.clone())
                         }
-                        Err(_) => {
+                        Err(err) => {
                             // Consumed between our listing and our lock (another consumer
-                            // is ahead of us in the same listing): release the lock at once.
-                            let _ = client.delete(&lock, None).await;
+                            // is ahead of us in the same listing), or unread: release the
+                            // lock at once, retried so that it cannot linger in a live
+                            // session and hold the item from everyone.
+                            release_lock(generation, &lock).await;
+                            if is_connection_loss(&err) {
+                                return Ok(Claim::Gone);
+                            }
                             return Ok(Claim::Contended);
                         }
                     };
@@ -328,19 +337,9 @@ impl Items {
                     created_dir = true;
                 }
                 // A lost answer: the lock may exist, ephemeral in this session. Release it if
-                // so; the item is tried again after the next listing.
+                // it is ours; the item is tried again after the next listing.
                 Err(err) if is_connection_loss(&err) => {
-                    let _ = generation
-                        .retry(|client| {
-                            let lock = lock.clone();
-                            async move {
-                                match client.delete(&lock, None).await {
-                                    Err(zookeeper_client::Error::NoNode) => Ok(()),
-                                    other => other,
-                                }
-                            }
-                        })
-                        .await;
+                    let _ = delete_if_ours(generation, &lock, token.as_bytes()).await;
                     return Ok(Claim::Gone);
                 }
                 Err(err) => return Err(zk_error(err)),
@@ -355,6 +354,22 @@ enum Claim {
     Gone,
     /// Another consumer got there first.
     Contended,
+}
+
+/// Deletes our lock node (this claim created it) if it still exists, retrying connection
+/// losses in this generation.
+async fn release_lock(generation: &Generation, lock: &str) {
+    let released = generation
+        .retry(|client| async move {
+            match client.delete(lock, None).await {
+                Err(zookeeper_client::Error::NoNode) => Ok(()),
+                other => other,
+            }
+        })
+        .await;
+    if let Err(err) = released {
+        tracing::debug!(lock, %err, "lock not released: it goes with the session");
+    }
 }
 
 async fn list_watched(client: &Client, path: &str) -> Result<(Vec<String>, OneshotWatcher)> {
