@@ -38,6 +38,12 @@ fn site(
             .await
             .expect("a decision in time")
             .expect("vote");
+        // A site is woken by the proposal and by the decision, never by another site's vote.
+        assert!(
+            session.notifications() <= 2,
+            "site {name} woken {} times",
+            session.notifications()
+        );
         (outcome, proposal.payload().to_vec())
     })
 }
@@ -57,7 +63,7 @@ async fn every_commit_vote_commits_and_everyone_learns_it() {
     for_each_backend(|connect| async move {
         let coordinator = session(&connect).await;
         let two_phase = coordinator.two_phase("/2pc/commit").unwrap();
-        let names = ["a", "b", "c"];
+        let names = ["a", "b", "c", "d", "e"];
         let sites = names
             .iter()
             .map(|n| site(&connect, "/2pc/commit", "tx-1", n, Vote::Commit))
@@ -194,6 +200,28 @@ async fn recovery_decides_abort_once_and_fences_a_late_proposal() {
             two_phase.propose("tx-1", &["a"], b"late", WAIT).await,
             Err(Error::InvalidArgument(m)) if m.contains("tx-1")
         ));
+        // A coordinator still waiting for votes learns a recovery's abort at once.
+        let proposing = {
+            let two_phase = two_phase.clone();
+            tokio::spawn(async move {
+                two_phase
+                    .propose("tx-3", &["a"], b"x", Duration::from_secs(600))
+                    .await
+            })
+        };
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while support::children(&session, "/2pc/recover/tx-3")
+            .await
+            .is_empty()
+        {
+            assert!(tokio::time::Instant::now() < deadline, "never proposed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(two_phase.recover("tx-3").await.unwrap(), recovered);
+        let learned = tokio::time::timeout(WAIT, proposing)
+            .await
+            .expect("learned in time");
+        assert_eq!(learned.unwrap().unwrap(), recovered);
         // Many recoveries and a coordinator racing: one decision, everyone reports it.
         let proposing = {
             let two_phase = two_phase.clone();
@@ -205,9 +233,18 @@ async fn recovery_decides_abort_once_and_fences_a_late_proposal() {
             racers.push(tokio::spawn(async move { two_phase.recover("tx-2").await }));
         }
         let voter = site(&connect, "/2pc/recover", "tx-2", "a", Vote::Commit);
-        let mut all = vec![proposing.await.unwrap().unwrap(), voter.await.unwrap().0];
+        let mut all = vec![voter.await.unwrap().0];
         for racer in racers {
             all.push(racer.await.unwrap().unwrap());
+        }
+        // The coordinator reports the decision, or was fenced by a recovery that came first.
+        match proposing.await.unwrap() {
+            Ok(outcome) => all.push(outcome),
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("exists already"), "{m}");
+                assert_eq!(all[0], recovered);
+            }
+            Err(err) => panic!("propose: {err}"),
         }
         let written = two_phase
             .decision("tx-2")

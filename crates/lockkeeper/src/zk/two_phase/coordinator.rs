@@ -2,9 +2,10 @@
 //! the one create that writes a decision, recovery by a new coordinator, a site's vote, and
 //! removing a finished transaction.
 //!
-//! The coordinator holds one children watch on `votes` and reads each vote once (a vote is
-//! written once, so its data never changes): per round it lists the votes, notes new ones and
-//! vanished ones, and decides as soon as the votes allow. It owns no ephemeral node, so when
+//! The coordinator holds one children watch on `votes` and one exists watch on `decision` (so a
+//! recovery that decides first ends its wait), and reads each vote once (a vote is written
+//! once, so its data never changes): per round it lists the votes, notes new ones and vanished
+//! ones, and decides as soon as the votes allow. It owns no ephemeral node, so when
 //! its session ends it carries on watching from the next one.
 
 use std::collections::BTreeMap;
@@ -31,6 +32,9 @@ impl TwoPhase {
     /// (its session ended), or `vote_timeout` passes with a vote missing. Returns the decision
     /// written, which is another coordinator's if [`recover`](TwoPhase::recover) got there
     /// first.
+    ///
+    /// If this future is dropped (or the process dies) before the decision, the transaction
+    /// stays undecided until someone calls [`recover`](TwoPhase::recover).
     ///
     /// [`Error::InvalidArgument`] for a malformed or duplicate site, no sites, a zero timeout,
     /// or a `tx_id` that exists already (proposed before, or recovered).
@@ -130,21 +134,33 @@ impl TwoPhase {
     ) -> Result<Outcome> {
         let votes_node = format!("{tx}/{VOTES}");
         let votes_node = votes_node.as_str();
+        let decision_node = format!("{tx}/{DECISION}");
         // The votes read so far, and the version each was read at (for the commit's checks).
         let mut seen: BTreeMap<String, (Vote, i32)> = BTreeMap::new();
         loop {
             let generation = self.session.connected_generation().await?;
-            if let Some(outcome) = read_decision(&generation, tx).await? {
-                return Ok(outcome);
-            }
-            let listed = generation
-                .retry(|client| async move { client.list_and_watch_children(votes_node).await })
+            // Watching the decision too: a recovery that decides meanwhile ends the wait.
+            let decision_node = decision_node.as_str();
+            let watched = generation
+                .retry(|client| async move {
+                    let decided = client.check_and_watch_stat(decision_node).await?;
+                    let listed = client.list_and_watch_children(votes_node).await?;
+                    Ok((decided, listed))
+                })
                 .await;
-            let (names, watcher) = match listed {
-                Ok(listed) => listed,
+            let ((decided, decision_watch), (names, watcher)) = match watched {
+                Ok(watched) => watched,
                 Err(Error::SessionLost) => continue,
                 Err(err) => return Err(err),
             };
+            if decided.is_some() {
+                match read_decision(&generation, tx).await {
+                    Ok(Some(outcome)) => return Ok(outcome),
+                    Ok(None) => return Err(Error::Zk(zookeeper_client::Error::NoNode)),
+                    Err(Error::SessionLost) => continue,
+                    Err(err) => return Err(err),
+                }
+            }
             let mut verdict = None;
             for (site, (vote, _)) in &seen {
                 if *vote == Vote::Commit && !names.contains(site) {
@@ -194,6 +210,7 @@ impl TwoPhase {
             }
             tokio::select! {
                 event = watcher.changed() => count(&generation, event.event_type),
+                event = decision_watch.changed() => count(&generation, event.event_type),
                 () = deadline.sleep() => {
                     let missing = sites.iter().filter(|s| !seen.contains_key(*s)).cloned().collect();
                     let outcome = Outcome::Abort(AbortReason::TimedOut(missing));
