@@ -11,6 +11,10 @@
 //! - at-most-once: no item was handled twice; losses are counted and reported (an item taken
 //!   by a consumer killed before its log line).
 //!
+//! And CURATOR-605: a consumer SIGSTOPped mid-handler past its session timeout loses the item
+//! to another consumer only after its session can have expired, and once it runs again its
+//! handler takes no further step (without the `lost()` race in `consume` it does: checked).
+//!
 //! `LOCKKEEPER_QUEUE_ITEMS` sets the item count (default 2,000, so the suite stays short; the
 //! README quotes a run with 10,000).
 
@@ -210,6 +214,111 @@ async fn queue_consumers_sigkilled_at_random() {
         );
         assert!(twice.is_empty(), "at-most-once handled twice: {twice:?}");
         assert!(amo.kills > 0 && alo.kills > 0, "the consumers were killed");
+    })
+    .await;
+}
+
+const PAUSED_TEST: &str = "faults::a_paused_consumer_stops_before_its_item_is_taken_again";
+
+/// The paused consumer: `consume` with a handler that logs `start`, then a `step` every
+/// 100 ms for 30 s, then `end`.
+async fn paused_child() {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
+    let session = Session::builder(&var("QUEUE_CONNECT"))
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .expect("consumer session");
+    let queue = session.distributed_queue("/faults/paused").unwrap();
+    let log = var("QUEUE_LOG");
+    let line = move |text: &str| {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log");
+        file.write_all(format!("{text}\n").as_bytes())
+            .expect("log line");
+    };
+    let _ = queue
+        .consume(Delivery::AtLeastOnce, |_item| {
+            let line = line.clone();
+            async move {
+                line("start");
+                for _ in 0..300 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    line("step");
+                }
+                line("end");
+                Ok::<(), String>(())
+            }
+        })
+        .await;
+}
+
+/// CURATOR-605: a consumer paused (SIGSTOP) mid-handler past its session timeout. Another
+/// consumer takes the item once the paused one's session has expired; when the paused process
+/// runs again, its handler is dropped before it takes another step (its session's local
+/// deadline passed while it was stopped), and its lock cannot remove the item the other holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_consumer_stops_before_its_item_is_taken_again() {
+    if test_child::role().is_some() {
+        return paused_child().await;
+    }
+    for_each_backend(|connect| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("paused.log");
+        let steps = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| *l == "step")
+                .count()
+        };
+        let other = session(&connect).await;
+        let queue = other.distributed_queue("/faults/paused").unwrap();
+        queue.put(b"job").await.unwrap();
+        let child = ChildProcess::spawn(
+            PAUSED_TEST,
+            "paused",
+            &[
+                ("QUEUE_CONNECT", connect.clone()),
+                ("QUEUE_LOG", log.display().to_string()),
+            ],
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while steps() < 3 {
+            assert!(Instant::now() < deadline, "the handler never ran");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        child.signal("STOP");
+        let stopped = Instant::now();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = steps();
+        let taken =
+            tokio::time::timeout(Duration::from_secs(30), queue.take(Delivery::AtLeastOnce))
+                .await
+                .expect("the item is taken once the paused session expired")
+                .unwrap();
+        // The paused session was last heard at most a heartbeat (a quarter of 4 s) before
+        // the stop, so the server could expire it from 3 s after the stop on.
+        assert!(
+            stopped.elapsed() >= Duration::from_millis(2900),
+            "taken {:?} after the pause, before the paused session could expire",
+            stopped.elapsed()
+        );
+        child.signal("CONT");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            steps(),
+            before,
+            "the paused handler ran on after it resumed"
+        );
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!text.contains("end"), "{text}");
+        assert_eq!(taken.items(), [b"job".to_vec()]);
+        taken.ack().await.expect("the second consumer's ack");
+        drop(child);
     })
     .await;
 }
