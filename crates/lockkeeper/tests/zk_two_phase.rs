@@ -321,3 +321,51 @@ async fn bad_input_is_refused_with_its_name() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_coordinator_whose_session_expires_carries_on_in_the_next() {
+    use lockkeeper::zk::ConnectionState;
+    use support::Partition;
+
+    for_each_backend(|connect| async move {
+        let partition = Partition::start(&connect).await;
+        let coordinator = session(&partition.connect_string()).await;
+        let first = coordinator.session_id();
+        let mut states = coordinator.states();
+        let two_phase = coordinator.two_phase("/2pc/expiry").unwrap();
+        let proposing = tokio::spawn(async move {
+            two_phase
+                .propose(
+                    "tx-1",
+                    &["a", "b"],
+                    b"move 10 from a to b",
+                    Duration::from_secs(60),
+                )
+                .await
+        });
+        let observer = session(&connect).await;
+        support::wait_children(&observer, "/2pc/expiry", 1).await;
+        partition.cut();
+        tokio::time::timeout(WAIT, async {
+            while states.next().await != Some(ConnectionState::Lost) {}
+        })
+        .await
+        .expect("the coordinator's session expires");
+        // Votes cast while the coordinator has no session.
+        let sites = ["a", "b"]
+            .iter()
+            .map(|n| site(&connect, "/2pc/expiry", "tx-1", n, Vote::Commit))
+            .collect();
+        support::wait_children(&observer, "/2pc/expiry/tx-1/votes", 2).await;
+        partition.heal();
+        let outcome = tokio::time::timeout(WAIT, proposing)
+            .await
+            .expect("decided in time")
+            .unwrap()
+            .unwrap();
+        assert_ne!(coordinator.session_id(), first);
+        assert_eq!(outcome, Outcome::Commit);
+        assert!(outcomes(sites).await.iter().all(Outcome::is_commit));
+    })
+    .await;
+}

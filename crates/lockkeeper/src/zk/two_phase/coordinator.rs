@@ -71,9 +71,17 @@ impl TwoPhase {
             listing.push('\n');
             listing.push_str(site);
         }
-        let generation = self.session.connected_generation().await?;
-        self.write_proposal(&generation, &tx, payload, listing.as_bytes(), &token)
-            .await?;
+        // Retried in the next session if this one ends: the token tells our proposal apart.
+        loop {
+            let generation = self.session.connected_generation().await?;
+            match self
+                .write_proposal(&generation, &tx, payload, listing.as_bytes(), &token)
+                .await
+            {
+                Err(Error::SessionLost) => continue,
+                written => break written?,
+            }
+        }
         let sites: Vec<String> = sites.iter().map(|s| (*s).to_owned()).collect();
         self.collect_votes(&tx, &sites, deadline).await
     }
@@ -137,7 +145,9 @@ impl TwoPhase {
         let decision_node = format!("{tx}/{DECISION}");
         // The votes read so far, and the version each was read at (for the commit's checks).
         let mut seen: BTreeMap<String, (Vote, i32)> = BTreeMap::new();
-        loop {
+        // A round ended by the session's end starts again in the next one: the coordinator owns
+        // no ephemeral node, and writing the decision is idempotent (a create, read back).
+        'round: loop {
             let generation = self.session.connected_generation().await?;
             // Watching the decision too: a recovery that decides meanwhile ends the wait.
             let decision_node = decision_node.as_str();
@@ -171,7 +181,12 @@ impl TwoPhase {
                 if verdict.is_some() || seen.contains_key(site) || !names.contains(site) {
                     continue;
                 }
-                match look(&generation, &format!("{votes_node}/{site}"), false).await? {
+                let read = match look(&generation, &format!("{votes_node}/{site}"), false).await {
+                    Ok(read) => read,
+                    Err(Error::SessionLost) => continue 'round,
+                    Err(err) => return Err(err),
+                };
+                match read {
                     // Listed, then gone: it voted commit and died.
                     None => verdict = Some(AbortReason::Died(site.clone())),
                     Some((data, stat, _)) => {
@@ -190,33 +205,40 @@ impl TwoPhase {
             {
                 verdict = Some(AbortReason::Voted(site.clone()));
             }
-            if let Some(reason) = verdict {
-                return decide(&generation, tx, &Outcome::Abort(reason), &[]).await;
-            }
-            if seen.len() == sites.len() {
+            let mut decision = verdict.map(|reason| (Outcome::Abort(reason), Vec::new()));
+            if decision.is_none() && seen.len() == sites.len() {
                 let checks: Vec<(String, i32)> = seen
                     .iter()
                     .map(|(site, (_, version))| (format!("{votes_node}/{site}"), *version))
                     .collect();
-                match decide(&generation, tx, &Outcome::Commit, &checks).await {
-                    // A vote went between our read and the multi: the next round sees which.
-                    Err(Error::Zk(
-                        zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion,
-                    )) => {
-                        continue;
+                decision = Some((Outcome::Commit, checks));
+            }
+            if decision.is_none() {
+                tokio::select! {
+                    event = watcher.changed() => count(&generation, event.event_type),
+                    event = decision_watch.changed() => count(&generation, event.event_type),
+                    () = deadline.sleep() => {
+                        let missing =
+                            sites.iter().filter(|s| !seen.contains_key(*s)).cloned().collect();
+                        decision = Some((Outcome::Abort(AbortReason::TimedOut(missing)), Vec::new()));
                     }
-                    decided => return decided,
+                    () = generation.ended() => {}
                 }
             }
-            tokio::select! {
-                event = watcher.changed() => count(&generation, event.event_type),
-                event = decision_watch.changed() => count(&generation, event.event_type),
-                () = deadline.sleep() => {
-                    let missing = sites.iter().filter(|s| !seen.contains_key(*s)).cloned().collect();
-                    let outcome = Outcome::Abort(AbortReason::TimedOut(missing));
-                    return decide(&generation, tx, &outcome, &[]).await;
-                }
-                () = generation.ended() => {}
+            let Some((outcome, checks)) = decision else {
+                continue;
+            };
+            match decide(&generation, tx, &outcome, &checks).await {
+                Ok(decided) => return Ok(decided),
+                // The session ended, or a commit vote went between our read and the multi: the
+                // next round sees which.
+                Err(
+                    Error::SessionLost
+                    | Error::Zk(
+                        zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion,
+                    ),
+                ) => {}
+                Err(err) => return Err(err),
             }
         }
     }
