@@ -43,8 +43,10 @@ mod simple;
 mod two_phase;
 mod wait;
 
+pub use barrier::{Barrier, DoubleBarrier, Entered};
 pub use cache::{Cache, CacheEvent, CacheEvents, CachedNode};
 pub use counter::{AtomicLong, CountChanges, SharedCount, VersionedCount};
+pub use distributed_queue::{Delivery, DistributedQueue, PriorityQueue, SimpleQueue, Taken};
 pub use election::{Candidate, LeaderLatch, LeaderTerm, Leadership};
 pub use guard::LockGuard;
 pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, inspect_semaphore};
@@ -58,6 +60,7 @@ pub use rwlock::RwLock;
 pub use semaphore::{Leases, Semaphore};
 pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
 pub use simple::SimpleLock;
+pub use two_phase::{AbortReason, Outcome, Proposal, TwoPhase, Vote};
 
 impl Session {
     /// A [`Mutex`] on `path` (Curator's `InterProcessMutex` layout). Each call makes a new
