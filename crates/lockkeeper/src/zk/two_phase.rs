@@ -1,7 +1,7 @@
 //! Two-phase commit, as the ZooKeeper recipes document describes it with both of its own
-//! improvements: each site votes in an ephemeral node it creates itself (so a site that dies is
-//! seen to die), and only the coordinator watches the votes (so a vote wakes one process, not
-//! every site). Curator and kazoo have no such recipe; the layout is ours.
+//! improvements: each site votes in a node it creates itself (a commit vote is ephemeral, so a
+//! site that dies is seen to die), and only the coordinator watches the votes (so a vote wakes
+//! one process, not every site). Curator and kazoo have no such recipe; the layout is ours.
 //!
 //! Layout under the transaction path `PATH`, for a transaction `TX`:
 //! - `PATH/TX`: persistent, the proposal's payload. `PATH/TX/sites`: persistent, the proposal's
@@ -40,6 +40,10 @@
 //! | site | after a commit vote, before the decision | its vote vanishes with its session: abort (`Died`), unless every vote was in and commit written first |
 //! | site | after an abort vote | the vote is persistent: abort (`Voted`) |
 //! | site | after the decision | the others have it; the site reads it again when it comes back |
+//!
+//! Each row is a test that SIGKILLs that process at that step (`tests/two_phase/faults.rs`).
+//! The coordinator owns no ephemeral node, so when its own session ends it carries on in the
+//! next one (its proposal is retried under its token, the decision create is read back).
 //!
 //! Nothing here cleans up by itself: sites that come back must be able to read the decision, so
 //! the transaction stays until [`TwoPhase::forget`] removes it.
