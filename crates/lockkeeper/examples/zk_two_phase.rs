@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "coordinator" => {
             let sites: Vec<&str> = args[1].split(',').collect();
-            let payload = format!("move 10 from {}", args[1]);
+            let payload = format!("{tx}: move 10 between {}", args[1]);
             println!("proposing {tx} to {}", sites.join(", "));
             let outcome = two_phase
                 .propose(tx, &sites, payload.as_bytes(), Duration::from_secs(30))
