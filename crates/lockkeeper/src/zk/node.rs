@@ -126,6 +126,28 @@ pub(crate) async fn look(
         .await
 }
 
+/// Creates `path` with `data` in `mode` (world-accessible), retrying connection losses;
+/// `false` if a node was already there. A create retried after a lost answer may find its own
+/// node: callers that must tell read the node back (its owner, its data).
+pub(crate) async fn create_unless_exists(
+    generation: &Generation,
+    path: &str,
+    data: &[u8],
+    mode: CreateMode,
+) -> Result<bool> {
+    let options = mode.with_acls(Acls::anyone_all());
+    let options = &options;
+    generation
+        .retry(|client| async move {
+            match client.create(path, data, options).await {
+                Ok(_) => Ok(true),
+                Err(zookeeper_client::Error::NodeExists) => Ok(false),
+                Err(err) => Err(err),
+            }
+        })
+        .await
+}
+
 /// Creates the missing ancestors of a lock directory as containers, as Curator does, so the
 /// server removes them once their last lock node is gone.
 pub(crate) async fn create_parents(client: &Client, dir: &str) -> Result<()> {

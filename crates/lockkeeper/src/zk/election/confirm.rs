@@ -8,11 +8,11 @@
 //! left by a deposed leader names an older token, so followers ignore it, and the next
 //! leader's confirmation replaces it.
 
-use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
+use zookeeper_client::{CreateMode, OneshotWatcher};
 
 use crate::error::{Error, Result};
 use crate::zk::election::{Candidate, LeaderLatch, Leadership};
-use crate::zk::node::look;
+use crate::zk::node::{create_unless_exists, look};
 use crate::zk::session::Generation;
 use crate::zk::wait::Deadline;
 
@@ -41,21 +41,8 @@ impl Leadership {
         let generation = self.generation();
         let path = mark_path(self.latch().path());
         let data = format!("{} {}", self.fencing_token(), self.latch().id()).into_bytes();
-        let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
         for _ in 0..MARK_ATTEMPTS {
-            let created = generation
-                .retry(|client| {
-                    let (path, data, options) = (&path, &data, &options);
-                    async move {
-                        match client.create(path, data, options).await {
-                            Ok(_) => Ok(true),
-                            Err(zookeeper_client::Error::NodeExists) => Ok(false),
-                            Err(err) => Err(err),
-                        }
-                    }
-                })
-                .await?;
-            if created {
+            if create_unless_exists(generation, &path, &data, CreateMode::Ephemeral).await? {
                 return Ok(());
             }
             // A mark exists: ours (a retried create that went through, or a second confirm),

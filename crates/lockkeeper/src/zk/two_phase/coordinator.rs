@@ -18,7 +18,7 @@ use super::{
     read_decision, validate_name,
 };
 use crate::error::{Error, Result};
-use crate::zk::node::{create_parents, look};
+use crate::zk::node::{create_parents, create_unless_exists, look};
 use crate::zk::session::Generation;
 use crate::zk::wait::Deadline;
 
@@ -339,18 +339,8 @@ pub(super) async fn cast(generation: &Generation, tx: &str, site: &str, vote: Vo
         Vote::Commit => CreateMode::Ephemeral,
         Vote::Abort => CreateMode::Persistent,
     };
-    let options = mode.with_acls(Acls::anyone_all());
-    let (node_ref, options, data) = (&node, &options, vote.encode());
-    let created = generation
-        .retry(|client| async move {
-            match client.create(node_ref, data, options).await {
-                Ok(_) => Ok(true),
-                Err(zookeeper_client::Error::NodeExists) => Ok(false),
-                Err(err) => Err(err),
-            }
-        })
-        .await?;
-    if created {
+    let data = vote.encode();
+    if create_unless_exists(generation, &node, data, mode).await? {
         return Ok(());
     }
     let ours = match look(generation, &node, false).await? {
