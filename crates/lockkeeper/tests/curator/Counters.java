@@ -38,20 +38,7 @@ public final class Counters {
         Interop.watchdog("counters", 600);
         try {
             CuratorFramework client = Interop.client(argv[0]);
-            Interop.say("READY");
-            String line;
-            while ((line = Interop.hear()) != null) {
-                String[] words = line.trim().split(" ");
-                if (words.length == 1 && words[0].equals("quit")) {
-                    Interop.say("BYE");
-                    break;
-                }
-                try {
-                    Interop.say(run(client, words));
-                } catch (Exception e) {
-                    Interop.say("ERR " + e);
-                }
-            }
+            Interop.serve(words -> Interop.say(run(client, words)));
             Interop.exit(0);
         } catch (Throwable t) {
             Interop.say("FAIL counters: " + t);

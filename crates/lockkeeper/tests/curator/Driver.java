@@ -23,38 +23,27 @@ public final class Driver {
             CuratorFramework client = Interop.client(argv[0]);
             Map<String, InterProcessMutex> mutexes = new HashMap<>();
             Map<String, InterProcessReadWriteLock> rwLocks = new HashMap<>();
-            Interop.say("READY");
-            String line;
-            while ((line = Interop.hear()) != null) {
-                String[] words = line.trim().split(" ");
-                if (words.length == 1 && words[0].equals("quit")) {
-                    Interop.say("BYE");
-                    break;
+            Interop.serve(words -> {
+                if (words.length != 3) {
+                    throw new IllegalArgumentException("expected `<op> <kind> <path>`: " + String.join(" ", words));
                 }
-                try {
-                    if (words.length != 3) {
-                        throw new IllegalArgumentException("expected `<op> <kind> <path>`: " + line);
+                String path = words[2];
+                InterProcessMutex lock = switch (words[1]) {
+                    case "mutex" -> mutexes.computeIfAbsent(path, p -> new InterProcessMutex(client, p));
+                    case "read" -> rwLocks.computeIfAbsent(path, p -> new InterProcessReadWriteLock(client, p)).readLock();
+                    case "write" -> rwLocks.computeIfAbsent(path, p -> new InterProcessReadWriteLock(client, p)).writeLock();
+                    default -> throw new IllegalArgumentException("unknown lock kind " + words[1]);
+                };
+                switch (words[0]) {
+                    case "acquire" -> Interop.say("OK " + lock.acquire(60, TimeUnit.SECONDS));
+                    case "try" -> Interop.say("OK " + lock.acquire(0, TimeUnit.MILLISECONDS));
+                    case "release" -> {
+                        lock.release();
+                        Interop.say("OK");
                     }
-                    String path = words[2];
-                    InterProcessMutex lock = switch (words[1]) {
-                        case "mutex" -> mutexes.computeIfAbsent(path, p -> new InterProcessMutex(client, p));
-                        case "read" -> rwLocks.computeIfAbsent(path, p -> new InterProcessReadWriteLock(client, p)).readLock();
-                        case "write" -> rwLocks.computeIfAbsent(path, p -> new InterProcessReadWriteLock(client, p)).writeLock();
-                        default -> throw new IllegalArgumentException("unknown lock kind " + words[1]);
-                    };
-                    switch (words[0]) {
-                        case "acquire" -> Interop.say("OK " + lock.acquire(60, TimeUnit.SECONDS));
-                        case "try" -> Interop.say("OK " + lock.acquire(0, TimeUnit.MILLISECONDS));
-                        case "release" -> {
-                            lock.release();
-                            Interop.say("OK");
-                        }
-                        default -> throw new IllegalArgumentException("unknown operation " + words[0]);
-                    }
-                } catch (Exception e) {
-                    Interop.say("ERR " + e);
+                    default -> throw new IllegalArgumentException("unknown operation " + words[0]);
                 }
-            }
+            });
             Interop.exit(0);
         } catch (Throwable t) {
             Interop.say("FAIL driver: " + t);

@@ -47,6 +47,33 @@ final class Interop {
         }
     }
 
+    /** One command line, split into words; may throw, which answers `ERR <exception>`. */
+    interface Command {
+        void run(String[] words) throws Exception;
+    }
+
+    /**
+     * The command loop of the programs the Rust tests drive: says `READY`, then runs one command
+     * per line until `quit` (answered `BYE`) or the end of stdin. A command that throws answers
+     * `ERR <exception>` and the loop goes on.
+     */
+    static void serve(Command command) throws IOException {
+        say("READY");
+        String line;
+        while ((line = hear()) != null) {
+            String[] words = line.trim().split(" ");
+            if (words.length == 1 && words[0].equals("quit")) {
+                say("BYE");
+                return;
+            }
+            try {
+                command.run(words);
+            } catch (Exception e) {
+                say("ERR " + e);
+            }
+        }
+    }
+
     /** The next line from the Rust side, or null once it closed stdin. */
     static String hear() throws IOException {
         return STDIN.readLine();

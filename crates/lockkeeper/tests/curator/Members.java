@@ -38,55 +38,44 @@ public final class Members {
                 throw new IllegalStateException("no connection to " + argv[0] + " within 60 s");
             }
             Map<String, GroupMember> members = new HashMap<>();
-            Interop.say("READY");
-            String line;
-            while ((line = Interop.hear()) != null) {
-                String[] words = line.trim().split(" ");
-                if (words.length == 1 && words[0].equals("quit")) {
-                    Interop.say("BYE");
-                    break;
+            Interop.serve(words -> {
+                if (words.length < 3) {
+                    throw new IllegalArgumentException("expected `<op> <path> <id> [data]`: " + String.join(" ", words));
                 }
-                try {
-                    if (words.length < 3) {
-                        throw new IllegalArgumentException("expected `<op> <path> <id> [data]`: " + line);
+                String key = words[1] + " " + words[2];
+                switch (words[0]) {
+                    case "join" -> {
+                        GroupMember member = new GroupMember(client, words[1], words[2], bytes(words, 3));
+                        member.start();
+                        members.put(key, member);
+                        Interop.say("OK");
                     }
-                    String key = words[1] + " " + words[2];
-                    switch (words[0]) {
-                        case "join" -> {
-                            GroupMember member = new GroupMember(client, words[1], words[2], bytes(words, 3));
-                            member.start();
-                            members.put(key, member);
-                            Interop.say("OK");
-                        }
-                        case "update" -> {
-                            member(members, key).setThisData(bytes(words, 3));
-                            Interop.say("OK");
-                        }
-                        case "leave" -> {
-                            member(members, key).close();
-                            members.remove(key);
-                            Interop.say("OK");
-                        }
-                        case "members" -> {
-                            StringBuilder out = new StringBuilder("OK ");
-                            Map<String, byte[]> current = new TreeMap<>(member(members, key).getCurrentMembers());
-                            boolean first = true;
-                            for (Map.Entry<String, byte[]> entry : current.entrySet()) {
-                                if (!first) {
-                                    out.append(',');
-                                }
-                                first = false;
-                                out.append(entry.getKey()).append('=')
-                                        .append(new String(entry.getValue(), StandardCharsets.UTF_8));
+                    case "update" -> {
+                        member(members, key).setThisData(bytes(words, 3));
+                        Interop.say("OK");
+                    }
+                    case "leave" -> {
+                        member(members, key).close();
+                        members.remove(key);
+                        Interop.say("OK");
+                    }
+                    case "members" -> {
+                        StringBuilder out = new StringBuilder("OK ");
+                        Map<String, byte[]> current = new TreeMap<>(member(members, key).getCurrentMembers());
+                        boolean first = true;
+                        for (Map.Entry<String, byte[]> entry : current.entrySet()) {
+                            if (!first) {
+                                out.append(',');
                             }
-                            Interop.say(out.toString());
+                            first = false;
+                            out.append(entry.getKey()).append('=')
+                                    .append(new String(entry.getValue(), StandardCharsets.UTF_8));
                         }
-                        default -> throw new IllegalArgumentException("unknown operation " + words[0]);
+                        Interop.say(out.toString());
                     }
-                } catch (Exception e) {
-                    Interop.say("ERR " + e);
+                    default -> throw new IllegalArgumentException("unknown operation " + words[0]);
                 }
-            }
+            });
             for (GroupMember member : members.values()) {
                 member.close();
             }

@@ -25,27 +25,16 @@ public final class Revoke {
         Interop.watchdog("revoke", 300);
         try {
             CuratorFramework client = Interop.client(argv[0]);
-            Interop.say("READY");
-            String line;
-            while ((line = Interop.hear()) != null) {
-                String[] words = line.trim().split(" ");
-                if (words.length == 1 && words[0].equals("quit")) {
-                    Interop.say("BYE");
-                    break;
-                }
-                try {
-                    switch (words[0]) {
-                        case "hold" -> hold(client, words[1], words[2]);
-                        case "revoke" -> {
-                            Revoker.attemptRevoke(client, words[1]);
-                            Interop.say("OK");
-                        }
-                        default -> throw new IllegalArgumentException("unknown command: " + line);
+            Interop.serve(words -> {
+                switch (words[0]) {
+                    case "hold" -> hold(client, words[1], words[2]);
+                    case "revoke" -> {
+                        Revoker.attemptRevoke(client, words[1]);
+                        Interop.say("OK");
                     }
-                } catch (Exception e) {
-                    Interop.say("ERR " + e);
+                    default -> throw new IllegalArgumentException("unknown command: " + String.join(" ", words));
                 }
-            }
+            });
             Interop.exit(0);
         } catch (Throwable t) {
             Interop.say("FAIL revoke: " + t);
