@@ -1,6 +1,16 @@
-//! The `lockkeeper` command: run a Keeper server, or measure one.
+//! The `lockkeeper` command: run a Keeper server, measure one, and the operator's commands
+//! (`lock`, `elect`, `inspect`, `revoke`) on any backend.
+//!
+//! `serve`, `verify` and `bench` exit 0 or 1. The operator commands exit with the codes in
+//! [`exit`], which scripts match on; a usage error exits 64 for every subcommand.
 
+mod backend;
 mod bench;
+mod elect;
+mod exit;
+mod inspect;
+mod lock;
+mod revoke;
 mod serve;
 mod verify;
 
@@ -23,10 +33,32 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Load-test any ZooKeeper-protocol server, or compare Keeper with Apache ZooKeeper.
     Bench(bench::BenchArgs),
+    /// Run a command while holding a lock (or hold it until interrupted). Exit codes: the
+    /// child's (128 + N when it died of signal N); 64 usage; 69 backend unreachable; 70 internal
+    /// failure; 75 not acquired (--try, --timeout); 76 the lock was lost while the child ran.
+    Lock(lock::LockArgs),
+    /// Join a leader election and run a command while leader, or watch who leads (--listen).
+    Elect(elect::ElectArgs),
+    /// Show a lock's holders and waiters: owner session, age, fencing token, data, kind.
+    Inspect(inspect::InspectArgs),
+    /// Ask a lock's holder to release it, or with --force delete its node after a grace period.
+    Revoke(revoke::RevokeArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout and succeed; anything else is a usage error,
+            // which the operator commands promise to report as 64 (clap's own code is 2).
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit::code(exit::USAGE)
+            } else {
+                std::process::ExitCode::SUCCESS
+            };
+        }
+    };
     let cli = match cli.command {
         // Offline and synchronous: no logging setup or runtime needed.
         Command::Verify(args) => return verify::run(args),
@@ -53,18 +85,23 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
+    runtime.block_on(async {
+        let result = match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Verify(_) => Ok(()),
+            // The operator commands report their own errors, each with its exit code.
+            Command::Lock(args) => return lock::run(args).await,
+            Command::Elect(args) => return elect::run(args).await,
+            Command::Inspect(args) => return inspect::run(args).await,
+            Command::Revoke(args) => return revoke::run(args).await,
+        };
+        match result {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lockkeeper: {e}");
+                std::process::ExitCode::FAILURE
+            }
         }
-    });
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lockkeeper: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    })
 }
