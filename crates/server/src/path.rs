@@ -31,9 +31,14 @@ pub fn validate(path: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Control characters, the C1 block, surrogates/private use and specials are refused.
+/// ZooKeeper refuses the Java `char`s `\u0000`-`\u001F` (controls), `\u007F`-`\u009F` (DEL and
+/// the C1 block), `\uD800`-`\uF8FF` (surrogates and the private use area) and `\uFFF0`-`\uFFFF`
+/// (specials, U+FFFD among them: a path that is not UTF-8 decodes to it, here as in Java).
+///
+/// A Rust `char` is never a surrogate, but every character outside the Basic Multilingual Plane
+/// is a surrogate pair to Java, so ZooKeeper refuses all of them, emoji included.
 fn is_forbidden_char(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}' | '\u{10000}'..)
 }
 
 /// The parent of a non-root path ("/a/b" -> "/a", "/a" -> "/"). `None` for "/" or a path
@@ -80,6 +85,10 @@ mod tests {
             "/a..",
             "/zookeeper",
             "/ünïcode",
+            "/\u{20}\u{a0}",
+            "/\u{d7ff}",
+            "/\u{f900}",
+            "/\u{ffef}",
         ] {
             assert_eq!(validate(ok), Ok(()), "{ok}");
         }
@@ -100,6 +109,17 @@ mod tests {
             "/a\u{1}",
             "/\u{85}",
             "/\u{fff5}",
+            "/\u{1f}",
+            "/\u{7f}",
+            "/\u{9f}",
+            "/\u{e000}",
+            "/\u{f8ff}",
+            "/\u{fff0}",
+            "/\u{fffd}",
+            "/\u{ffff}",
+            "/\u{10000}",
+            "/a\u{1f512}b",
+            "/\u{10ffff}",
         ] {
             assert!(validate(bad).is_err(), "{bad:?}");
         }

@@ -604,12 +604,30 @@ async fn invalid_paths_get_zookeepers_error_codes() {
             [BAD, BAD, NONODE, BAD, NONODE, NONODE, NONODE, BAD],
         ),
     ];
+    // Every edge of PathUtils.validatePath's refused ranges (as Java chars: controls
+    // \u0001-\u001F, DEL and C1 \u007F-\u009F, surrogates and private use \uD800-\uF8FF,
+    // specials \uFFF0-\uFFFF), and characters outside the Basic Multilingual Plane, which Java
+    // holds as surrogate pairs: all get the codes of any other refused character.
+    let refused = [
+        "/\u{1f}",
+        "/\u{7f}",
+        "/\u{9f}",
+        "/\u{f8ff}",
+        "/\u{fff0}",
+        "/\u{fffd}",
+        "/\u{ffff}",
+        "/\u{10000}",
+        "/lock\u{1f512}",
+        "/\u{10ffff}",
+    ]
+    .map(|p| (p, [BAD, BAD, NONODE, BAD, NONODE, NONODE, NONODE, BAD]));
+    let table: Vec<_> = table.iter().copied().chain(refused).collect();
     for server in both() {
         let (addr, backend) = (server.addr(), server.name());
         bounded(backend, async {
             let mut bystander = Bystander::start(addr, backend).await;
             let mut conn = Raw::session(addr, format!("{backend} invalid paths")).await;
-            for (path, expected) in table {
+            for (path, expected) in &table {
                 let got = path_codes(&mut conn, path).await;
                 assert_eq!(
                     got, *expected,
@@ -662,6 +680,33 @@ async fn path_codes(conn: &mut Raw, path: &str) -> [i32; 8] {
             .unwrap_or_else(|| panic!("{}: {request:?} closed the connection", conn.label));
     }
     codes
+}
+
+/// The characters just outside each refused range (space, NBSP, the last character before the
+/// surrogates, the first after the private use area, the last before the specials) are valid:
+/// a node named by each is created and deleted on both servers.
+#[tokio::test]
+async fn characters_next_to_the_refused_ranges_are_accepted() {
+    for server in both() {
+        let (addr, backend) = (server.addr(), server.name());
+        bounded(backend, async {
+            let mut conn = Raw::session(addr, format!("{backend} edge characters")).await;
+            for path in ["/\u{20}", "/\u{a0}", "/\u{d7ff}", "/\u{f900}", "/\u{ffef}"] {
+                let created = conn
+                    .call(&create(OpCode::Create, path, open_acl(), 0, 0))
+                    .await;
+                assert_eq!(created.err(), Some(0), "{backend}: create {path:?}");
+                let deleted = conn
+                    .call(&Request::Delete(PathVersionRequest {
+                        path: path.to_string(),
+                        version: -1,
+                    }))
+                    .await;
+                assert_eq!(deleted.err(), Some(0), "{backend}: delete {path:?}");
+            }
+        })
+        .await;
+    }
 }
 
 /// ZooKeeper keeps the root under the key "" as well as "/", so reads of the empty path see the
