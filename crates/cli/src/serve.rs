@@ -41,6 +41,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     container_check_interval: u64,
     /// Comma-separated four-letter words to allow (ruok,srvr,stat,mntr,cons,dump,wchs,envi,conf), or "*".
+    /// `isro` is always allowed, as ZooKeeper allows it with read-only mode enabled.
     #[arg(
         long = "4lw-whitelist",
         default_value = "srvr,stat,ruok,mntr",

@@ -33,7 +33,8 @@ pub struct Config {
     pub jute_maxbuffer: usize,
     /// How often empty containers and expired TTL nodes are removed.
     pub container_check_interval: Duration,
-    /// Four-letter words that may run ("*" for all), ZooKeeper's 4lw.commands.whitelist.
+    /// Four-letter words that may run ("*" for all), ZooKeeper's 4lw.commands.whitelist;
+    /// `isro` runs in any case (see [`Config::four_letter_word_allowed`]).
     pub four_letter_words: Vec<String>,
     /// `super:<base64 sha1>` digest of a user that passes every ACL check.
     pub super_digest: Option<String>,
@@ -116,7 +117,10 @@ impl Config {
         Ok(())
     }
 
+    /// `isro` is allowed whatever the list says, as ZooKeeper allows it whenever read-only mode
+    /// is enabled: a client connected to a read-only server asks `isro` of the others to find
+    /// one that takes writes, and Keeper can turn read-only at any time (when its disk fails).
     pub fn four_letter_word_allowed(&self, word: &str) -> bool {
-        self.four_letter_words.iter().any(|w| w == "*" || w == word)
+        word == "isro" || self.four_letter_words.iter().any(|w| w == "*" || w == word)
     }
 }

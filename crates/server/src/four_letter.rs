@@ -11,8 +11,8 @@ use crate::core::Core;
 use crate::tree::Owner;
 
 /// Words Keeper knows. Anything else in the first four bytes is treated as a frame length.
-pub const WORDS: [&str; 9] = [
-    "ruok", "srvr", "stat", "mntr", "cons", "dump", "wchs", "envi", "conf",
+pub const WORDS: [&str; 10] = [
+    "ruok", "srvr", "stat", "mntr", "cons", "dump", "wchs", "envi", "conf", "isro",
 ];
 
 pub fn is_four_letter_word(first: &[u8]) -> Option<&'static str> {
@@ -37,6 +37,9 @@ pub fn answer(core: &Core, word: &str) -> String {
             srvr_body(core, &mut out);
         }
         "mntr" => mntr(core, &mut out),
+        // ZooKeeper's answer, without a newline: "ro" from a read-only server, else "rw".
+        // Keeper is read-only while its disk fails.
+        "isro" => out.push_str(if core.read_only.is_some() { "ro" } else { "rw" }),
         "cons" => cons(core, &mut out),
         "dump" => dump(core, &mut out),
         "wchs" => {
@@ -192,5 +195,34 @@ fn dump(core: &Core, out: &mut String) {
         for p in paths {
             let _ = writeln!(out, "\t{p}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::datadir_lock::DataDirLock;
+
+    /// `isro` follows the core's read-only state (entered for real only by a failing disk, which
+    /// the disk-full test of the command line provokes), and runs even when the whitelist does
+    /// not name it.
+    #[test]
+    fn isro_answers_rw_then_ro_while_writes_are_refused() {
+        let dir = tempfile::tempdir().expect("a data dir");
+        let config = Arc::new(Config {
+            data_dir: dir.path().to_path_buf(),
+            four_letter_words: vec!["ruok".into()],
+            ..Config::default()
+        });
+        let lock = DataDirLock::exclusive(dir.path()).expect("lock the data dir");
+        let mut core = Core::recover(config, lock).expect("recover an empty data dir");
+        assert_eq!(answer(&core, "isro"), "rw");
+        core.read_only = Some((1, Instant::now()));
+        assert_eq!(answer(&core, "isro"), "ro");
+        assert!(answer(&core, "mntr").contains("not in the whitelist"));
     }
 }

@@ -1186,6 +1186,34 @@ async fn a_four_letter_word_outside_the_whitelist_is_refused() {
     .await;
 }
 
+/// `isro` answers "rw" (no newline) from a server that takes writes, and then closes, on both
+/// servers. ZooKeeper allows it whatever `4lw.commands.whitelist` says once read-only mode is
+/// enabled (clients in read-only mode use it to find a writable server); Keeper, which turns
+/// read-only when its disk fails, always allows it, as a Keeper whose whitelist is only `ruok`
+/// shows.
+#[tokio::test]
+async fn isro_answers_rw_whatever_the_whitelist() {
+    let data = tempfile::tempdir().expect("a data directory");
+    let mut servers = both();
+    if backend_enabled("keeper") {
+        let config = Config {
+            four_letter_words: vec!["ruok".into()],
+            ..Keeper::test_config(data.path())
+        };
+        servers.push(Box::new(Keeper::start_with(config)));
+    }
+    for server in servers {
+        let (addr, backend) = (server.addr(), server.name());
+        bounded(backend, async {
+            let mut conn = Raw::open(addr, format!("{backend} isro")).await;
+            conn.send(b"isro").await.expect("send isro");
+            let answer = conn.read_to_close(LIMIT).await;
+            assert_eq!(String::from_utf8_lossy(&answer), "rw", "{backend}: isro");
+        })
+        .await;
+    }
+}
+
 /// Many connections that connect and go away without a word, then a batch that stays silent:
 /// the server keeps serving throughout, closes the silent ones itself once the handshake
 /// timeout passes, and then accepts new connections again.
