@@ -1,6 +1,42 @@
 //! Naming a backend: `--backend URL` or `LOCKKEEPER_BACKEND`, shared by every operator command.
+//!
+//! One URL names any backend: `zk://host:port[,host:port...][/chroot]`, `redis://host:port`,
+//! `redis+sentinel://host:port[,host:port...]/MASTER` and `redis+cluster://host:port[,...]`.
+//! [`Backend::parse`] turns it into a typed [`Backend`] before anything is dialled, and
+//! [`Backend::connect`] turns that into a connected [`Handle`] within the connect timeout.
+//!
+//! Invariants:
+//! - every failure is a [`Failure`]: one line naming the URL (its password masked) and what is
+//!   wrong, with the exit code scripts match on: a malformed URL or unknown scheme is
+//!   [`exit::USAGE`], a backend that does not answer in time is [`exit::UNAVAILABLE`] and
+//!   names the address dialled;
+//! - connecting never takes much longer than `--connect-timeout`, whatever the backend does:
+//!   the library bounds it, and a last timer here bounds the library.
 
-/// The backend option every operator command flattens into its arguments.
+use std::fmt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lockkeeper::redis::{Redis, RedisOptions};
+use lockkeeper::zk::Session;
+
+use crate::exit;
+
+/// Default ports, as each server ships them.
+const ZK_PORT: u16 = 2181;
+const REDIS_PORT: u16 = 6379;
+const SENTINEL_PORT: u16 = 26379;
+
+/// The schemes a backend URL may have, for the error that names an unknown one.
+const SCHEMES: &str = "zk://, redis://, redis+sentinel:// or redis+cluster://";
+
+/// How long a holder may go unheard before the backend gives its lock away, when the command
+/// is not told otherwise: the ZooKeeper session timeout, or the Redis lease that the watchdog
+/// renews every third of it. Ten seconds rides out a garbage-collection pause or a network
+/// blip, yet a crashed holder's lock is free again within ten seconds.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The backend options every operator command flattens into its arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BackendArgs {
     /// The coordination backend: zk://host:port[,host:port...][/chroot], redis://host:port,
@@ -11,4 +47,534 @@ pub struct BackendArgs {
         default_value = "zk://127.0.0.1:2181"
     )]
     pub backend: String,
+    /// How long connecting to the backend may take before giving up with exit code 69
+    /// (e.g. 500ms, 5s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+}
+
+impl BackendArgs {
+    /// Parses `--backend` and connects to it, with `session_timeout` as the ZooKeeper session
+    /// timeout or the Redis lease.
+    pub async fn connect(&self, session_timeout: Duration) -> Result<(Backend, Handle), Failure> {
+        let backend = Backend::parse(&self.backend)?;
+        let handle = backend
+            .connect(&ConnectOptions {
+                connect_timeout: self.connect_timeout,
+                session_timeout,
+            })
+            .await?;
+        Ok((backend, handle))
+    }
+}
+
+/// A parsed backend URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// ZooKeeper or Keeper: the ensemble's `host:port`s and the chroot every path is under.
+    Zk {
+        hosts: Vec<String>,
+        chroot: Option<String>,
+    },
+    /// One Redis server. `url` is what the client dials (`redis://[auth@]host:port[/db]`).
+    Redis { url: String },
+    /// The master that these Sentinels (`redis://host:port` each) know as `master`.
+    RedisSentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+    /// A Redis Cluster, reached through any of its `nodes` (`redis://[auth@]host:port` each).
+    RedisCluster { nodes: Vec<String> },
+}
+
+/// A connected backend, as the commands use it.
+#[derive(Clone, Debug)]
+pub enum Handle {
+    Zk(Session),
+    Redis(Redis),
+}
+
+/// What connecting may take and what the connection promises.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectOptions {
+    /// The bound on connecting (exit 69 past it).
+    pub connect_timeout: Duration,
+    /// The ZooKeeper session timeout, or the Redis watchdog lease.
+    pub session_timeout: Duration,
+}
+
+/// A command's failure: a one-line message and the exit code it ends with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::USAGE,
+            message: message.into(),
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::UNAVAILABLE,
+            message: message.into(),
+        }
+    }
+
+    pub fn software(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::SOFTWARE,
+            message: message.into(),
+        }
+    }
+
+    /// A library error met while working on `what` (a lock name, a backend), with the exit code
+    /// its kind calls for: a bad argument is the caller's (64), a backend that stopped
+    /// answering is unavailable (69), anything else is ours (70).
+    pub fn from_lib(what: &str, err: lockkeeper::Error) -> Failure {
+        use lockkeeper::Error;
+        let code = match &err {
+            Error::InvalidArgument(_) => exit::USAGE,
+            Error::Connect { .. } | Error::RetriesExhausted { .. } | Error::SessionLost => {
+                exit::UNAVAILABLE
+            }
+            Error::Redis(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+                exit::UNAVAILABLE
+            }
+            _ => exit::SOFTWARE,
+        };
+        Failure {
+            code,
+            message: format!("{what}: {err}"),
+        }
+    }
+
+    /// Prints `lockkeeper COMMAND: MESSAGE` on stderr and gives the exit code.
+    pub fn report(&self, command: &str) -> ExitCode {
+        eprintln!("lockkeeper {command}: {}", self.message);
+        exit::code(self.code)
+    }
+}
+
+impl Backend {
+    /// Parses a backend URL; a [`Failure`] with [`exit::USAGE`] names the URL and the fault.
+    pub fn parse(url: &str) -> Result<Backend, Failure> {
+        let shown = redact(url);
+        let bad = |why: String| Failure::usage(format!("backend URL {shown:?}: {why}"));
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(bad(format!("no scheme; expected {SCHEMES}")));
+        };
+        if rest.contains(['?', '#']) {
+            return Err(bad("query strings and fragments are not supported".into()));
+        }
+        let (auth, rest) = match rest.rsplit_once('@') {
+            Some((auth, rest)) => (Some(auth), rest),
+            None => (None, rest),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(slash) => (&rest[..slash], &rest[slash..]),
+            None => (rest, ""),
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "zk" | "zookeeper" => {
+                if auth.is_some() {
+                    return Err(bad("zk:// takes no user name or password".into()));
+                }
+                let hosts = hosts(authority, ZK_PORT).map_err(bad)?;
+                let chroot = chroot(path).map_err(bad)?;
+                Ok(Backend::Zk { hosts, chroot })
+            }
+            "redis" => {
+                let mut hosts = hosts(authority, REDIS_PORT).map_err(bad)?;
+                if hosts.len() > 1 {
+                    return Err(bad("redis:// names one server; for several use \
+                         redis+cluster:// or redis+sentinel://"
+                        .into()));
+                }
+                let db = match path.trim_start_matches('/') {
+                    "" => String::new(),
+                    db if db.parse::<u32>().is_ok() => format!("/{db}"),
+                    db => return Err(bad(format!("{db:?} is not a database number"))),
+                };
+                let host = hosts.remove(0);
+                Ok(Backend::Redis {
+                    url: format!("redis://{}{host}{db}", at(auth)),
+                })
+            }
+            "redis+sentinel" => {
+                if auth.is_some() {
+                    return Err(bad(
+                        "redis+sentinel:// takes no user name or password".into()
+                    ));
+                }
+                let sentinels = hosts(authority, SENTINEL_PORT).map_err(bad)?;
+                let master = path.trim_start_matches('/');
+                if master.is_empty() || master.contains('/') {
+                    return Err(bad("needs the master's name: \
+                         redis+sentinel://host:port[,host:port...]/MASTER"
+                        .into()));
+                }
+                Ok(Backend::RedisSentinel {
+                    sentinels: sentinels
+                        .into_iter()
+                        .map(|h| format!("redis://{h}"))
+                        .collect(),
+                    master: master.to_string(),
+                })
+            }
+            "redis+cluster" => {
+                let nodes = hosts(authority, REDIS_PORT).map_err(bad)?;
+                if !path.is_empty() && path != "/" {
+                    return Err(bad(
+                        "a cluster has no database number or path after the hosts".into(),
+                    ));
+                }
+                Ok(Backend::RedisCluster {
+                    nodes: nodes
+                        .into_iter()
+                        .map(|h| format!("redis://{}{h}", at(auth)))
+                        .collect(),
+                })
+            }
+            "etcd" => Err(bad(format!(
+                "etcd is not supported by this command yet; expected {SCHEMES}"
+            ))),
+            other => Err(bad(format!("unknown scheme {other:?}; expected {SCHEMES}"))),
+        }
+    }
+
+    /// Connects within `options.connect_timeout`: [`exit::UNAVAILABLE`] names the address
+    /// and why (refused, timed out, not the right kind of server).
+    pub async fn connect(&self, options: &ConnectOptions) -> Result<Handle, Failure> {
+        if options.connect_timeout.is_zero() || options.session_timeout.is_zero() {
+            return Err(Failure::usage(
+                "--connect-timeout and --session-timeout must be greater than zero",
+            ));
+        }
+        let connecting = async {
+            match self {
+                Backend::Zk { hosts, chroot } => {
+                    let connect_string = format!(
+                        "{}{}",
+                        hosts.join(","),
+                        chroot.as_deref().unwrap_or_default()
+                    );
+                    Session::builder(&connect_string)
+                        .session_timeout(options.session_timeout)
+                        .connection_timeout(options.connect_timeout)
+                        .connect()
+                        .await
+                        .map(Handle::Zk)
+                }
+                Backend::Redis { url } => Redis::connect_with(url, redis_options(options))
+                    .await
+                    .map(Handle::Redis),
+                Backend::RedisSentinel { sentinels, master } => {
+                    Redis::connect_sentinel(sentinels, master, redis_options(options))
+                        .await
+                        .map(Handle::Redis)
+                }
+                Backend::RedisCluster { nodes } => {
+                    Redis::connect_cluster(nodes, redis_options(options))
+                        .await
+                        .map(Handle::Redis)
+                }
+            }
+        };
+        // The library keeps to the connect timeout; this is the backstop that makes the
+        // promise of a bounded wait hold even if it did not.
+        let backstop = options.connect_timeout + Duration::from_secs(2);
+        match tokio::time::timeout(backstop, connecting).await {
+            Ok(Ok(handle)) => Ok(handle),
+            Ok(Err(lockkeeper::Error::InvalidArgument(why))) => {
+                Err(Failure::usage(format!("backend {self}: {why}")))
+            }
+            Ok(Err(err)) => Err(Failure::unavailable(format!(
+                "backend {self} is unreachable: {err}"
+            ))),
+            Err(_) => Err(Failure::unavailable(format!(
+                "backend {self} is unreachable: no connection within {backstop:?}"
+            ))),
+        }
+    }
+}
+
+/// The URL again, in canonical form (default ports filled in) with any password masked: what
+/// messages name.
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let strip = |url: &str| url.trim_start_matches("redis://").to_string();
+        match self {
+            Backend::Zk { hosts, chroot } => write!(
+                f,
+                "zk://{}{}",
+                hosts.join(","),
+                chroot.as_deref().unwrap_or_default()
+            ),
+            Backend::Redis { url } => write!(f, "{}", redact(url)),
+            Backend::RedisSentinel { sentinels, master } => {
+                let hosts: Vec<String> = sentinels.iter().map(|s| strip(s)).collect();
+                write!(f, "redis+sentinel://{}/{master}", hosts.join(","))
+            }
+            Backend::RedisCluster { nodes } => {
+                let hosts: Vec<String> = nodes.iter().map(|n| strip(&redact(n))).collect();
+                write!(f, "redis+cluster://{}", hosts.join(","))
+            }
+        }
+    }
+}
+
+fn redis_options(options: &ConnectOptions) -> RedisOptions {
+    RedisOptions::new()
+        .connect_timeout(options.connect_timeout)
+        .watchdog_timeout(options.session_timeout)
+}
+
+/// `auth@` for a URL, or nothing.
+fn at(auth: Option<&str>) -> String {
+    auth.map(|a| format!("{a}@")).unwrap_or_default()
+}
+
+/// `url` with the password of its `user:password@` part replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((auth, hosts)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{hosts}"),
+        None => url.to_string(),
+    }
+}
+
+/// Parses `host[:port],host[:port]...` into `host:port`s, `default_port` where none is given.
+fn hosts(authority: &str, default_port: u16) -> Result<Vec<String>, String> {
+    if authority.is_empty() {
+        return Err("names no host".into());
+    }
+    authority
+        .split(',')
+        .map(|host| {
+            let host = host.trim();
+            let (name, port) = if let Some(v6) = host.strip_prefix('[') {
+                // [::1]:2181
+                match v6.split_once(']') {
+                    Some((addr, rest)) => (format!("[{addr}]"), rest.strip_prefix(':')),
+                    None => return Err(format!("host {host:?} lacks its closing ']'")),
+                }
+            } else {
+                match host.split_once(':') {
+                    Some((name, port)) => (name.to_string(), Some(port)),
+                    None => (host.to_string(), None),
+                }
+            };
+            if name.is_empty() || name == "[]" {
+                return Err(format!("an empty host name in {authority:?}"));
+            }
+            if name.contains(|c: char| c.is_whitespace() || c.is_control()) {
+                return Err(format!(
+                    "host {name:?} contains a space or control character"
+                ));
+            }
+            let port = match port {
+                None => default_port,
+                Some(port) => match port.parse::<u16>() {
+                    Ok(p) if p > 0 => p,
+                    _ => return Err(format!("{port:?} is not a port number (1-65535)")),
+                },
+            };
+            Ok(format!("{name}:{port}"))
+        })
+        .collect()
+}
+
+/// Checks a ZooKeeper chroot (`/app`, `/a/b`); `""` or `"/"` is none.
+fn chroot(path: &str) -> Result<Option<String>, String> {
+    if path.is_empty() || path == "/" {
+        return Ok(None);
+    }
+    if path.ends_with('/') {
+        return Err(format!("chroot {path:?} must not end with '/'"));
+    }
+    for segment in path[1..].split('/') {
+        if segment.is_empty() || segment == "." || segment == ".." {
+            return Err(format!("chroot {path:?} has an empty, '.' or '..' segment"));
+        }
+    }
+    if path.chars().any(char::is_control) {
+        return Err(format!("chroot {path:?} contains a control character"));
+    }
+    Ok(Some(path.to_string()))
+}
+
+/// Parses `250ms`, `5s`, `1.5s`, `2m`, `1h`; a bare number is seconds. For the commands'
+/// duration flags (`--timeout`, `--kill-after`, ...).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (try 500ms, 5s or 2m)"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("`{text}` is not a duration (try 500ms, 5s or 2m)"));
+    }
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{text}` (use ms, s, m or h)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is too long a duration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zk(hosts: &[&str], chroot: Option<&str>) -> Backend {
+        Backend::Zk {
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            chroot: chroot.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn zookeeper_urls() {
+        assert_eq!(
+            Backend::parse("zk://127.0.0.1:2181"),
+            Ok(zk(&["127.0.0.1:2181"], None))
+        );
+        assert_eq!(
+            Backend::parse("zk://a:1,b,[::1]:3/app/x"),
+            Ok(zk(&["a:1", "b:2181", "[::1]:3"], Some("/app/x")))
+        );
+        assert_eq!(Backend::parse("zk://a/"), Ok(zk(&["a:2181"], None)));
+        assert_eq!(
+            Backend::parse("zk://a:1,b:2/app").unwrap().to_string(),
+            "zk://a:1,b:2/app"
+        );
+    }
+
+    #[test]
+    fn redis_urls() {
+        assert_eq!(
+            Backend::parse("redis://h"),
+            Ok(Backend::Redis {
+                url: "redis://h:6379".into()
+            })
+        );
+        assert_eq!(
+            Backend::parse("redis://:pw@h:7/2"),
+            Ok(Backend::Redis {
+                url: "redis://:pw@h:7/2".into()
+            })
+        );
+        assert_eq!(
+            Backend::parse("redis://:secret@h:7").unwrap().to_string(),
+            "redis://:***@h:7"
+        );
+        assert_eq!(
+            Backend::parse("redis+sentinel://a,b:1/mymaster"),
+            Ok(Backend::RedisSentinel {
+                sentinels: vec!["redis://a:26379".into(), "redis://b:1".into()],
+                master: "mymaster".into()
+            })
+        );
+        assert_eq!(
+            Backend::parse("redis+cluster://a:1,b:2"),
+            Ok(Backend::RedisCluster {
+                nodes: vec!["redis://a:1".into(), "redis://b:2".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_usage_errors_naming_url_and_fault() {
+        for (url, fault) in [
+            ("127.0.0.1:2181", "no scheme"),
+            ("http://x", "unknown scheme \"http\""),
+            ("etcd://x", "etcd is not supported"),
+            ("zk://", "names no host"),
+            ("zk://a:port", "not a port number"),
+            ("zk://a:0", "not a port number"),
+            ("zk://a,,b", "empty host"),
+            ("zk://a/app/", "must not end with '/'"),
+            ("zk://a//b", "empty, '.' or '..'"),
+            ("zk://u:p@a", "no user name"),
+            ("redis://a,b", "names one server"),
+            ("redis://a/x", "not a database number"),
+            ("redis+sentinel://a", "master's name"),
+            ("redis+cluster://a/3", "no database number"),
+            ("redis://a?x=1", "query strings"),
+        ] {
+            let failure = Backend::parse(url).expect_err(url);
+            assert_eq!(failure.code, exit::USAGE, "{url}");
+            assert!(
+                failure.message.contains(fault),
+                "{url}: {}",
+                failure.message
+            );
+            assert!(failure.message.contains("backend URL"), "{url}");
+        }
+        let failure = Backend::parse("redis://:hunter2@a/x").unwrap_err();
+        assert!(!failure.message.contains("hunter2"), "{}", failure.message);
+    }
+
+    /// Nothing listens on the port: exit 69 naming the address, within the connect timeout.
+    #[tokio::test]
+    async fn unreachable_backends_fail_in_bounded_time() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let options = ConnectOptions {
+            connect_timeout: Duration::from_secs(1),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+        };
+        for url in [
+            format!("zk://127.0.0.1:{port}"),
+            format!("redis://127.0.0.1:{port}"),
+        ] {
+            let started = std::time::Instant::now();
+            let failure = Backend::parse(&url)
+                .unwrap()
+                .connect(&options)
+                .await
+                .expect_err(&url);
+            assert!(started.elapsed() < Duration::from_secs(3), "{url}");
+            assert_eq!(failure.code, exit::UNAVAILABLE, "{url}");
+            assert!(
+                failure.message.contains(&format!("127.0.0.1:{port}")),
+                "{url}: {}",
+                failure.message
+            );
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("inf").is_err());
+    }
 }
