@@ -11,6 +11,7 @@ mod exit;
 mod inspect;
 mod lock;
 mod revoke;
+mod run;
 mod serve;
 mod verify;
 
