@@ -73,6 +73,10 @@ pub struct ServeArgs {
     /// (ZooKeeper's DigestAuthenticationProvider.superDigest).
     #[arg(long)]
     super_digest: Option<String>,
+    /// Serve Prometheus metrics (ZooKeeper's names) at http://ADDR/metrics. Binds only ADDR;
+    /// port 0 picks a free port (printed at start). Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -111,9 +115,17 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send
     };
     // Every start error names what failed: the data dir held by another server (and its pid),
     // the damaged file and offset, or the address that cannot be bound.
-    let server = Server::start(config)
+    let mut server = Server::start(config)
         .await
         .map_err(|e| format!("cannot start: {e}"))?;
+    // Before the clients' line, which tells scripts the server is ready.
+    if let Some(addr) = args.metrics_listen {
+        let bound = server
+            .serve_metrics(addr)
+            .await
+            .map_err(|e| format!("cannot start: {e}"))?;
+        println!("lockkeeper serving Prometheus metrics on http://{bound}/metrics");
+    }
     println!(
         "lockkeeper serving ZooKeeper clients on {}",
         server.local_addr()

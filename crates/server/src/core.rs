@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::datadir_lock::DataDirLock;
 use crate::log::{Durable, LogEvent, TxnLog};
 use crate::memory::{self, AfterBurst};
+use crate::metrics::{Stats, Timings};
 use crate::outbox::{Outbox, Refused};
 use crate::prep::{self, Ctx, Rejected};
 use crate::recovery;
@@ -57,6 +58,10 @@ pub enum CoreMsg {
     FourLetter {
         word: String,
         reply: oneshot::Sender<String>,
+    },
+    /// A scrape of `/metrics` asks for the numbers `mntr` shows.
+    Stats {
+        reply: oneshot::Sender<Stats>,
     },
 }
 
@@ -99,6 +104,8 @@ pub struct Core {
     /// fault happened (the first probe waits a second).
     pub(crate) read_only: Option<(i64, Instant)>,
     pub(crate) counters: Counters,
+    /// The timing summaries of `/metrics` (the log and snapshot writers record theirs).
+    pub(crate) timings: Timings,
     pub(crate) started: Instant,
     /// Departures counted so that the memory a burst of them freed goes back to the OS.
     pub(crate) after_burst: AfterBurst,
@@ -179,6 +186,7 @@ impl Core {
             "recovered data dir"
         );
         let durable_rx = log.durable();
+        let timings = Timings::new(log.fsync_time(), snapshots.snapshot_time());
         Ok(Core {
             config,
             tree: recovered.tree,
@@ -194,6 +202,7 @@ impl Core {
             txns_since_snapshot: 0,
             read_only: None,
             counters: Counters::default(),
+            timings,
             started: Instant::now(),
             after_burst: AfterBurst::default(),
             _data_dir_lock: lock,
@@ -202,6 +211,10 @@ impl Core {
 
     pub fn durable(&self) -> watch::Receiver<Durable> {
         self.log.durable()
+    }
+
+    pub(crate) fn timings(&self) -> Timings {
+        self.timings.clone()
     }
 
     /// Runs until `rx` closes or `shutdown` flips. Messages are taken in batches so one log flush
@@ -281,8 +294,9 @@ impl Core {
                     return self.reply(conn, xid, zxid, ErrorCode::SessionExpired, Body::Empty);
                 }
                 self.sessions.touch(session, Instant::now());
+                let write = request.is_write();
                 self.request(conn, xid, request);
-                self.record_latency(received);
+                self.record_latency(received, write);
             }
             CoreMsg::Malformed {
                 conn,
@@ -299,6 +313,9 @@ impl Core {
             CoreMsg::FourLetter { word, reply } => {
                 let _ = reply.send(crate::four_letter::answer(self, &word));
             }
+            CoreMsg::Stats { reply } => {
+                let _ = reply.send(Stats::of(self));
+            }
         }
     }
 
@@ -312,8 +329,18 @@ impl Core {
         }
     }
 
-    fn record_latency(&mut self, received: Instant) {
-        let us = received.elapsed().as_micros() as u64;
+    /// One latency feeds both `mntr`'s min/avg/max and the `readlatency`/`updatelatency`
+    /// summaries, so the two views agree.
+    fn record_latency(&mut self, received: Instant, write: bool) {
+        let now = Instant::now();
+        let took = now.saturating_duration_since(received);
+        let summary = if write {
+            &self.timings.update
+        } else {
+            &self.timings.read
+        };
+        summary.observe_at(took, now);
+        let us = took.as_micros() as u64;
         let c = &mut self.counters;
         c.latency_min_us = if c.latency_count == 0 {
             us

@@ -8,6 +8,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::core::Core;
+use crate::metrics::Stats;
 use crate::tree::Owner;
 
 /// Words Keeper knows. Anything else in the first four bytes is treated as a frame length.
@@ -88,70 +89,59 @@ pub fn answer(core: &Core, word: &str) -> String {
     out
 }
 
-/// "read-only" while the disk fails and writes are refused.
-fn mode(core: &Core) -> &'static str {
-    if core.read_only.is_some() {
-        "read-only"
-    } else {
-        "standalone"
-    }
-}
-
 fn srvr(core: &Core, out: &mut String) {
     let _ = writeln!(out, "Zookeeper version: {VERSION}");
     srvr_body(core, out);
 }
 
 fn srvr_body(core: &Core, out: &mut String) {
-    let c = &core.counters;
-    let avg = c.average_latency_ms();
+    let s = Stats::of(core);
     let _ = writeln!(
         out,
-        "Latency min/avg/max: {}/{avg:.4}/{}",
-        c.latency_min_us / 1000,
-        c.latency_max_us / 1000
+        "Latency min/avg/max: {}/{:.4}/{}",
+        s.min_latency, s.avg_latency, s.max_latency
     );
-    let _ = writeln!(out, "Received: {}", c.received);
-    let _ = writeln!(out, "Sent: {}", c.sent.load(Ordering::Relaxed));
-    let _ = writeln!(out, "Connections: {}", core.conns.len());
-    let _ = writeln!(out, "Outstanding: 0");
+    let _ = writeln!(out, "Received: {}", s.packets_received);
+    let _ = writeln!(out, "Sent: {}", s.packets_sent);
+    let _ = writeln!(out, "Connections: {}", s.num_alive_connections);
+    let _ = writeln!(out, "Outstanding: {}", s.outstanding_requests);
     let _ = writeln!(out, "Zxid: {:#x}", core.last_zxid);
-    let _ = writeln!(out, "Mode: {}", mode(core));
-    let _ = writeln!(out, "Node count: {}", core.tree.len());
+    let _ = writeln!(out, "Mode: {}", s.server_state);
+    let _ = writeln!(out, "Node count: {}", s.znode_count);
 }
 
+/// The same [`Stats`] as `/metrics`, under ZooKeeper's `mntr` keys.
 fn mntr(core: &Core, out: &mut String) {
-    let c = &core.counters;
-    let avg = c.average_latency_ms();
-    let lines: [(&str, String); 14] = [
+    let s = Stats::of(core);
+    let lines: [(&str, String); 15] = [
         ("zk_version", VERSION.to_string()),
-        ("zk_server_state", mode(core).into()),
-        ("zk_avg_latency", format!("{avg:.4}")),
-        ("zk_max_latency", (c.latency_max_us / 1000).to_string()),
-        ("zk_min_latency", (c.latency_min_us / 1000).to_string()),
-        ("zk_packets_received", c.received.to_string()),
+        ("zk_server_state", s.server_state.into()),
+        ("zk_avg_latency", format!("{:.4}", s.avg_latency)),
+        ("zk_max_latency", s.max_latency.to_string()),
+        ("zk_min_latency", s.min_latency.to_string()),
+        ("zk_packets_received", s.packets_received.to_string()),
+        ("zk_packets_sent", s.packets_sent.to_string()),
         (
-            "zk_packets_sent",
-            c.sent.load(Ordering::Relaxed).to_string(),
+            "zk_num_alive_connections",
+            s.num_alive_connections.to_string(),
         ),
-        ("zk_num_alive_connections", core.conns.len().to_string()),
-        ("zk_outstanding_requests", "0".into()),
-        ("zk_znode_count", core.tree.len().to_string()),
-        ("zk_watch_count", core.watches.count().to_string()),
         (
-            "zk_ephemerals_count",
-            core.tree.ephemeral_count().to_string(),
+            "zk_outstanding_requests",
+            s.outstanding_requests.to_string(),
         ),
+        ("zk_znode_count", s.znode_count.to_string()),
+        ("zk_watch_count", s.watch_count.to_string()),
+        ("zk_ephemerals_count", s.ephemerals_count.to_string()),
         (
             "zk_approximate_data_size",
-            core.tree.approximate_data_size().to_string(),
+            s.approximate_data_size.to_string(),
         ),
-        ("zk_uptime", core.started.elapsed().as_millis().to_string()),
+        ("zk_uptime", s.uptime.to_string()),
+        ("zk_global_sessions", s.global_sessions.to_string()),
     ];
     for (key, value) in lines {
         let _ = writeln!(out, "{key}\t{value}");
     }
-    let _ = writeln!(out, "zk_global_sessions\t{}", core.sessions.len());
 }
 
 /// One line per connection in ZooKeeper's layout. `queued` is the packets waiting for the

@@ -30,6 +30,7 @@ mod durability;
 pub mod four_letter;
 pub mod log;
 mod memory;
+mod metrics;
 mod outbox;
 pub mod path;
 pub mod prep;
@@ -63,8 +64,11 @@ use crate::datadir_lock::DataDirLock;
 /// runtime has dropped the aborted core task.
 pub struct Server {
     local_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    metrics_source: MetricsSource,
     shutdown: signal::Sender<bool>,
     accept: Option<JoinHandle<()>>,
+    metrics: Option<JoinHandle<()>>,
     core: Option<JoinHandle<()>>,
 }
 
@@ -106,9 +110,14 @@ impl Server {
             })?;
         let durable = core.durable();
         let packets_sent = core.packets_sent();
+        let timings = core.timings();
         // Bounded, so a flood of requests pushes back on the connections that send them.
         let (core_tx, core_rx) = mpsc::channel(4096);
         let (shutdown, shutdown_rx) = signal::channel(false);
+        let metrics_source = MetricsSource {
+            core: core_tx.clone(),
+            timings,
+        };
         let core = tokio::spawn(core.run(core_rx, shutdown_rx.clone()));
         let accept = tokio::spawn(accept_loop(
             listener,
@@ -123,8 +132,11 @@ impl Server {
         tracing::info!(%local_addr, "keeper listening");
         Ok(Server {
             local_addr,
+            metrics_addr: None,
+            metrics_source,
             shutdown,
             accept: Some(accept),
+            metrics: None,
             core: Some(core),
         })
     }
@@ -134,11 +146,47 @@ impl Server {
         self.local_addr
     }
 
+    /// Serves Prometheus metrics (`GET /metrics`, ZooKeeper's names) on `addr`, and only there,
+    /// until the server stops; port 0 picks a free port. Returns the address bound.
+    ///
+    /// Separate from [`Config`] so that a server without metrics carries nothing for them.
+    /// Errors: the endpoint is already served, or `addr` cannot be bound (named in the error).
+    pub async fn serve_metrics(&mut self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        if let Some(bound) = self.metrics_addr {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("metrics are already served on {bound}"),
+            ));
+        }
+        let listener = TcpListener::bind(addr).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot serve metrics on {addr}: {e}"))
+        })?;
+        let bound = listener.local_addr()?;
+        let MetricsSource { core, timings } = &self.metrics_source;
+        self.metrics = Some(tokio::spawn(metrics::serve(
+            listener,
+            core.clone(),
+            timings.clone(),
+            self.shutdown.subscribe(),
+        )));
+        self.metrics_addr = Some(bound);
+        tracing::info!(addr = %bound, "serving Prometheus metrics at /metrics");
+        Ok(bound)
+    }
+
+    /// Where `GET /metrics` is served, once [`Server::serve_metrics`] has started it.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
     /// Stops accepting, closes every connection and waits for the tasks to end.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         if let Some(accept) = self.accept.take() {
             let _ = accept.await;
+        }
+        if let Some(metrics) = self.metrics.take() {
+            let _ = metrics.await;
         }
         if let Some(core) = self.core.take() {
             let _ = core.await;
@@ -149,10 +197,17 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
-        for task in [self.accept.take(), self.core.take()].into_iter().flatten() {
+        let tasks = [self.accept.take(), self.metrics.take(), self.core.take()];
+        for task in tasks.into_iter().flatten() {
             task.abort();
         }
     }
+}
+
+/// What the metrics endpoint reads: the core, which answers with its `Stats`, and the timings.
+struct MetricsSource {
+    core: mpsc::Sender<CoreMsg>,
+    timings: metrics::Timings,
 }
 
 /// Connections per client address, for maxClientCnxns. A std `Mutex`: it is held for a map

@@ -26,10 +26,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use tokio::sync::{mpsc as tokio_mpsc, watch};
 
 use crate::config::SyncMode;
+use crate::metrics::Summary;
 use crate::txn::Txn;
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
@@ -83,6 +85,8 @@ pub struct TxnLog {
     tx: Option<mpsc::Sender<WriterMsg>>,
     durable: Arc<watch::Sender<Durable>>,
     thread: Option<JoinHandle<()>>,
+    /// Every fdatasync of the writer, for `/metrics`' `fsynctime`.
+    fsync_time: Arc<Summary>,
 }
 
 impl TxnLog {
@@ -99,6 +103,7 @@ impl TxnLog {
             faults: 0,
         }));
         let (tx, rx) = mpsc::channel();
+        let fsync_time = Summary::fsync_time();
         let writer = Writer {
             dir: dir.to_path_buf(),
             sync,
@@ -107,6 +112,7 @@ impl TxnLog {
             events,
             failed: false,
             needed: 0,
+            fsync_time: fsync_time.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("keeper-log".into())
@@ -119,7 +125,12 @@ impl TxnLog {
             tx: Some(tx),
             durable,
             thread: Some(thread),
+            fsync_time,
         })
+    }
+
+    pub(crate) fn fsync_time(&self) -> Arc<Summary> {
+        self.fsync_time.clone()
     }
 
     /// Queues `txn` at `zxid` for the next flush.
@@ -233,6 +244,7 @@ struct Writer {
     failed: bool,
     /// Room the last failed write needed: resuming must prove at least this much fits.
     needed: u64,
+    fsync_time: Arc<Summary>,
 }
 
 impl Writer {
@@ -308,7 +320,9 @@ impl Writer {
     fn sync_segment(&mut self) -> io::Result<()> {
         if let Some(segment) = &mut self.segment {
             if self.sync == SyncMode::Always && segment.durable_offset != segment.offset {
+                let started = Instant::now();
                 segment.file.sync_data()?;
+                self.fsync_time.observe(started.elapsed());
             }
             segment.durable_offset = segment.offset;
         }

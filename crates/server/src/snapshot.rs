@@ -19,11 +19,13 @@ use std::io::{self, Write};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
+use std::time::Instant;
 
 use bytes::Bytes;
 use lockkeeper_proto::{Acl, DecodeError, Jute, Reader};
 
 use crate::log::{segment_name, sync_dir};
+use crate::metrics::Summary;
 use crate::tree::{Node, Nodes};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
@@ -284,6 +286,8 @@ pub enum SnapshotMsg {
 /// A snapshot file being written.
 struct InProgress {
     zxid: i64,
+    /// When the core started the snapshot (it sends `Start` as it does), for `snapshottime`.
+    started: Instant,
     tmp: PathBuf,
     file: io::BufWriter<File>,
     crc: u32,
@@ -300,6 +304,7 @@ impl InProgress {
         let file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
         Ok(InProgress {
             zxid,
+            started: Instant::now(),
             tmp,
             file,
             crc: 0,
@@ -339,6 +344,8 @@ impl InProgress {
 pub struct SnapshotWriter {
     tx: Option<mpsc::Sender<SnapshotMsg>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Every snapshot written, for `/metrics`' `snapshottime`.
+    snapshot_time: Arc<Summary>,
 }
 
 impl SnapshotWriter {
@@ -348,6 +355,10 @@ impl SnapshotWriter {
             Some(tx) => tx.send(msg),
             None => Err(mpsc::SendError(msg)),
         }
+    }
+
+    pub(crate) fn snapshot_time(&self) -> Arc<Summary> {
+        self.snapshot_time.clone()
     }
 }
 
@@ -363,6 +374,8 @@ impl Drop for SnapshotWriter {
 /// Starts the thread that writes snapshots and purges old files.
 pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<SnapshotWriter> {
     let (tx, rx) = mpsc::channel();
+    let snapshot_time = Summary::snapshot_time();
+    let timing = snapshot_time.clone();
     let thread = std::thread::Builder::new().name("keeper-snapshot".into()).spawn(move || {
         let mut current: Option<InProgress> = None;
         for msg in rx {
@@ -370,7 +383,12 @@ pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<SnapshotWriter> {
                 SnapshotMsg::Start { zxid } => InProgress::start(&dir, zxid).map(|s| current = Some(s)),
                 SnapshotMsg::Chunk(bytes) => current.as_mut().map_or(Ok(()), |s| s.write(&bytes)),
                 SnapshotMsg::Finish(bytes) => match current.take() {
-                    Some(s) => s.finish(&dir, &bytes).and_then(|()| purge(&dir, retain)),
+                    Some(s) => {
+                        let started = s.started;
+                        s.finish(&dir, &bytes)
+                            .map(|()| timing.observe(started.elapsed()))
+                            .and_then(|()| purge(&dir, retain))
+                    }
                     None => Ok(()),
                 },
             };
@@ -385,6 +403,7 @@ pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<SnapshotWriter> {
     Ok(SnapshotWriter {
         tx: Some(tx),
         thread: Some(thread),
+        snapshot_time,
     })
 }
 

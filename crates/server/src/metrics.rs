@@ -1,0 +1,513 @@
+//! Keeper's numbers, and the Prometheus endpoint that serves them with ZooKeeper's names.
+//!
+//! [`Stats`] is the one place the server's counters are read: `mntr`, `srvr` and `/metrics`
+//! all format the same `Stats`, so the two views cannot drift apart. [`Summary`] records the
+//! timings ZooKeeper exports as Prometheus summaries (`fsynctime`, `snapshottime`,
+//! `readlatency`, `updatelatency`).
+//!
+//! `serve` answers `GET /metrics` on its own listener (`serve --metrics-listen`). Invariants:
+//! - **A scrape never holds up requests.** The core's part is to copy a few numbers into a
+//!   `Stats` when a scrape asks, like answering `mntr`; encoding and socket IO run in the
+//!   metrics task. A scraper that is slow to send or read holds only its own connection,
+//!   which is dropped after [`CONNECTION_LIMIT`], and at most [`MAX_SCRAPERS`] are served at
+//!   once (more are closed at once).
+//! - **ZooKeeper's layout.** Names, types and quantiles are those of ZooKeeper's
+//!   `PrometheusMetricsProvider` (gauges from `ZooKeeperServer.registerMetrics`, summaries from
+//!   `ServerMetrics`), with the metric's name as its help text as ZooKeeper does, so its
+//!   dashboards and alerts work unchanged. The text is written by the `prometheus` crate.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use prometheus::proto::{Gauge, Metric, MetricFamily, MetricType, Quantile};
+use prometheus::{Encoder, TextEncoder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::core::{Core, CoreMsg};
+
+/// Scrapes served at once; a scraper past this is closed unanswered.
+const MAX_SCRAPERS: usize = 16;
+/// The longest one scrape's connection may live, request and answer included.
+const CONNECTION_LIMIT: Duration = Duration::from_secs(30);
+/// The largest request head read; a longer one is answered 431.
+const MAX_HEAD: usize = 8 << 10;
+/// How long a scrape waits for the core's numbers before answering 503.
+const CORE_LIMIT: Duration = Duration::from_secs(10);
+/// A summary's quantiles cover the observations of the last one or two of these windows
+/// (ZooKeeper rotates its quantile sketches every 60 s); its count and sum cover all time.
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// The server's state as `mntr` and `/metrics` report it. Times are in milliseconds.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// `standalone`, or `read-only` while the disk fails and writes are refused.
+    pub server_state: &'static str,
+    pub avg_latency: f64,
+    pub min_latency: u64,
+    pub max_latency: u64,
+    pub packets_received: u64,
+    pub packets_sent: u64,
+    pub num_alive_connections: usize,
+    /// Always 0: the core answers each request as it takes it from its queue, and a request
+    /// still in that queue has not been counted as received.
+    pub outstanding_requests: u64,
+    pub znode_count: usize,
+    pub watch_count: usize,
+    pub ephemerals_count: usize,
+    pub approximate_data_size: u64,
+    pub uptime: u64,
+    pub global_sessions: usize,
+}
+
+impl Stats {
+    pub(crate) fn of(core: &Core) -> Stats {
+        let c = &core.counters;
+        Stats {
+            server_state: if core.read_only.is_some() {
+                "read-only"
+            } else {
+                "standalone"
+            },
+            avg_latency: c.average_latency_ms(),
+            min_latency: c.latency_min_us / 1000,
+            max_latency: c.latency_max_us / 1000,
+            packets_received: c.received,
+            packets_sent: c.sent.load(Ordering::Relaxed),
+            num_alive_connections: core.conns.len(),
+            outstanding_requests: 0,
+            znode_count: core.tree.len(),
+            watch_count: core.watches.count(),
+            ephemerals_count: core.tree.ephemeral_count(),
+            approximate_data_size: core.tree.approximate_data_size() as u64,
+            uptime: core.started.elapsed().as_millis() as u64,
+            global_sessions: core.sessions.len(),
+        }
+    }
+
+    /// ZooKeeper's gauges, in `registerMetrics`' order.
+    fn gauges(&self) -> [(&'static str, f64); 13] {
+        [
+            ("avg_latency", self.avg_latency),
+            ("max_latency", self.max_latency as f64),
+            ("min_latency", self.min_latency as f64),
+            ("packets_received", self.packets_received as f64),
+            ("packets_sent", self.packets_sent as f64),
+            ("num_alive_connections", self.num_alive_connections as f64),
+            ("outstanding_requests", self.outstanding_requests as f64),
+            ("uptime", self.uptime as f64),
+            ("znode_count", self.znode_count as f64),
+            ("watch_count", self.watch_count as f64),
+            ("ephemerals_count", self.ephemerals_count as f64),
+            ("approximate_data_size", self.approximate_data_size as f64),
+            ("global_sessions", self.global_sessions as f64),
+        ]
+    }
+}
+
+/// ZooKeeper's `DetailLevel.BASIC` summaries report the median only.
+const BASIC: &[f64] = &[0.5];
+/// `DetailLevel.ADVANCED` ones the median, 90th and 99th percentiles.
+const ADVANCED: &[f64] = &[0.5, 0.9, 0.99];
+
+/// A timing summary: count and sum since start, quantiles over the recent windows. Recorded
+/// in microseconds, exported in milliseconds (ZooKeeper's unit) with the fractions kept.
+///
+/// Shared between the thread that observes (the core, the log writer, the snapshot writer)
+/// and the scrape; the lock is held for an update of a few counters, never across IO.
+pub(crate) struct Summary {
+    name: &'static str,
+    quantiles: &'static [f64],
+    state: Mutex<Windows>,
+}
+
+struct Windows {
+    count: u64,
+    sum_us: u64,
+    current: Histogram<u64>,
+    previous: Histogram<u64>,
+    current_since: Instant,
+}
+
+/// What a scrape reads of a [`Summary`].
+struct SummaryValue {
+    count: u64,
+    sum_ms: f64,
+    /// (quantile, milliseconds); NaN when no observation is recent, as Prometheus clients do.
+    quantiles: Vec<(f64, f64)>,
+}
+
+impl Summary {
+    fn new(name: &'static str, quantiles: &'static [f64]) -> Summary {
+        // Microseconds from 1 µs to an hour, to two significant digits (1 % error at most).
+        let histogram = || {
+            Histogram::new_with_bounds(1, 3_600_000_000, 2)
+                .expect("constant histogram bounds are valid")
+        };
+        Summary {
+            name,
+            quantiles,
+            state: Mutex::new(Windows {
+                count: 0,
+                sum_us: 0,
+                current: histogram(),
+                previous: histogram(),
+                current_since: Instant::now(),
+            }),
+        }
+    }
+
+    /// ZooKeeper's `fsynctime`: each fdatasync of the transaction log.
+    pub(crate) fn fsync_time() -> Arc<Summary> {
+        Arc::new(Summary::new("fsynctime", BASIC))
+    }
+
+    /// ZooKeeper's `snapshottime`: each snapshot, from its start to its file being in place.
+    pub(crate) fn snapshot_time() -> Arc<Summary> {
+        Arc::new(Summary::new("snapshottime", BASIC))
+    }
+
+    pub(crate) fn observe(&self, took: Duration) {
+        self.observe_at(took, Instant::now());
+    }
+
+    /// Records `took`, ending at `now` (a caller that has just read the clock passes it).
+    pub(crate) fn observe_at(&self, took: Duration, now: Instant) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let mut w = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        w.rotate(now);
+        w.count += 1;
+        w.sum_us = w.sum_us.saturating_add(us);
+        w.current.saturating_record(us.max(1));
+    }
+
+    fn value(&self) -> SummaryValue {
+        self.value_at(Instant::now())
+    }
+
+    fn value_at(&self, now: Instant) -> SummaryValue {
+        let mut w = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        w.rotate(now);
+        let mut recent = w.previous.clone();
+        // Same bounds, so adding cannot fail.
+        let _ = recent.add(&w.current);
+        let quantiles = self
+            .quantiles
+            .iter()
+            .map(|&q| {
+                let ms = if recent.is_empty() {
+                    f64::NAN
+                } else {
+                    recent.value_at_quantile(q) as f64 / 1000.0
+                };
+                (q, ms)
+            })
+            .collect();
+        SummaryValue {
+            count: w.count,
+            sum_ms: w.sum_us as f64 / 1000.0,
+            quantiles,
+        }
+    }
+}
+
+impl Windows {
+    /// Starts a new window once the current one is [`WINDOW`] old; what is older than the
+    /// previous window is forgotten.
+    fn rotate(&mut self, now: Instant) {
+        let age = now.saturating_duration_since(self.current_since);
+        if age < WINDOW {
+            return;
+        }
+        if age < 2 * WINDOW {
+            std::mem::swap(&mut self.current, &mut self.previous);
+        } else {
+            self.previous.reset();
+        }
+        self.current.reset();
+        self.current_since = now;
+    }
+}
+
+/// The four timing summaries: the core's read and update latencies, the log's syncs and the
+/// snapshots. Cloning shares them.
+#[derive(Clone)]
+pub(crate) struct Timings {
+    pub fsync: Arc<Summary>,
+    pub snapshot: Arc<Summary>,
+    /// Requests that change nothing (reads, pings, watch and auth requests), as ZooKeeper
+    /// counts every request without a transaction.
+    pub read: Arc<Summary>,
+    /// Write requests, refused ones included, as ZooKeeper counts every request that carries
+    /// a transaction (an error is one).
+    pub update: Arc<Summary>,
+}
+
+impl Timings {
+    pub(crate) fn new(fsync: Arc<Summary>, snapshot: Arc<Summary>) -> Timings {
+        Timings {
+            fsync,
+            snapshot,
+            read: Arc::new(Summary::new("readlatency", ADVANCED)),
+            update: Arc::new(Summary::new("updatelatency", ADVANCED)),
+        }
+    }
+
+    fn all(&self) -> [&Summary; 4] {
+        [&self.fsync, &self.snapshot, &self.read, &self.update]
+    }
+}
+
+/// The Prometheus text (format 0.0.4) of `stats` and `timings`.
+pub(crate) fn render(stats: &Stats, timings: &Timings) -> String {
+    let mut families = Vec::with_capacity(17);
+    for (name, value) in stats.gauges() {
+        let mut gauge = Gauge::default();
+        gauge.set_value(value);
+        families.push(family(name, MetricType::GAUGE, Metric::from_gauge(gauge)));
+    }
+    for summary in timings.all() {
+        let value = summary.value();
+        let mut s = prometheus::proto::Summary::default();
+        s.set_sample_count(value.count);
+        s.set_sample_sum(value.sum_ms);
+        s.set_quantile(
+            value
+                .quantiles
+                .into_iter()
+                .map(|(q, ms)| {
+                    let mut quantile = Quantile::default();
+                    quantile.set_quantile(q);
+                    quantile.set_value(ms);
+                    quantile
+                })
+                .collect(),
+        );
+        let mut metric = Metric::default();
+        metric.set_summary(s);
+        families.push(family(summary.name, MetricType::SUMMARY, metric));
+    }
+    let mut text = String::new();
+    // Encoding fails only on a family without a name or a metric, and each has both.
+    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut text) {
+        tracing::error!(error = %e, "cannot encode metrics");
+    }
+    text
+}
+
+fn family(name: &str, kind: MetricType, metric: Metric) -> MetricFamily {
+    let mut family = MetricFamily::default();
+    family.set_name(name.to_string());
+    family.set_help(name.to_string());
+    family.set_field_type(kind);
+    family.set_metric(vec![metric]);
+    family
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` flips; `core` answers with its [`Stats`].
+pub(crate) async fn serve(
+    listener: TcpListener,
+    core: mpsc::Sender<CoreMsg>,
+    timings: Timings,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_SCRAPERS));
+    let mut scrapes = JoinSet::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(_) = scrapes.join_next(), if !scrapes.is_empty() => continue,
+            _ = shutdown.changed() => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(
+                max = MAX_SCRAPERS,
+                "metrics: too many scrapes at once; closing"
+            );
+            continue;
+        };
+        let (core, timings) = (core.clone(), timings.clone());
+        scrapes.spawn(async move {
+            let _ = tokio::time::timeout(CONNECTION_LIMIT, scrape(stream, &core, &timings)).await;
+            drop(slot);
+        });
+    }
+    scrapes.shutdown().await;
+}
+
+/// One HTTP/1.1 exchange: the request head, one answer, then the close.
+async fn scrape(
+    mut stream: TcpStream,
+    core: &mpsc::Sender<CoreMsg>,
+    timings: &Timings,
+) -> std::io::Result<()> {
+    let head = match read_head(&mut stream).await? {
+        Some(head) => head,
+        None => {
+            return respond(&mut stream, "431 Request Header Fields Too Large", "", "").await;
+        }
+    };
+    let request_line = head.lines().next().unwrap_or_default();
+    let mut parts = request_line.split_ascii_whitespace();
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return respond(&mut stream, "400 Bad Request", "", "").await;
+    };
+    if !version.starts_with("HTTP/1.") {
+        return respond(&mut stream, "400 Bad Request", "", "").await;
+    }
+    let path = target.split('?').next().unwrap_or_default();
+    if path != "/metrics" {
+        return respond(&mut stream, "404 Not Found", "", "").await;
+    }
+    if method != "GET" {
+        return respond(&mut stream, "405 Method Not Allowed", "", "").await;
+    }
+    let Some(stats) = stats_from(core).await else {
+        return respond(&mut stream, "503 Service Unavailable", "", "").await;
+    };
+    let text = render(&stats, timings);
+    let format = TextEncoder::new().format_type().to_string();
+    respond(&mut stream, "200 OK", &format, &text).await
+}
+
+/// The core's numbers, or `None` if it is gone or too busy to answer within [`CORE_LIMIT`].
+async fn stats_from(core: &mpsc::Sender<CoreMsg>) -> Option<Stats> {
+    let (reply, answer) = oneshot::channel();
+    tokio::time::timeout(CORE_LIMIT, async {
+        core.send(CoreMsg::Stats { reply }).await.ok()?;
+        answer.await.ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Reads up to the blank line that ends a request head. `None` if it is longer than
+/// [`MAX_HEAD`]; an error if the peer closes first.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+            return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
+        }
+        if head.len() > MAX_HEAD {
+            return Ok(None);
+        }
+    }
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let content_type = if content_type.is_empty() {
+        "text/plain; charset=utf-8"
+    } else {
+        content_type
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_keep_all_time_counts_and_recent_quantiles() {
+        let s = Summary::new("readlatency", ADVANCED);
+        let start = Instant::now();
+        for ms in 1..=100 {
+            s.observe_at(Duration::from_millis(ms), start);
+        }
+        let v = s.value();
+        assert_eq!(v.count, 100);
+        assert!((v.sum_ms - 5050.0).abs() < 1e-9, "{}", v.sum_ms);
+        let q: Vec<f64> = v.quantiles.iter().map(|&(q, _)| q).collect();
+        assert_eq!(q, [0.5, 0.9, 0.99]);
+        for (q, ms) in v.quantiles {
+            let want = q * 100.0;
+            assert!((ms - want).abs() <= want * 0.02 + 1.0, "q{q}: {ms} ms");
+        }
+        // Two windows later the old observations no longer count for the quantiles.
+        s.observe_at(Duration::from_micros(250), start + 2 * WINDOW);
+        s.observe_at(Duration::from_micros(250), start + 3 * WINDOW + WINDOW / 2);
+        let v = s.value_at(start + 3 * WINDOW + WINDOW / 2);
+        assert_eq!(v.count, 102);
+        for (_, ms) in v.quantiles {
+            assert!((ms - 0.25).abs() < 0.01, "{ms} ms");
+        }
+    }
+
+    #[test]
+    fn an_empty_summary_reports_nan_quantiles() {
+        let v = Summary::new("fsynctime", BASIC).value();
+        assert_eq!(v.count, 0);
+        assert_eq!(v.quantiles.len(), 1);
+        assert!(v.quantiles[0].1.is_nan());
+    }
+
+    #[test]
+    fn rendered_text_has_zookeepers_names_and_types() {
+        let stats = Stats {
+            server_state: "standalone",
+            avg_latency: 0.5,
+            min_latency: 0,
+            max_latency: 3,
+            packets_received: 10,
+            packets_sent: 9,
+            num_alive_connections: 1,
+            outstanding_requests: 0,
+            znode_count: 5,
+            watch_count: 2,
+            ephemerals_count: 1,
+            approximate_data_size: 42,
+            uptime: 1000,
+            global_sessions: 1,
+        };
+        let timings = Timings::new(Summary::fsync_time(), Summary::snapshot_time());
+        timings.update.observe(Duration::from_millis(2));
+        let text = render(&stats, &timings);
+        for line in [
+            "# TYPE znode_count gauge",
+            "znode_count 5",
+            "approximate_data_size 42",
+            "avg_latency 0.5",
+            "# TYPE updatelatency summary",
+            "updatelatency_count 1",
+            "# TYPE fsynctime summary",
+            "fsynctime{quantile=\"0.5\"} NaN",
+            "fsynctime_count 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(text.contains("updatelatency{quantile=\"0.99\"} "), "{text}");
+        assert!(!text.contains("fsynctime{quantile=\"0.9\"}"), "{text}");
+    }
+}
