@@ -49,7 +49,7 @@ pub struct BackendArgs {
     pub backend: String,
     /// How long connecting to the backend may take before giving up with exit code 69
     /// (e.g. 500ms, 5s).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
 }
 

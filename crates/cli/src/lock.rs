@@ -1,21 +1,484 @@
-//! `lockkeeper lock` (being built).
+//! `lockkeeper lock NAME [-- CMD [ARGS...]]`: run a command while holding a lock, or hold it
+//! until interrupted.
+//!
+//! The lock is a [`Mutex`](lockkeeper::zk::Mutex) on ZooKeeper (Curator's
+//! `InterProcessMutex` layout, so Curator holders and this command exclude each other) and a
+//! [`LeaseLock`](lockkeeper::redis::LeaseLock) on Redis; `--semaphore N` takes one of N leases,
+//! `--read` / `--write` one side of a read-write lock. The command runs under
+//! [`run::supervise`], which stops its whole process group when the lock is lost.
+//!
+//! Invariants:
+//! - the command is started only once the lock is granted, and while it runs, the lock being
+//!   lost (session expired or paused past its deadline, lease not renewed, node deleted, or a
+//!   revocation requested) stops it before this process exits 76;
+//! - every exit code is one of [`crate::exit`]'s or the command's own, so a cron wrapper can
+//!   tell "someone else has it" (75) from "the backend is down" (69) from the job's failure;
+//! - a wait interrupted by SIGINT, SIGTERM or SIGHUP leaves no waiting node or place in line
+//!   behind: the acquisition is dropped (cancel-safe) and the session closed before exiting.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use lockkeeper::FencingToken;
+use lockkeeper::redis::{LeaseGuard, RwGuard, SemaphorePermit};
+use lockkeeper::zk::{ConnectionState, Leases, LockGuard, Session};
+use tokio::time::Instant;
+
+use crate::backend::{BackendArgs, Failure, Handle, parse_duration};
+use crate::exit;
+use crate::run::{self, Outcome, Signals};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  the command's own   it ran to its end (128 + N when signal N ended it)
+  64                  usage: a bad flag, backend URL or name
+  69                  the backend could not be reached within --connect-timeout
+  70                  internal failure (the command could not be started, ...)
+  75                  not acquired: --try found the lock held, or --timeout passed
+  76                  the lock was lost (or its revocation requested) while the command ran;
+                      the command's process group was stopped
+  128 + N             signal N (SIGINT, SIGTERM, SIGHUP) ended the wait for the lock
+  0                   without a command: released after SIGINT or SIGTERM
+
+SIGINT, SIGTERM and SIGHUP are passed on to the command's process group.
+The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LOCK and LOCKKEEPER_BACKEND.";
 
 /// Arguments of `lockkeeper lock`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = EXIT_CODES)]
 pub struct LockArgs {
     #[command(flatten)]
-    backend: crate::backend::BackendArgs,
-    /// The lock path on ZooKeeper backends, the lock name on Redis.
+    backend: BackendArgs,
+    /// Take one of N leases of a semaphore instead of the lock (every user of NAME must pass
+    /// the same N).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          conflicts_with_all = ["read", "write"])]
+    semaphore: Option<u32>,
+    /// Take the read side of a read-write lock (shared with other readers).
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// Take the write side of a read-write lock (excludes readers and writers).
+    #[arg(long)]
+    write: bool,
+    /// Wait at most this long for the lock (e.g. 30s, 5m); not acquired: exit 75.
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Do not wait: if the lock is held, exit 75 at once.
+    #[arg(long = "try", conflicts_with = "timeout")]
+    try_lock: bool,
+    /// After the lock is lost, how long the command's process group has between SIGTERM and
+    /// SIGKILL.
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
+    kill_after: Duration,
+    /// How long this holder may go unheard before the backend gives its lock away: the
+    /// ZooKeeper session timeout (the server may bound it) or the Redis lease, renewed every
+    /// third of it.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    session_timeout: Duration,
+    /// The lock path on ZooKeeper backends (/locks/nightly), the lock name on Redis.
     name: String,
+    /// The command to run while holding the lock; without it, hold until SIGINT or SIGTERM.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// Which lock of NAME to take.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Exclusive,
+    Semaphore(u32),
+    Read,
+    Write,
+}
+
+/// How long to wait for it.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    Forever,
+    Try,
+    Within(Duration),
 }
 
 /// Runs the command.
 pub async fn run(args: LockArgs) -> ExitCode {
+    match lock(args).await {
+        Ok(code) => exit::code(code),
+        Err(failure) => failure.report("lock"),
+    }
+}
+
+async fn lock(args: LockArgs) -> Result<u8, Failure> {
+    let kind = match (args.semaphore, args.read, args.write) {
+        (Some(n), _, _) => Kind::Semaphore(n),
+        (None, true, _) => Kind::Read,
+        (None, _, true) => Kind::Write,
+        _ => Kind::Exclusive,
+    };
+    let wait = match (args.try_lock, args.timeout) {
+        (true, _) => Wait::Try,
+        (_, Some(d)) if d.is_zero() => Wait::Try,
+        (_, Some(d)) => Wait::Within(d),
+        _ => Wait::Forever,
+    };
+    let name = args.name.as_str();
+    let mut interrupts = Signals::new()?;
+    let (backend, handle) = args.backend.connect(args.session_timeout).await?;
+    let acquired = tokio::select! {
+        acquired = acquire(&handle, name, kind, wait) => acquired,
+        sig = interrupts.recv() => {
+            // The acquisition is dropped, which withdraws it; closing ends the session now
+            // rather than a session timeout from now.
+            eprintln!("lockkeeper lock: interrupted while waiting for {name}");
+            close(&handle).await;
+            return Ok(128 + sig as u8);
+        }
+    };
+    let holder = match acquired {
+        Ok(Some(holder)) => holder,
+        Ok(None) => {
+            let why = match wait {
+                Wait::Within(d) => format!("not acquired within {d:?}"),
+                _ => "held by someone else".into(),
+            };
+            eprintln!("lockkeeper lock: {name} on {backend}: {why}");
+            close(&handle).await;
+            return Ok(exit::NOT_ACQUIRED);
+        }
+        Err(err) => {
+            close(&handle).await;
+            return Err(Failure::from_lib(&format!("{name} on {backend}"), err));
+        }
+    };
+    let token = holder.token();
+    let code = if args.command.is_empty() {
+        hold(&holder, name, token, &mut interrupts).await
+    } else {
+        drop(interrupts);
+        let env = [
+            ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
+            ("LOCKKEEPER_LOCK", name.to_string()),
+            ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
+        ];
+        let outcome = run::supervise(&args.command, &env, args.kill_after, holder.lost()).await;
+        match outcome {
+            Ok(Outcome::Exited(code)) => code,
+            Ok(Outcome::Stopped {
+                reason,
+                child,
+                killed,
+            }) => {
+                let how = if killed {
+                    "killed (SIGKILL after --kill-after)"
+                } else {
+                    "stopped"
+                };
+                eprintln!(
+                    "lockkeeper lock: {name}: {reason}; the command was {how}, its exit code {child}"
+                );
+                exit::LOST
+            }
+            Err(failure) => {
+                eprintln!("lockkeeper lock: {}", failure.message);
+                failure.code
+            }
+        }
+    };
+    match holder.release().await {
+        Ok(()) => {}
+        // After a loss there is nothing left to release, and the loss was reported. (A loss
+        // just as the command ended is not hidden: its release error is printed below.)
+        Err(lockkeeper::Error::NotHeld) if code == exit::LOST => {}
+        Err(err) => eprintln!("lockkeeper lock: releasing {name}: {err}"),
+    }
+    close(&handle).await;
+    Ok(code)
+}
+
+/// Holds without a command: prints the token, waits for SIGINT/SIGTERM (exit 0) or the loss
+/// (exit 76).
+async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut Signals) -> u8 {
+    println!("{token}");
     eprintln!(
-        "lockkeeper lock: not available yet ({} on {})",
-        args.name, args.backend.backend
+        "lockkeeper lock: holding {name} with fencing token {token}; SIGINT or SIGTERM releases it"
     );
-    crate::exit::code(crate::exit::SOFTWARE)
+    tokio::select! {
+        reason = holder.lost() => {
+            eprintln!("lockkeeper lock: {name}: {reason}");
+            exit::LOST
+        }
+        _ = interrupts.recv() => 0,
+    }
+}
+
+/// Ends the connection to the backend before the process exits.
+///
+/// On ZooKeeper, closing the session deletes every node it still has (a withdrawn waiter's
+/// included) at once, rather than a session timeout later. The Redis locks clean up an
+/// abandoned wait (its place in line, an acquisition whose answer came too late) in spawned
+/// tasks, which the end of the process would cut short, leaving a dead place at the head of
+/// the line that turns `--try` callers away until it lapses: a few round trips on the same
+/// connection, each queued behind what those tasks sent, give them time to finish.
+async fn close(handle: &Handle) {
+    match handle {
+        Handle::Zk(session) => session.close().await,
+        Handle::Redis(redis) => {
+            let ping = redis::cmd("PING");
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+                let ping = redis.command::<String>(&ping);
+                if tokio::time::timeout(Duration::from_millis(500), ping)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A granted lock of any kind and backend.
+enum Holder {
+    Zk(LockGuard, Session),
+    ZkLeases(Leases),
+    Redis(LeaseGuard),
+    RedisPermit(SemaphorePermit),
+    RedisRw(RwGuard),
+}
+
+/// Matches the wait: forever (always granted), try, or within a timeout.
+macro_rules! wait {
+    ($wait:expr, $forever:expr, $try:expr, |$d:ident| $within:expr, $wrap:expr) => {
+        match $wait {
+            Wait::Forever => $forever.await.map(|g| Some($wrap(g))),
+            Wait::Try => $try.await.map(|g| g.map($wrap)),
+            Wait::Within($d) => $within.await.map(|g| g.map($wrap)),
+        }
+    };
+}
+
+async fn acquire(
+    handle: &Handle,
+    name: &str,
+    kind: Kind,
+    wait: Wait,
+) -> lockkeeper::Result<Option<Holder>> {
+    match (handle, kind) {
+        (Handle::Zk(session), Kind::Exclusive) => {
+            let mutex = session.mutex(name)?;
+            let wrap = |g| Holder::Zk(g, session.clone());
+            wait!(
+                wait,
+                mutex.lock(),
+                mutex.try_lock(),
+                |d| mutex.lock_timeout(d),
+                wrap
+            )
+        }
+        (Handle::Zk(session), Kind::Read | Kind::Write) => {
+            let rw = session.rw_lock(name)?;
+            let wrap = |g| Holder::Zk(g, session.clone());
+            if matches!(kind, Kind::Read) {
+                wait!(wait, rw.read(), rw.try_read(), |d| rw.read_timeout(d), wrap)
+            } else {
+                wait!(
+                    wait,
+                    rw.write(),
+                    rw.try_write(),
+                    |d| rw.write_timeout(d),
+                    wrap
+                )
+            }
+        }
+        (Handle::Zk(session), Kind::Semaphore(n)) => {
+            let semaphore = session.semaphore(name, n)?;
+            wait!(
+                wait,
+                semaphore.acquire(1),
+                semaphore.try_acquire(1),
+                |d| semaphore.acquire_timeout(1, d),
+                Holder::ZkLeases
+            )
+        }
+        (Handle::Redis(redis), Kind::Exclusive) => {
+            let lock = redis.lease_lock(name);
+            wait!(
+                wait,
+                lock.lock(),
+                lock.try_lock(),
+                |d| lock.lock_timeout(d),
+                Holder::Redis
+            )
+        }
+        (Handle::Redis(redis), Kind::Read | Kind::Write) => {
+            let rw = redis.rw_lock(name);
+            if matches!(kind, Kind::Read) {
+                wait!(
+                    wait,
+                    rw.read(),
+                    rw.try_read(),
+                    |d| rw.read_timeout(d),
+                    Holder::RedisRw
+                )
+            } else {
+                wait!(
+                    wait,
+                    rw.write(),
+                    rw.try_write(),
+                    |d| rw.write_timeout(d),
+                    Holder::RedisRw
+                )
+            }
+        }
+        (Handle::Redis(redis), Kind::Semaphore(n)) => {
+            let semaphore = redis.semaphore(name, n);
+            wait!(
+                wait,
+                semaphore.acquire(1),
+                semaphore.try_acquire(1),
+                |d| semaphore.acquire_timeout(1, d),
+                Holder::RedisPermit
+            )
+        }
+    }
+}
+
+impl Holder {
+    fn token(&self) -> FencingToken {
+        match self {
+            Holder::Zk(guard, _) => guard.fencing_token(),
+            // One lease was asked for, so there is one token.
+            Holder::ZkLeases(leases) => leases
+                .fencing_tokens()
+                .first()
+                .copied()
+                .unwrap_or(FencingToken::new(0)),
+            Holder::Redis(guard) => guard.fencing_token(),
+            Holder::RedisPermit(permit) => permit.fencing_token(),
+            Holder::RedisRw(guard) => guard.fencing_token(),
+        }
+    }
+
+    /// Resolves when the command must stop, with why.
+    async fn lost(&self) -> String {
+        const LEASE: &str = "the Redis lease could not be renewed in time: the lock is lost";
+        match self {
+            Holder::Zk(guard, session) => tokio::select! {
+                reason = zk_lost(guard, session) => reason,
+                () = guard.revocation_requested() => {
+                    "revocation requested (lockkeeper revoke, or a Curator Revoker): \
+                     giving the lock up"
+                        .into()
+                }
+            },
+            Holder::ZkLeases(leases) => {
+                leases.lost().await;
+                "the ZooKeeper session ended or was paused past its timeout: the lease is lost"
+                    .into()
+            }
+            Holder::Redis(guard) => {
+                guard.lost().await;
+                LEASE.into()
+            }
+            Holder::RedisPermit(permit) => {
+                permit.lost().await;
+                LEASE.into()
+            }
+            Holder::RedisRw(guard) => {
+                guard.lost().await;
+                LEASE.into()
+            }
+        }
+    }
+
+    async fn release(self) -> lockkeeper::Result<()> {
+        match self {
+            Holder::Zk(guard, _) => guard.release().await,
+            Holder::ZkLeases(leases) => leases.release().await,
+            Holder::Redis(guard) => guard.release().await,
+            Holder::RedisPermit(permit) => permit.release().await,
+            Holder::RedisRw(guard) => guard.release().await,
+        }
+    }
+}
+
+/// Resolves once a ZooKeeper lock is lost for good.
+///
+/// `guard.lost()` fires at the first sign of trouble, a suspended connection included, as
+/// Curator advises for code that must stop touching the resource. A cron job killed by every
+/// network blip would be worse than the risk it avoids, so a suspension is ridden out for as
+/// long as the session certainly still lives on the server (the last `valid_until` seen while
+/// held): if the same session reconnects in that time, the lock was never lost. A deleted
+/// node, an expired session or a deadline already passed (a process paused past it) ends the
+/// hold at once.
+async fn zk_lost(guard: &LockGuard, session: &Session) -> String {
+    let mut trusted = guard.valid_until();
+    loop {
+        {
+            let lost = guard.lost();
+            tokio::pin!(lost);
+            let mut refresh = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                tokio::select! {
+                    () = &mut lost => break,
+                    _ = refresh.tick() => {
+                        if let Some(until) = guard.valid_until() {
+                            trusted = Some(until);
+                        }
+                    }
+                }
+            }
+        }
+        let Some(until) = trusted.filter(|_| session.state() == ConnectionState::Suspended) else {
+            break;
+        };
+        while !guard.is_held() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if !guard.is_held() {
+            break;
+        }
+    }
+    "the ZooKeeper session ended, was paused past its timeout, or the lock node was deleted: \
+     the lock is lost"
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::backend::DEFAULT_SESSION_TIMEOUT;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        lock: LockArgs,
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = Cli::try_parse_from(["lock", "/locks/nightly", "--", "./nightly.sh", "-v"])
+            .expect("parse");
+        assert_eq!(cli.lock.session_timeout, DEFAULT_SESSION_TIMEOUT);
+        assert_eq!(cli.lock.kill_after, Duration::from_secs(5));
+        assert_eq!(cli.lock.command, ["./nightly.sh", "-v"]);
+        assert!(!cli.lock.try_lock && cli.lock.timeout.is_none());
+    }
+
+    #[test]
+    fn contradictory_flags_are_refused() {
+        for args in [
+            &["lock", "--try", "--timeout", "1s", "/x"][..],
+            &["lock", "--read", "--write", "/x"],
+            &["lock", "--semaphore", "2", "--read", "/x"],
+            &["lock", "--semaphore", "0", "/x"],
+            &["lock", "--timeout", "soon", "/x"],
+            &["lock"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
+        }
+    }
 }
