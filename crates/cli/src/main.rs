@@ -32,7 +32,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Check a data directory offline (snapshots and transaction log), changing nothing.
     Verify(verify::VerifyArgs),
-    /// Load-test any ZooKeeper-protocol server, or compare Keeper with Apache ZooKeeper.
+    /// Load-test any running ZooKeeper-protocol server (comparisons that start their own servers
+    /// are lockkeeper-bench's).
     Bench(bench::BenchArgs),
     /// Run a command while holding a lock (or hold it until interrupted). Exit codes: the
     /// child's (128 + N when it died of signal N); 64 usage; 69 backend unreachable; 70 internal
@@ -89,7 +90,8 @@ fn main() -> std::process::ExitCode {
     runtime.block_on(async {
         let result = match cli.command {
             Command::Serve(args) => serve::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
+            // Reports its own errors: a mode that moved to lockkeeper-bench is a usage error.
+            Command::Bench(args) => return bench::run(args).await,
             Command::Verify(_) => Ok(()),
             // The operator commands report their own errors, each with its exit code.
             Command::Lock(args) => return lock::run(args).await,

@@ -1,0 +1,668 @@
+//! `lockkeeper-bench --compare`: Keeper and Apache ZooKeeper measured in the same run, on the
+//! same machine, by the same client, and printed side by side as ratios Keeper/ZooKeeper.
+//!
+//! Each server is started as a child process and goes through the same steps: time from spawn to
+//! the first accepted session (several fresh starts, the median reported), every workload, then
+//! resident memory after bulk creating persistent znodes. Only one server is under load at any
+//! moment, and the steps alternate between the servers (see [`measure_all`]).
+//!
+//! Ratios rather than absolute numbers are the claim, because only a ratio measured in one run
+//! on one machine means anything elsewhere.
+
+use std::time::Duration;
+
+use super::BoxError;
+use super::process::{ChildServer, Launcher, ServerKind};
+use super::startup::first_session;
+use super::stats::{self, Json, RunStats};
+use super::workload::{Namespace, Plan, Workload};
+
+/// What `--compare` does besides the workloads, from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub plan: Plan,
+    pub workloads: Vec<Workload>,
+    pub sessions: Vec<usize>,
+    pub servers: Vec<ServerKind>,
+    pub launcher: Launcher,
+    pub startup_trials: usize,
+    /// Bound on one server's start-up, from spawn to first session.
+    pub startup_limit: Duration,
+    pub rss_znodes: u64,
+    /// Bound on creating the `rss_znodes` znodes.
+    pub populate_limit: Duration,
+}
+
+/// Sessions used to create the znodes of the memory figure.
+const POPULATE_SESSIONS: usize = 4;
+
+/// Everything measured on one server. A figure that could not be taken is `None` (or an `Err`
+/// run) and the reason is in `errors`, so one failing step does not hide the others.
+pub struct ServerReport {
+    pub kind: ServerKind,
+    pub command: String,
+    pub startup: Vec<Duration>,
+    pub rss_idle_kib: Option<u64>,
+    pub rss_loaded_kib: Option<u64>,
+    pub populate_time: Option<Duration>,
+    /// Bytes in the data directory once every write was answered.
+    pub data_dir_bytes: Option<u64>,
+    pub runs: Vec<(Workload, usize, Result<RunStats, String>)>,
+    pub errors: Vec<String>,
+}
+
+impl ServerReport {
+    fn new(kind: ServerKind, command: String) -> ServerReport {
+        ServerReport {
+            kind,
+            command,
+            startup: Vec::new(),
+            rss_idle_kib: None,
+            rss_loaded_kib: None,
+            populate_time: None,
+            data_dir_bytes: None,
+            runs: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn run(&self, workload: Workload, sessions: usize) -> Option<&RunStats> {
+        self.runs
+            .iter()
+            .find(|(w, s, _)| *w == workload && *s == sessions)
+            .and_then(|(_, _, r)| r.as_ref().ok())
+    }
+
+    fn startup_median(&self) -> Option<Duration> {
+        stats::median(&self.startup)
+    }
+}
+
+/// One server under comparison while it is being measured.
+struct Contender {
+    report: ServerReport,
+    server: Option<ChildServer>,
+    namespace: Option<Namespace>,
+    plan: Plan,
+}
+
+impl Contender {
+    /// Records an error that makes this server's remaining figures impossible.
+    fn fail(&mut self, error: String) {
+        self.report.errors.push(error);
+        self.namespace = None;
+        self.server = None;
+    }
+}
+
+/// Takes every figure on every server in `settings.servers`.
+///
+/// Steps are interleaved (start-up trial 1 of each server, then trial 2, ...; each workload on
+/// each server in turn), so that a change in the machine's load during the benchmark, such as
+/// another process compiling, weighs on both sides alike instead of on whichever ran at that
+/// moment. While one server is measured the other is up but idle. An error that makes a server's
+/// remaining figures impossible (it does not start) is recorded and that server sits out the rest.
+async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
+    let mut contenders: Vec<Contender> = settings
+        .servers
+        .iter()
+        .map(|&kind| {
+            let report = ServerReport::new(kind, settings.launcher.describe(kind));
+            println!("{kind}: {}", report.command);
+            Contender {
+                report,
+                server: None,
+                namespace: None,
+                plan: settings.plan.clone(),
+            }
+        })
+        .collect();
+
+    // Fresh processes with fresh data directories. Each is stopped right after its figure,
+    // except in the last trial, whose servers stay up for the rest.
+    println!();
+    let trials = settings.startup_trials.max(1);
+    for trial in 0..trials {
+        for c in &mut contenders {
+            if !c.report.errors.is_empty() {
+                continue;
+            }
+            let kind = c.report.kind;
+            let mut child = match ChildServer::spawn(kind, &settings.launcher) {
+                Ok(child) => child,
+                Err(e) => {
+                    c.fail(e.to_string());
+                    continue;
+                }
+            };
+            match first_session(&mut child, settings.startup_limit).await {
+                Ok(d) => {
+                    println!(
+                        "{kind}: start to first session, trial {}: {}",
+                        trial + 1,
+                        stats::fmt_duration(d)
+                    );
+                    c.report.startup.push(d);
+                    if trial + 1 == trials {
+                        c.server = Some(child);
+                    }
+                }
+                Err(e) => c.fail(e.to_string()),
+            }
+        }
+    }
+
+    // Let a freshly started JVM finish its start-up allocations before the idle figure.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for c in &mut contenders {
+        let Some(server) = &c.server else { continue };
+        c.report.rss_idle_kib = take_rss(server, &mut c.report.errors);
+        c.plan.connect = server.addr().to_string();
+        c.plan.server_pid = Some(server.pid());
+        match Namespace::create(&c.plan).await {
+            Ok(ns) => c.namespace = Some(ns),
+            Err(e) => c.fail(e.to_string()),
+        }
+    }
+
+    if contenders.iter().any(|c| c.namespace.is_some()) {
+        println!("\n{:<10} {}", "server", stats::run_header());
+    }
+    for &workload in &settings.workloads {
+        for &sessions in &settings.sessions {
+            for c in &mut contenders {
+                let Some(namespace) = &c.namespace else {
+                    continue;
+                };
+                let kind = c.report.kind;
+                let result = namespace
+                    .run(workload, sessions, &c.plan, &format!("{kind} "))
+                    .await;
+                match &result {
+                    Ok(s) => println!("{:<10} {}", kind.name(), stats::run_row(s)),
+                    Err(e) => println!(
+                        "{:<10} {:<16} {:>8}  error: {e}",
+                        kind.name(),
+                        workload.name(),
+                        sessions
+                    ),
+                }
+                c.report
+                    .runs
+                    .push((workload, sessions, result.map_err(|e| e.to_string())));
+            }
+        }
+    }
+
+    println!();
+    for c in &mut contenders {
+        let (Some(server), Some(namespace)) = (&c.server, &mut c.namespace) else {
+            continue;
+        };
+        let kind = c.report.kind;
+        if settings.rss_znodes > 0 {
+            let populated = namespace
+                .populate(
+                    settings.rss_znodes,
+                    POPULATE_SESSIONS,
+                    settings.populate_limit,
+                    &c.plan,
+                    &format!("{kind} "),
+                )
+                .await;
+            match populated {
+                Ok(d) => {
+                    c.report.populate_time = Some(d);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    c.report.rss_loaded_kib = take_rss(server, &mut c.report.errors);
+                }
+                Err(e) => c.report.errors.push(e.to_string()),
+            }
+        }
+        match server.data_dir_bytes() {
+            Ok(bytes) => c.report.data_dir_bytes = Some(bytes),
+            Err(e) => c
+                .report
+                .errors
+                .push(format!("reading {kind}'s data directory: {e}")),
+        }
+        println!(
+            "{kind}: RSS {} after start, {} with {} znodes of {} bytes",
+            c.report.rss_idle_kib.map_or("-".into(), stats::fmt_kib),
+            c.report.rss_loaded_kib.map_or("-".into(), stats::fmt_kib),
+            settings.rss_znodes,
+            c.plan.data_size
+        );
+        // The server and its data directory go away here; nothing to clean up remotely.
+        if let Some(namespace) = c.namespace.take() {
+            namespace.close().await;
+        }
+        c.server = None;
+    }
+    contenders.into_iter().map(|c| c.report).collect()
+}
+
+fn take_rss(server: &ChildServer, errors: &mut Vec<String>) -> Option<u64> {
+    match server.rss_kib() {
+        Ok(kib) => Some(kib),
+        Err(e) => {
+            errors.push(format!("reading RSS of {}: {e}", server.kind()));
+            None
+        }
+    }
+}
+
+/// Runs the comparison and prints it; returns the JSON document for `--json`.
+pub async fn compare(settings: &Settings) -> Result<Json, BoxError> {
+    let reports = measure_all(settings).await;
+    let keeper = reports.iter().find(|r| r.kind == ServerKind::Keeper);
+    let zookeeper = reports.iter().find(|r| r.kind == ServerKind::Zookeeper);
+    let rows = figures(settings, keeper, zookeeper);
+
+    // A table of dashes only hides the errors below it.
+    if rows
+        .iter()
+        .any(|r| r.keeper.is_some() || r.zookeeper.is_some())
+    {
+        println!();
+        println!(
+            "{:<44} {:>12} {:>12} {:>17}",
+            "figure", "Keeper", "ZooKeeper", "Keeper/ZooKeeper"
+        );
+        for row in &rows {
+            println!(
+                "{:<44} {:>12} {:>12} {:>17}",
+                row.label,
+                row.show(row.keeper),
+                row.show(row.zookeeper),
+                stats::fmt_ratio(row.keeper, row.zookeeper)
+            );
+        }
+    }
+    let mut failed = false;
+    for report in &reports {
+        for e in &report.errors {
+            failed = true;
+            eprintln!("{} error: {e}", report.kind);
+        }
+        for (w, s, r) in &report.runs {
+            if let Err(e) = r {
+                failed = true;
+                eprintln!("{} error in {} x{s}: {e}", report.kind, w.name());
+            }
+        }
+    }
+
+    let notes = caveats(&reports);
+    for note in &notes {
+        println!("note: {note}");
+    }
+
+    let json = to_json(settings, &reports, &rows, &notes);
+    if failed {
+        // Still hand back the JSON of what was measured, then report failure.
+        return Err(Box::new(Partial::new(json)));
+    }
+    Ok(json)
+}
+
+/// Conditions under which a ratio would mislead, stated next to the figures.
+fn caveats(reports: &[ServerReport]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for r in reports {
+        let wrote = r.populate_time.is_some()
+            || r.runs.iter().any(|(w, _, run)| {
+                *w == Workload::CreateDelete && run.as_ref().is_ok_and(|s| s.requests > 0)
+            });
+        if wrote && r.data_dir_bytes == Some(0) {
+            notes.push(format!(
+                "{} wrote nothing to its data directory, so its writes were not durable: write \
+                 figures are not like for like with a server that logs them to disk",
+                r.kind
+            ));
+        }
+    }
+    notes
+}
+
+/// A benchmark in which some figure could not be taken or a check failed; carries what was
+/// measured (for `--json`) and what went wrong.
+#[derive(Debug)]
+pub struct Partial(pub Json, pub String);
+
+impl Partial {
+    pub fn new(json: Json) -> Partial {
+        Partial(
+            json,
+            "some figures could not be measured (errors above)".into(),
+        )
+    }
+}
+
+/// The JSON on success, or a [`Partial`] naming every failure, each also printed on stderr
+/// after `prefix`.
+pub fn json_or_partial(json: Json, failures: &[String], prefix: &str) -> Result<Json, BoxError> {
+    if failures.is_empty() {
+        return Ok(json);
+    }
+    for f in failures {
+        eprintln!("{prefix}{f}");
+    }
+    Err(Box::new(Partial(json, failures.join("; "))))
+}
+
+impl std::fmt::Display for Partial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.1)
+    }
+}
+
+impl std::error::Error for Partial {}
+
+/// How a figure's values are shown.
+#[derive(Clone, Copy)]
+enum Unit {
+    Micros,
+    /// Fractional microseconds of CPU time.
+    CpuMicros,
+    Rate,
+    Kib,
+}
+
+/// One line of the side-by-side table.
+struct Figure {
+    label: String,
+    key: String,
+    unit: Unit,
+    keeper: Option<f64>,
+    zookeeper: Option<f64>,
+}
+
+impl Figure {
+    fn show(&self, v: Option<f64>) -> String {
+        match (v, self.unit) {
+            (None, _) => "-".to_string(),
+            (Some(v), Unit::Micros) => stats::fmt_duration(Duration::from_micros(v as u64)),
+            (Some(v), Unit::CpuMicros) => format!("{v:.1}us"),
+            (Some(v), Unit::Rate) => format!("{v:.0}/s"),
+            (Some(v), Unit::Kib) => stats::fmt_kib(v as u64),
+        }
+    }
+}
+
+fn figures(
+    settings: &Settings,
+    keeper: Option<&ServerReport>,
+    zookeeper: Option<&ServerReport>,
+) -> Vec<Figure> {
+    let both =
+        |f: &dyn Fn(&ServerReport) -> Option<f64>| (keeper.and_then(f), zookeeper.and_then(f));
+    let mut rows = Vec::new();
+    let mut push = |label: String, key: String, unit: Unit, (k, z): (Option<f64>, Option<f64>)| {
+        rows.push(Figure {
+            label,
+            key,
+            unit,
+            keeper: k,
+            zookeeper: z,
+        })
+    };
+    push(
+        format!(
+            "start to first session (median of {})",
+            settings.startup_trials.max(1)
+        ),
+        "start_to_first_session_us".into(),
+        Unit::Micros,
+        both(&|r| r.startup_median().map(|d| d.as_micros() as f64)),
+    );
+    for &w in &settings.workloads {
+        for &s in &settings.sessions {
+            let name = format!("{} x{s}", w.name());
+            push(
+                format!("{name}: ops/s"),
+                format!("{name} ops_per_sec"),
+                Unit::Rate,
+                both(&|r| r.run(w, s).map(RunStats::ops_per_sec)),
+            );
+            push(
+                format!("{name}: p99 latency"),
+                format!("{name} p99_us"),
+                Unit::Micros,
+                both(&|r| r.run(w, s).map(|x| x.quantile(0.99).as_micros() as f64)),
+            );
+            push(
+                format!("{name}: server CPU per request"),
+                format!("{name} server_cpu_us_per_request"),
+                Unit::CpuMicros,
+                both(&|r| r.run(w, s).and_then(RunStats::server_cpu_us_per_request)),
+            );
+        }
+    }
+    push(
+        "RSS after start".into(),
+        "rss_idle_kib".into(),
+        Unit::Kib,
+        both(&|r| r.rss_idle_kib.map(|v| v as f64)),
+    );
+    push(
+        format!(
+            "RSS with {} znodes of {} B",
+            settings.rss_znodes, settings.plan.data_size
+        ),
+        "rss_loaded_kib".into(),
+        Unit::Kib,
+        both(&|r| r.rss_loaded_kib.map(|v| v as f64)),
+    );
+    rows
+}
+
+fn to_json(
+    settings: &Settings,
+    reports: &[ServerReport],
+    rows: &[Figure],
+    notes: &[String],
+) -> Json {
+    let plan = &settings.plan;
+    let servers = reports
+        .iter()
+        .map(|r| {
+            let runs = r
+                .runs
+                .iter()
+                .map(|(w, s, res)| match res {
+                    Ok(stats) => stats::run_json(stats),
+                    Err(e) => Json::obj(vec![
+                        ("workload", Json::Str(w.name().into())),
+                        ("sessions", Json::num(*s as u32)),
+                        ("error", Json::Str(e.clone())),
+                    ]),
+                })
+                .collect();
+            let body = Json::obj(vec![
+                ("command", Json::Str(r.command.clone())),
+                (
+                    "start_to_first_session_us",
+                    Json::Arr(
+                        r.startup
+                            .iter()
+                            .map(|d| Json::Num(d.as_micros() as f64))
+                            .collect(),
+                    ),
+                ),
+                (
+                    "start_to_first_session_median_us",
+                    Json::opt_num(r.startup_median().map(|d| d.as_micros() as f64)),
+                ),
+                (
+                    "rss_idle_kib",
+                    Json::opt_num(r.rss_idle_kib.map(|v| v as f64)),
+                ),
+                (
+                    "rss_loaded_kib",
+                    Json::opt_num(r.rss_loaded_kib.map(|v| v as f64)),
+                ),
+                (
+                    "populate_s",
+                    Json::opt_num(r.populate_time.map(|d| d.as_secs_f64())),
+                ),
+                (
+                    "data_dir_bytes",
+                    Json::opt_num(r.data_dir_bytes.map(|v| v as f64)),
+                ),
+                ("runs", Json::Arr(runs)),
+                (
+                    "errors",
+                    Json::Arr(r.errors.iter().map(|e| Json::Str(e.clone())).collect()),
+                ),
+            ]);
+            (r.kind.json_key().to_string(), body)
+        })
+        .collect();
+    let ratios = rows
+        .iter()
+        .map(|f| {
+            (
+                f.key.clone(),
+                Json::opt_num(stats::ratio(f.keeper, f.zookeeper)),
+            )
+        })
+        .collect();
+    Json::obj(vec![
+        (
+            "command",
+            Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+        ),
+        (
+            "settings",
+            Json::obj(vec![
+                ("duration_s", Json::num(plan.duration.as_secs_f64())),
+                ("warmup_s", Json::num(plan.warmup.as_secs_f64())),
+                ("pipeline", Json::num(plan.pipeline as u32)),
+                ("max_ops", Json::Num(plan.max_requests as f64)),
+                ("data_size", Json::num(plan.data_size as u32)),
+                ("rss_znodes", Json::Num(settings.rss_znodes as f64)),
+                ("startup_trials", Json::num(settings.startup_trials as u32)),
+                (
+                    "zookeeper_force_sync",
+                    Json::Str(
+                        if settings.launcher.zookeeper_force_sync {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                        .into(),
+                    ),
+                ),
+                (
+                    "cpus",
+                    Json::num(std::thread::available_parallelism().map_or(0, |n| n.get()) as u32),
+                ),
+            ]),
+        ),
+        ("servers", Json::Obj(servers)),
+        ("ratios_keeper_over_zookeeper", Json::Obj(ratios)),
+        (
+            "notes",
+            Json::Arr(notes.iter().map(|n| Json::Str(n.clone())).collect()),
+        ),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// The whole `--compare` path on Apache ZooKeeper (Debian's jars and Java, which the test
+    /// script installs), with tiny durations.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn measures_apache_zookeeper_end_to_end() {
+        let settings = Settings {
+            plan: Plan {
+                connect: String::new(),
+                duration: Duration::from_millis(300),
+                warmup: Duration::from_millis(100),
+                pipeline: 16,
+                max_requests: 1_000_000,
+                data_size: 16,
+                connect_timeout: Duration::from_secs(60),
+                progress: false,
+                server_pid: None,
+            },
+            workloads: vec![Workload::CreateDelete, Workload::Get],
+            sessions: vec![2],
+            servers: vec![ServerKind::Zookeeper],
+            launcher: Launcher {
+                keeper_bin: PathBuf::from("unused"),
+                java: PathBuf::from("java"),
+                zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
+                zookeeper_jvm_opts: Vec::new(),
+                zookeeper_force_sync: true,
+                keeper_flags: Default::default(),
+            },
+            startup_trials: 1,
+            startup_limit: Duration::from_secs(60),
+            rss_znodes: 1000,
+            populate_limit: Duration::from_secs(60),
+        };
+        let mut reports = measure_all(&settings).await;
+        assert_eq!(reports.len(), 1);
+        let report = reports.remove(0);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.startup.len(), 1);
+        assert!(report.startup[0] > Duration::ZERO);
+        assert_eq!(report.runs.len(), 2);
+        for (workload, sessions, run) in &report.runs {
+            let run = run.as_ref().expect("run succeeded");
+            assert_eq!((*workload, *sessions), (run.workload, run.sessions));
+            assert!(run.requests > 0, "{} made no requests", workload.name());
+            assert_eq!(run.latency.len(), run.requests);
+            assert!(run.server_cpu.expect("server CPU") > Duration::ZERO);
+        }
+        assert!(report.rss_idle_kib.expect("idle RSS") > 1024);
+        assert!(report.rss_loaded_kib.expect("loaded RSS") > 1024);
+        assert!(report.populate_time.is_some());
+        // ZooKeeper logs every write: its data directory cannot be empty after them.
+        assert!(report.data_dir_bytes.expect("data dir size") > 0);
+        assert!(caveats(std::slice::from_ref(&report)).is_empty());
+
+        // The side-by-side figures use what was measured, and no ratio without Keeper.
+        let rows = figures(&settings, None, Some(&report));
+        assert_eq!(rows.len(), 1 + 2 * 3 + 2);
+        assert!(
+            rows.iter()
+                .all(|f| f.zookeeper.is_some() && f.keeper.is_none())
+        );
+        let json = to_json(&settings, std::slice::from_ref(&report), &rows, &[]).render();
+        assert!(json.contains("\"zookeeper\""), "{json}");
+        assert!(
+            json.contains("\"create-delete x2 ops_per_sec\": null"),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn a_server_that_wrote_nothing_to_disk_is_called_out() {
+        let mut latency = stats::new_histogram();
+        stats::record(&mut latency, Duration::from_micros(10));
+        let run = RunStats {
+            workload: Workload::CreateDelete,
+            sessions: 1,
+            pipeline: 1,
+            requests: 1,
+            elapsed: Duration::from_secs(1),
+            latency,
+            server_cpu: None,
+        };
+        let mut report = ServerReport::new(ServerKind::Keeper, "keeper".into());
+        report.runs.push((Workload::CreateDelete, 1, Ok(run)));
+        report.data_dir_bytes = Some(0);
+        let notes = caveats(std::slice::from_ref(&report));
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with("Keeper wrote nothing"), "{}", notes[0]);
+        report.data_dir_bytes = Some(4096);
+        assert!(caveats(std::slice::from_ref(&report)).is_empty());
+    }
+}
