@@ -1,21 +1,322 @@
-//! `lockkeeper elect` (being built).
+//! `lockkeeper elect NAME [-- CMD [ARGS...]]`: stand in a leader election and run a command
+//! while leader; or, with `--listen`, watch who leads.
+//!
+//! The election is the library's [`LeaderLatch`] (Curator's `LeaderLatch` layout: Curator and
+//! lockkeeper participants share one election at NAME). While this participant leads, CMD runs
+//! under [`run::supervise`] with `LOCKKEEPER_FENCING_TOKEN` (the term's token),
+//! `LOCKKEEPER_LEADER_ID` and `LOCKKEEPER_BACKEND` in its environment; when leadership is lost
+//! its process group is stopped (SIGTERM, SIGKILL after `--kill-after`) and the participant
+//! queues again with a fresh node (so the next term's token is higher), or exits 76 with
+//! `--once`. A CMD that ends on its own ends the command with its exit code, resigning first.
+//! Without CMD it leads until SIGINT or SIGTERM, printing `leader ID token N` when it starts.
+//!
+//! Invariants:
+//! - CMD starts only once the term is confirmed (the latch reads its own node back as owned
+//!   by its session), and never runs in two terms at once: a term's CMD is stopped and reaped
+//!   before the participant queues again;
+//! - `--listen` never creates a node: it reads the election and prints one line per change
+//!   of leader (`leader ID token N`, `no leader`), from a persistent watch set before each
+//!   read, and reads again after a reconnect, since a new session has no watches.
+//!
+//! ZooKeeper only: Redis has no election recipe here, so a Redis backend is a usage error.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use lockkeeper::zk::{Candidate, ConnectionState, LeaderLatch, Session};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use zookeeper_client::{AddWatchMode, EventType};
+
+use crate::backend::{Backend, BackendArgs, Failure, Handle, parse_duration};
+use crate::exit;
+use crate::run::{self, Outcome};
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  the command's own   it ran to its end while leader (128 + N when signal N ended it)
+  0                   interrupted (SIGINT, SIGTERM) while waiting, leading without a command,
+                      or listening
+  64                  usage: a bad flag, backend URL or path; a Redis backend
+  69                  the backend could not be reached within --connect-timeout
+  70                  internal failure (the command could not be started, ...)
+  76                  --once: leadership was lost while the command ran; it was stopped
+
+The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LEADER_ID and LOCKKEEPER_BACKEND.";
 
 /// Arguments of `lockkeeper elect`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct ElectArgs {
     #[command(flatten)]
-    backend: crate::backend::BackendArgs,
-    /// The lock path on ZooKeeper backends, the lock name on Redis.
+    backend: BackendArgs,
+    /// This participant's id, as Curator's getLeader() and --listen show it (default:
+    /// hostname:pid).
+    #[arg(long, value_name = "ID", conflicts_with = "listen")]
+    id: Option<String>,
+    /// After leadership is lost, exit 76 instead of queueing again.
+    #[arg(long, conflicts_with = "listen")]
+    once: bool,
+    /// Join nothing: print one line per change of leader (`leader ID token N`, `no leader`)
+    /// until SIGINT or SIGTERM.
+    #[arg(long)]
+    listen: bool,
+    /// After leadership is lost, how long the command's process group has between SIGTERM
+    /// and SIGKILL.
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
+    kill_after: Duration,
+    /// How long this participant may go unheard before the server ends its session and so
+    /// its leadership (the server may bound it).
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    session_timeout: Duration,
+    /// The election path (/services/billing/leader).
     name: String,
+    /// The command to run while leader; without it, lead until SIGINT or SIGTERM.
+    #[arg(last = true, value_name = "CMD", conflicts_with = "listen")]
+    command: Vec<OsString>,
 }
 
 /// Runs the command.
 pub async fn run(args: ElectArgs) -> ExitCode {
-    eprintln!(
-        "lockkeeper elect: not available yet ({} on {})",
-        args.name, args.backend.backend
-    );
-    crate::exit::code(crate::exit::SOFTWARE)
+    match elect(args).await {
+        Ok(code) => exit::code(code),
+        Err(failure) => failure.report("elect"),
+    }
+}
+
+async fn elect(args: ElectArgs) -> Result<u8, Failure> {
+    let mut interrupts = Interrupts::new()?;
+    // Refused before dialling: a usage error, whether or not the Redis answers.
+    let parsed = Backend::parse(&args.backend.backend)?;
+    if !matches!(parsed, Backend::Zk { .. }) {
+        return Err(Failure::usage(format!(
+            "elect works on ZooKeeper backends (zk://); {parsed} has no leader election"
+        )));
+    }
+    let (backend, handle) = args.backend.connect(args.session_timeout).await?;
+    let Handle::Zk(session) = handle else {
+        return Err(Failure::usage(format!(
+            "{backend} is not a ZooKeeper backend"
+        )));
+    };
+    let what = format!("{} on {backend}", args.name);
+    let id = args.id.clone().unwrap_or_else(default_id);
+    let latch = session
+        .leader_latch(&args.name, &id)
+        .map_err(|e| Failure::from_lib(&what, e))?;
+    let result = if args.listen {
+        listen(&session, &latch, &what, &mut interrupts).await
+    } else {
+        lead(&latch, &args, &backend.to_string(), &what, &mut interrupts).await
+    };
+    session.close().await;
+    result
+}
+
+/// Leads, runs the command, re-queues; see the module docs.
+async fn lead(
+    latch: &LeaderLatch,
+    args: &ElectArgs,
+    backend: &str,
+    what: &str,
+    interrupts: &mut Interrupts,
+) -> Result<u8, Failure> {
+    let name = latch.path();
+    let id = latch.id();
+    loop {
+        let leadership = tokio::select! {
+            leadership = latch.lead() => leadership,
+            () = interrupts.recv() => return Ok(0),
+        };
+        let leadership = match leadership {
+            Ok(leadership) => leadership,
+            // The session ended while queued: the node went with it; queue in the next one.
+            Err(lockkeeper::Error::SessionLost) => continue,
+            Err(err) => return Err(Failure::from_lib(what, err)),
+        };
+        let token = leadership.fencing_token();
+        eprintln!("lockkeeper elect: {id} leads {name} with fencing token {token}");
+        let term = leadership.term();
+        if args.command.is_empty() {
+            println!("leader {id} token {token}");
+            tokio::select! {
+                () = term.lost() => {}
+                () = interrupts.recv() => {
+                    resign(leadership, name).await;
+                    return Ok(0);
+                }
+            }
+            eprintln!("lockkeeper elect: {id} lost the leadership of {name}");
+            if args.once {
+                return Ok(exit::LOST);
+            }
+            continue;
+        }
+        let env = [
+            ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
+            ("LOCKKEEPER_LEADER_ID", id.to_owned()),
+            ("LOCKKEEPER_BACKEND", backend.to_owned()),
+        ];
+        let lost = async {
+            term.lost().await;
+            "leadership lost".to_owned()
+        };
+        // The command gets the operator's signals while it runs, not this loop.
+        let outcome = run::supervise(&args.command, &env, args.kill_after, lost).await;
+        match outcome {
+            Ok(Outcome::Exited(code)) => {
+                resign(leadership, name).await;
+                return Ok(code);
+            }
+            Ok(Outcome::Stopped {
+                reason,
+                child,
+                killed,
+            }) => {
+                let how = if killed {
+                    "killed (SIGKILL after --kill-after)"
+                } else {
+                    "stopped"
+                };
+                eprintln!(
+                    "lockkeeper elect: {name}: {reason}; the command was {how}, its exit code {child}"
+                );
+                drop(leadership);
+                if args.once {
+                    return Ok(exit::LOST);
+                }
+                eprintln!("lockkeeper elect: {id} queues again for {name}");
+            }
+            Err(failure) => {
+                resign(leadership, name).await;
+                return Err(failure);
+            }
+        }
+    }
+}
+
+async fn resign(leadership: lockkeeper::zk::Leadership, name: &str) {
+    if let Err(err) = leadership.resign().await {
+        eprintln!("lockkeeper elect: resigning {name}: {err}");
+    }
+}
+
+/// Prints one line per change of leader; see the module docs.
+async fn listen(
+    session: &Session,
+    latch: &LeaderLatch,
+    what: &str,
+    interrupts: &mut Interrupts,
+) -> Result<u8, Failure> {
+    let mut states = session.states();
+    // (node, token) of the leader last printed; `Some(None)` once "no leader" was printed.
+    let mut shown: Option<Option<String>> = None;
+    loop {
+        let client = session.client().map_err(|e| Failure::from_lib(what, e))?;
+        let watch = tokio::select! {
+            w = client.watch(latch.path(), AddWatchMode::Persistent) => w.ok(),
+            () = interrupts.recv() => return Ok(0),
+        };
+        if let Some(mut watch) = watch {
+            loop {
+                let leader = tokio::select! {
+                    l = latch.leader() => l,
+                    () = interrupts.recv() => return Ok(0),
+                };
+                match leader {
+                    Ok(leader) => {
+                        let node = leader.as_ref().map(|l| l.node.clone());
+                        if shown.as_ref() != Some(&node) {
+                            println!("{}", line(leader.as_ref()));
+                            shown = Some(node);
+                        }
+                    }
+                    Err(err) if is_connection(&err) => break,
+                    Err(err) => return Err(Failure::from_lib(what, err)),
+                }
+                let event = tokio::select! {
+                    event = watch.changed() => event,
+                    () = interrupts.recv() => return Ok(0),
+                };
+                if event.event_type == EventType::Session {
+                    break;
+                }
+            }
+        }
+        // Wait for the connection (or a new session) to be back, then watch and read again.
+        loop {
+            tokio::select! {
+                state = states.next() => match state {
+                    Some(ConnectionState::Reconnected | ConnectionState::Connected) => break,
+                    Some(ConnectionState::Closed) | None => {
+                        return Err(Failure::unavailable(format!("{what}: the session was closed")));
+                    }
+                    Some(_) => {}
+                },
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if matches!(session.state(), ConnectionState::Connected | ConnectionState::Reconnected) {
+                        break;
+                    }
+                }
+                () = interrupts.recv() => return Ok(0),
+            }
+        }
+    }
+}
+
+/// `leader ID token N`, or `no leader`.
+fn line(leader: Option<&Candidate>) -> String {
+    match leader {
+        Some(l) => format!("leader {} token {}", l.id, l.fencing_token),
+        None => "no leader".to_owned(),
+    }
+}
+
+/// Errors that a reconnect cures: read again once connected.
+fn is_connection(err: &lockkeeper::Error) -> bool {
+    matches!(
+        err,
+        lockkeeper::Error::SessionLost
+            | lockkeeper::Error::RetriesExhausted { .. }
+            | lockkeeper::Error::Zk(
+                zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::SessionExpired
+            )
+    )
+}
+
+/// `hostname:pid`, what Curator users often pass as the id.
+fn default_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}
+
+/// SIGINT and SIGTERM while no command runs: they end this process cleanly (a queued node is
+/// withdrawn, a leadership resigned).
+struct Interrupts {
+    int: Signal,
+    term: Signal,
+}
+
+impl Interrupts {
+    fn new() -> Result<Interrupts, Failure> {
+        let install = |kind| {
+            signal(kind)
+                .map_err(|e| Failure::software(format!("cannot install signal handlers: {e}")))
+        };
+        Ok(Interrupts {
+            int: install(SignalKind::interrupt())?,
+            term: install(SignalKind::terminate())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
 }

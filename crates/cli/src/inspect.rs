@@ -1,21 +1,194 @@
-//! `lockkeeper inspect` (being built).
+//! `lockkeeper inspect NAME`: who holds a lock and who waits, for operators.
+//!
+//! On ZooKeeper it prints the library's inspection ([`lockkeeper::zk::inspect`]): holders and
+//! waiters in queue order with owner session, age, fencing token, data and kind, for every
+//! layout the library knows (lockkeeper's, Curator's and kazoo's locks, semaphores and leader
+//! latches). On Redis it prints the holder of the lease or reentrant lock of that name
+//! ([`redis`]). `--json` prints one JSON object instead of the table ([`json`]).
+//!
+//! `--watch` (ZooKeeper) redraws on every change under the lock path: a persistent recursive
+//! watch on the path (and on a kazoo semaphore's sibling lock), set *before* each generation's
+//! first inspection so no change between the two is missed, and set again after the
+//! connection comes back, since a new session has no watches. It runs until SIGINT or SIGTERM
+//! and then exits 0. It only reads; it never changes the lock.
+
+pub mod json;
+pub mod redis;
 
 use std::process::ExitCode;
 
+use lockkeeper::zk::{ConnectionState, Inspection, Session};
+use tokio::signal::unix::{SignalKind, signal};
+use zookeeper_client::{AddWatchMode, EventType};
+
+use crate::backend::{BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle};
+
+const AFTER_HELP: &str = "\
+ZooKeeper: NAME is the lock path; every layout of lockkeeper, Curator and kazoo is read
+(mutex, read-write lock, simple lock, semaphore, leader latch). Redis: NAME is the lock name;
+the lease and reentrant lock keys are read.
+
+Exit codes: 0 shown; 64 usage; 69 backend unreachable; 70 unexpected backend error.";
+
 /// Arguments of `lockkeeper inspect`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct InspectArgs {
     #[command(flatten)]
-    backend: crate::backend::BackendArgs,
+    backend: BackendArgs,
+    /// Print one JSON object (one per line with --watch) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Redraw on every change of the lock until SIGINT or SIGTERM (ZooKeeper only).
+    #[arg(long)]
+    watch: bool,
+    /// The lease limit of a Curator or lockkeeper semaphore at NAME, so that leases can be told
+    /// holding from waiting (it is not stored on the server).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_leases: Option<u32>,
     /// The lock path on ZooKeeper backends, the lock name on Redis.
     name: String,
 }
 
 /// Runs the command.
 pub async fn run(args: InspectArgs) -> ExitCode {
-    eprintln!(
-        "lockkeeper inspect: not available yet ({} on {})",
-        args.name, args.backend.backend
-    );
-    crate::exit::code(crate::exit::SOFTWARE)
+    match inspect(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report("inspect"),
+    }
+}
+
+async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
+    let (backend, handle) = args.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
+    let what = format!("{} on {backend}", args.name);
+    match handle {
+        Handle::Zk(session) => {
+            let result = if args.watch {
+                watch(&session, args, &what).await
+            } else {
+                let inspection = zk_inspect(&session, args, &what).await?;
+                print(args, &inspection);
+                Ok(())
+            };
+            session.close().await;
+            result
+        }
+        Handle::Redis(redis) => {
+            if args.watch || args.max_leases.is_some() {
+                return Err(Failure::usage(
+                    "--watch and --max-leases are for ZooKeeper backends; on Redis, run \
+                     inspect again to see a change",
+                ));
+            }
+            redis::check_name(&args.name)?;
+            let holders = redis::holders(&redis, &args.name)
+                .await
+                .map_err(|e| Failure::from_lib(&what, e))?;
+            if args.json {
+                println!("{}", redis::json(&args.name, &holders));
+            } else {
+                println!("{}", redis::table(&args.name, &holders));
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn zk_inspect(
+    session: &Session,
+    args: &InspectArgs,
+    what: &str,
+) -> Result<Inspection, Failure> {
+    let inspection = match args.max_leases {
+        Some(max) => session.inspect_semaphore(&args.name, max).await,
+        None => session.inspect(&args.name).await,
+    };
+    inspection.map_err(|e| Failure::from_lib(what, e))
+}
+
+fn print(args: &InspectArgs, inspection: &Inspection) {
+    if args.json {
+        println!("{}", json::zk(inspection));
+    } else {
+        println!("{inspection}");
+    }
+}
+
+/// Redraws on every change until SIGINT or SIGTERM; see the module docs.
+async fn watch(session: &Session, args: &InspectArgs, what: &str) -> Result<(), Failure> {
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::software(format!("cannot install signal handlers: {e}")))?;
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| Failure::software(format!("cannot install signal handlers: {e}")))?;
+    let mut states = session.states();
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    // A kazoo semaphore queues its waiters beside the path, not under it.
+    let sibling = format!("{}-__lock__", args.name);
+    loop {
+        // Watches first, then the inspection: a change in between fires the watch.
+        let client = session.client().map_err(|e| Failure::from_lib(what, e))?;
+        let watches = async {
+            let under = client
+                .watch(&args.name, AddWatchMode::PersistentRecursive)
+                .await?;
+            let beside = client
+                .watch(&sibling, AddWatchMode::PersistentRecursive)
+                .await?;
+            Ok::<_, zookeeper_client::Error>((under, beside))
+        };
+        let watches = tokio::select! {
+            w = watches => w.ok(),
+            _ = int.recv() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+        };
+        if let Some((mut under, mut beside)) = watches {
+            loop {
+                let inspection = tokio::select! {
+                    i = zk_inspect(session, args, what) => i?,
+                    _ = int.recv() => return Ok(()),
+                    _ = term.recv() => return Ok(()),
+                };
+                if terminal && !args.json {
+                    // Clear the screen and go home: a redraw, not a scroll.
+                    print!("\x1b[H\x1b[2J");
+                }
+                print(args, &inspection);
+                if !args.json {
+                    println!();
+                }
+                let event = tokio::select! {
+                    event = under.changed() => event,
+                    event = beside.changed() => event,
+                    _ = int.recv() => return Ok(()),
+                    _ = term.recv() => return Ok(()),
+                };
+                if event.event_type == EventType::Session {
+                    // Disconnected or expired: wait for the session to be back, below.
+                    break;
+                }
+            }
+        }
+        // No watch could be set, or the connection went: wait until it is back (or a new
+        // session replaced it), then set the watches again and redraw.
+        loop {
+            tokio::select! {
+                state = states.next() => match state {
+                    Some(ConnectionState::Reconnected | ConnectionState::Connected) => break,
+                    Some(ConnectionState::Closed) | None => {
+                        return Err(Failure::unavailable(format!("{what}: the session was closed")));
+                    }
+                    Some(_) => {}
+                },
+                () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                    if session.state() != ConnectionState::Suspended
+                        && session.state() != ConnectionState::Lost
+                    {
+                        break;
+                    }
+                }
+                _ = int.recv() => return Ok(()),
+                _ = term.recv() => return Ok(()),
+            }
+        }
+    }
 }

@@ -1,21 +1,240 @@
-//! `lockkeeper revoke` (being built).
+//! `lockkeeper revoke NAME`: take a lock away from its holder, for operators.
+//!
+//! On ZooKeeper, cooperatively by default: every holder's node gets Curator's `__REVOKE__`
+//! request ([`Session::request_revocation`]), which a lockkeeper holder (and the `lock`
+//! command, which then stops its command) or a Curator holder that called `makeRevocable`
+//! acts on; nothing happens to a holder that does not listen (kazoo's never do). `--force`
+//! asks the same way, waits `--grace` for the holder to let go, then deletes its node
+//! ([`Session::revoke`]): the next waiter is granted at once, and the old holder's fencing
+//! token is lower than the next one's, which is what protects the resource from a holder that
+//! is paused or partitioned and does not know yet.
+//!
+//! On Redis no holder listens for requests, so only `--force` exists: after the grace period
+//! the lock's key is deleted if, and only if, it still names the holder that was inspected
+//! (one compare-and-delete script), so a lock released and taken again meanwhile is left alone.
+//!
+//! Invariants: nothing is changed before the target is known and allowed (a leader latch's or
+//! a simple lock's node, whose data is its owner's identity, is never rewritten); every node
+//! acted on is printed with what happened to it.
 
 use std::process::ExitCode;
+use std::time::Duration;
+
+use futures::future::join_all;
+use lockkeeper::zk::{NodeKind, Participant, Revoked, Session};
+use tokio::time::Instant;
+
+use crate::backend::{
+    Backend, BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration,
+};
+use crate::inspect::redis;
+
+const AFTER_HELP: &str = "\
+Cooperative (default, ZooKeeper only): the holder is asked to release; lockkeeper holders and
+Curator holders that called makeRevocable listen, others (kazoo) do not.
+--force: ask, wait --grace (default 10s) for a release, then delete the holder's node (Redis: its
+key, only if it still names the same holder). The old holder's fencing token is then stale.
+
+Exit codes: 0 done (or nobody held it); 64 usage (also: cooperative revoke on Redis, an unknown
+--node, a leader latch or simple lock without --force); 69 backend unreachable; 70 unexpected
+backend error.";
+
+const NO_COOPERATIVE_ON_REDIS: &str = "cooperative revocation is not available on Redis (no \
+     holder listens for requests); use --force [--grace D] to delete the holder's key";
 
 /// Arguments of `lockkeeper revoke`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct RevokeArgs {
     #[command(flatten)]
-    backend: crate::backend::BackendArgs,
+    backend: BackendArgs,
+    /// Delete the holder's node (Redis: key) if it has not released after --grace.
+    #[arg(long)]
+    force: bool,
+    /// With --force: how long the holder has to release before its node is deleted.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration,
+          requires = "force")]
+    grace: Duration,
+    /// Revoke only this node (its name as `inspect` shows it, or its full path) when several
+    /// hold (readers, semaphore leases).
+    #[arg(long, value_name = "NODE")]
+    node: Option<String>,
+    /// The lease limit of a Curator or lockkeeper semaphore at NAME, to tell its holding leases
+    /// from waiting ones (it is not stored on the server).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_leases: Option<u32>,
     /// The lock path on ZooKeeper backends, the lock name on Redis.
     name: String,
 }
 
 /// Runs the command.
 pub async fn run(args: RevokeArgs) -> ExitCode {
-    eprintln!(
-        "lockkeeper revoke: not available yet ({} on {})",
-        args.name, args.backend.backend
-    );
-    crate::exit::code(crate::exit::SOFTWARE)
+    match revoke(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report("revoke"),
+    }
+}
+
+async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
+    // Refused before dialling: a usage error, whether or not the Redis answers.
+    if !args.force && !matches!(Backend::parse(&args.backend.backend)?, Backend::Zk { .. }) {
+        return Err(Failure::usage(NO_COOPERATIVE_ON_REDIS));
+    }
+    let (backend, handle) = args.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
+    let what = format!("{} on {backend}", args.name);
+    match handle {
+        Handle::Zk(session) => {
+            let result = zk(&session, args, &what).await;
+            session.close().await;
+            result
+        }
+        Handle::Redis(redis) => {
+            if !args.force {
+                return Err(Failure::usage(NO_COOPERATIVE_ON_REDIS));
+            }
+            if args.node.is_some() || args.max_leases.is_some() {
+                return Err(Failure::usage(
+                    "--node and --max-leases are for ZooKeeper backends",
+                ));
+            }
+            redis::check_name(&args.name)?;
+            redis_force(&redis, &args.name, args.grace)
+                .await
+                .map_err(|e| Failure::from_lib(&what, e))
+        }
+    }
+}
+
+async fn zk(session: &Session, args: &RevokeArgs, what: &str) -> Result<(), Failure> {
+    let inspection = match args.max_leases {
+        Some(max) => session.inspect_semaphore(&args.name, max).await,
+        None => session.inspect(&args.name).await,
+    }
+    .map_err(|e| Failure::from_lib(what, e))?;
+    let targets: Vec<&Participant> = match &args.node {
+        Some(node) => {
+            let found = inspection
+                .participants
+                .iter()
+                .find(|p| p.name == *node || p.path == *node);
+            vec![found.ok_or_else(|| {
+                Failure::usage(format!(
+                    "--node {node:?}: no such node under {}; `lockkeeper inspect {}` lists them",
+                    args.name, args.name
+                ))
+            })?]
+        }
+        None => inspection
+            .holders()
+            // A semaphore's internal lock is not a lease: revoking it takes nothing away.
+            .filter(|p| !p.name.starts_with("locks/"))
+            .collect(),
+    };
+    if targets.is_empty() {
+        let hint = if inspection.participants.is_empty() {
+            ""
+        } else {
+            " (a semaphore's leases need --max-leases N to be told holding, or name one with --node)"
+        };
+        println!("{}: nobody holds it; nothing revoked{hint}", args.name);
+        return Ok(());
+    }
+    for target in &targets {
+        if matches!(target.kind, NodeKind::Latch | NodeKind::Simple) {
+            return Err(Failure::usage(format!(
+                "{}: a {} node's data is its owner's identity, which a revocation request \
+                 would overwrite; it cannot be revoked",
+                target.path, target.kind
+            )));
+        }
+    }
+    let revocations = targets.iter().map(|target| async move {
+        let result = if args.force {
+            session.revoke(&target.path, args.grace).await.map(|r| match r {
+                Revoked::AlreadyGone => "already gone: nobody held through it".to_owned(),
+                Revoked::Released => "released by its holder within the grace period".to_owned(),
+                Revoked::Deleted => format!(
+                    "deleted after the {:?} grace period; its holder's fencing token {} is now stale",
+                    args.grace, target.fencing_token
+                ),
+            })
+        } else {
+            session.request_revocation(&target.path).await.map(|written| {
+                if !written {
+                    "already gone: nobody held through it".to_owned()
+                } else if matches!(
+                    target.kind,
+                    NodeKind::KazooLock | NodeKind::KazooRead | NodeKind::KazooLease
+                ) {
+                    "revocation requested (kazoo holders do not listen: use --force)".to_owned()
+                } else {
+                    "revocation requested; the holder decides".to_owned()
+                }
+            })
+        };
+        (target, result)
+    });
+    let mut failure = None;
+    for (target, result) in join_all(revocations).await {
+        match result {
+            Ok(done) => println!(
+                "{} ({} {}, session {}): {done}",
+                target.path,
+                target.state,
+                target.kind,
+                target.session_hex()
+            ),
+            Err(err) => {
+                let f = Failure::from_lib(&target.path, err);
+                eprintln!("lockkeeper revoke: {}", f.message);
+                failure.get_or_insert(f);
+            }
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Redis `--force`: the holders as inspected, the grace period (ended early by a release),
+/// then a compare-and-delete of each key still held by the same holder.
+async fn redis_force(
+    redis: &lockkeeper::redis::Redis,
+    name: &str,
+    grace: Duration,
+) -> lockkeeper::Result<()> {
+    let holders = redis::holders(redis, name).await?;
+    if holders.is_empty() {
+        println!("{name}: nobody holds it; nothing revoked");
+        return Ok(());
+    }
+    let until = Instant::now() + grace;
+    loop {
+        let now = redis::holders(redis, name).await?;
+        if !holders.iter().any(|h| still_held(&now, h)) || Instant::now() >= until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100).min(until - Instant::now())).await;
+    }
+    for holder in &holders {
+        let done = if redis::delete_if_still(redis, holder).await? {
+            format!(
+                "deleted after the {grace:?} grace period; fencing token {} is now stale",
+                holder
+                    .token
+                    .map_or_else(|| "-".to_owned(), |t| t.to_string())
+            )
+        } else {
+            "released (or taken by another holder) within the grace period: left alone".to_owned()
+        };
+        println!(
+            "{} ({} held by {}): {done}",
+            holder.key, holder.kind, holder.value
+        );
+    }
+    Ok(())
+}
+
+/// Whether a fresh read of the holders (`now`) still has `holder` on the same key.
+fn still_held(now: &[redis::Holder], holder: &redis::Holder) -> bool {
+    now.iter()
+        .any(|h| h.key == holder.key && h.value == holder.value)
 }

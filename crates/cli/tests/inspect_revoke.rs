@@ -1,0 +1,418 @@
+//! `lockkeeper inspect` and `lockkeeper revoke` as operators run them (the built binary), on
+//! locks held by lockkeeper, by Curator (`Revoke.java` of the library's interop tests: a mutex
+//! made revocable with `makeRevocable`) and by kazoo (a `Lock`), against Keeper and Apache
+//! ZooKeeper; and on a Redis lease lock held by lockkeeper.
+//!
+//! Each test checks what the command printed (the table, the JSON fields) against what the
+//! holder knows of itself (session, fencing token, node), and what a revocation did on the
+//! holder's side: a lockkeeper or Curator holder hears a cooperative request, a forced one
+//! deletes the node (the guard sees it lost, the next waiter is granted), a Redis key is
+//! deleted only by `--force`. Every wait is bounded.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+use lockkeeper::redis::Redis;
+use lockkeeper::zk::Session;
+use lockkeeper_testkit::{RedisServer, both, compile_java, curator_classpath, java, python3};
+use serde_json::Value;
+use tokio::time::timeout;
+
+const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
+/// Bound on one command run, a JVM's or Python's start, a holder hearing a request.
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// What one run of the command left: exit code, stdout, stderr.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `lockkeeper ARGS` to its end (bounded by [`LIMIT`]).
+async fn lockkeeper(args: &[&str]) -> Run {
+    let output = timeout(
+        LIMIT,
+        tokio::process::Command::new(LOCKKEEPER)
+            .args(args)
+            .env_remove("LOCKKEEPER_BACKEND")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("lockkeeper {args:?} still running after {LIMIT:?}"))
+    .expect("run lockkeeper");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// `inspect --json` of `name` on `backend`, parsed.
+async fn inspect_json(backend: &str, name: &str) -> Value {
+    let run = lockkeeper(&["inspect", "--backend", backend, "--json", name]).await;
+    assert_eq!(run.code, Some(0), "inspect --json: {}", run.stderr);
+    serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+/// A process spoken to in lines (a JVM or Python), killed on drop.
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Peer {
+    fn spawn(command: &mut Command) -> Peer {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the peer");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take().expect("piped stdin");
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").expect("write to the peer");
+    }
+
+    /// Waits (without blocking the runtime) for the next line, bounded by [`LIMIT`].
+    async fn line(&mut self) -> String {
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        loop {
+            match self.lines.try_recv() {
+                Ok(line) => return line,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                Err(e) => panic!("the peer ended: {e}"),
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "peer silent for {LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Curator's revocation interop program of the library's tests.
+fn curator_revoke(connect: &str) -> Peer {
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lockkeeper/tests/curator");
+    let classes = compile_java(
+        &sources,
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        "zk-curator",
+    );
+    Peer::spawn(
+        Command::new(java())
+            .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .arg("-cp")
+            .arg(format!("{}:{}", classes.display(), curator_classpath()))
+            .args(["Revoke", connect]),
+    )
+}
+
+/// A kazoo `Lock` holder: prints `HELD` once it holds, then holds until killed.
+fn kazoo_holder(connect: &str, path: &str, id: &str) -> Peer {
+    const SCRIPT: &str = r#"
+import signal, sys, time
+from kazoo.client import KazooClient
+signal.alarm(240)
+client = KazooClient(hosts=sys.argv[1], timeout=10)
+client.start(timeout=30)
+client.Lock(sys.argv[2], sys.argv[3]).acquire(timeout=60)
+print("HELD", flush=True)
+sys.stdin.read()
+"#;
+    Peer::spawn(Command::new(python3()).args(["-c", SCRIPT, connect, path, id]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockkeeper_holder_inspected_asked_then_forced() {
+    for server in both() {
+        let name = server.name();
+        let connect = server.connect_string();
+        let backend = format!("zk://{connect}");
+        let holder = Session::connect(&connect).await.unwrap();
+        let waiter = Session::connect(&connect).await.unwrap();
+        let guard = holder.mutex("/ir/lk").unwrap().lock().await.unwrap();
+        let next = tokio::spawn(async move { waiter.mutex("/ir/lk").unwrap().lock().await });
+        let json = loop {
+            let json = inspect_json(&backend, "/ir/lk").await;
+            if json["waiters"].as_array().is_some_and(|w| w.len() == 1) {
+                break json;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(json["kind"], "lock", "{name}: {json}");
+        let held = &json["holders"][0];
+        assert_eq!(held["node"], guard.node(), "{name}: {json}");
+        assert_eq!(held["kind"], "mutex");
+        assert_eq!(held["state"], "holds");
+        assert_eq!(held["token"], guard.fencing_token().get());
+        assert_eq!(held["session"], format!("0x{:016x}", holder.session_id()));
+        assert!(held["age_ms"].is_u64() && held["sequence"] == 0, "{json}");
+
+        let table = lockkeeper(&["inspect", "--backend", &backend, "/ir/lk"]).await;
+        assert_eq!(table.code, Some(0));
+        assert!(
+            table
+                .stdout
+                .starts_with("/ir/lk (lock): 1 holding, 1 waiting"),
+            "{}",
+            table.stdout
+        );
+
+        // Cooperative: the holder hears it and keeps the lock (it decides).
+        let asked = lockkeeper(&["revoke", "--backend", &backend, "/ir/lk"]).await;
+        assert_eq!(asked.code, Some(0), "{name}: {}", asked.stderr);
+        assert!(asked.stdout.contains(guard.node()), "{}", asked.stdout);
+        assert!(
+            asked.stdout.contains("revocation requested"),
+            "{}",
+            asked.stdout
+        );
+        timeout(LIMIT, guard.revocation_requested())
+            .await
+            .expect("the holder heard it");
+        assert!(guard.is_held());
+
+        // Forced: it does not let go, so after the grace its node is deleted.
+        let forced = lockkeeper(&[
+            "revoke",
+            "--backend",
+            &backend,
+            "--force",
+            "--grace",
+            "300ms",
+            "/ir/lk",
+        ])
+        .await;
+        assert_eq!(forced.code, Some(0), "{name}: {}", forced.stderr);
+        assert!(forced.stdout.contains("deleted after"), "{}", forced.stdout);
+        timeout(LIMIT, guard.lost())
+            .await
+            .expect("the holder sees its loss");
+        let next = timeout(LIMIT, next)
+            .await
+            .expect("the waiter is granted")
+            .unwrap()
+            .unwrap();
+        assert!(next.fencing_token() > guard.fencing_token());
+
+        // Bad use: a node that is not there, --grace without --force.
+        let unknown =
+            lockkeeper(&["revoke", "--backend", &backend, "--node", "nope", "/ir/lk"]).await;
+        assert_eq!(unknown.code, Some(64), "{}", unknown.stderr);
+        assert!(unknown.stderr.contains("nope"), "{}", unknown.stderr);
+        let grace = lockkeeper(&["revoke", "--backend", &backend, "--grace", "1s", "/ir/lk"]).await;
+        assert_eq!(grace.code, Some(64));
+        let bad = lockkeeper(&["inspect", "--backend", &backend, "no-slash"]).await;
+        assert_eq!(bad.code, Some(64), "{}", bad.stderr);
+        next.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_holder_releases_on_request_and_kazoo_holder_is_forced() {
+    for server in both() {
+        let name = server.name();
+        let connect = server.connect_string();
+        let backend = format!("zk://{connect}");
+
+        let mut curator = curator_revoke(&connect);
+        assert_eq!(curator.line().await, "READY", "{name}");
+        curator.send("hold mutex /ir/curator");
+        assert_eq!(curator.line().await, "OK held", "{name}");
+        let json = inspect_json(&backend, "/ir/curator").await;
+        let node = json["holders"][0]["node"]
+            .as_str()
+            .expect("a holder")
+            .to_owned();
+        assert_eq!(json["holders"][0]["kind"], "mutex", "{name}: {json}");
+        let asked = lockkeeper(&["revoke", "--backend", &backend, "/ir/curator"]).await;
+        assert_eq!(asked.code, Some(0), "{name}: {}", asked.stderr);
+        assert!(asked.stdout.contains(&node), "{}", asked.stdout);
+        assert_eq!(
+            curator.line().await,
+            "REVOKED released",
+            "{name}: Curator let go"
+        );
+        let after = inspect_json(&backend, "/ir/curator").await;
+        assert_eq!(
+            after["holders"].as_array().map(Vec::len),
+            Some(0),
+            "{after}"
+        );
+
+        let mut kazoo = kazoo_holder(&connect, "/ir/kazoo", "kz-holder");
+        assert_eq!(kazoo.line().await, "HELD", "{name}");
+        let json = inspect_json(&backend, "/ir/kazoo").await;
+        assert_eq!(json["holders"][0]["kind"], "kazoo-lock", "{name}: {json}");
+        assert_eq!(json["holders"][0]["data"], "kz-holder", "{name}: {json}");
+        let asked = lockkeeper(&["revoke", "--backend", &backend, "/ir/kazoo"]).await;
+        assert!(
+            asked.stdout.contains("kazoo holders do not listen"),
+            "{}",
+            asked.stdout
+        );
+        let forced = lockkeeper(&[
+            "revoke",
+            "--backend",
+            &backend,
+            "--force",
+            "--grace",
+            "300ms",
+            "/ir/kazoo",
+        ])
+        .await;
+        assert_eq!(forced.code, Some(0), "{name}: {}", forced.stderr);
+        assert!(forced.stdout.contains("deleted after"), "{}", forced.stdout);
+        let after = inspect_json(&backend, "/ir/kazoo").await;
+        assert_eq!(
+            after["holders"].as_array().map(Vec::len),
+            Some(0),
+            "{after}"
+        );
+        drop(kazoo);
+        curator.send("quit");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_lease_holder_inspected_and_forced_only() {
+    let server = RedisServer::start();
+    let backend = server.url();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let guard = redis.lease_lock("ir").lock().await.unwrap();
+
+    let json = inspect_json(&backend, "ir").await;
+    let held = &json["holders"][0];
+    assert_eq!(held["kind"], "lease", "{json}");
+    assert_eq!(held["key"], "lockkeeper:lease:{ir}");
+    assert_eq!(held["value"], guard.token());
+    assert_eq!(held["token"], guard.fencing_token().get());
+    assert!(held["ttl_ms"].as_i64().is_some_and(|ms| ms > 0), "{json}");
+    let table = lockkeeper(&["inspect", "--backend", &backend, "ir"]).await;
+    assert!(table.stdout.contains(guard.token()), "{}", table.stdout);
+
+    let asked = lockkeeper(&["revoke", "--backend", &backend, "ir"]).await;
+    assert_eq!(
+        asked.code,
+        Some(64),
+        "cooperative is not available on Redis"
+    );
+    assert!(
+        asked.stderr.contains("not available on Redis"),
+        "{}",
+        asked.stderr
+    );
+    let exists: i64 = redis
+        .command(redis::cmd("EXISTS").arg("lockkeeper:lease:{ir}"))
+        .await
+        .unwrap();
+    assert_eq!(exists, 1, "a refused revoke changes nothing");
+
+    let forced = lockkeeper(&[
+        "revoke",
+        "--backend",
+        &backend,
+        "--force",
+        "--grace",
+        "200ms",
+        "ir",
+    ])
+    .await;
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+    assert!(forced.stdout.contains("deleted after"), "{}", forced.stdout);
+    let exists: i64 = redis
+        .command(redis::cmd("EXISTS").arg("lockkeeper:lease:{ir}"))
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the holder's key is gone");
+    let none = inspect_json(&backend, "ir").await;
+    assert_eq!(none["holders"].as_array().map(Vec::len), Some(0), "{none}");
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_redraws_on_every_change_until_interrupted() {
+    for server in both() {
+        let name = server.name();
+        let connect = server.connect_string();
+        let backend = format!("zk://{connect}");
+        let mut watch = Peer::spawn(
+            Command::new(LOCKKEEPER)
+                .args([
+                    "inspect",
+                    "--backend",
+                    &backend,
+                    "--watch",
+                    "--json",
+                    "/ir/watch",
+                ])
+                .env_remove("LOCKKEEPER_BACKEND"),
+        );
+        let mut next = async || -> Value {
+            let line = watch.line().await;
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{name}: {e}: {line}"))
+        };
+        assert_eq!(next().await["kind"], "missing", "{name}");
+        let session = Session::connect(&connect).await.unwrap();
+        let guard = session.mutex("/ir/watch").unwrap().lock().await.unwrap();
+        // The parent's creation and the lock node's may come as one redraw or two.
+        let held = loop {
+            let seen = next().await;
+            if seen["holders"].as_array().is_some_and(|h| h.len() == 1) {
+                break seen;
+            }
+        };
+        assert_eq!(held["holders"][0]["node"], guard.node(), "{name}");
+        guard.release().await.unwrap();
+        // Redraws that still show the holder may be queued before the release's.
+        let mut redraws = 0;
+        while next().await["holders"].as_array().map(Vec::len) != Some(0) {
+            redraws += 1;
+            assert!(redraws < 10, "{name}: the release was never drawn");
+        }
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        unsafe { libc::kill(watch.child.id() as libc::pid_t, libc::SIGINT) };
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        let status = loop {
+            if let Some(status) = watch.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name}: still watching"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(status.code(), Some(0), "{name}: SIGINT ends a watch with 0");
+        session.close().await;
+    }
+}
