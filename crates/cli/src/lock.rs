@@ -217,20 +217,24 @@ async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut
 /// included) at once, rather than a session timeout later. The Redis locks clean up an
 /// abandoned wait (its place in line, an acquisition whose answer came too late) in spawned
 /// tasks, which the end of the process would cut short, leaving a dead place at the head of
-/// the line that turns `--try` callers away until it lapses: a few round trips on the same
-/// connection, each queued behind what those tasks sent, give them time to finish.
+/// the line that turns `--try` callers away until it lapses (3 s). Those tasks take a few
+/// round trips (a script unknown to the server costs two more), so this keeps the connection
+/// busy for at least five round trips and 50 ms, each queued behind what they sent; at most
+/// one second in all.
 async fn close(handle: &Handle) {
     match handle {
         Handle::Zk(session) => session.close().await,
         Handle::Redis(redis) => {
+            let started = Instant::now();
             let ping = redis::cmd("PING");
-            for _ in 0..3 {
+            for round in 0.. {
+                if round >= 5 && started.elapsed() >= Duration::from_millis(50) {
+                    break;
+                }
                 tokio::task::yield_now().await;
-                let ping = redis.command::<String>(&ping);
-                if tokio::time::timeout(Duration::from_millis(500), ping)
-                    .await
-                    .is_err()
-                {
+                let left = Duration::from_secs(1).saturating_sub(started.elapsed());
+                let answer = tokio::time::timeout(left, redis.command::<String>(&ping)).await;
+                if !matches!(answer, Ok(Ok(_))) {
                     break;
                 }
             }
