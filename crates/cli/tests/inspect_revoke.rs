@@ -416,3 +416,56 @@ async fn watch_redraws_on_every_change_until_interrupted() {
         session.close().await;
     }
 }
+
+/// A watch follows its session through a server restart: it redraws once reconnected (the new
+/// connection may be a new session, which has no watches), and changes after that are drawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_redraws_after_a_reconnect_and_keeps_watching() {
+    if lockkeeper_testkit::backend_enabled("keeper") {
+        let mut keeper = lockkeeper_testkit::Keeper::start();
+        let connect = lockkeeper_testkit::TestServer::connect_string(&keeper);
+        watch_through_restart("keeper", &connect, || keeper.restart()).await;
+    }
+    if lockkeeper_testkit::backend_enabled("zookeeper") {
+        let mut zk = lockkeeper_testkit::ApacheZk::start();
+        let connect = lockkeeper_testkit::TestServer::connect_string(&zk);
+        watch_through_restart("zookeeper", &connect, || zk.restart()).await;
+    }
+}
+
+async fn watch_through_restart(name: &str, connect: &str, restart: impl FnOnce()) {
+    let backend = format!("zk://{connect}");
+    let mut watch = Peer::spawn(
+        Command::new(LOCKKEEPER)
+            .args([
+                "inspect",
+                "--backend",
+                &backend,
+                "--watch",
+                "--json",
+                "/ir/again",
+            ])
+            .env_remove("LOCKKEEPER_BACKEND"),
+    );
+    let first = watch.line().await;
+    assert!(first.contains(r#""kind":"missing""#), "{name}: {first}");
+    restart();
+    let redrawn = watch.line().await;
+    assert!(
+        redrawn.contains(r#""kind":"missing""#),
+        "{name}: redraw after reconnect: {redrawn}"
+    );
+    let session = Session::connect(connect).await.unwrap();
+    let guard = session.mutex("/ir/again").unwrap().lock().await.unwrap();
+    let mut lines = 0;
+    loop {
+        let line = watch.line().await;
+        if line.contains(guard.node()) {
+            break;
+        }
+        lines += 1;
+        assert!(lines < 10, "{name}: the new holder was never drawn");
+    }
+    guard.release().await.unwrap();
+    session.close().await;
+}
