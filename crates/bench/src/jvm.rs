@@ -17,14 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use super::BoxError;
-use super::process::die_with_parent;
-
-/// Debian's Curator 5 and ZooKeeper client jars, with a logger that discards (Curator would
-/// otherwise warn that it has none).
-pub const CURATOR_CLASSPATH: &str = "/usr/share/java/curator-recipes.jar:\
-    /usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:\
-    /usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:\
-    /usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar";
+use lockkeeper_testkit::{die_with_parent, javac_command};
 
 /// Bound on compiling a program and on a JVM's start.
 pub const START_LIMIT: Duration = Duration::from_secs(120);
@@ -61,13 +54,7 @@ impl Classes {
         let javac = javac_next_to(java);
         let compiled = tokio::time::timeout(
             START_LIMIT,
-            Command::new(&javac)
-                .args(["-nowarn", "-encoding", "UTF-8", "-d"])
-                .arg(dir.path())
-                .arg("-cp")
-                .arg(classpath)
-                .args(&files)
-                .stdin(Stdio::null())
+            Command::from(javac_command(&javac, dir.path(), classpath, &files))
                 .kill_on_drop(true)
                 .output(),
         )

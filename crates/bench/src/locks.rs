@@ -69,7 +69,7 @@ pub struct LockArgs {
 
     /// With --locks or --recipes: class path with Curator 5 and the ZooKeeper client, for the
     /// Curator side.
-    #[arg(long, value_name = "CLASSPATH", default_value = curator::DEFAULT_CLASSPATH)]
+    #[arg(long, value_name = "CLASSPATH", default_value_t = lockkeeper_testkit::curator_classpath_unchecked())]
     pub curator_classpath: String,
 }
 
@@ -286,7 +286,10 @@ mod tests {
             ),
             (2000, 8, 32)
         );
-        assert_eq!(args.locks.curator_classpath, curator::DEFAULT_CLASSPATH);
+        assert_eq!(
+            args.locks.curator_classpath,
+            lockkeeper_testkit::curator_classpath_unchecked()
+        );
         let args =
             parse(&["--locks", "--lock-clients", "4", "--lock-handoffs", "10"]).expect("parse");
         assert_eq!((args.locks.lock_clients, args.locks.lock_handoffs), (4, 10));
@@ -311,7 +314,7 @@ mod tests {
             .expect("ZooKeeper starts");
         let settings = Settings {
             launcher,
-            curator_classpath: curator::DEFAULT_CLASSPATH.to_string(),
+            curator_classpath: lockkeeper_testkit::curator_classpath_unchecked(),
             limit: Duration::from_secs(30),
             warmup: Duration::from_secs(5),
             cycles: 5,

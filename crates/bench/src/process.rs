@@ -10,12 +10,13 @@
 use std::fmt;
 use std::fs;
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use lockkeeper_load::procfs::rss_kib;
+use lockkeeper_testkit::{ZkOptions, die_with_parent, try_free_port};
 
 /// Which server a child process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -293,7 +294,7 @@ fn launch(
     data_dir: &Path,
     log_path: &Path,
 ) -> io::Result<(Child, SocketAddr, Instant)> {
-    let port = free_port()?;
+    let port = try_free_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let log = fs::OpenOptions::new()
         .create(true)
@@ -375,81 +376,39 @@ impl Drop for ChildServer {
     }
 }
 
-/// A port that was free a moment ago on 127.0.0.1. The server binds it right after; the window
-/// in which another process could take it is small, and a clash shows up as a start-up error.
-pub fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A standalone ZooKeeper configuration: loopback only, no admin HTTP server, four-letter words
-/// allowed, and otherwise ZooKeeper's defaults (`forceSync=yes` unless told otherwise).
+/// The zoo.cfg of a benchmarked ZooKeeper: testkit's standalone loopback configuration with
+/// ZooKeeper's own defaults (2 s ticks, 60 connections per address) but for `forceSync` and
+/// `snapCount`, which the benchmark sets from its flags.
 fn zoo_cfg(data_dir: &Path, port: u16, force_sync: bool, options: &ServerOptions) -> String {
-    let mut cfg = format!(
-        "tickTime=2000\n\
-         dataDir={}\n\
-         clientPort={port}\n\
-         clientPortAddress=127.0.0.1\n\
-         admin.enableServer=false\n\
-         4lw.commands.whitelist=*\n",
-        data_dir.display()
-    );
-    if !force_sync {
-        cfg.push_str("forceSync=no\n");
+    ZkOptions {
+        force_sync,
+        snap_count: options.snap_count,
+        ..ZkOptions::default()
     }
-    if let Some(n) = options.snap_count {
-        cfg.push_str(&format!("snapCount={n}\n"));
-    }
-    cfg
+    .zoo_cfg(data_dir, port)
 }
-
-/// Asks the kernel to kill the child if this process dies without running its destructors
-/// (SIGKILL, abort), so a server is never orphaned.
-///
-/// Linux delivers the signal when the *thread* that forked exits, so children must be spawned
-/// from a thread that lives as long as the benchmark: the runtime's main or worker threads, never
-/// a `spawn_blocking` thread (those are retired when idle).
-#[cfg(target_os = "linux")]
-pub(crate) fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which is
-    // async-signal-safe; it allocates nothing and touches no lock.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn die_with_parent(_cmd: &mut Command) {}
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
     #[test]
-    fn zoo_cfg_binds_loopback_on_the_given_port() {
+    fn zoo_cfg_carries_the_flags_and_zookeepers_defaults() {
         let none = ServerOptions::default();
         let cfg = zoo_cfg(Path::new("/tmp/x"), 4242, true, &none);
-        assert!(cfg.contains("clientPort=4242\n"));
-        assert!(cfg.contains("clientPortAddress=127.0.0.1\n"));
-        assert!(cfg.contains("dataDir=/tmp/x\n"));
+        assert!(cfg.contains("clientPort=4242\n"), "{cfg}");
+        assert!(cfg.contains("tickTime=2000\n"), "{cfg}");
+        assert!(cfg.contains("maxClientCnxns=60\n"), "{cfg}");
         assert!(
-            !cfg.contains("forceSync"),
-            "the default (yes) is left to ZooKeeper"
+            !cfg.contains("forceSync") && !cfg.contains("snapCount"),
+            "{cfg}"
         );
-        assert!(
-            !cfg.contains("snapCount"),
-            "ZooKeeper's default unless asked"
-        );
-        assert!(zoo_cfg(Path::new("/tmp/x"), 4242, false, &none).contains("forceSync=no\n"));
         let snap = ServerOptions {
             snap_count: Some(750),
         };
-        assert!(zoo_cfg(Path::new("/tmp/x"), 4242, true, &snap).contains("snapCount=750\n"));
+        let cfg = zoo_cfg(Path::new("/tmp/x"), 4242, false, &snap);
+        assert!(cfg.contains("forceSync=no\n"), "{cfg}");
+        assert!(cfg.contains("snapCount=750\n"), "{cfg}");
     }
 
     /// A launcher whose "Keeper" is a shell script, so process handling is tested without

@@ -424,9 +424,9 @@ async fn handoff_run(
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::jvm::CURATOR_CLASSPATH;
     use super::super::tests::{launcher, parse};
     use super::*;
+    use lockkeeper_testkit::curator_classpath_unchecked;
 
     /// Settings for tests that only need their shape.
     pub fn settings() -> Settings {
@@ -434,7 +434,7 @@ pub(super) mod tests {
         Settings::from_args(
             &args.recipes,
             launcher(),
-            CURATOR_CLASSPATH,
+            &curator_classpath_unchecked(),
             Duration::from_secs(5),
             Duration::from_secs(2),
             Duration::from_secs(30),
@@ -503,7 +503,7 @@ pub(super) mod tests {
         let s = Settings::from_args(
             &all.recipes,
             launcher(),
-            CURATOR_CLASSPATH,
+            &curator_classpath_unchecked(),
             Duration::from_secs(5),
             Duration::from_secs(2),
             Duration::from_secs(30),

@@ -16,16 +16,16 @@
 //!
 //! Bounded like every mode of the benchmark: by `--duration` and `--max-ops` per run, and by a
 //! timeout on the Python child. The redis-server it starts (unless `--redis-url` is given) is
-//! killed on every way out, SIGKILL of the benchmark included (parent-death signal).
+//! testkit's, killed on every way out, SIGKILL of the benchmark included (testkit's watcher kills
+//! it within a second of this process's end; the Python child dies with the parent-death signal).
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use lockkeeper::redis::{Redis, RedisOptions};
+use lockkeeper_testkit::RedisServer;
 use tokio::time::Instant;
 
 use super::BoxError;
@@ -37,7 +37,6 @@ use python::PyFigures;
 
 /// The lease both clients set: redis-py's `Lock(timeout=30)`, lockkeeper's `.lease(30 s)`.
 const LEASE: Duration = Duration::from_secs(30);
-const START_LIMIT: Duration = Duration::from_secs(30);
 
 /// The flags of `lockkeeper-bench --redis`.
 #[derive(clap::Args, Debug)]
@@ -100,13 +99,19 @@ pub struct Settings {
 
 /// Runs both workloads on both clients, prints the table and the ratios, returns the JSON.
 pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+    // testkit's throwaway redis-server (no persistence, killed on drop and if this process
+    // dies); its start blocks while it waits for PONG, so it runs off the runtime's threads.
     let server = match &settings.url {
         Some(_) => None,
-        None => Some(RedisChild::start().await?),
+        None => Some(
+            tokio::task::spawn_blocking(RedisServer::try_start)
+                .await
+                .map_err(|e| format!("starting redis-server: {e}"))??,
+        ),
     };
     let url = match (&settings.url, &server) {
         (Some(url), _) => url.clone(),
-        (None, Some(server)) => format!("redis://{}", server.addr),
+        (None, Some(server)) => server.url(),
         (None, None) => unreachable!("a server is started when no URL is given"),
     };
     // Everything this run writes lives under this prefix and is deleted at the end.
@@ -544,80 +549,4 @@ async fn remove_keys(redis: &Redis, prefix: &str) -> Result<(), BoxError> {
         cursor = next;
     }
     Err("SCAN did not finish".into())
-}
-
-/// A redis-server on a free loopback port, without persistence, killed on drop (and by the
-/// kernel if the benchmark dies first).
-struct RedisChild {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisChild {
-    async fn start() -> Result<RedisChild, BoxError> {
-        let mut failures = Vec::new();
-        for _ in 0..4 {
-            let dir = tempfile::Builder::new()
-                .prefix("lockkeeper-bench-redis-")
-                .tempdir()?;
-            let log_path = dir.path().join("redis.log");
-            let log = std::fs::File::create(&log_path)?;
-            let port = super::process::free_port()?;
-            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-            let mut command = std::process::Command::new("redis-server");
-            command
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .arg("--dir")
-                .arg(dir.path())
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log);
-            python::die_with_parent(&mut command);
-            let child = command.spawn().map_err(|e| {
-                format!("cannot run redis-server ({e}); install the Debian package `redis-server`")
-            })?;
-            let mut server = RedisChild {
-                child,
-                addr,
-                _dir: dir,
-            };
-            match server.wait_ready().await {
-                Ok(()) => return Ok(server),
-                Err(why) => {
-                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                    if !log.contains("Address already in use") {
-                        return Err(format!("redis-server on {addr} {why}; its log:\n{log}").into());
-                    }
-                    failures.push(format!("port {port} was taken"));
-                }
-            }
-        }
-        Err(format!("redis-server did not start: {}", failures.join("; ")).into())
-    }
-
-    async fn wait_ready(&mut self) -> Result<(), String> {
-        let url = format!("redis://{}", self.addr);
-        let started = Instant::now();
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("exited ({status})"));
-            }
-            if Redis::connect(&url).await.is_ok() {
-                return Ok(());
-            }
-            if started.elapsed() > START_LIMIT {
-                return Err(format!("not answering after {START_LIMIT:?}"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for RedisChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

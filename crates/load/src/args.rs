@@ -115,6 +115,66 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LoadArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.load)
+    }
+
+    #[test]
+    fn defaults_match_the_documented_ones() {
+        let load = parse(&[]).expect("defaults parse");
+        assert_eq!(load.sessions, vec![1, 8]);
+        assert_eq!(load.session_counts(), vec![1, 8]);
+        assert_eq!(load.pipeline, 64);
+        assert_eq!(load.workload, vec![Workload::CreateDelete, Workload::Get]);
+        assert_eq!(load.duration, Duration::from_secs(5));
+        assert_eq!(load.warmup, Duration::from_secs(2));
+        assert_eq!(load.max_ops, 5_000_000);
+        assert_eq!(load.rss_znodes, 100_000);
+        assert_eq!(load.data_size, 16);
+        assert_eq!(load.connect_timeout, Duration::from_secs(30));
+        assert!(load.json.is_none() && !load.no_progress);
+    }
+
+    #[test]
+    fn lists_and_enums_parse_into_the_plan() {
+        let load = parse(&[
+            "--sessions",
+            "1,4,16",
+            "--workload",
+            "get",
+            "--duration",
+            "500ms",
+            "--pipeline",
+            "8",
+            "--no-progress",
+        ])
+        .expect("parse");
+        assert_eq!(load.session_counts(), vec![1, 4, 16]);
+        assert_eq!(load.workload, vec![Workload::Get]);
+        let plan = load.plan("127.0.0.1:2281".into(), Some(42));
+        assert_eq!(plan.connect, "127.0.0.1:2281");
+        assert_eq!(plan.duration, Duration::from_millis(500));
+        assert_eq!(plan.pipeline, 8);
+        assert_eq!(plan.server_pid, Some(42));
+        assert!(!plan.progress);
+    }
+
+    #[test]
+    fn out_of_range_flags_are_refused() {
+        assert!(parse(&["--sessions", "0"]).is_err());
+        assert!(parse(&["--pipeline", "0"]).is_err());
+        assert!(parse(&["--workload", "set"]).is_err());
+        assert!(parse(&["--duration", "soon"]).is_err());
+        assert!(parse(&["--data-size", "1000001"]).is_err());
+    }
 
     #[test]
     fn durations_parse_in_common_units() {

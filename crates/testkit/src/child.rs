@@ -2,6 +2,8 @@
 //!
 //! A server is killed and reaped when its handle is dropped; if the test process dies first
 //! (a runner killing a test that timed out runs no destructor), a watcher kills it instead.
+//! Programs that time their children's start (the benchmark) use [`die_with_parent`] instead of
+//! the watcher: the kernel's parent-death signal adds no shell in front of the child.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -41,6 +43,31 @@ pub(crate) fn guarded_command(marker: &Path, program: impl AsRef<OsStr>) -> Comm
         .arg(program);
     command
 }
+
+/// Asks the kernel to SIGKILL the child when the thread that spawns it exits, however it exits
+/// (SIGKILL included), so that no server or peer program outlives the process that started it.
+///
+/// Linux ties the signal to the spawning *thread*: spawn from threads that live as long as the
+/// program (a runtime's main or worker threads), never from a `spawn_blocking` thread, which is
+/// retired when idle. Elsewhere this does nothing, and drop handlers are the only guard.
+#[cfg(target_os = "linux")]
+pub fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which is
+    // async-signal-safe; it allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Does nothing off Linux (there is no parent-death signal); drop handlers still kill.
+#[cfg(not(target_os = "linux"))]
+pub fn die_with_parent(_command: &mut Command) {}
 
 pub(crate) fn kill_and_reap(child: &mut Child) {
     // `Child::kill` signals exactly this PID; an already-exited child is not an error here.

@@ -35,16 +35,17 @@ mod zk;
 
 use std::net::SocketAddr;
 
+pub use child::die_with_parent;
 pub use fourlw::{four_letter_word, try_four_letter_word};
 pub use keeper::Keeper;
-pub use ports::free_port;
+pub use ports::{free_port, try_free_port};
 pub use redis::RedisServer;
 pub use redis_cluster::RedisCluster;
 pub use redis_node::{NodeOptions, RedisNode};
 pub use sentinel::RedisSentinel;
 pub use tools::{
-    JAVA_LIB_DIR, ZKCLI, compile_java, curator_classpath, find_on_path, java, java_classpath,
-    java_jar, javac, python3, zkcli,
+    JAVA_LIB_DIR, ZKCLI, compile_java, curator_classpath, curator_classpath_unchecked,
+    find_on_path, java, java_classpath, java_jar, javac, javac_command, python3, zkcli,
 };
 pub use zk::{ApacheZk, ZkOptions};
 

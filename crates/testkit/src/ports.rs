@@ -7,31 +7,38 @@
 //! the short window before our server binds it; callers that can retry (see `ApacheZk`) do.
 
 use std::collections::HashSet;
+use std::io;
 use std::net::{Ipv4Addr, TcpListener};
 use std::sync::Mutex;
 
 static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 
 /// A port on 127.0.0.1 that was free a moment ago and that this process has not handed out
-/// before.
+/// before. Panics when none can be found, which on a working machine does not happen.
 pub fn free_port() -> u16 {
+    try_free_port().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`free_port`] for programs that report failures instead of panicking (the benchmark).
+pub fn try_free_port() -> io::Result<u16> {
     // Bounded: the ephemeral range has thousands of ports, so a few hundred tries always suffice.
     for _ in 0..512 {
-        let listener =
-            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0 for a free port");
-        let port = listener
-            .local_addr()
-            .expect("local_addr of a bound listener")
-            .port();
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| {
+            io::Error::new(e.kind(), format!("bind 127.0.0.1:0 for a free port: {e}"))
+        })?;
+        let port = listener.local_addr()?.port();
         drop(listener);
         let mut handed_out = HANDED_OUT
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if handed_out.get_or_insert_with(HashSet::new).insert(port) {
-            return port;
+            return Ok(port);
         }
     }
-    panic!("no free port on 127.0.0.1 after 512 tries");
+    Err(io::Error::new(
+        io::ErrorKind::AddrNotAvailable,
+        "no free port on 127.0.0.1 after 512 tries",
+    ))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::child::{guarded_command, kill_and_reap, tail};
-use crate::ports::free_port;
+use crate::ports::try_free_port;
 use crate::tools::find_on_path;
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,20 +28,28 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts redis-server on a free 127.0.0.1 port; returns once it answers `PING`.
+    /// Starts redis-server on a free 127.0.0.1 port; returns once it answers `PING`. Panics
+    /// with the server's log when it cannot start.
     pub fn start() -> RedisServer {
-        let program = find_on_path("redis-server").unwrap_or_else(|| {
-            panic!("no `redis-server` on PATH: install the Debian package `redis-server`")
-        });
+        RedisServer::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`RedisServer::start`] for programs that report failures instead of panicking (the
+    /// benchmark): the error names the missing program, or carries the server's log.
+    pub fn try_start() -> Result<RedisServer, String> {
+        let program = find_on_path("redis-server")
+            .ok_or("no `redis-server` on PATH: install the Debian package `redis-server`")?;
         let dir = tempfile::Builder::new()
             .prefix("lockkeeper-redis-")
             .tempdir()
-            .expect("create a temporary directory for redis-server");
+            .map_err(|e| format!("create a temporary directory for redis-server: {e}"))?;
         let log_path = dir.path().join(LOG_FILE);
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            let port = free_port();
-            let log = fs::File::create(&log_path).expect("create the redis log");
+            let port = try_free_port().map_err(|e| e.to_string())?;
+            let log = fs::File::create(&log_path)
+                .and_then(|log| Ok((log.try_clone()?, log)))
+                .map_err(|e| format!("create the redis log {}: {e}", log_path.display()))?;
             let mut command = guarded_command(dir.path(), &program);
             command
                 .current_dir(dir.path())
@@ -53,9 +61,11 @@ impl RedisServer {
                 // Keep the command line (it names our directory) for the orphan guard.
                 .args(["--set-proc-title", "no", "--protected-mode", "yes"])
                 .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("dup the redis log"))
-                .stderr(log);
-            let mut child = command.spawn().expect("spawn redis-server");
+                .stdout(log.0)
+                .stderr(log.1);
+            let mut child = command
+                .spawn()
+                .map_err(|e| format!("spawn {}: {e}", program.display()))?;
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
             let started = Instant::now();
             let outcome = loop {
@@ -74,26 +84,29 @@ impl RedisServer {
             match outcome {
                 Ok(()) => {
                     let pid = child.id();
-                    return RedisServer {
+                    return Ok(RedisServer {
                         child: Mutex::new(child),
                         pid,
                         addr,
                         dir,
-                    };
+                    });
                 }
                 Err(why) => {
                     let log = fs::read_to_string(&log_path).unwrap_or_default();
                     if !log.contains("Address already in use") {
-                        panic!("redis-server on {addr} {why}; log:\n{}", tail(&log, 40));
+                        return Err(format!(
+                            "redis-server on {addr} {why}; log:\n{}",
+                            tail(&log, 40)
+                        ));
                     }
                     failures.push(format!("port {port} was taken"));
                 }
             }
         }
-        panic!(
+        Err(format!(
             "redis-server did not start after {START_ATTEMPTS} attempts: {}",
             failures.join("; ")
-        );
+        ))
     }
 
     /// The loopback address it listens on.

@@ -120,12 +120,44 @@ fn is_executable(path: &Path) -> bool {
 
 /// Curator, ZooKeeper's client and their dependencies, plus a logger that discards (so a Java
 /// program's output is only what it prints itself): the classpath of the Curator test programs.
+/// Panics naming the Debian package of a missing jar.
 pub fn curator_classpath() -> String {
     format!(
         "{}:{}",
         java_classpath(),
         java_jar("slf4j-nop", "libslf4j-java").display()
     )
+}
+
+/// The jars of [`curator_classpath`] where Debian installs them, not checked: for a program that
+/// takes the classpath as a flag and reports a missing jar when `javac` or `java` fails.
+pub fn curator_classpath_unchecked() -> String {
+    CLIENT_JARS
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(["slf4j-nop"])
+        .map(|name| format!("{JAVA_LIB_DIR}/{name}.jar"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// `javac` compiling `sources` against `classpath` into `out_dir`, warnings off, sources read as
+/// UTF-8: the one way Java programs are compiled, by [`compile_java`] and by the benchmark.
+pub fn javac_command(
+    javac: &Path,
+    out_dir: &Path,
+    classpath: &str,
+    sources: &[PathBuf],
+) -> std::process::Command {
+    let mut command = std::process::Command::new(javac);
+    command
+        .args(["-nowarn", "-encoding", "UTF-8", "-d"])
+        .arg(out_dir)
+        .arg("-cp")
+        .arg(classpath)
+        .args(sources)
+        .stdin(std::process::Stdio::null());
+    command
 }
 
 /// Compiles every `.java` file in `sources` against [`curator_classpath`] into a directory
@@ -165,13 +197,7 @@ pub fn compile_java(sources: &Path, cache: &Path, label: &str) -> PathBuf {
         .prefix(&format!("{label}-classes-build-"))
         .tempdir_in(cache)
         .expect("create a staging directory for javac");
-    let output = std::process::Command::new(javac())
-        .args(["-nowarn", "-encoding", "UTF-8", "-d"])
-        .arg(staging.path())
-        .arg("-cp")
-        .arg(curator_classpath())
-        .args(&files)
-        .stdin(std::process::Stdio::null())
+    let output = javac_command(&javac(), staging.path(), &curator_classpath(), &files)
         .output()
         .expect("run javac");
     assert!(
@@ -193,4 +219,35 @@ pub fn compile_java(sources: &Path, cache: &Path, label: &str) -> PathBuf {
     }
     // Something incomplete is in the way (left by an interrupted run): use our own copy.
     staged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unchecked_curator_classpath_is_the_checked_one() {
+        // scripts/test installs the jars, so the checked list does not panic here.
+        assert_eq!(curator_classpath_unchecked(), curator_classpath());
+        let javac = javac_command(
+            Path::new("/jdk/bin/javac"),
+            Path::new("/out"),
+            "a.jar",
+            &[PathBuf::from("A.java")],
+        );
+        let args: Vec<_> = javac.get_args().collect();
+        assert_eq!(
+            args,
+            [
+                "-nowarn",
+                "-encoding",
+                "UTF-8",
+                "-d",
+                "/out",
+                "-cp",
+                "a.jar",
+                "A.java"
+            ]
+        );
+    }
 }

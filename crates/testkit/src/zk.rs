@@ -42,6 +42,11 @@ pub struct ZkOptions {
     pub max_client_cnxns: u32,
     /// `zookeeper.DigestAuthenticationProvider.superDigest`, e.g. `super:<base64 sha1>`.
     pub super_digest: Option<String>,
+    /// `forceSync`: fsync the transaction log before replying. ZooKeeper's default (`true`) is
+    /// left out of zoo.cfg; the benchmark turns it off to measure ZooKeeper without fsync.
+    pub force_sync: bool,
+    /// `snapCount`: transactions between snapshots; `None` keeps ZooKeeper's default.
+    pub snap_count: Option<u64>,
 }
 
 impl Default for ZkOptions {
@@ -52,6 +57,8 @@ impl Default for ZkOptions {
             container_check_interval_ms: 1000,
             max_client_cnxns: 60,
             super_digest: None,
+            force_sync: true,
+            snap_count: None,
         }
     }
 }
@@ -207,7 +214,7 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
     fs::create_dir_all(&data_dir).map_err(|e| StartError::Failed(format!("{e}")))?;
     let cfg_path = dir.join("zoo.cfg");
     let log4j_path = dir.join("log4j.properties");
-    fs::write(&cfg_path, zoo_cfg(&data_dir, port, opts))
+    fs::write(&cfg_path, opts.zoo_cfg(&data_dir, port))
         .and_then(|()| fs::write(&log4j_path, LOG4J_PROPERTIES))
         .map_err(|e| StartError::Failed(format!("write ZooKeeper config: {e}")))?;
     let log_path = dir.join(LOG_FILE);
@@ -322,21 +329,32 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
     }
 }
 
-fn zoo_cfg(data_dir: &Path, port: u16, opts: &ZkOptions) -> String {
-    format!(
-        "tickTime={tick}\n\
-         dataDir={data}\n\
-         clientPort={port}\n\
-         clientPortAddress=127.0.0.1\n\
-         maxClientCnxns={cnxns}\n\
-         admin.enableServer=false\n\
-         4lw.commands.whitelist=*\n\
-         standaloneEnabled=true\n\
-         autopurge.purgeInterval=0\n",
-        tick = opts.tick_time_ms,
-        data = data_dir.display(),
-        cnxns = opts.max_client_cnxns,
-    )
+impl ZkOptions {
+    /// A standalone zoo.cfg for these options: `dataDir`, loopback only on `port`, no admin HTTP
+    /// server, every four-letter word allowed. Tests and the benchmark both write this one.
+    pub fn zoo_cfg(&self, data_dir: &Path, port: u16) -> String {
+        let mut cfg = format!(
+            "tickTime={tick}\n\
+             dataDir={data}\n\
+             clientPort={port}\n\
+             clientPortAddress=127.0.0.1\n\
+             maxClientCnxns={cnxns}\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             standaloneEnabled=true\n\
+             autopurge.purgeInterval=0\n",
+            tick = self.tick_time_ms,
+            data = data_dir.display(),
+            cnxns = self.max_client_cnxns,
+        );
+        if !self.force_sync {
+            cfg.push_str("forceSync=no\n");
+        }
+        if let Some(n) = self.snap_count {
+            cfg.push_str(&format!("snapCount={n}\n"));
+        }
+        cfg
+    }
 }
 
 /// Everything to the console (which is the log file): INFO is enough to see why a start
@@ -347,3 +365,34 @@ log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
 log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
 log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} [%t] %-5p %c{1} - %m%n
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zoo_cfg_binds_loopback_on_the_given_port() {
+        let opts = ZkOptions::default();
+        let cfg = opts.zoo_cfg(Path::new("/tmp/x"), 4242);
+        assert!(cfg.contains("clientPort=4242\n"));
+        assert!(cfg.contains("clientPortAddress=127.0.0.1\n"));
+        assert!(cfg.contains("dataDir=/tmp/x\n"));
+        assert!(cfg.contains("maxClientCnxns=60\n"));
+        assert!(
+            !cfg.contains("forceSync"),
+            "the default (yes) is left to ZooKeeper"
+        );
+        assert!(
+            !cfg.contains("snapCount"),
+            "ZooKeeper's default unless asked"
+        );
+        let tuned = ZkOptions {
+            force_sync: false,
+            snap_count: Some(750),
+            ..ZkOptions::default()
+        };
+        let cfg = tuned.zoo_cfg(Path::new("/tmp/x"), 4242);
+        assert!(cfg.contains("forceSync=no\n"), "{cfg}");
+        assert!(cfg.contains("snapCount=750\n"), "{cfg}");
+    }
+}

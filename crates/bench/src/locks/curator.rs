@@ -15,8 +15,6 @@ use super::measure::{Contended, Uncontended};
 use crate::BoxError;
 use crate::jvm::{Classes, Jvm, START_LIMIT};
 
-pub use crate::jvm::CURATOR_CLASSPATH as DEFAULT_CLASSPATH;
-
 /// The Java program, carried by the binary.
 const SOURCE: &str = include_str!("../CuratorLockBench.java");
 const CLASS: &str = "CuratorLockBench";

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use lockkeeper_testkit::die_with_parent;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
@@ -27,7 +28,6 @@ use super::Settings;
 use super::report::Report;
 use crate::BoxError;
 use crate::jvm::{Classes, StderrTail};
-use crate::process::die_with_parent;
 use crate::stats::Json;
 use crate::versus::{Client, Combo, Target};
 use crate::workload::{close_session, open_session};

@@ -7,6 +7,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use lockkeeper_testkit::die_with_parent;
+
 use super::Settings;
 use crate::BoxError;
 use crate::stats::Json;
@@ -206,26 +208,6 @@ fn quoted(text: &str) -> Option<(&str, &str)> {
     let content = &body[..end];
     (!content.contains('\\')).then_some((content, &body[end + 1..]))
 }
-
-/// Asks the kernel to kill the child when the benchmark dies, even by SIGKILL, so that neither
-/// the redis-server nor the Python client outlives it.
-#[cfg(target_os = "linux")]
-pub(super) fn die_with_parent(command: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: runs in the forked child before exec and only calls prctl(2), which is
-    // async-signal-safe; it allocates nothing and takes no lock.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(super) fn die_with_parent(_command: &mut std::process::Command) {}
 
 #[cfg(test)]
 mod tests {
