@@ -196,12 +196,18 @@ fn one_leader_at_a_time_across_cli_and_curator_with_failover_on_sigkill() {
             assert_eq!(read(&markers.join("violations")), "", "{name}");
             match participants[n].take() {
                 Some(Participant::Cli(cli)) => {
+                    // The script notes its term just after taking the marker.
+                    let term_of = || {
+                        read(&markers.join("terms"))
+                            .lines()
+                            .find(|line| line.starts_with(&format!("{id} ")))
+                            .map(str::to_owned)
+                    };
+                    wait_until(&format!("{name}: {id} notes its term"), || {
+                        term_of().is_some()
+                    });
                     cli.signal(libc::SIGKILL);
-                    let terms = read(&markers.join("terms"));
-                    let term = terms
-                        .lines()
-                        .find(|line| line.starts_with(&format!("{id} ")))
-                        .unwrap_or_else(|| panic!("{name}: no term of {id} in {terms}"));
+                    let term = term_of().expect("the term was noted");
                     let pid: libc::pid_t = term
                         .rsplit(' ')
                         .next()
