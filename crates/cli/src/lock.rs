@@ -130,6 +130,9 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             // The acquisition is dropped, which withdraws it; closing ends the session now
             // rather than a session timeout from now.
             eprintln!("lockkeeper lock: interrupted while waiting for {name}");
+            if let Handle::Zk(session) = &handle {
+                withdrawn(session, name, kind).await;
+            }
             close(&handle).await;
             return Ok(128 + sig as u8);
         }
@@ -238,6 +241,25 @@ async fn close(handle: &Handle) {
                     break;
                 }
             }
+        }
+    }
+}
+
+/// Waits (at most a second) until no node of this session is left under the lock: a dropped
+/// acquisition deletes its waiting node in a spawned task, and closing the session before that
+/// task has run would leave the node to the session's expiry, ahead of every later caller.
+async fn withdrawn(session: &Session, name: &str, kind: Kind) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let inspection = match kind {
+            Kind::Semaphore(n) => session.inspect_semaphore(name, n).await,
+            _ => session.inspect(name).await,
+        };
+        let ours = session.session_id();
+        match inspection {
+            Ok(found) if found.participants.iter().all(|p| p.session_id != ours) => return,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => return,
         }
     }
 }

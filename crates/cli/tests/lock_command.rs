@@ -636,6 +636,25 @@ fn exit_codes(backend: &str, name: &str) {
         "{}",
         describe(&timed)
     );
+    // A waiter interrupted while queued exits 128 + 2 and leaves no place behind: the `--try`
+    // after the release below would find it ahead in the queue.
+    let waiter = lock_command(backend, &[name, "--", "true"])
+        .spawn()
+        .expect("start a waiter");
+    std::thread::sleep(Duration::from_secs(1));
+    signal(waiter.id(), libc::SIGINT);
+    let interrupted = finish(waiter, Duration::from_secs(20), "the interrupted waiter");
+    assert_eq!(
+        code(&interrupted),
+        130,
+        "{backend}\n{}",
+        describe(&interrupted)
+    );
+    assert!(
+        stderr(&interrupted).contains("interrupted while waiting"),
+        "{}",
+        describe(&interrupted)
+    );
     signal(holder.id(), libc::SIGTERM);
     let held = finish(holder, Duration::from_secs(20), "the holder");
     assert_eq!(code(&held), 0, "{backend}\n{}", describe(&held));
