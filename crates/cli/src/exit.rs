@@ -3,20 +3,25 @@
 //! They follow BSD's `sysexits.h` where it has a meaning that fits, so scripts and cron wrappers
 //! can tell "someone else holds it" from "the backend is down" from "the command failed".
 //! A child's own exit code passes through unchanged (128 + N when it died of signal N), so
-//! these codes are chosen above the range a well-behaved program usually returns.
+//! these codes are chosen above the range a well-behaved program usually returns. A wait for
+//! a lock that a signal N interrupts also ends with 128 + N, as a shell reports a process that
+//! signal ended.
 
 use std::process::ExitCode;
 
 /// Bad usage: an unknown flag, a malformed backend URL, an invalid name. `EX_USAGE`.
 pub const USAGE: u8 = 64;
-/// The backend could not be reached within the connect timeout. `EX_UNAVAILABLE`.
+/// The backend could not be reached within the connect timeout, or stopped answering while the
+/// command worked with it (retries exhausted, session lost before the lock was granted).
+/// `EX_UNAVAILABLE`.
 pub const UNAVAILABLE: u8 = 69;
 /// Something failed inside lockkeeper itself (a child that could not be started, an
 /// unexpected backend error after connecting). `EX_SOFTWARE`.
 pub const SOFTWARE: u8 = 70;
 /// The lock was not acquired: `--try` found it held, or `--timeout` passed. `EX_TEMPFAIL`.
 pub const NOT_ACQUIRED: u8 = 75;
-/// The lock (or leadership) was lost while the child ran; the child was stopped.
+/// The lock (or leadership) was lost, or its revocation requested, while the child ran; the
+/// child's process group was stopped (SIGTERM, then SIGKILL after the grace period).
 pub const LOST: u8 = 76;
 
 /// An exit code from one of the constants above.
