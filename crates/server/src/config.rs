@@ -117,10 +117,13 @@ impl Config {
         Ok(())
     }
 
-    /// `isro` is allowed whatever the list says, as ZooKeeper allows it whenever read-only mode
-    /// is enabled: a client connected to a read-only server asks `isro` of the others to find
-    /// one that takes writes, and Keeper can turn read-only at any time (when its disk fails).
+    /// Two words are allowed whatever the list says, as ZooKeeper allows them: `isro`, which
+    /// ZooKeeper allows whenever read-only mode is enabled (a client connected to a read-only
+    /// server asks `isro` of the others to find one that takes writes, and Keeper can turn
+    /// read-only at any time, when its disk fails), and `srvr`, which ZooKeeper always allows
+    /// because its own `zkServer.sh status` depends on it.
     pub fn four_letter_word_allowed(&self, word: &str) -> bool {
-        word == "isro" || self.four_letter_words.iter().any(|w| w == "*" || w == word)
+        matches!(word, "isro" | "srvr")
+            || self.four_letter_words.iter().any(|w| w == "*" || w == word)
     }
 }

@@ -134,6 +134,9 @@ pub struct DataTree {
     acl_cache: HashMap<Vec<Acl>, Arc<[Acl]>>,
     /// The snapshot being taken, which must see each node as it was at its zxid.
     capture: Option<Capture>,
+    /// Bytes of paths and data, kept as nodes change so `mntr` and `/metrics` read a number
+    /// instead of walking a tree of millions of nodes on the core's thread.
+    data_size: usize,
 }
 
 impl Default for DataTree {
@@ -153,6 +156,7 @@ impl DataTree {
             ttl_nodes: HashSet::new(),
             acl_cache: HashMap::new(),
             capture: None,
+            data_size: 0,
         };
         let open = tree.intern_acl(crate::acl::open_acl());
         let read_only = tree.intern_acl(vec![Acl {
@@ -177,6 +181,7 @@ impl DataTree {
         if let Some(config) = tree.nodes.get_mut("/zookeeper/config") {
             config.aversion = -1;
         }
+        tree.data_size = tree.measure_data_size();
         tree
     }
 
@@ -229,6 +234,7 @@ impl DataTree {
             parent.pzxid = zxid;
         }
         self.index(path, ephemeral_owner);
+        self.data_size += node_size(path, &node);
         self.nodes.insert(path.into(), Box::new(node));
         stat
     }
@@ -244,6 +250,7 @@ impl DataTree {
         let Some(node) = self.nodes.remove(path) else {
             return;
         };
+        self.data_size = self.data_size.saturating_sub(node_size(path, &node));
         if let Some(parent) = path::parent(path).and_then(|p| self.nodes.get_mut(p)) {
             parent.children.remove(path::name(path));
             // A delete replayed after a later create must not move pzxid backwards.
@@ -281,7 +288,10 @@ impl DataTree {
         }
         match self.nodes.get_mut(path) {
             Some(node) => {
-                node.data = own(data);
+                let data = own(data);
+                self.data_size = (self.data_size + data.as_ref().map_or(0, Bytes::len))
+                    .saturating_sub(node.data.as_ref().map_or(0, Bytes::len));
+                node.data = data;
                 node.version = version;
                 node.mzxid = zxid;
                 node.mtime = time;
@@ -392,6 +402,7 @@ impl DataTree {
                 parent.children.insert(path::name(&p).into());
             }
         }
+        tree.data_size = tree.measure_data_size();
         tree
     }
 
@@ -450,13 +461,21 @@ impl DataTree {
         out
     }
 
-    /// Approximate bytes of node data, for `mntr`.
+    /// Approximate bytes of node data (paths and data, as ZooKeeper counts them), for `mntr`
+    /// and `/metrics`: kept up to date by every change, so reading it costs nothing.
     pub fn approximate_data_size(&self) -> usize {
-        self.nodes
-            .iter()
-            .map(|(p, n)| p.len() + n.data.as_ref().map_or(0, Bytes::len))
-            .sum()
+        self.data_size
     }
+
+    /// The data size counted from scratch: once at start-up, and by tests of the running count.
+    fn measure_data_size(&self) -> usize {
+        self.nodes.iter().map(|(p, n)| node_size(p, n)).sum()
+    }
+}
+
+/// What one node adds to [`DataTree::approximate_data_size`].
+fn node_size(path: &str, node: &Node) -> usize {
+    path.len() + node.data.as_ref().map_or(0, Bytes::len)
 }
 
 #[cfg(test)]
@@ -471,6 +490,47 @@ mod tests {
         let zk = tree.get("/zookeeper").unwrap().stat();
         assert_eq!((zk.cversion, zk.num_children), (-2, 2));
         assert_eq!(tree.get("/zookeeper/config").unwrap().stat().aversion, -1);
+    }
+
+    #[test]
+    fn the_running_data_size_equals_a_recount_after_every_change() {
+        let mut tree = DataTree::new();
+        let bytes = |n: usize| Some(Bytes::from(vec![7u8; n]));
+        let mut zxid = 0;
+        let mut step = |tree: &mut DataTree, what: &str| {
+            assert_eq!(
+                tree.approximate_data_size(),
+                tree.measure_data_size(),
+                "after {what}"
+            );
+        };
+        step(&mut tree, "start");
+        for i in 0..20 {
+            zxid += 1;
+            tree.create(
+                &format!("/n{i}"),
+                bytes(i * 3),
+                crate::acl::open_acl(),
+                0,
+                zxid,
+                0,
+            );
+            step(&mut tree, "create");
+        }
+        for i in 0..20 {
+            zxid += 1;
+            tree.set_data(&format!("/n{i}"), bytes(40 - i), 1, zxid, 0);
+            step(&mut tree, "set_data");
+        }
+        tree.set_data("/n3", None, 2, zxid + 1, 0);
+        step(&mut tree, "set_data to none");
+        for i in (0..20).step_by(2) {
+            tree.delete(&format!("/n{i}"), zxid + 2);
+            step(&mut tree, "delete");
+        }
+        tree.delete("/missing", zxid + 3);
+        step(&mut tree, "delete of a missing node");
+        assert!(tree.approximate_data_size() > 0);
     }
 
     #[test]
