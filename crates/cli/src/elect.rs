@@ -107,7 +107,7 @@ async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let result = if args.listen {
         listen(&session, &latch, &what, &mut interrupts).await
     } else {
-        lead(&latch, &args, &backend.to_string(), &what, &mut interrupts).await
+        lead(&latch, &args, &what, &mut interrupts).await
     };
     session.close().await;
     result
@@ -117,7 +117,6 @@ async fn elect(args: ElectArgs) -> Result<u8, Failure> {
 async fn lead(
     latch: &LeaderLatch,
     args: &ElectArgs,
-    backend: &str,
     what: &str,
     interrupts: &mut Interrupts,
 ) -> Result<u8, Failure> {
@@ -155,7 +154,8 @@ async fn lead(
         let env = [
             ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
             ("LOCKKEEPER_LEADER_ID", id.to_owned()),
-            ("LOCKKEEPER_BACKEND", backend.to_owned()),
+            // As given (not the canonical form), so the command can connect with it too.
+            ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
         ];
         let lost = async {
             term.lost().await;

@@ -289,8 +289,11 @@ fn once_exits_76_when_leadership_is_taken_and_redis_is_refused() {
         let backend = format!("zk://{connect}");
         let dir = tempfile::tempdir().expect("temp dir");
         let pidfile = dir.path().join("pid");
+        let envfile = dir.path().join("env");
         let script = format!(
-            "echo $$ > {}; trap 'exit 3' TERM; while :; do sleep 0.1; done",
+            "echo \"$LOCKKEEPER_BACKEND $LOCKKEEPER_LEADER_ID $LOCKKEEPER_FENCING_TOKEN\" > {}; \
+             echo $$ > {}; trap 'exit 3' TERM; while :; do sleep 0.1; done",
+            envfile.display(),
             pidfile.display()
         );
         let mut cli = Cli::spawn(
@@ -318,7 +321,13 @@ fn once_exits_76_when_leadership_is_taken_and_redis_is_refused() {
         let inspection = rt
             .block_on(session.inspect("/elect/once"))
             .expect("inspect");
-        let leader = inspection.holders().next().expect("a leader").path.clone();
+        let holder = inspection.holders().next().expect("a leader");
+        assert_eq!(
+            read(&envfile).trim(),
+            format!("{backend} solo {}", holder.fencing_token),
+            "{name}: the command's environment"
+        );
+        let leader = holder.path.clone();
         rt.block_on(session.client().expect("client").delete(&leader, None))
             .expect("delete the leader's node");
         assert_eq!(cli.exit_code(LIMIT), Some(76), "{name}: --once on loss");
