@@ -497,7 +497,7 @@ mod tests {
         let mut tree = DataTree::new();
         let bytes = |n: usize| Some(Bytes::from(vec![7u8; n]));
         let mut zxid = 0;
-        let mut step = |tree: &mut DataTree, what: &str| {
+        let step = |tree: &mut DataTree, what: &str| {
             assert_eq!(
                 tree.approximate_data_size(),
                 tree.measure_data_size(),
