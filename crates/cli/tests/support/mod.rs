@@ -11,7 +11,6 @@
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -93,16 +92,7 @@ fn lockkeeper_command(args: &[String]) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl, which is
-    // async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    lockkeeper_testkit::die_with_parent(&mut command);
     command
 }
 
