@@ -17,7 +17,9 @@ use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-use lockkeeper_testkit::{RedisSentinel, RedisServer, both, compile_java, curator_classpath, java};
+use lockkeeper_testkit::{
+    RedisCluster, RedisSentinel, RedisServer, both, compile_java, curator_classpath, java,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockkeeper");
 
@@ -379,9 +381,22 @@ fn loss_by_freezing(backend: &str, name: &str, session_timeout: &str) {
         "{backend}: the command ended while its holder was frozen"
     );
     signal(holder.id(), libc::SIGCONT);
+    let thawed = Instant::now();
     let output = finish(holder, Duration::from_secs(20), "the thawed holder");
+    eprintln!(
+        "{backend}: exited {:?} after SIGCONT: {}",
+        thawed.elapsed(),
+        stderr(&output).trim()
+    );
     assert_eq!(code(&output), 76, "{backend}\n{}", describe(&output));
     assert!(stderr(&output).contains("lost"), "{}", describe(&output));
+    // Both die of SIGTERM: no SIGKILL, and no waiting out the 3 s grace for them.
+    assert!(
+        stderr(&output).contains("the command was stopped, its exit code 143"),
+        "{}",
+        describe(&output)
+    );
+    assert!(thawed.elapsed() < Duration::from_secs(2), "{backend}");
     assert!(
         eventually(Duration::from_secs(2), || !alive(child)
             && !alive(grandchild)),
@@ -828,4 +843,33 @@ fn a_sentinel_backend_runs_the_command() {
     assert_eq!(words[0], "nightly");
     assert!(words[1].parse::<u64>().is_ok_and(|t| t > 0), "{printed:?}");
     assert_eq!(words[2], backend);
+}
+
+#[test]
+fn a_cluster_backend_runs_the_command() {
+    let cluster = RedisCluster::start();
+    let hosts: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| {
+            url.trim_start_matches("redis://")
+                .trim_end_matches('/')
+                .to_string()
+        })
+        .collect();
+    let backend = format!("redis+cluster://{}", hosts.join(","));
+    let script = "echo $LOCKKEEPER_FENCING_TOKEN";
+    let first = run_lock(&backend, &["nightly", "--", "sh", "-c", script], RUN_LIMIT);
+    assert_eq!(code(&first), 0, "{}", describe(&first));
+    let (holder, token) = hold(&backend, &["nightly"]);
+    let tried = run_lock(&backend, &["--try", "nightly", "--", "true"], RUN_LIMIT);
+    assert_eq!(code(&tried), 75, "{}", describe(&tried));
+    signal(holder.id(), libc::SIGINT);
+    let output = finish(holder, Duration::from_secs(20), "the holder");
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    let before: u64 = String::from_utf8_lossy(&first.stdout)
+        .trim()
+        .parse()
+        .expect("token");
+    assert!(token > before, "token {token} after {before}");
 }

@@ -89,7 +89,7 @@ impl Group {
         // SAFETY: as above; signal 0 only checks that the group exists.
         let exists = unsafe { libc::kill(-self.pgid, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
-        exists && self.live_members() != Some(0)
+        !exists || self.live_members() == Some(0)
     }
 
     /// How many members of the group are not zombies, from /proc; `None` if it is unreadable.
