@@ -435,12 +435,15 @@ impl Holder {
 /// Curator advises for code that must stop touching the resource. A cron job killed by every
 /// network blip would be worse than the risk it avoids, so a suspension is ridden out for as
 /// long as the session certainly still lives on the server (the last `valid_until` seen while
-/// held): if the same session reconnects in that time, the lock was never lost. A deleted
-/// node, an expired session or a deadline already passed (a process paused past it) ends the
-/// hold at once.
+/// held): if the same session reconnects in that time, the lock was never lost. A session that
+/// ended, a deadline already passed (a process paused past it), or a guard that stays unheld
+/// while the session reports itself connected (its node was deleted) ends the hold at once.
 async fn zk_lost(guard: &LockGuard, session: &Session) -> String {
+    /// How long a connected session may report an unheld guard before that counts as a
+    /// deletion: the session's state is published a moment after the guard's health changes.
+    const SETTLE: Duration = Duration::from_millis(200);
     let mut trusted = guard.valid_until();
-    loop {
+    'held: loop {
         {
             let lost = guard.lost();
             tokio::pin!(lost);
@@ -456,15 +459,27 @@ async fn zk_lost(guard: &LockGuard, session: &Session) -> String {
                 }
             }
         }
-        let Some(until) = trusted.filter(|_| session.state() == ConnectionState::Suspended) else {
+        let Some(until) = trusted else {
             break;
         };
-        while !guard.is_held() && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut unheld_while_connected = None;
+        while Instant::now() < until {
+            if guard.is_held() {
+                continue 'held;
+            }
+            match session.state() {
+                ConnectionState::Suspended => unheld_while_connected = None,
+                ConnectionState::Lost | ConnectionState::Closed => break 'held,
+                ConnectionState::Connected | ConnectionState::Reconnected => {
+                    let since = *unheld_while_connected.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= SETTLE {
+                        break 'held;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if !guard.is_held() {
-            break;
-        }
+        break;
     }
     "the ZooKeeper session ended, was paused past its timeout, or the lock node was deleted: \
      the lock is lost"

@@ -18,7 +18,8 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use lockkeeper_testkit::{
-    RedisCluster, RedisSentinel, RedisServer, both, compile_java, curator_classpath, java,
+    ApacheZk, Keeper, RedisCluster, RedisSentinel, RedisServer, TestServer, backend_enabled, both,
+    compile_java, curator_classpath, java,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockkeeper");
@@ -872,4 +873,57 @@ fn a_cluster_backend_runs_the_command() {
         .parse()
         .expect("token");
     assert!(token > before, "token {token} after {before}");
+}
+
+/// A connection that drops and comes back to the same session is not a loss: the server is
+/// restarted under a running command (sessions survive a restart of either server), and the
+/// command runs on to its own end.
+fn suspension_is_ridden_out(server: &mut dyn Restart) {
+    let backend = format!("zk://{}", server.connect_string());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = r#"echo $$ > "$1/child.pid"; while [ ! -e "$1/done" ]; do sleep 0.05; done"#;
+    let (holder, child) = holder_running(
+        &backend,
+        "/locks/blip",
+        dir.path(),
+        &["--session-timeout", "20s"],
+        script,
+    );
+    server.restart();
+    // Time to notice the dropped connection and reconnect.
+    std::thread::sleep(Duration::from_secs(2));
+    if !alive(child) {
+        let output = finish(holder, Duration::from_secs(30), "the holder");
+        panic!("{}: the command was stopped\n{}", server.name(), describe(&output));
+    }
+    std::fs::write(dir.path().join("done"), b"").expect("write done");
+    let output = finish(holder, Duration::from_secs(30), "the holder");
+    assert_eq!(code(&output), 0, "{}\n{}", server.name(), describe(&output));
+}
+
+/// The servers whose restart keeps sessions.
+trait Restart: TestServer {
+    fn restart(&mut self);
+}
+
+impl Restart for Keeper {
+    fn restart(&mut self) {
+        Keeper::restart(self);
+    }
+}
+
+impl Restart for ApacheZk {
+    fn restart(&mut self) {
+        ApacheZk::restart(self);
+    }
+}
+
+#[test]
+fn a_server_restart_under_the_command_is_not_a_loss() {
+    if backend_enabled("keeper") {
+        suspension_is_ridden_out(&mut Keeper::start());
+    }
+    if backend_enabled("zookeeper") {
+        suspension_is_ridden_out(&mut ApacheZk::start());
+    }
 }
