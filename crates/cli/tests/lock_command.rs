@@ -894,7 +894,11 @@ fn suspension_is_ridden_out(server: &mut dyn Restart) {
     std::thread::sleep(Duration::from_secs(2));
     if !alive(child) {
         let output = finish(holder, Duration::from_secs(30), "the holder");
-        panic!("{}: the command was stopped\n{}", server.name(), describe(&output));
+        panic!(
+            "{}: the command was stopped\n{}",
+            server.name(),
+            describe(&output)
+        );
     }
     std::fs::write(dir.path().join("done"), b"").expect("write done");
     let output = finish(holder, Duration::from_secs(30), "the holder");
@@ -925,5 +929,43 @@ fn a_server_restart_under_the_command_is_not_a_loss() {
     }
     if backend_enabled("zookeeper") {
         suspension_is_ridden_out(&mut ApacheZk::start());
+    }
+}
+
+#[test]
+fn a_lock_node_deleted_behind_the_holder_is_a_loss() {
+    let rt = runtime();
+    for server in both() {
+        let backend = zk_url(&*server);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = r#"echo $$ > "$1/child.pid"; exec sleep 300"#;
+        let (holder, child) = holder_running(&backend, "/locks/deleted", dir.path(), &[], script);
+        let session = rt
+            .block_on(lockkeeper::zk::Session::connect(&server.connect_string()))
+            .expect("connect");
+        let node = holder_node(&session, &rt, "/locks/deleted");
+        let client = session.client().expect("client");
+        rt.block_on(client.delete(&node, None)).expect("delete");
+        let deleted = Instant::now();
+        let output = finish(holder, Duration::from_secs(20), "the holder");
+        assert_eq!(
+            code(&output),
+            76,
+            "{}\n{}",
+            server.name(),
+            describe(&output)
+        );
+        assert!(stderr(&output).contains("deleted"), "{}", describe(&output));
+        assert!(
+            deleted.elapsed() < Duration::from_secs(3),
+            "{}",
+            server.name()
+        );
+        assert!(
+            !alive(child),
+            "{}: the command outlived the loss",
+            server.name()
+        );
+        rt.block_on(session.close());
     }
 }
