@@ -413,34 +413,9 @@ fn chroot(path: &str) -> Result<Option<String>, String> {
     Ok(Some(path.to_string()))
 }
 
-/// Parses `250ms`, `5s`, `1.5s`, `2m`, `1h`; a bare number is seconds. For the commands'
-/// duration flags (`--timeout`, `--kill-after`, ...).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (try 500ms, 5s or 2m)"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("`{text}` is not a duration (try 500ms, 5s or 2m)"));
-    }
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => {
-            return Err(format!(
-                "unknown unit `{unit}` in `{text}` (use ms, s, m or h)"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is too long a duration"))
-}
+/// The duration flags (`--timeout`, `--kill-after`, ...) read `250ms`, `5s`, `1.5s`, `2m`, `1h`
+/// (a bare number is seconds) as the benchmark's do: one parser for every command.
+pub use lockkeeper_load::parse_duration;
 
 #[cfg(test)]
 mod tests {
@@ -565,16 +540,5 @@ mod tests {
                 failure.message
             );
         }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("inf").is_err());
     }
 }

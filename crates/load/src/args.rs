@@ -186,5 +186,7 @@ mod tests {
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("s").is_err());
+        assert!(parse_duration("inf").is_err());
+        assert!(parse_duration("NaN").is_err());
     }
 }
