@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lockkeeper::redis::{Redis, RedisOptions};
-use lockkeeper::zk::Session;
+use lockkeeper::zk::{ConnectionState, Session, StateStream};
 
 use crate::exit;
 
@@ -92,6 +92,34 @@ pub enum Backend {
 pub enum Handle {
     Zk(Session),
     Redis(Redis),
+}
+
+/// Waits until `session` is connected again after a disconnection or a new session replaced an
+/// expired one, so that a command can set its watches again (a new session has none).
+///
+/// The state stream is the prompt signal; the one-second look at [`Session::state`] is the
+/// fallback for a change reported before `states` was read (the stream only carries later
+/// ones). A closed session never comes back: that is [`exit::UNAVAILABLE`] naming `what`.
+pub async fn connection_back(
+    session: &Session,
+    states: &mut StateStream,
+    what: &str,
+) -> Result<(), Failure> {
+    let closed = || Failure::unavailable(format!("{what}: the session was closed"));
+    loop {
+        tokio::select! {
+            state = states.next() => match state {
+                Some(ConnectionState::Reconnected | ConnectionState::Connected) => return Ok(()),
+                Some(ConnectionState::Closed) | None => return Err(closed()),
+                Some(_) => {}
+            },
+            () = tokio::time::sleep(Duration::from_secs(1)) => match session.state() {
+                ConnectionState::Connected | ConnectionState::Reconnected => return Ok(()),
+                ConnectionState::Closed => return Err(closed()),
+                ConnectionState::Suspended | ConnectionState::Lost => {}
+            },
+        }
+    }
 }
 
 /// What connecting may take and what the connection promises.

@@ -24,11 +24,11 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lockkeeper::zk::{Candidate, ConnectionState, LeaderLatch, Session};
+use lockkeeper::zk::{Candidate, LeaderLatch, Session};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use zookeeper_client::{AddWatchMode, EventType};
 
-use crate::backend::{Backend, BackendArgs, Failure, Handle, parse_duration};
+use crate::backend::{Backend, BackendArgs, Failure, Handle, connection_back, parse_duration};
 use crate::exit;
 use crate::run::{self, Outcome};
 
@@ -173,14 +173,7 @@ async fn lead(
                 child,
                 killed,
             }) => {
-                let how = if killed {
-                    "killed (SIGKILL after --kill-after)"
-                } else {
-                    "stopped"
-                };
-                eprintln!(
-                    "lockkeeper elect: {name}: {reason}; the command was {how}, its exit code {child}"
-                );
+                run::report_stopped("elect", name, &reason, child, killed);
                 drop(leadership);
                 if args.once {
                     return Ok(exit::LOST);
@@ -244,22 +237,9 @@ async fn listen(
             }
         }
         // Wait for the connection (or a new session) to be back, then watch and read again.
-        loop {
-            tokio::select! {
-                state = states.next() => match state {
-                    Some(ConnectionState::Reconnected | ConnectionState::Connected) => break,
-                    Some(ConnectionState::Closed) | None => {
-                        return Err(Failure::unavailable(format!("{what}: the session was closed")));
-                    }
-                    Some(_) => {}
-                },
-                () = tokio::time::sleep(Duration::from_secs(1)) => {
-                    if matches!(session.state(), ConnectionState::Connected | ConnectionState::Reconnected) {
-                        break;
-                    }
-                }
-                () = interrupts.recv() => return Ok(0),
-            }
+        tokio::select! {
+            back = connection_back(session, &mut states, what) => back?,
+            () = interrupts.recv() => return Ok(0),
         }
     }
 }

@@ -17,11 +17,11 @@ pub mod redis;
 
 use std::process::ExitCode;
 
-use lockkeeper::zk::{ConnectionState, Inspection, Session};
+use lockkeeper::zk::{Inspection, Session};
 use tokio::signal::unix::{SignalKind, signal};
 use zookeeper_client::{AddWatchMode, EventType};
 
-use crate::backend::{BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle};
+use crate::backend::{BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, connection_back};
 
 const AFTER_HELP: &str = "\
 ZooKeeper: NAME is the lock path; every layout of lockkeeper, Curator and kazoo is read
@@ -170,25 +170,10 @@ async fn watch(session: &Session, args: &InspectArgs, what: &str) -> Result<(), 
         }
         // No watch could be set, or the connection went: wait until it is back (or a new
         // session replaced it), then set the watches again and redraw.
-        loop {
-            tokio::select! {
-                state = states.next() => match state {
-                    Some(ConnectionState::Reconnected | ConnectionState::Connected) => break,
-                    Some(ConnectionState::Closed) | None => {
-                        return Err(Failure::unavailable(format!("{what}: the session was closed")));
-                    }
-                    Some(_) => {}
-                },
-                () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
-                    if session.state() != ConnectionState::Suspended
-                        && session.state() != ConnectionState::Lost
-                    {
-                        break;
-                    }
-                }
-                _ = int.recv() => return Ok(()),
-                _ = term.recv() => return Ok(()),
-            }
+        tokio::select! {
+            back = connection_back(session, &mut states, what) => back?,
+            _ = int.recv() => return Ok(()),
+            _ = term.recv() => return Ok(()),
         }
     }
 }

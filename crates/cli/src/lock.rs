@@ -171,14 +171,7 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
                 child,
                 killed,
             }) => {
-                let how = if killed {
-                    "killed (SIGKILL after --kill-after)"
-                } else {
-                    "stopped"
-                };
-                eprintln!(
-                    "lockkeeper lock: {name}: {reason}; the command was {how}, its exit code {child}"
-                );
+                run::report_stopped("lock", name, &reason, child, killed);
                 exit::LOST
             }
             Err(failure) => {

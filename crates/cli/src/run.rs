@@ -47,6 +47,20 @@ pub enum Outcome {
     },
 }
 
+/// Says on stderr why a stopped command was stopped, in the one form `lock` and `elect` share
+/// (`lockkeeper COMMAND: NAME: REASON; the command was stopped, its exit code N`), so that an
+/// operator reading either command's log sees a loss the same way.
+pub fn report_stopped(command: &str, name: &str, reason: &str, child: u8, killed: bool) {
+    let how = if killed {
+        "killed (SIGKILL after --kill-after)"
+    } else {
+        "stopped"
+    };
+    eprintln!(
+        "lockkeeper {command}: {name}: {reason}; the command was {how}, its exit code {child}"
+    );
+}
+
 /// Runs `argv` with `env` added to this process's environment, in a new process group; see
 /// the module docs. `lost` resolves with a one-line reason when the child must stop.
 ///
