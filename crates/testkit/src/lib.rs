@@ -20,6 +20,7 @@
 //! to run the [`both()`] tests against fewer backends while debugging.
 
 mod child;
+mod ensemble;
 mod fourlw;
 mod keeper;
 mod ports;
@@ -36,6 +37,7 @@ mod zk;
 use std::net::SocketAddr;
 
 pub use child::die_with_parent;
+pub use ensemble::{ENSEMBLE_TICK_MS, MemberMode, ZkEnsemble, ensemble_options};
 pub use fourlw::{four_letter_word, try_four_letter_word};
 pub use keeper::Keeper;
 pub use ports::{free_port, try_free_port};

@@ -5,11 +5,17 @@
 //! the reference every Keeper behaviour is compared against, so it runs with the settings Keeper
 //! defaults to in tests: TTL nodes enabled, containers reaped every second, all four-letter
 //! words allowed.
+//!
+//! The pieces every ZooKeeper JVM of the test kit is made with live here too, so that a
+//! standalone server and an ensemble member (`ensemble.rs`) differ only in their zoo.cfg's
+//! last lines and their main class: the common zoo.cfg lines ([`ZkOptions::common_cfg`]),
+//! the JVM command and its log ([`spawn_server`]), how a failed start is told apart from a
+//! lost port race ([`exit_error`]), and whose server answers on a port ([`owner_of`]).
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -23,10 +29,10 @@ use crate::tools::{SERVER_JARS, classpath_of, java};
 
 /// How long a JVM gets to start listening. A cold JVM on a busy two-core machine can take
 /// several seconds; this only bounds a start that is really stuck.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often a start is retried when another process took our port before ZooKeeper bound it.
-const START_ATTEMPTS: usize = 4;
+pub(crate) const START_ATTEMPTS: usize = 4;
 
 /// The settings of a test ZooKeeper that tests change.
 #[derive(Clone, Debug)]
@@ -198,9 +204,11 @@ impl std::fmt::Debug for ApacheZk {
     }
 }
 
-const LOG_FILE: &str = "zookeeper.log";
+/// The server's log (stdout and stderr) in its directory.
+pub(crate) const LOG_FILE: &str = "zookeeper.log";
 
-enum StartError {
+/// Why a ZooKeeper JVM did not come up.
+pub(crate) enum StartError {
     /// Someone else bound the port between `free_port` and ZooKeeper's bind: try another.
     /// Carries what showed it, for the message if every attempt fails.
     PortTaken(String),
@@ -208,13 +216,53 @@ enum StartError {
     Failed(String),
 }
 
-/// Writes the configuration, starts the JVM and waits until it is really serving on `port`.
-fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> {
-    let data_dir = dir.join("data");
-    fs::create_dir_all(&data_dir).map_err(|e| StartError::Failed(format!("{e}")))?;
+/// The main class a ZooKeeper JVM runs, and how much heap it gets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ServerKind {
+    /// `ZooKeeperServerMain`: one server, no quorum.
+    Standalone,
+    /// `QuorumPeerMain`: a member of an ensemble (zoo.cfg lists the servers, `data/myid` says
+    /// which one this is). Three of them share two cores, so each gets a smaller heap.
+    QuorumPeer,
+}
+
+impl ServerKind {
+    fn main_class(self) -> &'static str {
+        match self {
+            ServerKind::Standalone => "org.apache.zookeeper.server.ZooKeeperServerMain",
+            ServerKind::QuorumPeer => "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        }
+    }
+
+    fn max_heap(self) -> &'static str {
+        match self {
+            ServerKind::Standalone => "-Xmx512m",
+            ServerKind::QuorumPeer => "-Xmx192m",
+        }
+    }
+}
+
+/// A ZooKeeper JVM just spawned: the child, and where its output for this run starts in the
+/// log (a restart appends to the same file).
+pub(crate) struct Spawned {
+    pub child: Child,
+    pub log_start: u64,
+}
+
+/// Writes `cfg` as `dir/zoo.cfg` (with the log4j configuration beside it) and spawns the JVM
+/// under the orphan guard, its output appended to `dir/zookeeper.log`. The one way every
+/// ZooKeeper JVM of the test kit is started, standalone or as an ensemble member.
+pub(crate) fn spawn_server(
+    dir: &Path,
+    cfg: &str,
+    opts: &ZkOptions,
+    kind: ServerKind,
+    extra_properties: &[String],
+) -> Result<Spawned, StartError> {
+    fs::create_dir_all(dir.join("data")).map_err(|e| StartError::Failed(format!("{e}")))?;
     let cfg_path = dir.join("zoo.cfg");
     let log4j_path = dir.join("log4j.properties");
-    fs::write(&cfg_path, opts.zoo_cfg(&data_dir, port))
+    fs::write(&cfg_path, cfg)
         .and_then(|()| fs::write(&log4j_path, LOG4J_PROPERTIES))
         .map_err(|e| StartError::Failed(format!("write ZooKeeper config: {e}")))?;
     let log_path = dir.join(LOG_FILE);
@@ -235,7 +283,7 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
         // faster and leaves the second core to the test itself.
         .args([
             "-Xms32m",
-            "-Xmx512m",
+            kind.max_heap(),
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
         ])
@@ -252,7 +300,8 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
             "-Dznode.container.checkIntervalMs={}",
             opts.container_check_interval_ms
         ))
-        .arg("-Dzookeeper.admin.enableServer=false");
+        .arg("-Dzookeeper.admin.enableServer=false")
+        .args(extra_properties);
     if let Some(digest) = &opts.super_digest {
         command.arg(format!(
             "-Dzookeeper.DigestAuthenticationProvider.superDigest={digest}"
@@ -261,62 +310,96 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
     command
         .arg("-cp")
         .arg(classpath_of(SERVER_JARS))
-        .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+        .arg(kind.main_class())
         .arg(&cfg_path)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
-    let mut child = command
+    let child = command
         .spawn()
         .map_err(|e| StartError::Failed(format!("spawn {:?}: {e}", command.get_program())))?;
+    Ok(Spawned { child, log_start })
+}
 
+/// The error for a JVM that exited during its start: a lost bind race (retry elsewhere) or a
+/// failure with the log's tail.
+pub(crate) fn exit_error(dir: &Path, log_start: u64, status: ExitStatus) -> StartError {
+    let log_path = dir.join(LOG_FILE);
+    let log = read_from(&log_path, log_start);
+    if log.contains("Address already in use") || log.contains("BindException") {
+        return StartError::PortTaken(format!("ZooKeeper exited: {}", tail(&log, 3)));
+    }
+    StartError::Failed(format!(
+        "Apache ZooKeeper exited during start ({status}); log {}:\n{}",
+        log_path.display(),
+        tail(&log, 60)
+    ))
+}
+
+/// Whose server answers on a port: told by the data directory `conf` names.
+pub(crate) enum Owner {
+    /// Ours: `conf` names our data directory.
+    Ours,
+    /// Another server's (another test grabbed the port first); carries its `conf`.
+    Foreign(String),
+    /// Cannot tell yet (not serving, no answer); carries what was seen.
+    Unknown(String),
+}
+
+/// Asks the server at `addr` for its `conf` and compares its data directory with ours.
+pub(crate) fn owner_of(addr: SocketAddr, data_dir: &Path) -> Owner {
+    let expected = data_dir.display().to_string();
+    match try_four_letter_word(addr, "conf", Duration::from_secs(5)) {
+        Ok(conf) if conf.contains(&expected) => Owner::Ours,
+        Ok(conf) if conf.contains("dataDir=") => Owner::Foreign(tail(&conf, 5)),
+        Ok(conf) => Owner::Unknown(format!("conf -> {conf:?}")),
+        Err(e) => Owner::Unknown(format!("conf -> {e}")),
+    }
+}
+
+/// Starts the standalone JVM and waits until it is really serving on `port`.
+fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> {
+    let data_dir = dir.join("data");
+    let Spawned {
+        mut child,
+        log_start,
+    } = spawn_server(
+        dir,
+        &opts.zoo_cfg(&data_dir, port),
+        opts,
+        ServerKind::Standalone,
+        &[],
+    )?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let expected_data_dir = data_dir.display().to_string();
     let started = Instant::now();
     let mut last_answer = String::from("(no answer yet)");
     loop {
         match child.try_wait() {
-            Ok(Some(status)) => {
-                let log = read_from(&log_path, log_start);
-                if log.contains("Address already in use") || log.contains("BindException") {
-                    return Err(StartError::PortTaken(format!(
-                        "ZooKeeper exited: {}",
-                        tail(&log, 3)
-                    )));
-                }
-                return Err(StartError::Failed(format!(
-                    "Apache ZooKeeper exited during start ({status}); log {}:\n{}",
-                    log_path.display(),
-                    tail(&log, 60)
-                )));
-            }
+            Ok(Some(status)) => return Err(exit_error(dir, log_start, status)),
             Ok(None) => {}
             Err(e) => return Err(StartError::Failed(format!("wait for ZooKeeper: {e}"))),
         }
         if let Ok(answer) = try_four_letter_word(addr, "ruok", Duration::from_secs(2)) {
             last_answer = format!("ruok -> {answer:?}");
             if answer == "imok" {
-                // Make sure the server answering is ours and not another test's that grabbed
-                // the port: `conf` names its data directory.
                 // `ruok` answers before the server serves requests; `conf` answers once it
                 // does, and names the data directory, which tells whether the server on this
                 // port is ours and not another test's that grabbed the port first.
-                match try_four_letter_word(addr, "conf", Duration::from_secs(5)) {
-                    Ok(conf) if conf.contains(&expected_data_dir) => return Ok(child),
-                    Ok(conf) if conf.contains("dataDir=") => {
+                match owner_of(addr, &data_dir) {
+                    Owner::Ours => return Ok(child),
+                    Owner::Foreign(conf) => {
                         kill_and_reap(&mut child);
                         return Err(StartError::PortTaken(format!(
-                            "another server answers: {}",
-                            tail(&conf, 5)
+                            "another server answers: {conf}"
                         )));
                     }
-                    Ok(conf) => last_answer = format!("conf -> {conf:?}"),
-                    Err(e) => last_answer = format!("conf -> {e}"),
+                    Owner::Unknown(seen) => last_answer = seen,
                 }
             }
         }
         if started.elapsed() > START_TIMEOUT {
             kill_and_reap(&mut child);
+            let log_path = dir.join(LOG_FILE);
             let log = read_from(&log_path, log_start);
             return Err(StartError::Failed(format!(
                 "Apache ZooKeeper did not answer `ruok` on {addr} within {START_TIMEOUT:?} \
@@ -333,15 +416,26 @@ impl ZkOptions {
     /// A standalone zoo.cfg for these options: `dataDir`, loopback only on `port`, no admin HTTP
     /// server, every four-letter word allowed. Tests and the benchmark both write this one.
     pub fn zoo_cfg(&self, data_dir: &Path, port: u16) -> String {
+        let mut cfg = self.common_cfg(data_dir);
+        cfg.push_str(&format!(
+            "clientPort={port}\n\
+             clientPortAddress=127.0.0.1\n\
+             standaloneEnabled=true\n"
+        ));
+        cfg
+    }
+
+    /// The lines every test ZooKeeper has, standalone or ensemble member: the tick, the data
+    /// directory, the connection limit, no admin HTTP server, every four-letter word allowed,
+    /// no purging, and the optional sync and snapshot settings. Where clients connect is
+    /// left to the caller.
+    pub(crate) fn common_cfg(&self, data_dir: &Path) -> String {
         let mut cfg = format!(
             "tickTime={tick}\n\
              dataDir={data}\n\
-             clientPort={port}\n\
-             clientPortAddress=127.0.0.1\n\
              maxClientCnxns={cnxns}\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n\
-             standaloneEnabled=true\n\
              autopurge.purgeInterval=0\n",
             tick = self.tick_time_ms,
             data = data_dir.display(),
