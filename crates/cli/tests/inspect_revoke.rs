@@ -9,15 +9,15 @@
 //! deletes the node (the guard sees it lost, the next waiter is granted), a Redis key is
 //! deleted only by `--force`. Every wait is bounded.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::process::Command;
 use std::time::Duration;
 
 use lockkeeper::redis::Redis;
 use lockkeeper::zk::Session;
-use lockkeeper_testkit::{RedisServer, both, compile_java, curator_classpath, java, python3};
+use lockkeeper_testkit::{
+    LinePeer, RedisServer, both, compile_java, curator_classpath, java, python3,
+};
 use serde_json::Value;
 use tokio::time::timeout;
 
@@ -59,85 +59,26 @@ async fn inspect_json(backend: &str, name: &str) -> Value {
     serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
 }
 
-/// A process spoken to in lines (a JVM or Python), killed on drop.
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-}
-
-impl Peer {
-    fn spawn(command: &mut Command) -> Peer {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the peer");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (sender, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take().expect("piped stdin");
-        Peer {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        writeln!(self.stdin, "{line}").expect("write to the peer");
-    }
-
-    /// Waits (without blocking the runtime) for the next line, bounded by [`LIMIT`].
-    async fn line(&mut self) -> String {
-        let deadline = tokio::time::Instant::now() + LIMIT;
-        loop {
-            match self.lines.try_recv() {
-                Ok(line) => return line,
-                Err(std::sync::mpsc::TryRecvError::Empty) => {}
-                Err(e) => panic!("the peer ended: {e}"),
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "peer silent for {LIMIT:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Curator's revocation interop program of the library's tests.
-fn curator_revoke(connect: &str) -> Peer {
+fn curator_revoke(connect: &str) -> LinePeer {
     let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lockkeeper/tests/curator");
     let classes = compile_java(
         &sources,
         Path::new(env!("CARGO_TARGET_TMPDIR")),
         "zk-curator",
     );
-    Peer::spawn(
+    LinePeer::spawn(
         Command::new(java())
             .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg("-cp")
             .arg(format!("{}:{}", classes.display(), curator_classpath()))
             .args(["Revoke", connect]),
+        "Curator (Revoke)",
     )
 }
 
 /// A kazoo `Lock` holder: prints `HELD` once it holds, then holds until killed.
-fn kazoo_holder(connect: &str, path: &str, id: &str) -> Peer {
+fn kazoo_holder(connect: &str, path: &str, id: &str) -> LinePeer {
     const SCRIPT: &str = r#"
 import signal, sys, time
 from kazoo.client import KazooClient
@@ -148,7 +89,10 @@ client.Lock(sys.argv[2], sys.argv[3]).acquire(timeout=60)
 print("HELD", flush=True)
 sys.stdin.read()
 "#;
-    Peer::spawn(Command::new(python3()).args(["-c", SCRIPT, connect, path, id]))
+    LinePeer::spawn(
+        Command::new(python3()).args(["-c", SCRIPT, connect, path, id]),
+        "kazoo holder",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,9 +189,9 @@ async fn curator_holder_releases_on_request_and_kazoo_holder_is_forced() {
         let backend = format!("zk://{connect}");
 
         let mut curator = curator_revoke(&connect);
-        assert_eq!(curator.line().await, "READY", "{name}");
+        assert_eq!(curator.next_line_async(LIMIT).await, "READY", "{name}");
         curator.send("hold mutex /ir/curator");
-        assert_eq!(curator.line().await, "OK held", "{name}");
+        assert_eq!(curator.next_line_async(LIMIT).await, "OK held", "{name}");
         let json = inspect_json(&backend, "/ir/curator").await;
         let node = json["holders"][0]["node"]
             .as_str()
@@ -258,7 +202,7 @@ async fn curator_holder_releases_on_request_and_kazoo_holder_is_forced() {
         assert_eq!(asked.code, Some(0), "{name}: {}", asked.stderr);
         assert!(asked.stdout.contains(&node), "{}", asked.stdout);
         assert_eq!(
-            curator.line().await,
+            curator.next_line_async(LIMIT).await,
             "REVOKED released",
             "{name}: Curator let go"
         );
@@ -270,7 +214,7 @@ async fn curator_holder_releases_on_request_and_kazoo_holder_is_forced() {
         );
 
         let mut kazoo = kazoo_holder(&connect, "/ir/kazoo", "kz-holder");
-        assert_eq!(kazoo.line().await, "HELD", "{name}");
+        assert_eq!(kazoo.next_line_async(LIMIT).await, "HELD", "{name}");
         let json = inspect_json(&backend, "/ir/kazoo").await;
         assert_eq!(json["holders"][0]["kind"], "kazoo-lock", "{name}: {json}");
         assert_eq!(json["holders"][0]["data"], "kz-holder", "{name}: {json}");
@@ -365,7 +309,7 @@ async fn watch_redraws_on_every_change_until_interrupted() {
         let name = server.name();
         let connect = server.connect_string();
         let backend = format!("zk://{connect}");
-        let mut watch = Peer::spawn(
+        let mut watch = LinePeer::spawn(
             Command::new(LOCKKEEPER)
                 .args([
                     "inspect",
@@ -376,9 +320,10 @@ async fn watch_redraws_on_every_change_until_interrupted() {
                     "/ir/watch",
                 ])
                 .env_remove("LOCKKEEPER_BACKEND"),
+            "inspect --watch",
         );
         let mut next = async || -> Value {
-            let line = watch.line().await;
+            let line = watch.next_line_async(LIMIT).await;
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("{name}: {e}: {line}"))
         };
         assert_eq!(next().await["kind"], "missing", "{name}");
@@ -400,10 +345,10 @@ async fn watch_redraws_on_every_change_until_interrupted() {
             assert!(redraws < 10, "{name}: the release was never drawn");
         }
         // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-        unsafe { libc::kill(watch.child.id() as libc::pid_t, libc::SIGINT) };
+        unsafe { libc::kill(watch.pid() as libc::pid_t, libc::SIGINT) };
         let deadline = tokio::time::Instant::now() + LIMIT;
         let status = loop {
-            if let Some(status) = watch.child.try_wait().unwrap() {
+            if let Some(status) = watch.try_wait() {
                 break status;
             }
             assert!(
@@ -435,7 +380,7 @@ async fn watch_redraws_after_a_reconnect_and_keeps_watching() {
 
 async fn watch_through_restart(name: &str, connect: &str, restart: impl FnOnce()) {
     let backend = format!("zk://{connect}");
-    let mut watch = Peer::spawn(
+    let mut watch = LinePeer::spawn(
         Command::new(LOCKKEEPER)
             .args([
                 "inspect",
@@ -446,11 +391,12 @@ async fn watch_through_restart(name: &str, connect: &str, restart: impl FnOnce()
                 "/ir/again",
             ])
             .env_remove("LOCKKEEPER_BACKEND"),
+        "inspect --watch",
     );
-    let first = watch.line().await;
+    let first = watch.next_line_async(LIMIT).await;
     assert!(first.contains(r#""kind":"missing""#), "{name}: {first}");
     restart();
-    let redrawn = watch.line().await;
+    let redrawn = watch.next_line_async(LIMIT).await;
     assert!(
         redrawn.contains(r#""kind":"missing""#),
         "{name}: redraw after reconnect: {redrawn}"
@@ -459,7 +405,7 @@ async fn watch_through_restart(name: &str, connect: &str, restart: impl FnOnce()
     let guard = session.mutex("/ir/again").unwrap().lock().await.unwrap();
     let mut lines = 0;
     loop {
-        let line = watch.line().await;
+        let line = watch.next_line_async(LIMIT).await;
         if line.contains(guard.node()) {
             break;
         }

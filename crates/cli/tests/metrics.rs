@@ -10,14 +10,14 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lockkeeper_testkit::{free_port, try_four_letter_word};
+use lockkeeper_testkit::{free_port, http_exchange, try_four_letter_word};
 use zookeeper_client::{Acls, CreateMode};
 
 use support::{KeeperProcess, OP_LIMIT, connect, within};
@@ -127,17 +127,11 @@ impl Scrape {
 
 /// `GET /metrics` over plain HTTP/1.1, bounded; the body once the status and type are right.
 fn scrape_text(addr: SocketAddr) -> String {
-    let mut stream = TcpStream::connect_timeout(&addr, OP_LIMIT)
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    stream.set_read_timeout(Some(OP_LIMIT)).expect("timeout");
-    stream.set_write_timeout(Some(OP_LIMIT)).expect("timeout");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: keeper\r\nAccept: text/plain\r\n\r\n")
-        .expect("send the scrape");
-    let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .unwrap_or_else(|e| panic!("read the scrape from {addr}: {e}"));
+    let answer = http_exchange(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: keeper\r\nAccept: text/plain\r\n\r\n",
+        OP_LIMIT,
+    );
     let (head, body) = answer
         .split_once("\r\n\r\n")
         .unwrap_or_else(|| panic!("no HTTP head in {answer:?}"));

@@ -11,14 +11,12 @@ mod support;
 #[path = "curator/jvm.rs"]
 mod jvm;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::process::Command;
 use std::time::Duration;
 
 use jvm::Jvm;
 use lockkeeper::zk::{Inspection, Layout, NodeKind, Session, State};
-use lockkeeper_testkit::python3;
+use lockkeeper_testkit::{LinePeer, python3};
 use support::for_each_backend;
 use tokio::time::Instant;
 
@@ -57,57 +55,24 @@ for line in sys.stdin:
     print("OK", flush=True)
 "#;
 
-/// A running kazoo program, killed on drop.
-struct Kazoo {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-}
+/// A running kazoo program ([`KAZOO`]), killed on drop.
+struct Kazoo(LinePeer);
 
 impl Kazoo {
     fn start(connect: &str) -> Kazoo {
-        let mut child = Command::new(python3())
-            .args(["-c", KAZOO, connect])
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start python3 (kazoo)");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (sender, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take().expect("piped stdin");
-        let mut kazoo = Kazoo {
-            child,
-            stdin,
-            lines,
-        };
-        assert_eq!(kazoo.line(), "READY");
-        kazoo
-    }
-
-    fn line(&mut self) -> String {
-        self.lines
-            .recv_timeout(LIMIT)
-            .expect("kazoo answered within the limit (is kazoo installed?)")
+        let mut peer = LinePeer::spawn(
+            Command::new(python3())
+                .args(["-c", KAZOO, connect])
+                .env("PYTHONDONTWRITEBYTECODE", "1"),
+            "kazoo (is kazoo installed?)",
+        );
+        assert_eq!(peer.next_line(LIMIT), "READY");
+        Kazoo(peer)
     }
 
     fn request(&mut self, command: &str) {
-        writeln!(self.stdin, "{command}").expect("write to kazoo");
-        assert_eq!(self.line(), "OK", "kazoo refused {command:?}");
-    }
-}
-
-impl Drop for Kazoo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.send(command);
+        assert_eq!(self.0.next_line(LIMIT), "OK", "kazoo refused {command:?}");
     }
 }
 

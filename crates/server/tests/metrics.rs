@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use lockkeeper_proto::request::CreateOp;
 use lockkeeper_proto::{OpCode, PathWatchRequest, Request};
 use lockkeeper_server::Server;
-use lockkeeper_testkit::Keeper;
 use lockkeeper_testkit::raw::{LIMIT, Raw, open_acl};
 use lockkeeper_testkit::try_four_letter_word;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use lockkeeper_testkit::{Keeper, http_exchange};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// The longest one HTTP exchange may take on a loaded machine.
@@ -45,18 +45,10 @@ async fn start(data: &std::path::Path) -> (Server, SocketAddr) {
 
 /// Sends `request` as is and returns everything the server sends back before it closes.
 async fn http(addr: SocketAddr, request: &[u8]) -> String {
-    tokio::time::timeout(HTTP_LIMIT, async {
-        let mut stream = TcpStream::connect(addr).await.expect("connect to /metrics");
-        stream.write_all(request).await.expect("send the request");
-        let mut answer = Vec::new();
-        stream
-            .read_to_end(&mut answer)
-            .await
-            .expect("read the answer");
-        String::from_utf8(answer).expect("an HTTP answer is UTF-8")
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no answer from {addr} within {HTTP_LIMIT:?}"))
+    let request = request.to_vec();
+    tokio::task::spawn_blocking(move || http_exchange(addr, &request, HTTP_LIMIT))
+        .await
+        .expect("join the HTTP exchange")
 }
 
 fn status(answer: &str) -> &str {
