@@ -1,0 +1,249 @@
+//! What a loss does to the command, and what is not a loss. A lock lost while the command runs
+//! (the holder frozen past its session or lease, a revocation request, its node deleted)
+//! stops the command's whole process group, SIGKILL after `--kill-after` for what ignores
+//! SIGTERM, and exits 76; an operator's SIGTERM reaches the command; a server restart that
+//! keeps the session lets the command run on.
+
+use std::time::{Duration, Instant};
+
+use lockkeeper_testkit::{ApacheZk, Keeper, RedisServer, TestServer, backend_enabled, both};
+
+use crate::support::{
+    RUN_LIMIT, STOP_LIMIT, alive, assert_code, assert_released, assert_said, describe, eventually,
+    finish, holder_running, pid_in, run_lock, runtime, session_and_holder, signal, stderr, stop,
+    zk_url,
+};
+
+/// The command of the freezing tests: writes its pid and a grandchild's, then waits for it.
+const PARENT_OF_SLEEPER: &str =
+    r#"echo $$ > "$1/child.pid"; sleep 300 & echo $! > "$1/grandchild.pid"; wait"#;
+
+/// A command that writes its pid and then sleeps until it is stopped.
+const SLEEPER: &str = r#"echo $$ > "$1/child.pid"; exec sleep 300"#;
+
+/// Freezes the holder past its session or lease, lets another process take the lock, thaws
+/// it: its command and the command's own child must be gone, and it exits 76.
+fn loss_by_freezing(backend: &str, name: &str, session_timeout: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let extra = ["--session-timeout", session_timeout, "--kill-after", "3s"];
+    let (holder, child) = holder_running(backend, name, dir.path(), &extra, PARENT_OF_SLEEPER);
+    let grandchild = pid_in(&dir.path().join("grandchild.pid"));
+    signal(holder.id(), libc::SIGSTOP);
+    // The other waits until the backend gives the frozen holder's lock away.
+    let other = run_lock(
+        backend,
+        &["--timeout", "40s", name, "--", "true"],
+        RUN_LIMIT,
+    );
+    assert_code(&other, 0, &format!("{backend}: the lock never came free"));
+    assert!(
+        alive(child),
+        "{backend}: the command ended while its holder was frozen"
+    );
+    signal(holder.id(), libc::SIGCONT);
+    let thawed = Instant::now();
+    let output = finish(holder, STOP_LIMIT, "the thawed holder");
+    eprintln!(
+        "{backend}: exited {:?} after SIGCONT: {}",
+        thawed.elapsed(),
+        stderr(&output).trim()
+    );
+    assert_code(&output, 76, backend);
+    assert_said(&output, "lost");
+    // Both die of SIGTERM: no SIGKILL, and no waiting out the 3 s grace for them.
+    assert_said(&output, "the command was stopped, its exit code 143");
+    assert!(thawed.elapsed() < Duration::from_secs(2), "{backend}");
+    assert!(
+        eventually(Duration::from_secs(2), || !alive(child)
+            && !alive(grandchild)),
+        "{backend}: child {child} alive {}, grandchild {grandchild} alive {}",
+        alive(child),
+        alive(grandchild)
+    );
+}
+
+#[test]
+fn a_holder_frozen_past_its_session_stops_its_command_on_zookeeper_and_keeper() {
+    for server in both() {
+        // Both test servers tick every 2 s, so 4 s is the shortest session they grant.
+        loss_by_freezing(&zk_url(&*server), "/locks/frozen", "4s");
+    }
+}
+
+#[test]
+fn a_holder_frozen_past_its_lease_stops_its_command_on_redis() {
+    let redis = RedisServer::start();
+    loss_by_freezing(&redis.url(), "frozen", "2s");
+}
+
+#[test]
+fn a_revocation_request_stops_the_command_and_releases() {
+    let rt = runtime();
+    for server in both() {
+        let backend = zk_url(&*server);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (holder, child) = holder_running(&backend, "/locks/revoked", dir.path(), &[], SLEEPER);
+        let (session, node) = session_and_holder(&rt, &*server, "/locks/revoked");
+        assert!(
+            rt.block_on(session.request_revocation(&node))
+                .expect("revoke")
+        );
+        let output = finish(holder, STOP_LIMIT, "the revoked holder");
+        assert_code(&output, 76, server.name());
+        assert_said(&output, "revocation requested");
+        assert!(
+            !alive(child),
+            "{}: the command outlived the revocation",
+            server.name()
+        );
+        assert_released(&backend, "/locks/revoked", server.name());
+        rt.block_on(session.close());
+    }
+}
+
+#[test]
+fn a_command_ignoring_sigterm_is_killed_after_kill_after() {
+    let rt = runtime();
+    for server in both() {
+        let backend = zk_url(&*server);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = r#"trap "" TERM; echo $$ > "$1/child.pid"; while :; do sleep 0.1; done"#;
+        let (holder, child) = holder_running(
+            &backend,
+            "/locks/stubborn",
+            dir.path(),
+            &["--kill-after", "1500ms"],
+            script,
+        );
+        let (session, node) = session_and_holder(&rt, &*server, "/locks/stubborn");
+        let asked = Instant::now();
+        assert!(
+            rt.block_on(session.request_revocation(&node))
+                .expect("revoke")
+        );
+        let output = finish(holder, STOP_LIMIT, "the stubborn holder");
+        let took = asked.elapsed();
+        assert_code(&output, 76, server.name());
+        assert_said(&output, "SIGKILL");
+        assert!(
+            took >= Duration::from_millis(1500),
+            "{}: killed after {took:?}",
+            server.name()
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "{}: killed after {took:?}",
+            server.name()
+        );
+        assert!(
+            !alive(child),
+            "{}: the command survived SIGKILL",
+            server.name()
+        );
+        rt.block_on(session.close());
+    }
+}
+
+#[test]
+fn sigterm_reaches_the_command_and_the_lock_is_released() {
+    for server in both() {
+        let backend = zk_url(&*server);
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Exits 3 on SIGTERM, which must reach it through lockkeeper.
+        let script = r#"trap 'echo TERM > "$1/got"; exit 3' TERM; echo $$ > "$1/child.pid"; while :; do sleep 0.1; done"#;
+        let (holder, _child) = holder_running(&backend, "/locks/term", dir.path(), &[], script);
+        let output = stop(holder, libc::SIGTERM, "the signalled holder");
+        assert_code(&output, 3, server.name());
+        assert!(
+            dir.path().join("got").is_file(),
+            "{}: the trap did not run",
+            server.name()
+        );
+        assert_released(&backend, "/locks/term", server.name());
+    }
+}
+
+/// A connection that drops and comes back to the same session is not a loss: the server is
+/// restarted under a running command (sessions survive a restart of either server), and the
+/// command runs on to its own end.
+fn suspension_is_ridden_out(server: &mut dyn Restart) {
+    let backend = format!("zk://{}", server.connect_string());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = r#"echo $$ > "$1/child.pid"; while [ ! -e "$1/done" ]; do sleep 0.05; done"#;
+    let (holder, child) = holder_running(
+        &backend,
+        "/locks/blip",
+        dir.path(),
+        &["--session-timeout", "20s"],
+        script,
+    );
+    server.restart();
+    // Time to notice the dropped connection and reconnect.
+    std::thread::sleep(Duration::from_secs(2));
+    if !alive(child) {
+        let output = finish(holder, Duration::from_secs(30), "the holder");
+        panic!(
+            "{}: the command was stopped\n{}",
+            server.name(),
+            describe(&output)
+        );
+    }
+    std::fs::write(dir.path().join("done"), b"").expect("write done");
+    let output = finish(holder, Duration::from_secs(30), "the holder");
+    assert_code(&output, 0, server.name());
+}
+
+/// The servers whose restart keeps sessions.
+trait Restart: TestServer {
+    fn restart(&mut self);
+}
+
+impl Restart for Keeper {
+    fn restart(&mut self) {
+        Keeper::restart(self);
+    }
+}
+
+impl Restart for ApacheZk {
+    fn restart(&mut self) {
+        ApacheZk::restart(self);
+    }
+}
+
+#[test]
+fn a_server_restart_under_the_command_is_not_a_loss() {
+    if backend_enabled("keeper") {
+        suspension_is_ridden_out(&mut Keeper::start());
+    }
+    if backend_enabled("zookeeper") {
+        suspension_is_ridden_out(&mut ApacheZk::start());
+    }
+}
+
+#[test]
+fn a_lock_node_deleted_behind_the_holder_is_a_loss() {
+    let rt = runtime();
+    for server in both() {
+        let backend = zk_url(&*server);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (holder, child) = holder_running(&backend, "/locks/deleted", dir.path(), &[], SLEEPER);
+        let (session, node) = session_and_holder(&rt, &*server, "/locks/deleted");
+        let client = session.client().expect("client");
+        rt.block_on(client.delete(&node, None)).expect("delete");
+        let deleted = Instant::now();
+        let output = finish(holder, STOP_LIMIT, "the holder");
+        assert_code(&output, 76, server.name());
+        assert_said(&output, "deleted");
+        assert!(
+            deleted.elapsed() < Duration::from_secs(3),
+            "{}",
+            server.name()
+        );
+        assert!(
+            !alive(child),
+            "{}: the command outlived the loss",
+            server.name()
+        );
+        rt.block_on(session.close());
+    }
+}

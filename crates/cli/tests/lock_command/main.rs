@@ -1,0 +1,20 @@
+//! `lockkeeper lock` as an operator runs it: the built binary as real processes against Keeper,
+//! Apache ZooKeeper, redis-server (single, Sentinel and Cluster) and Curator's
+//! `InterProcessMutex`.
+//!
+//! What is pinned, a module each: mutual exclusion among concurrent `lockkeeper lock` processes
+//! and Curator holders (`exclusion`: an O_EXCL marker file that two holders at once would
+//! collide on); that a lost lock stops the command's whole process group and exits 76, and
+//! what is not a loss (`loss`: a holder frozen past its session or lease, a revocation, a
+//! deleted node, SIGKILL after `--kill-after`, signal forwarding, a server restart); the exit
+//! codes (`exit_codes`); the other lock kinds and backends (`shapes`: semaphore, read-write,
+//! Sentinel, Cluster). The processes and their bounded waits are in `support`.
+//!
+//! Every wait is bounded: a process that does not finish in time is killed (by its PID) and the
+//! test fails with what it printed.
+
+mod exclusion;
+mod exit_codes;
+mod loss;
+mod shapes;
+mod support;
