@@ -59,6 +59,32 @@ async fn inspect_json(backend: &str, name: &str) -> Value {
     serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
 }
 
+/// `revoke --force --grace GRACE NAME`: exits 0 and says it deleted the holder's node or key.
+async fn force_revoke(backend: &str, name: &str, grace: &str, label: &str) {
+    let forced = lockkeeper(&[
+        "revoke",
+        "--backend",
+        backend,
+        "--force",
+        "--grace",
+        grace,
+        name,
+    ])
+    .await;
+    assert_eq!(forced.code, Some(0), "{label}: {}", forced.stderr);
+    assert!(forced.stdout.contains("deleted after"), "{}", forced.stdout);
+}
+
+/// `inspect --json NAME` lists no holder.
+async fn assert_no_holders(backend: &str, name: &str) {
+    let after = inspect_json(backend, name).await;
+    assert_eq!(
+        after["holders"].as_array().map(Vec::len),
+        Some(0),
+        "{after}"
+    );
+}
+
 /// Curator's revocation interop program of the library's tests.
 fn curator_revoke(connect: &str) -> LinePeer {
     let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lockkeeper/tests/curator");
@@ -146,18 +172,7 @@ async fn lockkeeper_holder_inspected_asked_then_forced() {
         assert!(guard.is_held());
 
         // Forced: it does not let go, so after the grace its node is deleted.
-        let forced = lockkeeper(&[
-            "revoke",
-            "--backend",
-            &backend,
-            "--force",
-            "--grace",
-            "300ms",
-            "/ir/lk",
-        ])
-        .await;
-        assert_eq!(forced.code, Some(0), "{name}: {}", forced.stderr);
-        assert!(forced.stdout.contains("deleted after"), "{}", forced.stdout);
+        force_revoke(&backend, "/ir/lk", "300ms", name).await;
         timeout(LIMIT, guard.lost())
             .await
             .expect("the holder sees its loss");
@@ -206,12 +221,7 @@ async fn curator_holder_releases_on_request_and_kazoo_holder_is_forced() {
             "REVOKED released",
             "{name}: Curator let go"
         );
-        let after = inspect_json(&backend, "/ir/curator").await;
-        assert_eq!(
-            after["holders"].as_array().map(Vec::len),
-            Some(0),
-            "{after}"
-        );
+        assert_no_holders(&backend, "/ir/curator").await;
 
         let mut kazoo = kazoo_holder(&connect, "/ir/kazoo", "kz-holder");
         assert_eq!(kazoo.next_line_async(LIMIT).await, "HELD", "{name}");
@@ -224,24 +234,8 @@ async fn curator_holder_releases_on_request_and_kazoo_holder_is_forced() {
             "{}",
             asked.stdout
         );
-        let forced = lockkeeper(&[
-            "revoke",
-            "--backend",
-            &backend,
-            "--force",
-            "--grace",
-            "300ms",
-            "/ir/kazoo",
-        ])
-        .await;
-        assert_eq!(forced.code, Some(0), "{name}: {}", forced.stderr);
-        assert!(forced.stdout.contains("deleted after"), "{}", forced.stdout);
-        let after = inspect_json(&backend, "/ir/kazoo").await;
-        assert_eq!(
-            after["holders"].as_array().map(Vec::len),
-            Some(0),
-            "{after}"
-        );
+        force_revoke(&backend, "/ir/kazoo", "300ms", name).await;
+        assert_no_holders(&backend, "/ir/kazoo").await;
         drop(kazoo);
         curator.send("quit");
     }
@@ -281,18 +275,7 @@ async fn redis_lease_holder_inspected_and_forced_only() {
         .unwrap();
     assert_eq!(exists, 1, "a refused revoke changes nothing");
 
-    let forced = lockkeeper(&[
-        "revoke",
-        "--backend",
-        &backend,
-        "--force",
-        "--grace",
-        "200ms",
-        "ir",
-    ])
-    .await;
-    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
-    assert!(forced.stdout.contains("deleted after"), "{}", forced.stdout);
+    force_revoke(&backend, "ir", "200ms", "redis").await;
     let exists: i64 = redis
         .command(redis::cmd("EXISTS").arg("lockkeeper:lease:{ir}"))
         .await

@@ -17,33 +17,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use lockkeeper_testkit::zk_metrics::{GAUGES, SUMMARIES};
 use lockkeeper_testkit::{free_port, http_exchange, try_four_letter_word};
 use zookeeper_client::{Acls, CreateMode};
 
 use support::{KeeperProcess, OP_LIMIT, connect, within};
-
-/// ZooKeeper's gauges and summaries (with their quantiles), as its Prometheus provider names them.
-const GAUGES: [&str; 13] = [
-    "znode_count",
-    "watch_count",
-    "ephemerals_count",
-    "approximate_data_size",
-    "num_alive_connections",
-    "outstanding_requests",
-    "avg_latency",
-    "min_latency",
-    "max_latency",
-    "packets_received",
-    "packets_sent",
-    "global_sessions",
-    "uptime",
-];
-const SUMMARIES: [(&str, &[&str]); 4] = [
-    ("fsynctime", &["0.5"]),
-    ("snapshottime", &["0.5"]),
-    ("readlatency", &["0.5", "0.9", "0.99"]),
-    ("updatelatency", &["0.5", "0.9", "0.99"]),
-];
 
 /// Clients loading the server, and how long they do.
 const CLIENTS: usize = 4;

@@ -15,6 +15,7 @@ use lockkeeper_proto::{OpCode, PathWatchRequest, Request};
 use lockkeeper_server::Server;
 use lockkeeper_testkit::raw::{LIMIT, Raw, open_acl};
 use lockkeeper_testkit::try_four_letter_word;
+use lockkeeper_testkit::zk_metrics::{GAUGES, SUMMARIES};
 use lockkeeper_testkit::{Keeper, http_exchange};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -73,32 +74,13 @@ async fn get_metrics_is_prometheus_text_and_everything_else_is_refused() {
             .any(|l| l == format!("Content-Length: {}", body.len())),
         "{head}"
     );
-    for name in [
-        "znode_count",
-        "watch_count",
-        "ephemerals_count",
-        "approximate_data_size",
-        "num_alive_connections",
-        "outstanding_requests",
-        "avg_latency",
-        "min_latency",
-        "max_latency",
-        "packets_received",
-        "packets_sent",
-        "global_sessions",
-        "uptime",
-    ] {
+    for name in GAUGES {
         assert!(
             body.lines().any(|l| l == format!("# TYPE {name} gauge")),
             "{name} is no gauge in\n{body}"
         );
     }
-    for (name, quantiles) in [
-        ("fsynctime", &["0.5"][..]),
-        ("snapshottime", &["0.5"][..]),
-        ("readlatency", &["0.5", "0.9", "0.99"][..]),
-        ("updatelatency", &["0.5", "0.9", "0.99"][..]),
-    ] {
+    for (name, quantiles) in SUMMARIES {
         assert!(
             body.lines().any(|l| l == format!("# TYPE {name} summary")),
             "{name} is no summary in\n{body}"

@@ -35,6 +35,7 @@ mod sentinel;
 pub mod test_child;
 mod tools;
 mod zk;
+pub mod zk_metrics;
 
 use std::net::SocketAddr;
 
