@@ -85,6 +85,16 @@ async fn assert_no_holders(backend: &str, name: &str) {
     );
 }
 
+/// `lockkeeper inspect --watch --json NAME`, read a redraw (a line) at a time.
+fn watch_json(backend: &str, name: &str) -> LinePeer {
+    LinePeer::spawn(
+        Command::new(LOCKKEEPER)
+            .args(["inspect", "--backend", backend, "--watch", "--json", name])
+            .env_remove("LOCKKEEPER_BACKEND"),
+        "inspect --watch",
+    )
+}
+
 /// Curator's revocation interop program of the library's tests.
 fn curator_revoke(connect: &str) -> LinePeer {
     let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lockkeeper/tests/curator");
@@ -292,19 +302,7 @@ async fn watch_redraws_on_every_change_until_interrupted() {
         let name = server.name();
         let connect = server.connect_string();
         let backend = format!("zk://{connect}");
-        let mut watch = LinePeer::spawn(
-            Command::new(LOCKKEEPER)
-                .args([
-                    "inspect",
-                    "--backend",
-                    &backend,
-                    "--watch",
-                    "--json",
-                    "/ir/watch",
-                ])
-                .env_remove("LOCKKEEPER_BACKEND"),
-            "inspect --watch",
-        );
+        let mut watch = watch_json(&backend, "/ir/watch");
         let mut next = async || -> Value {
             let line = watch.next_line_async(LIMIT).await;
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("{name}: {e}: {line}"))
@@ -363,19 +361,7 @@ async fn watch_redraws_after_a_reconnect_and_keeps_watching() {
 
 async fn watch_through_restart(name: &str, connect: &str, restart: impl FnOnce()) {
     let backend = format!("zk://{connect}");
-    let mut watch = LinePeer::spawn(
-        Command::new(LOCKKEEPER)
-            .args([
-                "inspect",
-                "--backend",
-                &backend,
-                "--watch",
-                "--json",
-                "/ir/again",
-            ])
-            .env_remove("LOCKKEEPER_BACKEND"),
-        "inspect --watch",
-    );
+    let mut watch = watch_json(&backend, "/ir/again");
     let first = watch.next_line_async(LIMIT).await;
     assert!(first.contains(r#""kind":"missing""#), "{name}: {first}");
     restart();
