@@ -15,11 +15,13 @@
 mod connect;
 mod deadline;
 pub mod error;
+pub mod fence;
 pub mod fencing;
 pub mod redis;
 pub mod zk;
 
 pub use error::{ConnectCause, Error, Result};
+pub use fence::{LocalFence, RedisFence, ZkFence};
 pub use fencing::FencingToken;
 
 /// The README's examples, compiled as doc tests so that they cannot drift from the API.

@@ -1,0 +1,259 @@
+//! The SQL fence: a row per resource carrying the highest token next to the value, written by
+//! one conditional statement, so the database's row lock makes the check and the write atomic.
+//!
+//! The table (PostgreSQL; SQLite takes the same with `BLOB` for `BYTEA`):
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS fenced (
+//!     id          TEXT PRIMARY KEY,
+//!     value       BYTEA NOT NULL,
+//!     fence_token BIGINT NOT NULL
+//! );
+//! ```
+//!
+//! The write: insert the row, or update it only if the stored token is not higher. A statement
+//! that changed no row was refused.
+//!
+//! ```sql
+//! INSERT INTO fenced (id, value, fence_token) VALUES ($1, $2, $3)
+//! ON CONFLICT (id) DO UPDATE SET value = excluded.value, fence_token = excluded.fence_token
+//! WHERE fenced.fence_token <= excluded.fence_token;
+//! ```
+//!
+//! One upsert rather than `UPDATE ... WHERE fence_token <= $3` followed by an `INSERT` when no
+//! row matched: between those two statements another writer can insert the row, and the
+//! insert then fails on the key instead of being compared. `ON CONFLICT` takes the row lock
+//! and re-evaluates the `WHERE` on the row as it is now, on PostgreSQL (9.5+) and SQLite
+//! (3.24+) alike. For a table of your own whose rows already exist, the plain conditional
+//! update is enough: `UPDATE orders SET ..., fence_token = $2 WHERE id = $1 AND fence_token <=
+//! $2`, refused when it updates no row. Other writes in the same transaction as the fenced
+//! statement commit or roll back with it.
+//!
+//! Tokens are stored as `BIGINT`: a token above `i64::MAX` is refused as an invalid argument
+//! (ZooKeeper's czxids and Redis's counters never get there).
+//!
+//! The helpers run these statements through `tokio-postgres` (feature `postgres`) and
+//! `rusqlite` (feature `sqlite`); without either feature the SQL is still here to copy.
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use super::{Outcome, check_resource};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::FencingToken;
+
+/// A failed SQL fence call. A refused write is not one: it is [`Outcome::Refused`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqlError {
+    /// A wrong argument (the table name, the resource id, a token beyond `BIGINT`), named in
+    /// the message. Nothing was sent to the database.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The database refused or failed the statement.
+    #[cfg(feature = "postgres")]
+    #[error("postgres: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+
+    /// The database refused or failed the statement.
+    #[cfg(feature = "sqlite")]
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+impl From<crate::Error> for SqlError {
+    fn from(err: crate::Error) -> SqlError {
+        match err {
+            crate::Error::InvalidArgument(what) => SqlError::InvalidArgument(what),
+            other => SqlError::InvalidArgument(other.to_string()),
+        }
+    }
+}
+
+/// The fence's table: one row per resource id.
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(db: tokio_postgres::Client, token: lockkeeper::FencingToken) -> Result<(), lockkeeper::fence::sql::SqlError> {
+/// use lockkeeper::fence::Outcome;
+/// use lockkeeper::fence::sql::SqlFence;
+///
+/// let fence = SqlFence::new("fenced")?;
+/// fence.create_table_postgres(&db).await?;
+/// if let Outcome::Refused { highest } = fence.write_postgres(&db, "orders", token, b"v2").await? {
+///     eprintln!("a newer holder ({highest}) wrote first");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SqlFence {
+    table: String,
+}
+
+impl SqlFence {
+    /// A fence on `table`, a plain SQL identifier (letters, digits and `_`, not starting with
+    /// a digit, at most 63 bytes) so that it can be put in a statement unquoted.
+    pub fn new(table: &str) -> Result<SqlFence, SqlError> {
+        let plain = table
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let starts_well = table
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+        if !plain || !starts_well || table.len() > 63 {
+            return Err(SqlError::InvalidArgument(format!(
+                "fence table name {table:?} must be 1 to 63 letters, digits or '_', not \
+                 starting with a digit"
+            )));
+        }
+        Ok(SqlFence {
+            table: table.to_owned(),
+        })
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` for the table; `blob` is the binary type's name (`BYTEA`
+    /// on PostgreSQL, `BLOB` on SQLite).
+    pub fn create_table_sql(&self, blob: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (id TEXT PRIMARY KEY, value {blob} NOT NULL, \
+             fence_token BIGINT NOT NULL)",
+            self.table
+        )
+    }
+
+    /// The fenced write, with parameters `$1` id, `$2` value, `$3` token (SQLite reads
+    /// `$1`..`$3` as numbered parameters too). It changes one row when accepted, none when
+    /// refused.
+    pub fn write_sql(&self) -> String {
+        let t = &self.table;
+        format!(
+            "INSERT INTO {t} (id, value, fence_token) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO UPDATE SET value = excluded.value, \
+             fence_token = excluded.fence_token WHERE {t}.fence_token <= excluded.fence_token"
+        )
+    }
+
+    /// The current token and value of `$1`.
+    pub fn read_sql(&self) -> String {
+        format!(
+            "SELECT fence_token, value FROM {} WHERE id = $1",
+            self.table
+        )
+    }
+}
+
+/// The checks before a write: a resource id, a token that fits `BIGINT`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn check_write(resource: &str, token: FencingToken) -> Result<i64, SqlError> {
+    check_resource("fence resource id", resource)?;
+    i64::try_from(token.get()).map_err(|_| {
+        SqlError::InvalidArgument(format!(
+            "fencing token {token} for {resource:?} does not fit the table's BIGINT"
+        ))
+    })
+}
+
+/// A token read back from the table (never negative: only [`check_write`]ed tokens are
+/// stored).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn stored(token: i64) -> FencingToken {
+    FencingToken::new(token.max(0).unsigned_abs())
+}
+
+#[cfg(feature = "postgres")]
+impl SqlFence {
+    /// Creates the table if it does not exist.
+    pub async fn create_table_postgres(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+    ) -> Result<(), SqlError> {
+        client
+            .batch_execute(&self.create_table_sql("BYTEA"))
+            .await?;
+        Ok(())
+    }
+
+    /// Writes `value` for `resource` if `token` is at least the stored token. `client` may be
+    /// a transaction: the fenced write then commits with the rest of it.
+    pub async fn write_postgres(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        resource: &str,
+        token: FencingToken,
+        value: &[u8],
+    ) -> Result<Outcome, SqlError> {
+        let raw = check_write(resource, token)?;
+        let changed = client
+            .execute(&self.write_sql(), &[&resource, &value, &raw])
+            .await?;
+        if changed > 0 {
+            return Ok(Outcome::Accepted);
+        }
+        // Refused: the row exists with a higher token, which can only have grown since.
+        let highest = self.read_postgres(client, resource).await?;
+        Ok(Outcome::Refused {
+            highest: highest.map_or(token, |(highest, _)| highest),
+        })
+    }
+
+    /// The stored token and value of `resource`, if written.
+    pub async fn read_postgres(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        resource: &str,
+    ) -> Result<Option<(FencingToken, Vec<u8>)>, SqlError> {
+        check_resource("fence resource id", resource)?;
+        let row = client.query_opt(&self.read_sql(), &[&resource]).await?;
+        Ok(row.map(|row| (stored(row.get(0)), row.get(1))))
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl SqlFence {
+    /// Creates the table if it does not exist.
+    pub fn create_table_sqlite(&self, conn: &rusqlite::Connection) -> Result<(), SqlError> {
+        conn.execute_batch(&self.create_table_sql("BLOB"))?;
+        Ok(())
+    }
+
+    /// Writes `value` for `resource` if `token` is at least the stored token. `conn` may be
+    /// inside a transaction (`rusqlite::Transaction` derefs to a connection).
+    pub fn write_sqlite(
+        &self,
+        conn: &rusqlite::Connection,
+        resource: &str,
+        token: FencingToken,
+        value: &[u8],
+    ) -> Result<Outcome, SqlError> {
+        let raw = check_write(resource, token)?;
+        let changed = conn.execute(&self.write_sql(), rusqlite::params![resource, value, raw])?;
+        if changed > 0 {
+            return Ok(Outcome::Accepted);
+        }
+        let highest = self.read_sqlite(conn, resource)?;
+        Ok(Outcome::Refused {
+            highest: highest.map_or(token, |(highest, _)| highest),
+        })
+    }
+
+    /// The stored token and value of `resource`, if written.
+    pub fn read_sqlite(
+        &self,
+        conn: &rusqlite::Connection,
+        resource: &str,
+    ) -> Result<Option<(FencingToken, Vec<u8>)>, SqlError> {
+        use rusqlite::OptionalExtension;
+        check_resource("fence resource id", resource)?;
+        let row = conn
+            .query_row(&self.read_sql(), [resource], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
+            })
+            .optional()?;
+        Ok(row.map(|(token, value)| (stored(token), value)))
+    }
+}

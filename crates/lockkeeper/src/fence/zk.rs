@@ -1,0 +1,236 @@
+//! The ZooKeeper fence: a znode written only while the writer's lock node exists, and only
+//! with a token at least the one stored in it.
+//!
+//! Layout: the fenced node's data is the token (8 bytes, big-endian) followed by the value.
+//!
+//! A write reads the node (its token and version), refuses a lower token, and otherwise
+//! commits one multi: a check that the lock node exists (any version) and a `setData` at the
+//! version read (a `create` if there was no node). The multi is all or nothing, so:
+//! - a writer whose lock node is gone (its session expired, or the lock was revoked) writes
+//!   nothing and gets [`Error::NotHeld`], even before its guard noticed;
+//! - a writer overtaken between its read and its multi (the version moved) reads again, so
+//!   the token comparison always sees the latest write: no lost update.
+//!
+//! Either condition alone fences: the lock-node check needs no token, the token comparison
+//! protects writers whose locks are not ZooKeeper nodes. Retrying after a lost answer is safe:
+//! if the first attempt applied, the retry finds its own token stored and writes the same
+//! value again.
+
+use zookeeper_client::{Acls, Client, CreateMode, MultiWriteError};
+
+use super::{Outcome, check_resource};
+use crate::zk::{LockGuard, Session};
+use crate::{Error, FencingToken, Result};
+
+/// How many times a write re-reads after being overtaken before giving up with
+/// [`Error::Contended`]. Each overtaking is another writer's accepted write, so a writer
+/// exhausting this is one among many writing the same node at once.
+const ATTEMPTS: u32 = 100;
+
+/// The length of the token prefix of a fenced node's data.
+const TOKEN_LEN: usize = 8;
+
+/// One fenced znode.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+/// use lockkeeper::fence::{Outcome, ZkFence};
+///
+/// let fence = ZkFence::new(&session, "/resources/orders")?;
+/// let guard = session.mutex("/locks/orders")?.lock().await?;
+/// // Written only while guard's lock node exists and no newer token wrote first.
+/// assert_eq!(fence.write(&guard, b"v2").await?, Outcome::Accepted);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ZkFence {
+    session: Session,
+    path: String,
+}
+
+impl ZkFence {
+    /// A fence on the node at `path` (created on the first write, with its missing parents).
+    /// [`Error::InvalidArgument`] for a path that is empty, relative, the root, under
+    /// `/zookeeper`, or otherwise malformed.
+    pub fn new(session: &Session, path: &str) -> Result<ZkFence> {
+        check_path(path)?;
+        Ok(ZkFence {
+            session: session.clone(),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The fenced node's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Writes `value` under `guard`: its lock node must still exist and its token must be at
+    /// least the stored one. [`Error::NotHeld`] if the lock node is gone (nothing written).
+    pub async fn write(&self, guard: &LockGuard, value: &[u8]) -> Result<Outcome> {
+        self.write_checked(guard.node(), guard.fencing_token(), value)
+            .await
+    }
+
+    /// [`write`](ZkFence::write) for a holder that is not a [`LockGuard`] (a Curator client's
+    /// lock node, a semaphore lease, a leader's node): the write happens only while
+    /// `lock_node` exists and `token` is at least the stored one.
+    pub async fn write_checked(
+        &self,
+        lock_node: &str,
+        token: FencingToken,
+        value: &[u8],
+    ) -> Result<Outcome> {
+        check_lock_node(lock_node)?;
+        let mut data = Vec::with_capacity(TOKEN_LEN + value.len());
+        data.extend_from_slice(&token.get().to_be_bytes());
+        data.extend_from_slice(value);
+        let generation = self.session.connected_generation().await?;
+        for _ in 0..ATTEMPTS {
+            let found = generation
+                .retry(|client| read_node(client, &self.path))
+                .await?;
+            let version = match found {
+                Some((data, version)) => {
+                    let (stored, _) = self.decode(&data)?;
+                    if stored > token {
+                        return Ok(Outcome::Refused { highest: stored });
+                    }
+                    Some(version)
+                }
+                None => None,
+            };
+            let committed = generation
+                .retry(|client| {
+                    let data = &data;
+                    async move {
+                        let create = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                        if version.is_none()
+                            && let Some((parent, _)) = self.path.rsplit_once('/')
+                            && !parent.is_empty()
+                        {
+                            match client.mkdir(parent, &create).await {
+                                Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+                                Err(err) => return Err(err),
+                            }
+                        }
+                        let mut multi = client.new_multi_writer();
+                        multi.add_check_version(lock_node, -1)?;
+                        match version {
+                            Some(version) => multi.add_set_data(&self.path, data, Some(version))?,
+                            None => multi.add_create(&self.path, data, &create)?,
+                        }
+                        use zookeeper_client::Error as Zk;
+                        match multi.commit().await {
+                            Ok(_) => Ok(Committed::Written),
+                            Err(MultiWriteError::OperationFailed {
+                                index: 0,
+                                source: Zk::NoNode,
+                            }) => Ok(Committed::LockGone),
+                            Err(MultiWriteError::OperationFailed {
+                                index: 1,
+                                source: Zk::BadVersion | Zk::NoNode | Zk::NodeExists,
+                            }) => Ok(Committed::Overtaken),
+                            Err(err) => Err(err.into()),
+                        }
+                    }
+                })
+                .await?;
+            match committed {
+                Committed::Written => return Ok(Outcome::Accepted),
+                Committed::LockGone => return Err(Error::NotHeld),
+                Committed::Overtaken => {}
+            }
+        }
+        Err(Error::Contended {
+            path: self.path.clone(),
+            attempts: ATTEMPTS,
+        })
+    }
+
+    /// The stored token and value; `None` before the first write.
+    pub async fn read(&self) -> Result<Option<(FencingToken, Vec<u8>)>> {
+        let generation = self.session.connected_generation().await?;
+        let found = generation
+            .retry(|client| read_node(client, &self.path))
+            .await?;
+        found.map(|(data, _)| self.decode(&data)).transpose()
+    }
+
+    /// Decodes the fenced node's data into its token and value.
+    fn decode(&self, data: &[u8]) -> Result<(FencingToken, Vec<u8>)> {
+        let Some((token, value)) = data.split_first_chunk::<TOKEN_LEN>() else {
+            return Err(Error::InvalidArgument(format!(
+                "fence path {:?} holds {} bytes, not a token and a value: it is not a fenced node",
+                self.path,
+                data.len()
+            )));
+        };
+        Ok((
+            FencingToken::new(u64::from_be_bytes(*token)),
+            value.to_vec(),
+        ))
+    }
+}
+
+/// What one multi did.
+enum Committed {
+    Written,
+    /// The lock node did not exist.
+    LockGone,
+    /// The fenced node changed since it was read.
+    Overtaken,
+}
+
+/// The data and version of `path`; `None` if there is no node.
+async fn read_node(
+    client: Client,
+    path: &str,
+) -> std::result::Result<Option<(Vec<u8>, i32)>, zookeeper_client::Error> {
+    match client.get_data(path).await {
+        Ok((data, stat)) => Ok(Some((data, stat.version))),
+        Err(zookeeper_client::Error::NoNode) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// Checks the fenced node's path before anything is sent, naming it in the error (the
+/// client library's own check names no argument).
+fn check_path(path: &str) -> Result<()> {
+    check_resource("fence path", path)?;
+    let invalid = |why: &str| {
+        Err(Error::InvalidArgument(format!(
+            "fence path {path:?}: {why}"
+        )))
+    };
+    if !path.starts_with('/') {
+        return invalid("must start with '/'");
+    }
+    if path == "/" {
+        return invalid("the root cannot be used");
+    }
+    if path.ends_with('/') {
+        return invalid("must not end with '/'");
+    }
+    if path[1..]
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return invalid("has an empty, '.' or '..' segment");
+    }
+    if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+        return invalid("/zookeeper is reserved by the server");
+    }
+    Ok(())
+}
+
+/// Checks the lock node a write is conditioned on.
+fn check_lock_node(node: &str) -> Result<()> {
+    check_resource("lock node", node)?;
+    if !node.starts_with('/') || node.ends_with('/') {
+        return Err(Error::InvalidArgument(format!(
+            "lock node {node:?} must be an absolute path to a node"
+        )));
+    }
+    Ok(())
+}
