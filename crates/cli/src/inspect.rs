@@ -35,19 +35,39 @@ Exit codes: 0 shown; 64 usage; 69 backend unreachable; 70 unexpected backend err
 #[command(after_help = AFTER_HELP)]
 pub struct InspectArgs {
     #[command(flatten)]
-    backend: BackendArgs,
+    target: LockTarget,
     /// Print one JSON object (one per line with --watch) instead of the table.
     #[arg(long)]
     json: bool,
     /// Redraw on every change of the lock until SIGINT or SIGTERM (ZooKeeper only).
     #[arg(long)]
     watch: bool,
-    /// The lease limit of a Curator or lockkeeper semaphore at NAME, so that leases can be told
-    /// holding from waiting (it is not stored on the server).
+}
+
+/// What `inspect` and `revoke` act on: a lock on a backend, and the one fact about it that the
+/// server does not store.
+#[derive(clap::Args, Debug)]
+pub struct LockTarget {
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// The lease limit of a Curator or lockkeeper semaphore at NAME, so that its holding leases
+    /// can be told from waiting ones (it is not stored on the server).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    max_leases: Option<u32>,
+    pub max_leases: Option<u32>,
     /// The lock path on ZooKeeper backends, the lock name on Redis.
-    name: String,
+    pub name: String,
+}
+
+impl LockTarget {
+    /// The lock's participants on ZooKeeper, a semaphore's read with `--max-leases` when given;
+    /// a failure names `what` (the lock and the backend).
+    pub async fn inspect_zk(&self, session: &Session, what: &str) -> Result<Inspection, Failure> {
+        let inspection = match self.max_leases {
+            Some(max) => session.inspect_semaphore(&self.name, max).await,
+            None => session.inspect(&self.name).await,
+        };
+        inspection.map_err(|e| Failure::from_lib(what, e))
+    }
 }
 
 /// Runs the command.
@@ -59,14 +79,14 @@ pub async fn run(args: InspectArgs) -> ExitCode {
 }
 
 async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
-    let (backend, handle) = args.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
-    let what = format!("{} on {backend}", args.name);
+    let (backend, handle) = args.target.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
+    let what = format!("{} on {backend}", args.target.name);
     match handle {
         Handle::Zk(session) => {
             let result = if args.watch {
                 watch(&session, args, &what).await
             } else {
-                let inspection = zk_inspect(&session, args, &what).await?;
+                let inspection = args.target.inspect_zk(&session, &what).await?;
                 print(args, &inspection);
                 Ok(())
             };
@@ -74,36 +94,24 @@ async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             result
         }
         Handle::Redis(redis) => {
-            if args.watch || args.max_leases.is_some() {
+            if args.watch || args.target.max_leases.is_some() {
                 return Err(Failure::usage(
                     "--watch and --max-leases are for ZooKeeper backends; on Redis, run \
                      inspect again to see a change",
                 ));
             }
-            redis::check_name(&args.name)?;
-            let holders = redis::holders(&redis, &args.name)
+            redis::check_name(&args.target.name)?;
+            let holders = redis::holders(&redis, &args.target.name)
                 .await
                 .map_err(|e| Failure::from_lib(&what, e))?;
             if args.json {
-                println!("{}", redis::json(&args.name, &holders));
+                println!("{}", redis::json(&args.target.name, &holders));
             } else {
-                println!("{}", redis::table(&args.name, &holders));
+                println!("{}", redis::table(&args.target.name, &holders));
             }
             Ok(())
         }
     }
-}
-
-async fn zk_inspect(
-    session: &Session,
-    args: &InspectArgs,
-    what: &str,
-) -> Result<Inspection, Failure> {
-    let inspection = match args.max_leases {
-        Some(max) => session.inspect_semaphore(&args.name, max).await,
-        None => session.inspect(&args.name).await,
-    };
-    inspection.map_err(|e| Failure::from_lib(what, e))
 }
 
 fn print(args: &InspectArgs, inspection: &Inspection) {
@@ -123,13 +131,13 @@ async fn watch(session: &Session, args: &InspectArgs, what: &str) -> Result<(), 
     let mut states = session.states();
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     // A kazoo semaphore queues its waiters beside the path, not under it.
-    let sibling = format!("{}-__lock__", args.name);
+    let sibling = format!("{}-__lock__", args.target.name);
     loop {
         // Watches first, then the inspection: a change in between fires the watch.
         let client = session.client().map_err(|e| Failure::from_lib(what, e))?;
         let watches = async {
             let under = client
-                .watch(&args.name, AddWatchMode::PersistentRecursive)
+                .watch(&args.target.name, AddWatchMode::PersistentRecursive)
                 .await?;
             let beside = client
                 .watch(&sibling, AddWatchMode::PersistentRecursive)
@@ -144,7 +152,7 @@ async fn watch(session: &Session, args: &InspectArgs, what: &str) -> Result<(), 
         if let Some((mut under, mut beside)) = watches {
             loop {
                 let inspection = tokio::select! {
-                    i = zk_inspect(session, args, what) => i?,
+                    i = args.target.inspect_zk(session, what) => i?,
                     _ = int.recv() => return Ok(()),
                     _ = term.recv() => return Ok(()),
                 };

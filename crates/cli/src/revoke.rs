@@ -24,10 +24,8 @@ use futures::future::join_all;
 use lockkeeper::zk::{NodeKind, Participant, Revoked, Session};
 use tokio::time::Instant;
 
-use crate::backend::{
-    Backend, BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration,
-};
-use crate::inspect::redis;
+use crate::backend::{Backend, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration};
+use crate::inspect::{LockTarget, redis};
 
 const AFTER_HELP: &str = "\
 Cooperative (default, ZooKeeper only): the holder is asked to release; lockkeeper holders and
@@ -47,7 +45,7 @@ const NO_COOPERATIVE_ON_REDIS: &str = "cooperative revocation is not available o
 #[command(after_help = AFTER_HELP)]
 pub struct RevokeArgs {
     #[command(flatten)]
-    backend: BackendArgs,
+    target: LockTarget,
     /// Delete the holder's node (Redis: key) if it has not released after --grace.
     #[arg(long)]
     force: bool,
@@ -59,12 +57,6 @@ pub struct RevokeArgs {
     /// hold (readers, semaphore leases).
     #[arg(long, value_name = "NODE")]
     node: Option<String>,
-    /// The lease limit of a Curator or lockkeeper semaphore at NAME, to tell its holding leases
-    /// from waiting ones (it is not stored on the server).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    max_leases: Option<u32>,
-    /// The lock path on ZooKeeper backends, the lock name on Redis.
-    name: String,
 }
 
 /// Runs the command.
@@ -77,11 +69,16 @@ pub async fn run(args: RevokeArgs) -> ExitCode {
 
 async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
     // Refused before dialling: a usage error, whether or not the Redis answers.
-    if !args.force && !matches!(Backend::parse(&args.backend.backend)?, Backend::Zk { .. }) {
+    if !args.force
+        && !matches!(
+            Backend::parse(&args.target.backend.backend)?,
+            Backend::Zk { .. }
+        )
+    {
         return Err(Failure::usage(NO_COOPERATIVE_ON_REDIS));
     }
-    let (backend, handle) = args.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
-    let what = format!("{} on {backend}", args.name);
+    let (backend, handle) = args.target.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
+    let what = format!("{} on {backend}", args.target.name);
     match handle {
         Handle::Zk(session) => {
             let result = zk(&session, args, &what).await;
@@ -92,13 +89,13 @@ async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
             if !args.force {
                 return Err(Failure::usage(NO_COOPERATIVE_ON_REDIS));
             }
-            if args.node.is_some() || args.max_leases.is_some() {
+            if args.node.is_some() || args.target.max_leases.is_some() {
                 return Err(Failure::usage(
                     "--node and --max-leases are for ZooKeeper backends",
                 ));
             }
-            redis::check_name(&args.name)?;
-            redis_force(&redis, &args.name, args.grace)
+            redis::check_name(&args.target.name)?;
+            redis_force(&redis, &args.target.name, args.grace)
                 .await
                 .map_err(|e| Failure::from_lib(&what, e))
         }
@@ -106,11 +103,7 @@ async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
 }
 
 async fn zk(session: &Session, args: &RevokeArgs, what: &str) -> Result<(), Failure> {
-    let inspection = match args.max_leases {
-        Some(max) => session.inspect_semaphore(&args.name, max).await,
-        None => session.inspect(&args.name).await,
-    }
-    .map_err(|e| Failure::from_lib(what, e))?;
+    let inspection = args.target.inspect_zk(session, what).await?;
     let targets: Vec<&Participant> = match &args.node {
         Some(node) => {
             let found = inspection
@@ -120,7 +113,7 @@ async fn zk(session: &Session, args: &RevokeArgs, what: &str) -> Result<(), Fail
             vec![found.ok_or_else(|| {
                 Failure::usage(format!(
                     "--node {node:?}: no such node under {}; `lockkeeper inspect {}` lists them",
-                    args.name, args.name
+                    args.target.name, args.target.name
                 ))
             })?]
         }
@@ -136,7 +129,10 @@ async fn zk(session: &Session, args: &RevokeArgs, what: &str) -> Result<(), Fail
         } else {
             " (a semaphore's leases need --max-leases N to be told holding, or name one with --node)"
         };
-        println!("{}: nobody holds it; nothing revoked{hint}", args.name);
+        println!(
+            "{}: nobody holds it; nothing revoked{hint}",
+            args.target.name
+        );
         return Ok(());
     }
     for target in &targets {
