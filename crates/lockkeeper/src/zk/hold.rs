@@ -13,9 +13,24 @@
 //! leader that would rather not step down on every network blip): then only the session's end,
 //! its deadline or the node's deletion count. The deadline still bounds it: a suspension that
 //! outlasts it may hide an expiry, so it ends the hold either way.
+//!
+//! The options every lock takes ([`HoldOptions`]) live here too, so that every lock kind
+//! behaves the same:
+//!
+//! - a **maximum hold time** ends the hold at a fixed instant after the grant: `is_held()` is
+//!   false and `lost()` resolves from that instant on, and a timer task releases the node as a
+//!   clean release (no lock-delay for the next holder). The timer holds only a weak reference,
+//!   so a guard dropped earlier is released as usual and the timer finds nothing to do;
+//! - **lock-delay** (see [`delay`]) makes a release write its release record, and a grant
+//!   record itself, so that waiters can tell a clean release from a failure.
+
+pub(crate) mod delay;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use zookeeper_client::EventType;
 
@@ -45,6 +60,43 @@ pub(crate) struct Held {
     anchor: StdMutex<Option<Arc<Held>>>,
     /// Whether a suspension of the session counts as losing the hold.
     suspension: Suspension,
+    /// The maximum hold time's end, fixed at the grant.
+    max_hold_until: Option<Instant>,
+    /// Whether a release records itself for waiters with lock-delay.
+    recorded: bool,
+}
+
+/// The options a lock handle gives each of its holds: see the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct HoldOptions {
+    /// Give the lock up this long after the grant.
+    pub max_hold: Option<Duration>,
+    /// After a holder failed, grant nobody until this long after the failure was seen.
+    pub lock_delay: Option<Duration>,
+}
+
+impl HoldOptions {
+    /// Sets the maximum hold time of the lock at `path`; zero is refused.
+    pub(crate) fn max_hold(mut self, path: &str, max_hold: Duration) -> Result<HoldOptions> {
+        self.max_hold = Some(positive("max_hold", path, max_hold)?);
+        Ok(self)
+    }
+
+    /// Sets the lock-delay of the lock at `path`; zero is refused.
+    pub(crate) fn lock_delay(mut self, path: &str, delay: Duration) -> Result<HoldOptions> {
+        self.lock_delay = Some(positive("lock_delay", path, delay)?);
+        Ok(self)
+    }
+}
+
+/// A zero duration would silently mean "never hold" or "no delay": refused, naming the option.
+fn positive(option: &str, path: &str, duration: Duration) -> Result<Duration> {
+    if duration.is_zero() {
+        return Err(Error::InvalidArgument(format!(
+            "{option} for the lock {path:?} must be greater than zero"
+        )));
+    }
+    Ok(duration)
 }
 
 /// What a revoker writes to a holder's node to ask it to give the lock up: Curator's
@@ -85,7 +137,40 @@ impl Held {
             linger: StdMutex::default(),
             anchor: StdMutex::default(),
             suspension: Suspension::default(),
+            max_hold_until: None,
+            recorded: false,
         }
+    }
+
+    /// Applies a handle's options to this hold, granted just now.
+    pub(crate) fn with_options(mut self, options: HoldOptions) -> Held {
+        self.max_hold_until = options.max_hold.map(|max| Instant::now() + max);
+        self.recorded = options.lock_delay.is_some();
+        self
+    }
+
+    /// Starts the maximum hold time's timer, if there is one: at its end the lock is released
+    /// (a clean release). Called once the hold is shared, so the timer can hold a weak
+    /// reference.
+    pub(crate) fn arm(self: &Arc<Self>) {
+        let Some(until) = self.max_hold_until else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let hold = Arc::downgrade(self);
+        runtime.spawn(async move {
+            tokio::time::sleep_until(until).await;
+            let Some(held) = hold.upgrade() else { return };
+            match held.release().await {
+                Ok(()) => tracing::debug!(node = held.node, "maximum hold time reached; released"),
+                Err(Error::NotHeld) => {}
+                Err(err) => {
+                    tracing::warn!(node = held.node, %err, "releasing at the maximum hold time failed")
+                }
+            }
+        });
     }
 
     /// Sets what a suspension means to this hold.
@@ -119,6 +204,9 @@ impl Held {
             && !self.deleted.load(Ordering::Acquire)
             && self.healthy()
             && tokio::time::Instant::now() < self.generation.valid_until()
+            && self
+                .max_hold_until
+                .is_none_or(|until| Instant::now() < until)
     }
 
     fn healthy(&self) -> bool {
@@ -133,6 +221,7 @@ impl Held {
     /// once it is not.
     pub(crate) fn valid_until(&self) -> Option<tokio::time::Instant> {
         let until = self.generation.valid_until();
+        let until = self.max_hold_until.map_or(until, |max| max.min(until));
         self.is_held().then_some(until)
     }
 
@@ -141,11 +230,14 @@ impl Held {
         self.released.load(Ordering::Acquire)
             || self.deleted.load(Ordering::Acquire)
             || self.generation.health() == Health::Ended
+            || self
+                .max_hold_until
+                .is_some_and(|until| Instant::now() >= until)
     }
 
     /// Resolves when the holder can no longer be sure it holds the lock: the session is
     /// suspended or ended or past its deadline, the node was deleted behind its back, or it
-    /// was released.
+    /// was released, or its maximum hold time is up.
     ///
     /// The node is watched only while someone awaits this, so holders that never ask pay
     /// nothing for it.
@@ -159,10 +251,17 @@ impl Held {
                 Suspension::Tolerated => self.generation.ended().await,
             }
         };
+        let max_hold = async {
+            match self.max_hold_until {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = unhealthy => {}
             () = self.generation.untrusted() => {}
             () = self.node_deleted() => {}
+            () = max_hold => {}
         }
     }
 
@@ -258,7 +357,16 @@ impl Held {
         }
         match &self.ours {
             Some(data) => delete_if_ours(&self.generation, &self.node, data).await,
-            None => delete_node(&self.generation, &self.node).await,
+            None => self.delete().await,
+        }
+    }
+
+    /// Deletes the node as a clean release: with its release record under lock-delay.
+    async fn delete(&self) -> Result<()> {
+        if self.recorded {
+            delay::release_recorded(&self.generation, &self.node).await
+        } else {
+            delete_node(&self.generation, &self.node).await
         }
     }
 
@@ -302,7 +410,7 @@ impl Held {
     pub(crate) async fn unpin(&self) -> Result<()> {
         let was = std::mem::take(&mut *lock(&self.linger));
         match was {
-            Linger::Deferred => delete_node(&self.generation, &self.node).await,
+            Linger::Deferred => self.delete().await,
             Linger::No | Linger::Pinned => Ok(()),
         }
     }

@@ -204,6 +204,42 @@ impl MultiLock {
         Ok(MultiLock { locks })
     }
 
+    /// Gives every lock up `max_hold` after its own grant (see
+    /// [`Mutex::max_hold`]): the guard counts as lost from the first lock's limit on, at most
+    /// `max_hold` after the acquisition began to be granted, and each lock is released at its
+    /// own limit (the last one at most the acquisition's duration later). Overrides the
+    /// maximum hold times the handles were given. [`Error::InvalidArgument`] for zero.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// use std::time::Duration;
+    /// use lockkeeper::zk::{Lockable, MultiLock};
+    ///
+    /// let both = MultiLock::new([
+    ///     Lockable::Mutex(session.mutex("/accounts/alice")?),
+    ///     Lockable::Mutex(session.mutex("/accounts/bob")?),
+    /// ])?
+    /// .max_hold(Duration::from_secs(5))?;
+    /// let guard = both.lock().await?;
+    /// guard.lost().await; // within 5 s of the first grant
+    /// # Ok(()) }
+    /// ```
+    pub fn max_hold(self, max_hold: Duration) -> Result<MultiLock> {
+        let locks = self
+            .locks
+            .into_iter()
+            .map(|lock| {
+                Ok(match lock {
+                    Lockable::Mutex(mutex) => Lockable::Mutex(mutex.max_hold(max_hold)?),
+                    Lockable::Read(lock) => Lockable::Read(lock.max_hold(max_hold)?),
+                    Lockable::Write(lock) => Lockable::Write(lock.max_hold(max_hold)?),
+                    Lockable::Lease(semaphore) => Lockable::Lease(semaphore.max_hold(max_hold)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(MultiLock { locks })
+    }
+
     /// The lock paths, in the order they are taken.
     pub fn paths(&self) -> Vec<&str> {
         self.locks.iter().map(Lockable::path).collect()

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::zk::guard::LockGuard;
+use crate::zk::hold::HoldOptions;
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
 use crate::zk::queue::{LOCK_MARKER, Queue, predecessor_rule};
@@ -44,6 +45,7 @@ pub struct Mutex {
     session: Session,
     queue: Queue,
     owner: Arc<Owner>,
+    options: HoldOptions,
 }
 
 impl Mutex {
@@ -57,7 +59,50 @@ impl Mutex {
                 markers: &[LOCK_MARKER],
             },
             owner: Arc::default(),
+            options: HoldOptions::default(),
         })
+    }
+
+    /// Gives the lock up `max_hold` after each grant, whatever the holder is doing: the guard's
+    /// [`lost`](LockGuard::lost) resolves and [`is_held`](LockGuard::is_held) turns false at
+    /// that instant, and the node is deleted as a clean release (the next waiter gets the lock
+    /// at once, without lock-delay). A bound on how long a stuck holder can keep everyone out.
+    /// Re-entries share the first grant's limit. [`Error::InvalidArgument`](crate::Error) for
+    /// zero.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let mutex = session.mutex("/locks/report")?.max_hold(Duration::from_secs(60))?;
+    /// let guard = mutex.lock().await?;
+    /// guard.lost().await; // at the latest 60 s after the grant
+    /// # Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Result<Mutex> {
+        self.options = self.options.max_hold(&self.queue.dir, max_hold)?;
+        Ok(self)
+    }
+
+    /// Lock-delay: when a holder *failed* (its session expired, its node was deleted by a
+    /// revocation) rather than released, this handle is not granted the lock until `delay`
+    /// after it saw the node gone, so the failed holder's in-flight writes land first. A clean
+    /// release by a holder with lock-delay hands over at once; a release by any other holder
+    /// (Curator's, or a handle without lock-delay) counts as a failure. Give every handle of
+    /// the lock the same delay. [`Error::InvalidArgument`](crate::Error) for zero.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let mutex = session.mutex("/locks/ledger")?.lock_delay(Duration::from_secs(5))?;
+    /// let guard = mutex.lock().await?; // 5 s after a failed holder's node went, at the soonest
+    /// guard.release().await?; // clean: the next holder starts at once
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Result<Mutex> {
+        self.options = self.options.lock_delay(&self.queue.dir, delay)?;
+        Ok(self)
     }
 
     /// The lock path (the parent of the lock nodes).
@@ -93,7 +138,7 @@ impl Mutex {
             .owner
             .lock(deadline, || {
                 self.queue
-                    .acquire(&self.session, &predecessor_rule, deadline)
+                    .acquire_with(&self.session, &predecessor_rule, deadline, self.options)
             })
             .await?;
         Ok(held.map(|held| LockGuard::new(self.owner.clone(), held)))

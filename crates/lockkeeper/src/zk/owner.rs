@@ -95,6 +95,7 @@ impl Owner {
             return Ok(None);
         };
         let held = Arc::new(held);
+        held.arm();
         *self.lock_current() = Some(Reentry {
             held: held.clone(),
             count: 1,

@@ -17,6 +17,9 @@
 //! waiting: ZooKeeper answers one session's requests in order, so the listing already
 //! contains our node and an uncontended acquire costs one round trip.
 //!
+//! With lock-delay ([`HoldOptions::lock_delay`]), a node the rule grants waits first until
+//! the delay has passed since any holder ahead of it was seen to fail (see `hold::delay`).
+//!
 //! [`Mutex`]: crate::zk::Mutex
 //! [`RwLock`]: crate::zk::RwLock
 //! [`Semaphore`]: crate::zk::Semaphore
@@ -28,7 +31,8 @@ use zookeeper_client::{Acls, CreateMode, EventType, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::hold::Held;
+use crate::zk::hold::delay::{self, Record, Vanished};
+use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::{create_parents, delete_node};
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
 use crate::zk::wait::Deadline;
@@ -103,7 +107,21 @@ impl Queue {
         rule: Rule<'_>,
         deadline: Deadline,
     ) -> Result<Option<Held>> {
-        self.acquire_as(session, rule, deadline, &node_data()).await
+        self.acquire_with(session, rule, deadline, HoldOptions::default())
+            .await
+    }
+
+    /// [`acquire`](Queue::acquire) for a lock handle with options: the hold gets them, and
+    /// the wait honours lock-delay.
+    pub(crate) async fn acquire_with(
+        &self,
+        session: &Session,
+        rule: Rule<'_>,
+        deadline: Deadline,
+        options: HoldOptions,
+    ) -> Result<Option<Held>> {
+        self.acquire_node(session, rule, deadline, &node_data(), options)
+            .await
     }
 
     /// [`acquire`](Queue::acquire) with a node carrying `data` instead of the process id (a
@@ -114,6 +132,18 @@ impl Queue {
         rule: Rule<'_>,
         deadline: Deadline,
         data: &[u8],
+    ) -> Result<Option<Held>> {
+        self.acquire_node(session, rule, deadline, data, HoldOptions::default())
+            .await
+    }
+
+    async fn acquire_node(
+        &self,
+        session: &Session,
+        rule: Rule<'_>,
+        deadline: Deadline,
+        data: &[u8],
+        options: HoldOptions,
     ) -> Result<Option<Held>> {
         let generation = match deadline {
             // try_lock while disconnected: do not wait for the connection.
@@ -127,16 +157,23 @@ impl Queue {
             let (name, czxid, mut listing) = pending.create(self, data).await?;
             let node = self.path_of(&name);
             match self
-                .wait_turn(&generation, &name, rule, deadline, &mut listing)
+                .wait_turn(
+                    &generation,
+                    &name,
+                    rule,
+                    deadline,
+                    &mut listing,
+                    options.lock_delay,
+                )
                 .await?
             {
                 Turn::Granted => {
                     pending.disarm();
-                    return Ok(Some(Held::new(
-                        node,
-                        FencingToken::new(czxid as u64),
-                        generation,
-                    )));
+                    if options.lock_delay.is_some() {
+                        delay::note_held(&generation, &node).await;
+                    }
+                    let held = Held::new(node, FencingToken::new(czxid as u64), generation);
+                    return Ok(Some(held.with_options(options)));
                 }
                 Turn::TimedOut => {
                     pending.disarm();
@@ -159,7 +196,9 @@ impl Queue {
         rule: Rule<'_>,
         deadline: Deadline,
         listing: &mut Option<Vec<String>>,
+        lock_delay: Option<std::time::Duration>,
     ) -> Result<Turn> {
+        let mut vanished = Vanished::default();
         // The queue as last seen, sorted. Between listings it only shrinks: a new node always
         // gets a higher sequence than ours, so nothing can appear *before* us. When the node
         // we watch is deleted, the last listing minus that node is therefore a superset of
@@ -184,7 +223,26 @@ impl Queue {
                 return Ok(Turn::NodeGone);
             };
             let watched = match rule(&children, ours) {
-                Decision::Hold => return Ok(Turn::Granted),
+                Decision::Hold => {
+                    let Some(delay) = lock_delay else {
+                        return Ok(Turn::Granted);
+                    };
+                    let until = self
+                        .delayed_until(generation, &children, ours, rule, delay, &mut vanished)
+                        .await?;
+                    match until {
+                        Some(until) if until > tokio::time::Instant::now() => {
+                            tokio::select! {
+                                () = tokio::time::sleep_until(until) => {}
+                                () = deadline.sleep() => return Ok(Turn::TimedOut),
+                                () = generation.ended() => return Err(Error::SessionLost),
+                            }
+                            // Look again: our node may have gone meanwhile.
+                            continue;
+                        }
+                        _ => return Ok(Turn::Granted),
+                    }
+                }
                 Decision::Watch(_) if deadline.passed() => return Ok(Turn::TimedOut),
                 Decision::Watch(watched) => watched,
             };
@@ -202,13 +260,17 @@ impl Queue {
                     }
                 })
                 .await?;
-            let Some(watcher) = watch else { continue };
+            let Some(watcher) = watch else {
+                vanished.saw(&watched);
+                continue;
+            };
             tokio::select! {
                 event = watcher.changed() => {
                     match event.event_type {
                         // The only session events a watch sees are terminal ones.
                         EventType::Session => return Err(Error::SessionLost),
                         EventType::NodeDeleted => {
+                            vanished.saw(&watched);
                             let mut remaining = children;
                             remaining.retain(|child| *child != watched);
                             known = Some(remaining);
@@ -222,6 +284,37 @@ impl Queue {
                 () = generation.ended() => return Err(Error::SessionLost),
             }
         }
+    }
+}
+
+impl Queue {
+    /// Under lock-delay, until when a grant the rule allows must wait: see `hold::delay`. The
+    /// record's `held` node counts as seen gone now when it is missing from `children` and
+    /// would have kept our node out (the rule, asked with it put back, says wait).
+    async fn delayed_until(
+        &self,
+        generation: &Generation,
+        children: &[String],
+        ours: usize,
+        rule: Rule<'_>,
+        delay: std::time::Duration,
+        vanished: &mut Vanished,
+    ) -> Result<Option<tokio::time::Instant>> {
+        let record = delay::read(generation, &self.dir).await?;
+        if let Record::Held(holder) = &record {
+            if *holder != children[ours] && !children.contains(holder) {
+                let mut with = children.to_vec();
+                with.push(holder.clone());
+                let with = self.sort(with);
+                let ours_then = with.iter().position(|child| *child == children[ours]);
+                if let Some(at) = ours_then {
+                    if matches!(rule(&with, at), Decision::Watch(_)) {
+                        vanished.saw(holder);
+                    }
+                }
+            }
+        }
+        Ok(vanished.delayed_until(&record, delay))
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::zk::guard::LockGuard;
-use crate::zk::hold::Held;
+use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
 use crate::zk::queue::predecessor_rule;
@@ -84,6 +84,7 @@ pub struct RwLock {
     write_queue: Queue,
     readers: Arc<Owner>,
     writer: Arc<Owner>,
+    options: HoldOptions,
 }
 
 impl RwLock {
@@ -100,7 +101,41 @@ impl RwLock {
             write_queue: queue(WRITE_MARKER),
             readers: Arc::default(),
             writer: Arc::default(),
+            options: HoldOptions::default(),
         })
+    }
+
+    /// Gives each read and write lock up `max_hold` after its grant: as
+    /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). [`Error::InvalidArgument`] for zero.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let config = session.rw_lock("/locks/config")?.max_hold(Duration::from_secs(30))?;
+    /// let write = config.write().await?;
+    /// # drop(write); Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Result<RwLock> {
+        self.options = self.options.max_hold(&self.read_queue.dir, max_hold)?;
+        Ok(self)
+    }
+
+    /// Lock-delay for both sides: as [`Mutex::lock_delay`](crate::zk::Mutex::lock_delay). A
+    /// reader is delayed only by a failed writer, a writer by any failed holder; a downgrade
+    /// is never delayed (the write lock was ours). [`Error::InvalidArgument`] for zero.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let config = session.rw_lock("/locks/config")?.lock_delay(Duration::from_secs(5))?;
+    /// let read = config.read().await?;
+    /// # drop(read); Ok(()) }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Result<RwLock> {
+        self.options = self.options.lock_delay(&self.read_queue.dir, delay)?;
+        Ok(self)
     }
 
     /// The lock path (the parent of the read and write nodes).
@@ -256,8 +291,12 @@ impl RwLock {
         let held = self
             .writer
             .lock(deadline, || {
-                self.write_queue
-                    .acquire(&self.session, &predecessor_rule, deadline)
+                self.write_queue.acquire_with(
+                    &self.session,
+                    &predecessor_rule,
+                    deadline,
+                    self.options,
+                )
             })
             .await?;
         Ok(held.map(|held| LockGuard::new(self.writer.clone(), held)))
@@ -277,11 +316,17 @@ impl RwLock {
         let Some(pin) = write.and_then(Pin::new) else {
             return self
                 .read_queue
-                .acquire(&self.session, &reader_rule, deadline)
+                .acquire_with(&self.session, &reader_rule, deadline, self.options)
                 .await;
         };
         let write_name = child_name(pin.write.node()).to_owned();
         let overtakes = AtomicBool::new(false);
+        // The write lock was ours until now: no failure to wait out (and the downgrade rule,
+        // which records what it saw, is asked only about the real queue).
+        let downgraded = HoldOptions {
+            lock_delay: None,
+            ..self.options
+        };
         let downgrade = |children: &[String], ours: usize| {
             // While its session lives, the pinned write node is on the server: our read node
             // may hold whatever comes between. Once it ended, this is a plain reader.
@@ -298,7 +343,7 @@ impl RwLock {
         };
         let acquired = self
             .read_queue
-            .acquire(&self.session, &downgrade, deadline)
+            .acquire_with(&self.session, &downgrade, deadline, downgraded)
             .await;
         match acquired {
             Ok(Some(read)) if overtakes.load(Ordering::Relaxed) => {

@@ -31,7 +31,7 @@ use zookeeper_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::hold::Held;
+use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::delete_node;
 use crate::zk::path::validate_lock_path;
 use crate::zk::queue::{LOCK_MARKER, PendingNode, Queue, node_data, predecessor_rule};
@@ -75,6 +75,7 @@ pub struct Semaphore {
     max_leases: u32,
     lock: Queue,
     leases: Queue,
+    options: HoldOptions,
 }
 
 impl Semaphore {
@@ -99,7 +100,25 @@ impl Semaphore {
                 marker: LEASE_MARKER,
                 markers: &[LEASE_MARKER],
             },
+            options: HoldOptions::default(),
         })
+    }
+
+    /// Gives every lease up `max_hold` after it was granted: [`Leases::lost`] resolves and
+    /// the lease nodes are deleted (a clean release), as for
+    /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). [`Error::InvalidArgument`] for zero.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let exports = session.semaphore("/semaphores/exports", 4)?.max_hold(Duration::from_secs(600))?;
+    /// let lease = exports.acquire(1).await?;
+    /// # drop(lease); Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Result<Semaphore> {
+        self.options = self.options.max_hold(&self.path, max_hold)?;
+        Ok(self)
     }
 
     /// The semaphore path (the parent of `locks` and `leases`).
@@ -278,11 +297,16 @@ impl Semaphore {
             .into_iter()
             .map(|mut lease| {
                 lease.node.disarm();
-                Arc::new(Held::new(
-                    format!("{}/{}", self.leases.dir, lease.name),
-                    FencingToken::new(lease.czxid as u64),
-                    generation.clone(),
-                ))
+                let held = Arc::new(
+                    Held::new(
+                        format!("{}/{}", self.leases.dir, lease.name),
+                        FencingToken::new(lease.czxid as u64),
+                        generation.clone(),
+                    )
+                    .with_options(self.options),
+                );
+                held.arm();
+                held
             })
             .collect();
         Leases {

@@ -22,7 +22,7 @@ use zookeeper_client::{Acls, CreateMode, EventType};
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::zk::guard::LockGuard;
-use crate::zk::hold::Held;
+use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::{create_parents, delete_if_ours, is_ours, look};
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
@@ -80,6 +80,7 @@ pub struct SimpleLock {
     path: String,
     node: String,
     owner: Arc<Owner>,
+    options: HoldOptions,
 }
 
 impl SimpleLock {
@@ -90,7 +91,26 @@ impl SimpleLock {
             path: path.to_owned(),
             node: format!("{path}/{SIMPLE_NODE}"),
             owner: Arc::default(),
+            options: HoldOptions::default(),
         })
+    }
+
+    /// Gives the lock up `max_hold` after each grant: as
+    /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). (Lock-delay is offered by the queue
+    /// locks only: this lock's waiters race for one node and keep no place to wait in.)
+    /// [`Error::InvalidArgument`] for zero.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let lock = session.simple_lock("/locks/cache")?.max_hold(Duration::from_secs(10))?;
+    /// let guard = lock.lock().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Result<SimpleLock> {
+        self.options = self.options.max_hold(&self.path, max_hold)?;
+        Ok(self)
     }
 
     /// The lock path (the parent of the lock node).
@@ -140,7 +160,7 @@ impl SimpleLock {
             }
             _ => self.session.connected_generation().await?,
         };
-        let mut create = PendingCreate::new(&generation, &self.node);
+        let mut create = PendingCreate::new(&generation, &self.node, self.options);
         let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
         let mut parent_attempts = 0;
         let mut losses = 0;
@@ -243,10 +263,11 @@ struct PendingCreate {
     node: String,
     data: Vec<u8>,
     uncertain: bool,
+    options: HoldOptions,
 }
 
 impl PendingCreate {
-    fn new(generation: &Arc<Generation>, node: &str) -> PendingCreate {
+    fn new(generation: &Arc<Generation>, node: &str, options: HoldOptions) -> PendingCreate {
         PendingCreate {
             generation: generation.clone(),
             node: node.to_owned(),
@@ -257,6 +278,7 @@ impl PendingCreate {
             )
             .into_bytes(),
             uncertain: false,
+            options,
         }
     }
 
@@ -269,6 +291,7 @@ impl PendingCreate {
             self.generation.clone(),
         )
         .only_if_ours(self.data.clone())
+        .with_options(self.options)
     }
 }
 
