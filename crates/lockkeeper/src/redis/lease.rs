@@ -8,8 +8,19 @@
 //!
 //! With a watchdog (no explicit lease), a task renews the lease every TTL/3 with a
 //! compare-and-pexpire; it gives up, and the guard reports the lock as lost, when the key turns
-//! out not to be ours any more or when renewals keep failing until the deadline. An optional
-//! maximum hold time stops the renewals, after which the lease runs out on its own.
+//! out not to be ours any more or when renewals keep failing until the deadline.
+//!
+//! Two options every lock kind shares, kept here so they behave the same everywhere:
+//!
+//! - a **maximum hold time**: at that instant after the acquire was sent, the lease ends
+//!   (`is_held()` false, `lost()` resolves) and a timer releases the lock with the guard's own
+//!   compare-and-delete, a clean release. Whichever comes first, the guard's release (or drop)
+//!   or the timer, *claims* the release; the other sends nothing (a reentrant hold must not be
+//!   given back twice);
+//! - **lock-delay**: the key's TTL on the server is the lease *plus* the delay, while the
+//!   holder trusts only the lease. A clean release deletes the key at once; a holder that
+//!   lapsed (crashed, paused, partitioned) leaves the key to keep everyone out for the delay
+//!   after its own validity ended, so its in-flight writes land before a new holder starts.
 //!
 //! Every lock kind also takes from here the helpers of its scripts' answers: fresh random
 //! tokens, fencing counter values as tokens, `PTTL` answers as waits.
@@ -17,6 +28,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::RedisError;
@@ -47,8 +59,10 @@ pub(crate) struct LeaseSpec {
     pub fixed: Option<Duration>,
     /// The TTL the watchdog sets (and renews every third of) when there is no explicit lease.
     pub watchdog: Duration,
-    /// With a watchdog: renewals stop this long after the acquisition.
+    /// The lock is given up this long after the acquisition.
     pub max_hold: Option<Duration>,
+    /// Added to every TTL set on the server, never to the holder's own deadline.
+    pub lock_delay: Option<Duration>,
 }
 
 impl LeaseSpec {
@@ -57,7 +71,18 @@ impl LeaseSpec {
             fixed: None,
             watchdog,
             max_hold: None,
+            lock_delay: None,
         }
+    }
+
+    /// The TTL the server sets for a lease of `lease`: longer by the lock-delay.
+    pub fn on_server(&self, lease: Duration) -> Duration {
+        lease + self.lock_delay.unwrap_or_default()
+    }
+
+    /// The TTL the acquire script sets.
+    pub fn server_ttl(&self) -> Duration {
+        self.on_server(self.ttl())
     }
 
     /// The TTL to set on acquisition.
@@ -72,7 +97,10 @@ impl LeaseSpec {
         }
         check_ttl("watchdog lease", self.watchdog)?;
         if let Some(max_hold) = self.max_hold {
-            check_ttl("maximum hold time", max_hold)?;
+            check_ttl("max_hold (the maximum hold time)", max_hold)?;
+        }
+        if let Some(delay) = self.lock_delay {
+            check_ttl("lock_delay", delay)?;
         }
         Ok(())
     }
@@ -125,6 +153,8 @@ pub(crate) enum Status {
     Lost,
     /// Released by its holder.
     Released,
+    /// Given up at the maximum hold time (and released by the lease's timer).
+    MaxHold,
 }
 
 /// One renewal: sets the lease to the given TTL if the lock is still ours; `Ok(false)` if it is
@@ -157,41 +187,83 @@ where
     })
 }
 
+/// One release by the guard's own compare-and-delete: `Ok(true)` if the lock was still ours.
+pub(crate) type Release =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<bool>> + Send>> + Send + Sync>;
+
+/// A [`Release`] from an async release function.
+pub(crate) fn release_by<F, Fut>(release: F) -> Release
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool>> + Send + 'static,
+{
+    Arc::new(move || Box::pin(release()))
+}
+
 /// The lease of one acquisition, owned by its guard.
 pub(crate) struct Lease {
     status: Arc<watch::Sender<Status>>,
     watchdog: Option<JoinHandle<()>>,
+    /// The maximum hold time's timer.
+    limit: Option<JoinHandle<()>>,
+    /// Set by whoever releases first: the guard or the maximum hold time's timer.
+    claimed: Arc<AtomicBool>,
+    /// The lock-delay added to TTLs on the server.
+    delay: Duration,
 }
 
 impl Lease {
     /// A lease acquired by a request sent at `sent`, kept as `spec` says. With a watchdog,
-    /// `renew` is called every TTL/3.
-    pub fn start(sent: Instant, spec: LeaseSpec, renew: Renew) -> Lease {
+    /// `renew` is called every TTL/3 (with the server's TTL: the lease plus the lock-delay);
+    /// with a maximum hold time, `release` is called at its end.
+    pub fn start(sent: Instant, spec: LeaseSpec, renew: Renew, release: Release) -> Lease {
         let ttl = spec.ttl();
+        let delay = spec.lock_delay.unwrap_or_default();
+        let stop_at = spec.max_hold.map(|max| sent + max);
+        let valid_until = trusted_until(sent, ttl);
         let status = Arc::new(watch::Sender::new(Status::Held {
-            valid_until: trusted_until(sent, ttl),
+            valid_until: stop_at.map_or(valid_until, |stop| stop.min(valid_until)),
         }));
+        let claimed = Arc::new(AtomicBool::new(false));
         let watchdog = match spec.fixed {
             Some(_) => None,
-            None => {
-                let stop_at = spec.max_hold.map(|max| sent + max);
-                Some(tokio::spawn(watchdog(
-                    Arc::clone(&status),
-                    sent,
-                    ttl,
-                    stop_at,
-                    renew,
-                )))
-            }
+            None => Some(tokio::spawn(watchdog(
+                Arc::clone(&status),
+                sent,
+                ttl,
+                delay,
+                stop_at,
+                renew,
+            ))),
         };
-        Lease { status, watchdog }
+        let limit = stop_at.map(|stop_at| {
+            tokio::spawn(give_up_at(
+                stop_at,
+                Arc::clone(&status),
+                Arc::clone(&claimed),
+                release,
+            ))
+        });
+        Lease {
+            status,
+            watchdog,
+            limit,
+            claimed,
+            delay,
+        }
+    }
+
+    /// The TTL the server sets for a lease of `lease` (an explicit extend): longer by the
+    /// lock-delay.
+    pub fn on_server(&self, lease: Duration) -> Duration {
+        lease + self.delay
     }
 
     /// Whether the lease is still ours: not lost, not released, and its deadline ahead.
     pub fn is_held(&self) -> bool {
         match *self.status.borrow() {
             Status::Held { valid_until } => Instant::now() < valid_until,
-            Status::Lost | Status::Released => false,
+            Status::Lost | Status::Released | Status::MaxHold => false,
         }
     }
 
@@ -210,7 +282,7 @@ impl Lease {
             loop {
                 let current = *status.borrow_and_update();
                 match current {
-                    Status::Lost | Status::Released => return,
+                    Status::Lost | Status::Released | Status::MaxHold => return,
                     Status::Held { valid_until } => {
                         tokio::select! {
                             _ = tokio::time::sleep_until(valid_until) => {
@@ -250,10 +322,18 @@ impl Lease {
 
     /// Stops renewing and marks the lease released; called before the release is sent, so
     /// that no renewal lands after it (one in flight is harmless: it only extends a key that
-    /// is still ours, and finds nothing once the release deleted it).
-    pub fn end(&mut self) {
+    /// is still ours, and finds nothing once the release deleted it). False when the maximum
+    /// hold time's timer claimed the release first: then the caller must send none.
+    pub fn end(&mut self) -> bool {
         self.stop_watchdog();
+        if self.claimed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        if let Some(limit) = &self.limit {
+            limit.abort();
+        }
         self.status.send_replace(Status::Released);
+        true
     }
 
     /// Ends the lease and releases the lock with `attempt`: an idempotent compare-and-delete
@@ -271,7 +351,10 @@ impl Lease {
         Fut: Future<Output = Result<bool>>,
     {
         let trusted = self.is_held();
-        self.end();
+        if !self.end() {
+            // Released at the maximum hold time already.
+            return Err(Error::NotHeld);
+        }
         let mut unanswered = false;
         let mut tries = 0u32;
         loop {
@@ -303,15 +386,72 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.stop_watchdog();
+        if let Some(limit) = &self.limit {
+            limit.abort();
+        }
     }
 }
 
-/// The renewal loop. Runs until the lease is lost, the maximum hold time stops it, or it is
+/// The maximum hold time's timer: at `stop_at`, unless the guard released first, ends the
+/// lease (so `lost()` resolves at that instant) and releases the lock, retrying a release
+/// whose answer was lost (the compare-and-delete is idempotent).
+async fn give_up_at(
+    stop_at: Instant,
+    status: Arc<watch::Sender<Status>>,
+    claimed: Arc<AtomicBool>,
+    release: Release,
+) {
+    tokio::time::sleep_until(stop_at).await;
+    if claimed.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    status.send_replace(Status::MaxHold);
+    for tries in 1..=RELEASE_ATTEMPTS {
+        match release().await {
+            Ok(released) => {
+                tracing::debug!(released, "maximum hold time reached; lock released");
+                return;
+            }
+            Err(Error::Redis(err)) if answer_lost(&err) && tries < RELEASE_ATTEMPTS => {
+                tokio::time::sleep(Duration::from_millis(50) * 2u32.pow(tries)).await;
+            }
+            Err(err) => {
+                tracing::warn!(%err, "releasing at the maximum hold time failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Moves the deadline of a lease that is still held (never revives an ended one).
+fn still_held(status: &watch::Sender<Status>, valid_until: Instant) {
+    status.send_if_modified(|current| match current {
+        Status::Held { .. } => {
+            *current = Status::Held { valid_until };
+            true
+        }
+        _ => false,
+    });
+}
+
+/// Marks a lease that is still held as lost.
+fn lost(status: &watch::Sender<Status>) {
+    status.send_if_modified(|current| match current {
+        Status::Held { .. } => {
+            *current = Status::Lost;
+            true
+        }
+        _ => false,
+    });
+}
+
+/// The renewal loop. Runs until the lease is lost, the maximum hold time is reached, or it is
 /// aborted at release.
 async fn watchdog(
     status: Arc<watch::Sender<Status>>,
     acquired: Instant,
     ttl: Duration,
+    delay: Duration,
     stop_at: Option<Instant>,
     renew: Renew,
 ) {
@@ -322,28 +462,28 @@ async fn watchdog(
         tokio::time::sleep_until(next).await;
         let sent = Instant::now();
         if sent >= valid_until {
-            status.send_replace(Status::Lost);
+            lost(&status);
             return;
         }
-        // With a maximum hold time, the last renewal only reaches up to it.
-        let lease = match stop_at {
-            Some(stop_at) if stop_at <= sent => return,
-            Some(stop_at) => ttl.min(stop_at - sent),
-            None => ttl,
-        };
-        if lease < Duration::from_millis(1) {
+        // At the maximum hold time the lease's timer releases the lock: no renewal after it.
+        if stop_at.is_some_and(|stop_at| stop_at <= sent) {
             return;
         }
-        let outcome = tokio::time::timeout(valid_until - sent, renew(lease)).await;
+        let lease = ttl;
+        let outcome = tokio::time::timeout(valid_until - sent, renew(lease + delay)).await;
         match outcome {
             Ok(Ok(true)) => {
                 valid_until = trusted_until(sent, lease);
-                status.send_replace(Status::Held { valid_until });
+                // Never trusted past the maximum hold time.
+                still_held(
+                    &status,
+                    stop_at.map_or(valid_until, |stop| stop.min(valid_until)),
+                );
                 next = sent + period;
             }
             Ok(Ok(false)) => {
                 tracing::warn!("lock lease renewal found the lock no longer held");
-                status.send_replace(Status::Lost);
+                lost(&status);
                 return;
             }
             Ok(Err(error)) => {
@@ -353,7 +493,7 @@ async fn watchdog(
             }
             Err(_) => {
                 tracing::warn!("lock lease renewal timed out at the lease deadline");
-                status.send_replace(Status::Lost);
+                lost(&status);
                 return;
             }
         }

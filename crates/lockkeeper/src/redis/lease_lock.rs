@@ -16,7 +16,8 @@ use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
 use super::lease::{
-    Lease, LeaseSpec, Renew, check_ttl, fencing_token, millis, new_token, remaining, renew_with,
+    Lease, LeaseSpec, Renew, check_ttl, fencing_token, millis, new_token, release_by, remaining,
+    renew_with,
 };
 use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::NOW;
@@ -165,10 +166,20 @@ impl LeaseLock {
         self
     }
 
-    /// Stop the watchdog renewing `max_hold` after acquisition: the lock then expires on its
-    /// own, even if the guard is still alive.
+    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
+    /// `is_held()` turns false at that instant, and the lock is released (a clean release, so
+    /// the next holder gets it at once). Checked at acquisition (at least 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> LeaseLock {
         self.spec.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Lock-delay: the key outlives the holder's lease on the server by `delay`, so a holder
+    /// that lapsed (crashed, paused, cut off) keeps everyone out for `delay` after its own
+    /// validity ended and its in-flight writes land first; a clean release (or a release at
+    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
+    pub fn lock_delay(mut self, delay: Duration) -> LeaseLock {
+        self.spec.lock_delay = Some(delay);
         self
     }
 
@@ -268,7 +279,7 @@ impl LeaseLock {
 
     /// One cancel-safe acquire attempt; `waiting` joins the line if the lock is busy.
     async fn attempt(&self, token: String, waiting: bool) -> Result<Attempt<LeaseGuard>> {
-        let ttl = self.spec.ttl();
+        let ttl = self.spec.server_ttl();
         let conn = self.redis.conn();
         let keys = Arc::clone(&self.keys);
         let sent = Instant::now();
@@ -301,13 +312,20 @@ impl LeaseLock {
         Ok(match wait::cancel_safe(attempt, undo).await? {
             Attempt::Acquired(fencing) => {
                 let renew = renewer(conn.clone(), Arc::clone(&keys), token.clone());
+                let release = {
+                    let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
+                    release_by(move || {
+                        let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
+                        async move { release_once(conn, &keys, &token).await }
+                    })
+                };
                 Attempt::Acquired(LeaseGuard {
                     conn,
                     keys,
                     name: Arc::clone(&self.name),
                     token,
                     fencing,
-                    lease: Lease::start(sent, self.spec, renew),
+                    lease: Lease::start(sent, self.spec, renew, release),
                     released: false,
                 })
             }
@@ -450,7 +468,7 @@ impl LeaseGuard {
             self.conn.clone(),
             Arc::clone(&self.keys),
             self.token.clone(),
-            lease,
+            self.lease.on_server(lease),
         )
         .await?
         {
@@ -477,10 +495,9 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || !self.lease.end() {
             return;
         }
-        self.lease.end();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (conn, keys, token) = (
                 self.conn.clone(),

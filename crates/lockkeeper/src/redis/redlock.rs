@@ -48,7 +48,7 @@ use redis::RedisError;
 use tokio::time::Instant;
 
 use super::keys::{self, DEFAULT_PREFIX, LockKeys};
-use super::lease::{Lease, LeaseSpec, Renew, check_ttl};
+use super::lease::{Lease, LeaseSpec, Renew, check_ttl, release_by};
 use crate::deadline::trusted_until;
 use crate::{Error, Result};
 
@@ -246,6 +246,8 @@ impl Redlock {
             name: Arc::from(name),
             key: Arc::from(keys.main),
             ttl: DEFAULT_REDLOCK_TTL,
+            max_hold: None,
+            lock_delay: None,
         }
     }
 }
@@ -286,6 +288,8 @@ pub struct RedlockLock {
     name: Arc<str>,
     key: Arc<str>,
     ttl: Duration,
+    max_hold: Option<Duration>,
+    lock_delay: Option<Duration>,
 }
 
 /// What one attempt came to.
@@ -313,6 +317,32 @@ impl RedlockLock {
     pub fn lease(mut self, ttl: Duration) -> RedlockLock {
         self.ttl = ttl;
         self
+    }
+
+    /// Gives the lock up `max_hold` after each acquisition (when that comes before the
+    /// validity's end): the guard's `lost()` resolves and `is_held()` turns false at that
+    /// instant, and the key is deleted on every master (a clean release). Checked at
+    /// acquisition (at least 1 ms).
+    pub fn max_hold(mut self, max_hold: Duration) -> RedlockLock {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Lock-delay: each master keeps the key `delay` longer than the lease the holder trusts,
+    /// so a holder that lapsed keeps everyone out for `delay` after its validity ended; a clean
+    /// release deletes the key at once. Checked at acquisition (at least 1 ms).
+    pub fn lock_delay(mut self, delay: Duration) -> RedlockLock {
+        self.lock_delay = Some(delay);
+        self
+    }
+
+    /// How this lock's leases are kept.
+    fn spec(&self) -> LeaseSpec {
+        LeaseSpec {
+            max_hold: self.max_hold,
+            lock_delay: self.lock_delay,
+            ..fixed(self.ttl)
+        }
     }
 
     /// One attempt: the lock if a majority granted it in time, `Ok(None)` if not (held
@@ -372,6 +402,7 @@ impl RedlockLock {
     fn check(&self) -> Result<()> {
         keys::check_name("lock", &self.name)?;
         check_ttl("lease time", self.ttl)?;
+        self.spec().check()?;
         if self.node_timeout() >= self.ttl {
             return Err(Error::InvalidArgument(format!(
                 "the node timeout ({:?}) must be shorter than the lease ({:?})",
@@ -405,13 +436,25 @@ impl RedlockLock {
         let calls = shared
             .nodes
             .iter()
-            .map(|node| node.acquire(limit, &self.key, &token, self.ttl))
+            .map(|node| node.acquire(limit, &self.key, &token, self.spec().server_ttl()))
             .collect();
         let tally = Tally::of(join_all(calls).await);
         let valid_until = trusted_until(sent, self.ttl);
         if tally.yes >= shared.quorum() && Instant::now() < valid_until {
             undo.shared = None;
-            let lease = Lease::start(sent, fixed(self.ttl), no_renewal());
+            let release = {
+                let (shared, key, token) =
+                    (Arc::clone(shared), Arc::clone(&self.key), token.clone());
+                release_by(move || {
+                    let (shared, key, token) =
+                        (Arc::clone(&shared), Arc::clone(&key), token.clone());
+                    async move {
+                        let tally = shared.release_everywhere(&key, &token, limit).await;
+                        Ok(tally.yes > 0)
+                    }
+                })
+            };
+            let lease = Lease::start(sent, self.spec(), no_renewal(), release);
             return Attempt::Acquired(RedlockGuard {
                 shared: Arc::clone(shared),
                 name: Arc::clone(&self.name),
@@ -547,7 +590,7 @@ impl RedlockGuard {
             .shared
             .nodes
             .iter()
-            .map(|node| node.extend(limit, &self.key, &self.token, ttl))
+            .map(|node| node.extend(limit, &self.key, &self.token, self.lease.on_server(ttl)))
             .collect();
         let tally = Tally::of(join_all(calls).await);
         let valid_until = trusted_until(sent, ttl);
@@ -571,7 +614,10 @@ impl RedlockGuard {
     pub async fn release(mut self) -> Result<()> {
         let was_held = self.is_held();
         self.released = true;
-        self.lease.end();
+        if !self.lease.end() {
+            // Released at the maximum hold time already.
+            return Err(Error::NotHeld);
+        }
         let limit = node_timeout_for(self.shared.options.node_timeout, DEFAULT_REDLOCK_TTL);
         let tally = self
             .shared
@@ -589,10 +635,9 @@ impl RedlockGuard {
 
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || !self.lease.end() {
             return;
         }
-        self.lease.end();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = Arc::clone(&self.shared);
             let (key, token) = (Arc::clone(&self.key), self.token.clone());
@@ -634,6 +679,7 @@ fn fixed(ttl: Duration) -> LeaseSpec {
         fixed: Some(ttl),
         watchdog: ttl,
         max_hold: None,
+        lock_delay: None,
     }
 }
 

@@ -16,7 +16,9 @@ use tokio::time::Instant;
 use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name, check_owner};
-use super::lease::{Lease, LeaseSpec, fencing_token, millis, new_token, remaining, renew_with};
+use super::lease::{
+    Lease, LeaseSpec, fencing_token, millis, new_token, release_by, remaining, renew_with,
+};
 use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::{NOW, call};
 use super::wait::{self, Attempt};
@@ -209,9 +211,20 @@ impl ReentrantLock {
         self
     }
 
-    /// Stop the watchdog renewing `max_hold` after acquisition.
+    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
+    /// `is_held()` turns false at that instant, and this hold's count is given back (a clean release: the lock is freed when it was the owner's last, so
+    /// the next holder gets it at once). Checked at acquisition (at least 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> ReentrantLock {
         self.spec.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Lock-delay: the key outlives the holder's lease on the server by `delay`, so a holder
+    /// that lapsed (crashed, paused, cut off) keeps everyone out for `delay` after its own
+    /// validity ended and its in-flight writes land first; a clean release (or a release at
+    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
+    pub fn lock_delay(mut self, delay: Duration) -> ReentrantLock {
+        self.spec.lock_delay = Some(delay);
         self
     }
 
@@ -332,7 +345,7 @@ impl ReentrantLock {
 
     /// One cancel-safe attempt; a `waiter` joins the line if another owner holds the lock.
     async fn attempt(&self, waiter: Option<&str>) -> Result<Attempt<ReentrantGuard>> {
-        let ttl = self.spec.ttl();
+        let ttl = self.spec.server_ttl();
         let conn = self.redis.conn();
         let sent = Instant::now();
         let waiter = waiter.map(str::to_string);
@@ -388,6 +401,18 @@ impl ReentrantLock {
                         }
                     })
                 };
+                let release = {
+                    let (conn, keys, owner) = (
+                        conn.clone(),
+                        Arc::clone(&self.keys),
+                        Arc::clone(&self.owner),
+                    );
+                    release_by(move || {
+                        let (conn, keys, owner) =
+                            (conn.clone(), Arc::clone(&keys), Arc::clone(&owner));
+                        async move { Ok(release_once(conn, &keys, &owner).await.is_ok()) }
+                    })
+                };
                 Attempt::Acquired(ReentrantGuard {
                     conn,
                     keys: Arc::clone(&self.keys),
@@ -395,7 +420,7 @@ impl ReentrantLock {
                     owner: Arc::clone(&self.owner),
                     count,
                     fencing,
-                    lease: Lease::start(sent, self.spec, renew),
+                    lease: Lease::start(sent, self.spec, renew, release),
                     released: false,
                 })
             }
@@ -522,17 +547,19 @@ impl ReentrantGuard {
     /// was force-unlocked).
     pub async fn release(mut self) -> Result<Unlock> {
         self.released = true;
-        self.lease.end();
+        if !self.lease.end() {
+            // Given back at the maximum hold time already.
+            return Err(Error::NotHeld);
+        }
         release_once(self.conn.clone(), &self.keys, &self.owner).await
     }
 }
 
 impl Drop for ReentrantGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || !self.lease.end() {
             return;
         }
-        self.lease.end();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (conn, keys, owner) = (
                 self.conn.clone(),

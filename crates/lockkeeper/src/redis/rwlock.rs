@@ -21,7 +21,9 @@ use tokio::time::Instant;
 use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
-use super::lease::{Lease, LeaseSpec, fencing_token, millis, new_token, remaining, renew_with};
+use super::lease::{
+    Lease, LeaseSpec, fencing_token, millis, new_token, release_by, remaining, renew_with,
+};
 use super::script::call;
 use super::wait::{self, Attempt};
 
@@ -128,9 +130,20 @@ impl RwLock {
         self
     }
 
-    /// Stop the watchdog renewing `max_hold` after acquisition.
+    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
+    /// `is_held()` turns false at that instant, and the lock is released (a clean release, so
+    /// the next holder gets it at once). Checked at acquisition (at least 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> RwLock {
         self.spec.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Lock-delay: the key outlives the holder's lease on the server by `delay`, so a holder
+    /// that lapsed (crashed, paused, cut off) keeps everyone out for `delay` after its own
+    /// validity ended and its in-flight writes land first; a clean release (or a release at
+    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
+    pub fn lock_delay(mut self, delay: Duration) -> RwLock {
+        self.spec.lock_delay = Some(delay);
         self
     }
 
@@ -245,7 +258,7 @@ impl RwLock {
     }
 
     async fn attempt(&self, mode: RwMode, token: String, once: bool) -> Result<Attempt<RwGuard>> {
-        let ttl = self.spec.ttl();
+        let ttl = self.spec.server_ttl();
         let conn = self.redis.conn();
         let keys = Arc::clone(&self.keys);
         let sent = Instant::now();
@@ -269,6 +282,13 @@ impl RwLock {
                         renew_once(conn.clone(), Arc::clone(&keys), mode, token.clone(), ttl)
                     })
                 };
+                let release = {
+                    let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
+                    release_by(move || {
+                        let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
+                        async move { release_once(conn, &keys, mode, &token).await }
+                    })
+                };
                 Attempt::Acquired(RwGuard {
                     conn,
                     keys,
@@ -276,7 +296,7 @@ impl RwLock {
                     mode,
                     token,
                     fencing,
-                    lease: Lease::start(sent, self.spec, renew),
+                    lease: Lease::start(sent, self.spec, renew, release),
                     released: false,
                 })
             }
@@ -486,10 +506,9 @@ impl RwGuard {
 
 impl Drop for RwGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || !self.lease.end() {
             return;
         }
-        self.lease.end();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (conn, keys, token, mode) = (
                 self.conn.clone(),

@@ -20,7 +20,9 @@ use tokio::time::Instant;
 use super::client::Redis;
 use super::conn::{Conn, unexpected_reply};
 use super::keys::{LockKeys, check_name};
-use super::lease::{Lease, LeaseSpec, fencing_token, millis, new_token, remaining, renew_with};
+use super::lease::{
+    Lease, LeaseSpec, fencing_token, millis, new_token, release_by, remaining, renew_with,
+};
 use super::script::{NOW, call};
 use super::wait::{self, Attempt};
 use crate::{Error, FencingToken, Result};
@@ -143,9 +145,20 @@ impl Semaphore {
         self
     }
 
-    /// Stop the watchdog renewing `max_hold` after acquisition.
+    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
+    /// `is_held()` turns false at that instant, and the permits are given back (a clean release, so
+    /// the next holder gets them at once). Checked at acquisition (at least 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> Semaphore {
         self.spec.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Lock-delay: a permit outlives the holder's lease on the server by `delay`, so a holder
+    /// that lapsed (crashed, paused, cut off) keeps its permits for `delay` after its own
+    /// validity ended and its in-flight writes land first; a clean release (or a release at
+    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
+    pub fn lock_delay(mut self, delay: Duration) -> Semaphore {
+        self.spec.lock_delay = Some(delay);
         self
     }
 
@@ -243,7 +256,7 @@ impl Semaphore {
     }
 
     async fn attempt(&self, id: &str, n: u32) -> Result<Attempt<SemaphorePermit>> {
-        let ttl = self.spec.ttl();
+        let ttl = self.spec.server_ttl();
         let conn = self.redis.conn();
         let keys = Arc::clone(&self.keys);
         let id: Arc<str> = Arc::from(id);
@@ -301,6 +314,13 @@ impl Semaphore {
                         }
                     })
                 };
+                let release = {
+                    let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+                    release_by(move || {
+                        let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+                        async move { release_once(conn, &keys, &id, n).await }
+                    })
+                };
                 Attempt::Acquired(SemaphorePermit {
                     conn,
                     keys,
@@ -308,7 +328,7 @@ impl Semaphore {
                     id,
                     permits: n,
                     fencing,
-                    lease: Lease::start(sent, self.spec, renew),
+                    lease: Lease::start(sent, self.spec, renew, release),
                     released: false,
                 })
             }
@@ -392,10 +412,9 @@ impl SemaphorePermit {
 
 impl Drop for SemaphorePermit {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || !self.lease.end() {
             return;
         }
-        self.lease.end();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (conn, keys, id, n) = (
                 self.conn.clone(),
