@@ -60,13 +60,13 @@ pub enum SqlError {
     Sqlite(#[from] rusqlite::Error),
 }
 
-impl From<crate::Error> for SqlError {
-    fn from(err: crate::Error) -> SqlError {
-        match err {
-            crate::Error::InvalidArgument(what) => SqlError::InvalidArgument(what),
-            other => SqlError::InvalidArgument(other.to_string()),
-        }
-    }
+/// The shared resource-id check, whose only failure is an invalid argument.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn check_id(resource: &str) -> Result<(), SqlError> {
+    check_resource("fence resource id", resource).map_err(|err| match err {
+        crate::Error::InvalidArgument(what) => SqlError::InvalidArgument(what),
+        other => SqlError::InvalidArgument(other.to_string()),
+    })
 }
 
 /// The fence's table: one row per resource id.
@@ -150,7 +150,7 @@ impl SqlFence {
 /// The checks before a write: a resource id, a token that fits `BIGINT`.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 fn check_write(resource: &str, token: FencingToken) -> Result<i64, SqlError> {
-    check_resource("fence resource id", resource)?;
+    check_id(resource)?;
     i64::try_from(token.get()).map_err(|_| {
         SqlError::InvalidArgument(format!(
             "fencing token {token} for {resource:?} does not fit the table's BIGINT"
@@ -207,7 +207,7 @@ impl SqlFence {
         client: &impl tokio_postgres::GenericClient,
         resource: &str,
     ) -> Result<Option<(FencingToken, Vec<u8>)>, SqlError> {
-        check_resource("fence resource id", resource)?;
+        check_id(resource)?;
         let row = client.query_opt(&self.read_sql(), &[&resource]).await?;
         Ok(row.map(|row| (stored(row.get(0)), row.get(1))))
     }
@@ -248,7 +248,7 @@ impl SqlFence {
         resource: &str,
     ) -> Result<Option<(FencingToken, Vec<u8>)>, SqlError> {
         use rusqlite::OptionalExtension;
-        check_resource("fence resource id", resource)?;
+        check_id(resource)?;
         let row = conn
             .query_row(&self.read_sql(), [resource], |row| {
                 Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))

@@ -75,6 +75,10 @@ impl ZkFence {
     /// [`write`](ZkFence::write) for a holder that is not a [`LockGuard`] (a Curator client's
     /// lock node, a semaphore lease, a leader's node): the write happens only while
     /// `lock_node` exists and `token` is at least the stored one.
+    ///
+    /// Waits while the session is suspended (the write goes to the server once it is
+    /// connected again); [`Error::Contended`] if 100 writes in a row overtook this one
+    /// between its read and its multi.
     pub async fn write_checked(
         &self,
         lock_node: &str,
