@@ -78,15 +78,28 @@ impl Kazoo {
 
 /// Waits until the inspection of `path` lists `count` participants, and returns it.
 async fn wait_participants(session: &Session, path: &str, count: usize) -> Inspection {
+    wait_participants_with(session, path, count, "").await
+}
+
+/// As [`wait_participants`], and one of them carries `id` in its data.
+async fn wait_participants_with(
+    session: &Session,
+    path: &str,
+    count: usize,
+    id: &str,
+) -> Inspection {
     let deadline = Instant::now() + LIMIT;
     loop {
         let inspection = session.inspect(path).await.expect("inspect");
-        if inspection.participants.len() == count {
+        // The newest participant must be among them: a kazoo semaphore member holds the
+        // internal lock for a moment after taking its lease, which would count twice.
+        let newest_there = inspection.participants.iter().any(|p| p.data.contains(id));
+        if inspection.participants.len() == count && newest_there {
             return inspection;
         }
         assert!(
             Instant::now() < deadline,
-            "{path}: want {count} participants\n{inspection}"
+            "{path}: want {count} participants, {id} among them\n{inspection}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -127,7 +140,7 @@ async fn kazoo_locks_and_semaphore() {
         // Lock: the first in line holds, the second waits.
         for (n, id) in ["k-a", "k-b"].iter().enumerate() {
             kazoo.request(&format!("lock /layouts/kazoo-lock {id}"));
-            wait_participants(&session, "/layouts/kazoo-lock", n + 1).await;
+            wait_participants_with(&session, "/layouts/kazoo-lock", n + 1, id).await;
         }
         let lock = session.inspect("/layouts/kazoo-lock").await.unwrap();
         assert_eq!(lock.layout, Layout::Lock);
@@ -150,7 +163,7 @@ async fn kazoo_locks_and_semaphore() {
         ];
         for (n, (kind, id)) in steps.iter().enumerate() {
             kazoo.request(&format!("{kind} /layouts/kazoo-rw {id}"));
-            wait_participants(&session, "/layouts/kazoo-rw", n + 1).await;
+            wait_participants_with(&session, "/layouts/kazoo-rw", n + 1, id).await;
         }
         let rw = session.inspect("/layouts/kazoo-rw").await.unwrap();
         assert_eq!(
@@ -167,7 +180,7 @@ async fn kazoo_locks_and_semaphore() {
         // Semaphore of 2: two leases hold, the third waits in the sibling lock queue.
         for (n, id) in ["s-1", "s-2", "s-3"].iter().enumerate() {
             kazoo.request(&format!("sem /layouts/kazoo-sem {id} 2"));
-            wait_participants(&session, "/layouts/kazoo-sem", n + 1).await;
+            wait_participants_with(&session, "/layouts/kazoo-sem", n + 1, id).await;
         }
         let sem = session.inspect("/layouts/kazoo-sem").await.unwrap();
         assert_eq!(
