@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use harness::{
-    Grants, ONE_ENSEMBLE, Resource, SESSION_TIMEOUT, TEST_LIMIT, blocking, ensemble, member_of,
-    session_on, spread_sessions,
+    Grants, ONE_ENSEMBLE, Resource, SESSION_TIMEOUT, TEST_LIMIT, blocking, cut_off, ensemble,
+    member_of, session_on, spread_sessions,
 };
 use lockkeeper::Error;
 use lockkeeper::zk::ConnectionState;
@@ -53,7 +53,7 @@ async fn mutex_contention_through_a_leader_kill_and_restart() {
                 let guard = match mutex.lock().await {
                     Ok(guard) => guard,
                     // The connection dropped mid-acquire (the kill): a caller retries.
-                    Err(Error::SessionLost | Error::RetriesExhausted { .. } | Error::Zk(_)) => {
+                    Err(err) if cut_off(&err) => {
                         retried.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
@@ -71,8 +71,8 @@ async fn mutex_contention_through_a_leader_kill_and_restart() {
                 match guard.release().await {
                     // A release cut off by the kill is retried by the session or left to
                     // the server; the turn counts either way.
-                    Ok(()) | Err(Error::NotHeld | Error::SessionLost) => {}
-                    Err(Error::RetriesExhausted { .. } | Error::Zk(_)) => {}
+                    Ok(()) | Err(Error::NotHeld) => {}
+                    Err(err) if cut_off(&err) => {}
                     Err(err) => panic!("release: {err}"),
                 }
                 turns += 1;
@@ -177,7 +177,7 @@ async fn leader_election_through_an_ensemble_leader_kill() {
                 let leadership = match latch.lead_timeout(Duration::from_secs(2)).await {
                     Ok(Some(leadership)) => leadership,
                     Ok(None) => continue,
-                    Err(Error::SessionLost | Error::RetriesExhausted { .. } | Error::Zk(_)) => {
+                    Err(err) if cut_off(&err) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -272,7 +272,7 @@ async fn semaphore_and_rwlock_writers_through_a_follower_kill() {
             while turns < ROUNDS {
                 let leases = match semaphore.acquire(1).await {
                     Ok(leases) => leases,
-                    Err(Error::SessionLost | Error::RetriesExhausted { .. } | Error::Zk(_)) => {
+                    Err(err) if cut_off(&err) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -301,7 +301,7 @@ async fn semaphore_and_rwlock_writers_through_a_follower_kill() {
             while turns < ROUNDS {
                 let guard = match lock.write().await {
                     Ok(guard) => guard,
-                    Err(Error::SessionLost | Error::RetriesExhausted { .. } | Error::Zk(_)) => {
+                    Err(err) if cut_off(&err) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }

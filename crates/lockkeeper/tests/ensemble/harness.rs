@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use lockkeeper::Error;
 use lockkeeper::zk::Session;
 use lockkeeper_testkit::{ZkEnsemble, backend_enabled, try_four_letter_word};
 use tokio::time::Instant;
@@ -27,6 +28,18 @@ pub async fn ensemble() -> Option<Arc<ZkEnsemble>> {
         return None;
     }
     Some(blocking(|| Arc::new(ZkEnsemble::start(3))).await)
+}
+
+/// Whether `err` means the operation was cut off by the fault (the connection or the session
+/// went): a caller retries those. Anything else is a failure of the test.
+pub fn cut_off(err: &Error) -> bool {
+    use zookeeper_client::Error as Zk;
+    matches!(
+        err,
+        Error::SessionLost
+            | Error::RetriesExhausted { .. }
+            | Error::Zk(Zk::ConnectionLoss | Zk::Timeout | Zk::SessionExpired | Zk::ClientClosed)
+    )
 }
 
 /// Runs an ensemble operation (they block: kills, restarts, waits) off the async workers.
