@@ -268,8 +268,8 @@ fn curator_holders_are_delayed_and_curator_waiters_unaffected() {
             curator.request(&format!("acquire mutex {path}"), STEP),
             "OK true"
         );
-        let waiting =
-            rt.block_on(async { waiter(session(&connect).await, &observer, path, 2).await });
+        let second = rt.block_on(session(&connect));
+        let waiting = rt.block_on(waiter(second, &observer, path, 2));
         let released = Instant::now();
         assert_eq!(
             curator.request(&format!("release mutex {path}"), STEP),
