@@ -159,7 +159,8 @@ impl ZkEnsemble {
             .collect();
         let ensemble = ZkEnsemble { members, opts, dir };
         for index in 0..size {
-            // A failed spawn shows up as a member that is not running: `await_ready` reports it.
+            // Spawning fails only when the files cannot be written or java cannot be run: no
+            // retry helps. Lost port races show later, as members exiting (`await_ready`).
             if let Err(StartError::Failed(message) | StartError::PortTaken(message)) =
                 ensemble.spawn_member(index)
             {
@@ -226,6 +227,7 @@ impl ZkEnsemble {
             {
                 // Serving on our ports; `conf` names the data directory, which tells our
                 // server from another test's that took the port first.
+                let mut all_ours = true;
                 for member in &self.members {
                     match owner_of(member.addr(), &member.data_dir()) {
                         Owner::Ours => {}
@@ -235,10 +237,13 @@ impl ZkEnsemble {
                                 member.addr()
                             )));
                         }
-                        Owner::Unknown(_) => {}
+                        // Not answering `conf` this moment: ask again.
+                        Owner::Unknown(_) => all_ours = false,
                     }
                 }
-                return Ok(());
+                if all_ours {
+                    return Ok(());
+                }
             }
             if Instant::now() > deadline {
                 return Err(StartError::Failed(format!(
