@@ -14,9 +14,11 @@
 //! Either condition alone fences: the lock-node check needs no token, the token comparison
 //! protects writers whose locks are not ZooKeeper nodes. Retrying after a lost answer is safe:
 //! if the first attempt applied, the retry finds its own token stored and writes the same
-//! value again.
+//! value again. (If a newer holder wrote in between, the retry is refused although the first
+//! attempt took effect before the newer write: the stored state is right, the outcome reports
+//! the later refusal.)
 
-use zookeeper_client::{Acls, Client, CreateMode, MultiWriteError};
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError};
 
 use super::{Outcome, check_resource};
 use crate::zk::{LockGuard, Session};
@@ -114,7 +116,7 @@ impl ZkFence {
                             && !parent.is_empty()
                         {
                             match client.mkdir(parent, &create).await {
-                                Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+                                Ok(()) | Err(ZkError::NodeExists) => {}
                                 Err(err) => return Err(err),
                             }
                         }
@@ -124,16 +126,15 @@ impl ZkFence {
                             Some(version) => multi.add_set_data(&self.path, data, Some(version))?,
                             None => multi.add_create(&self.path, data, &create)?,
                         }
-                        use zookeeper_client::Error as Zk;
                         match multi.commit().await {
                             Ok(_) => Ok(Committed::Written),
                             Err(MultiWriteError::OperationFailed {
                                 index: 0,
-                                source: Zk::NoNode,
+                                source: ZkError::NoNode,
                             }) => Ok(Committed::LockGone),
                             Err(MultiWriteError::OperationFailed {
                                 index: 1,
-                                source: Zk::BadVersion | Zk::NoNode | Zk::NodeExists,
+                                source: ZkError::BadVersion | ZkError::NoNode | ZkError::NodeExists,
                             }) => Ok(Committed::Overtaken),
                             Err(err) => Err(err.into()),
                         }
@@ -190,10 +191,10 @@ enum Committed {
 async fn read_node(
     client: Client,
     path: &str,
-) -> std::result::Result<Option<(Vec<u8>, i32)>, zookeeper_client::Error> {
+) -> std::result::Result<Option<(Vec<u8>, i32)>, ZkError> {
     match client.get_data(path).await {
         Ok((data, stat)) => Ok(Some((data, stat.version))),
-        Err(zookeeper_client::Error::NoNode) => Ok(None),
+        Err(ZkError::NoNode) => Ok(None),
         Err(err) => Err(err),
     }
 }
