@@ -1,7 +1,8 @@
 //! The ZooKeeper recipes on a real three-member Apache ZooKeeper ensemble while members crash:
 //! the ensemble leader killed and restarted under Mutex contention and under a leader
-//! election, a follower killed under a Semaphore and RwLock writers, and a session whose
-//! member is killed moving to another member with its lock intact.
+//! election, a follower killed under a Semaphore and RwLock writers, a session whose member is
+//! killed moving to another member with its lock intact, and a holder cut off with its only
+//! member losing the lock (knowingly, and before anyone else holds it).
 //!
 //! These are the faults a production ensemble has and a single server cannot show: a leader
 //! kill disconnects every client at once and stops all writes until a new leader is elected;
@@ -521,4 +522,103 @@ async fn a_session_moves_to_another_member_and_keeps_its_lock() {
         }
     })
     .await;
+}
+
+/// A holder whose only member is killed is cut off from the ensemble: its guard reports lost
+/// at once, the ensemble expires its session after the timeout, and only then is a waiter on
+/// the other members granted the lock, with a higher token. When the member is back the holder
+/// runs in a new session, and its old guard is not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_cut_off_with_its_member_loses_before_the_lock_moves() {
+    let _turn = ONE_ENSEMBLE.lock().await;
+    let Some(zk) = ensemble().await else { return };
+    let alone = blocking({
+        let zk = zk.clone();
+        move || (zk.leader() + 1) % zk.size()
+    })
+    .await;
+    let rest: Vec<String> = (1..zk.size())
+        .map(|i| zk.member_connect((alone + i) % zk.size()))
+        .collect();
+    let holder = session_on(&zk.member_connect(alone)).await;
+    let first_id = holder.session_id();
+    let waiter = session_on(&rest.join(",")).await;
+    let guard = holder
+        .mutex("/ensemble/cut-off")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let old_token = guard.fencing_token();
+    let waiting = tokio::spawn({
+        let mutex = waiter.mutex("/ensemble/cut-off").unwrap();
+        async move {
+            let granted = mutex.lock().await;
+            (Instant::now(), granted)
+        }
+    });
+    let client = waiter.client().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client
+        .list_children("/ensemble/cut-off")
+        .await
+        .unwrap()
+        .len()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut states = holder.states();
+    let killed_at = Instant::now();
+    blocking({
+        let zk = zk.clone();
+        move || zk.kill(alone)
+    })
+    .await;
+    timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("the cut-off holder is told at once");
+    let lost_at = Instant::now();
+    let (granted_at, granted) = timeout(SESSION_TIMEOUT * 3, waiting)
+        .await
+        .expect("the waiter is granted once the holder's session expired")
+        .expect("the waiter's task");
+    let granted = granted.expect("the waiter's lock");
+    eprintln!(
+        "holder told {:?} after its member died; the lock moved after {:?} (session timeout \
+         {SESSION_TIMEOUT:?})",
+        lost_at - killed_at,
+        granted_at - killed_at
+    );
+    assert!(lost_at < granted_at, "someone held before the holder knew");
+    assert!(
+        granted_at - killed_at >= SESSION_TIMEOUT / 2,
+        "the lock moved before the holder's session could have expired"
+    );
+    assert!(granted.fencing_token() > old_token);
+
+    // The member comes back: the holder's session is gone, so it connects a new one.
+    blocking({
+        let zk = zk.clone();
+        move || zk.restart(alone)
+    })
+    .await;
+    let mut seen = Vec::new();
+    while seen.last() != Some(&ConnectionState::Reconnected) {
+        let state = timeout(Duration::from_secs(30), states.next())
+            .await
+            .unwrap_or_else(|_| panic!("no new session; states so far {seen:?}"))
+            .expect("the session reports states");
+        seen.push(state);
+    }
+    assert!(
+        seen.contains(&ConnectionState::Lost),
+        "the old session ended: {seen:?}"
+    );
+    assert_ne!(holder.session_id(), first_id, "a new session");
+    assert!(!guard.is_held());
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+    granted.release().await.expect("the new holder releases");
 }
