@@ -31,14 +31,22 @@ pub async fn ensemble() -> Option<Arc<ZkEnsemble>> {
 }
 
 /// Whether `err` means the operation was cut off by the fault (the connection or the session
-/// went): a caller retries those. Anything else is a failure of the test.
+/// went): a caller retries those. Anything else is a failure of the test. A connection reset
+/// reaches callers of unretried writes (queue puts) as the client's `Custom` I/O error, which
+/// the library itself counts as a connection loss.
 pub fn cut_off(err: &Error) -> bool {
     use zookeeper_client::Error as Zk;
     matches!(
         err,
         Error::SessionLost
             | Error::RetriesExhausted { .. }
-            | Error::Zk(Zk::ConnectionLoss | Zk::Timeout | Zk::SessionExpired | Zk::ClientClosed)
+            | Error::Zk(
+                Zk::ConnectionLoss
+                    | Zk::Timeout
+                    | Zk::Custom(_)
+                    | Zk::SessionExpired
+                    | Zk::ClientClosed
+            )
     )
 }
 
