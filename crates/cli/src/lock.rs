@@ -127,12 +127,9 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
     let acquired = tokio::select! {
         acquired = acquire(&handle, name, kind, wait) => acquired,
         sig = interrupts.recv() => {
-            // The acquisition is dropped, which withdraws it; closing ends the session now
-            // rather than a session timeout from now.
+            // The acquisition is dropped, which withdraws it; on ZooKeeper, closing ends the
+            // session, and its waiting node with it, before this process exits.
             eprintln!("lockkeeper lock: interrupted while waiting for {name}");
-            if let Handle::Zk(session) = &handle {
-                withdrawn(session, name, kind).await;
-            }
             close(&handle).await;
             return Ok(128 + sig as u8);
         }
@@ -210,7 +207,8 @@ async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut
 /// Ends the connection to the backend before the process exits.
 ///
 /// On ZooKeeper, closing the session deletes every node it still has (a withdrawn waiter's
-/// included) at once, rather than a session timeout later. The Redis locks clean up an
+/// included) at once, rather than a session timeout later: `Session::close` returns once the
+/// server has ended the session. The Redis locks clean up an
 /// abandoned wait (its place in line, an acquisition whose answer came too late) in spawned
 /// tasks, which the end of the process would cut short, leaving a dead place at the head of
 /// the line that turns `--try` callers away until it lapses (3 s). Those tasks take a few
@@ -234,25 +232,6 @@ async fn close(handle: &Handle) {
                     break;
                 }
             }
-        }
-    }
-}
-
-/// Waits (at most a second) until no node of this session is left under the lock: a dropped
-/// acquisition deletes its waiting node in a spawned task, and closing the session before that
-/// task has run would leave the node to the session's expiry, ahead of every later caller.
-async fn withdrawn(session: &Session, name: &str, kind: Kind) {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < deadline {
-        let inspection = match kind {
-            Kind::Semaphore(n) => session.inspect_semaphore(name, n).await,
-            _ => session.inspect(name).await,
-        };
-        let ours = session.session_id();
-        match inspection {
-            Ok(found) if found.participants.iter().all(|p| p.session_id != ours) => return,
-            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            Err(_) => return,
         }
     }
 }

@@ -28,6 +28,10 @@ use crate::error::{Error, Result};
 use crate::zk::connect::Attempt;
 use crate::zk::retry::RetryPolicy;
 
+/// How long [`Session::close`] waits for the server to end the session: one round trip on a
+/// working connection, bounded so that closing behind a dead one does not hang.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// What a [`Session`] reports as its connection changes, in Curator's words.
 ///
 /// ```no_run
@@ -430,12 +434,31 @@ impl Session {
 
     /// Ends the session: its ephemeral nodes (every lock it holds) are deleted by the server,
     /// guards report `lost()`, and states report `Closed`.
+    ///
+    /// Returns once the server has ended the session (or after 2 s if it does not
+    /// answer), so a process that exits right after closing leaves no session behind: one
+    /// that exits first leaves its session, and its locks, to expire a session timeout later.
     pub async fn close(&self) {
         if let Some(monitor) = self.inner.take_monitor() {
             monitor.abort();
         }
-        self.generation().end();
+        let generation = self.generation();
+        // The client sends its close request once its last handle is gone: ours goes with
+        // `end()`, the others with the operations that borrowed one.
+        let states = generation.client().ok().map(|client| client.state_watcher());
+        generation.end();
         self.inner.shared.report(ConnectionState::Closed);
+        if let Some(mut states) = states {
+            let ended = async {
+                while !matches!(
+                    states.peek_state(),
+                    SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
+                ) {
+                    states.changed().await;
+                }
+            };
+            let _ = tokio::time::timeout(CLOSE_WAIT, ended).await;
+        }
     }
 
     /// The generation new operations run in.
