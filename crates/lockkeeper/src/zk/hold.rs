@@ -73,6 +73,9 @@ pub(crate) struct HoldOptions {
     pub max_hold: Option<Duration>,
     /// After a holder failed, grant nobody until this long after the failure was seen.
     pub lock_delay: Option<Duration>,
+    /// A grant that waits out no failure although its releases are recorded (a read lock
+    /// taken by downgrading: the write lock was ours until then).
+    pub at_once: bool,
 }
 
 impl HoldOptions {

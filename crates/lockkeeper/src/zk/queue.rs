@@ -163,7 +163,7 @@ impl Queue {
                     rule,
                     deadline,
                     &mut listing,
-                    options.lock_delay,
+                    options.lock_delay.filter(|_| !options.at_once),
                 )
                 .await?
             {

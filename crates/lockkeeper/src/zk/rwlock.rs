@@ -322,9 +322,10 @@ impl RwLock {
         let write_name = child_name(pin.write.node()).to_owned();
         let overtakes = AtomicBool::new(false);
         // The write lock was ours until now: no failure to wait out (and the downgrade rule,
-        // which records what it saw, is asked only about the real queue).
+        // which records what it saw, is asked only about the real queue). Its release is
+        // recorded all the same, for the writers queued behind it.
         let downgraded = HoldOptions {
-            lock_delay: None,
+            at_once: true,
             ..self.options
         };
         let downgrade = |children: &[String], ours: usize| {
