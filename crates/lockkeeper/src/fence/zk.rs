@@ -20,7 +20,8 @@
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError};
 
-use super::{Outcome, check_resource};
+use super::Outcome;
+use crate::zk::path::validate_node_path;
 use crate::zk::{LockGuard, Session};
 use crate::{Error, FencingToken, Result};
 
@@ -200,42 +201,12 @@ async fn read_node(
 }
 
 /// Checks the fenced node's path before anything is sent, naming it in the error (the
-/// client library's own check names no argument).
+/// client library's own check names no argument): the recipes' own check.
 fn check_path(path: &str) -> Result<()> {
-    check_resource("fence path", path)?;
-    let invalid = |why: &str| {
-        Err(Error::InvalidArgument(format!(
-            "fence path {path:?}: {why}"
-        )))
-    };
-    if !path.starts_with('/') {
-        return invalid("must start with '/'");
-    }
-    if path == "/" {
-        return invalid("the root cannot be used");
-    }
-    if path.ends_with('/') {
-        return invalid("must not end with '/'");
-    }
-    if path[1..]
-        .split('/')
-        .any(|s| s.is_empty() || s == "." || s == "..")
-    {
-        return invalid("has an empty, '.' or '..' segment");
-    }
-    if path == "/zookeeper" || path.starts_with("/zookeeper/") {
-        return invalid("/zookeeper is reserved by the server");
-    }
-    Ok(())
+    validate_node_path("fence path", path)
 }
 
 /// Checks the lock node a write is conditioned on.
 fn check_lock_node(node: &str) -> Result<()> {
-    check_resource("lock node", node)?;
-    if !node.starts_with('/') || node.ends_with('/') {
-        return Err(Error::InvalidArgument(format!(
-            "lock node {node:?} must be an absolute path to a node"
-        )));
-    }
-    Ok(())
+    validate_node_path("lock node", node)
 }

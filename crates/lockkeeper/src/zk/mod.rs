@@ -31,7 +31,7 @@ mod mutex;
 mod naming;
 mod node;
 mod owner;
-mod path;
+pub(crate) mod path;
 mod persistent;
 mod queue;
 mod retry;
