@@ -82,6 +82,32 @@ pub enum Error {
     Redis(#[from] redis::RedisError),
 }
 
+impl Error {
+    /// Whether the connection went while the request was in flight, so it may or may not have
+    /// taken effect (a queue item put, a counter added to): check before doing it again.
+    ///
+    /// The ZooKeeper client reports such a loss as `ConnectionLoss`, a timeout, or the I/O
+    /// error that ended the connection; this is true for all three, and for a Redis error
+    /// that came from a dropped connection or a timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: lockkeeper::zk::DistributedQueue) {
+    /// if let Err(err) = queue.put(b"job-42").await {
+    ///     if err.is_connection_loss() {
+    ///         // Maybe queued: look before putting it again, or make consumers idempotent.
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn is_connection_loss(&self) -> bool {
+        match self {
+            Error::Zk(err) => crate::zk::session::is_connection_loss(err),
+            Error::Redis(err) => err.is_connection_dropped() || err.is_timeout(),
+            _ => false,
+        }
+    }
+}
+
 /// Why connecting to a server failed, as far as a probe of the address could tell.
 ///
 /// ```
@@ -156,3 +182,21 @@ impl std::fmt::Display for ConnectCause {
 /// assert!(parse_ttl(0).is_err());
 /// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_losses_are_told_from_other_failures() {
+        use zookeeper_client::Error as Zk;
+        assert!(Error::Zk(Zk::ConnectionLoss).is_connection_loss());
+        assert!(Error::Zk(Zk::Timeout).is_connection_loss());
+        assert!(!Error::Zk(Zk::NoNode).is_connection_loss());
+        assert!(!Error::SessionLost.is_connection_loss());
+        assert!(!Error::NotHeld.is_connection_loss());
+        let dropped =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(Error::Redis(dropped).is_connection_loss());
+    }
+}

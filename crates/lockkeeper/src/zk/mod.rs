@@ -38,7 +38,7 @@ mod retry;
 mod revoke;
 mod rwlock;
 mod semaphore;
-mod session;
+pub(crate) mod session;
 mod simple;
 mod two_phase;
 mod wait;

@@ -445,7 +445,10 @@ impl Session {
         let generation = self.generation();
         // The client sends its close request once its last handle is gone: ours goes with
         // `end()`, the others with the operations that borrowed one.
-        let states = generation.client().ok().map(|client| client.state_watcher());
+        let states = generation
+            .client()
+            .ok()
+            .map(|client| client.state_watcher());
         generation.end();
         self.inner.shared.report(ConnectionState::Closed);
         if let Some(mut states) = states {

@@ -31,23 +31,16 @@ pub async fn ensemble() -> Option<Arc<ZkEnsemble>> {
 }
 
 /// Whether `err` means the operation was cut off by the fault (the connection or the session
-/// went): a caller retries those. Anything else is a failure of the test. A connection reset
-/// reaches callers of unretried writes (queue puts) as the client's `Custom` I/O error, which
-/// the library itself counts as a connection loss.
+/// went): a caller retries those. Anything else is a failure of the test.
 pub fn cut_off(err: &Error) -> bool {
     use zookeeper_client::Error as Zk;
-    matches!(
-        err,
-        Error::SessionLost
-            | Error::RetriesExhausted { .. }
-            | Error::Zk(
-                Zk::ConnectionLoss
-                    | Zk::Timeout
-                    | Zk::Custom(_)
-                    | Zk::SessionExpired
-                    | Zk::ClientClosed
-            )
-    )
+    err.is_connection_loss()
+        || matches!(
+            err,
+            Error::SessionLost
+                | Error::RetriesExhausted { .. }
+                | Error::Zk(Zk::SessionExpired | Zk::ClientClosed)
+        )
 }
 
 /// Runs an ensemble operation (they block: kills, restarts, waits) off the async workers.
