@@ -190,6 +190,65 @@ async fn zk_a_clean_release_hands_over_at_once_also_at_the_maximum_hold_time() {
     .await;
 }
 
+/// Nodes that go without failing do not delay anybody: a waiter ahead that gives up, and
+/// readers releasing at the same moment (their records do not overwrite each other).
+#[tokio::test]
+async fn zk_waiters_giving_up_and_racing_reader_releases_do_not_delay() {
+    for_each_backend(|connect| async move {
+        let path = "/lock-delay/gave-up";
+        let observer = session(&connect).await;
+        let mutex = |s: Session| s.mutex(path).unwrap().lock_delay(DELAY).unwrap();
+        let guard = mutex(session(&connect).await).lock().await.expect("lock");
+        let impatient = mutex(session(&connect).await);
+        let gives_up = tokio::spawn(async move {
+            impatient
+                .lock_timeout(Duration::from_millis(300))
+                .await
+                .expect("lock_timeout")
+        });
+        wait_children(&observer, path, 2).await;
+        let waiting = waiter(session(&connect).await, &observer, path, 3).await;
+        assert!(
+            gives_up.await.unwrap().is_none(),
+            "the impatient waiter was granted"
+        );
+        wait_children(&observer, path, 2).await;
+        let released = Instant::now();
+        guard.release().await.expect("release");
+        promptly(
+            "behind a waiter that gave up",
+            granted(waiting).await,
+            released,
+        );
+
+        let path = "/lock-delay/readers";
+        let rw = |s: Session| s.rw_lock(path).unwrap().lock_delay(DELAY).unwrap();
+        let mut readers = Vec::new();
+        for _ in 0..4 {
+            readers.push(rw(session(&connect).await).read().await.expect("read"));
+        }
+        let writer = rw(session(&connect).await);
+        let writing = tokio::spawn(async move {
+            let guard = writer.write().await.expect("write");
+            let at = Instant::now();
+            guard.release().await.expect("release");
+            at
+        });
+        wait_children(&observer, path, 5).await;
+        let released = Instant::now();
+        let releases = readers.into_iter().map(|r| tokio::spawn(r.release()));
+        for release in releases {
+            release.await.unwrap().expect("release read");
+        }
+        promptly(
+            "writer after racing readers",
+            granted(writing).await,
+            released,
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn zk_rw_lock_readers_wait_out_a_failed_writer_and_writers_a_failed_reader() {
     for_each_backend(|connect| async move {

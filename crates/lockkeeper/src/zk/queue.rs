@@ -31,7 +31,7 @@ use zookeeper_client::{Acls, CreateMode, EventType, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::hold::delay::{self, Record, Vanished};
+use crate::zk::hold::delay::{self, Vanished};
 use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::{create_parents, delete_node};
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
@@ -154,6 +154,8 @@ impl Queue {
         };
         loop {
             let mut pending = PendingNode::new(self, &generation);
+            // A waiter with lock-delay that gives up leaves as cleanly as a release.
+            pending.recorded = options.lock_delay.is_some();
             let (name, czxid, mut listing) = pending.create(self, data).await?;
             let node = self.path_of(&name);
             match self
@@ -177,7 +179,11 @@ impl Queue {
                 }
                 Turn::TimedOut => {
                     pending.disarm();
-                    delete_node(&generation, &node).await?;
+                    if pending.recorded {
+                        delay::release_recorded(&generation, &node).await?;
+                    } else {
+                        delete_node(&generation, &node).await?;
+                    }
                     return Ok(None);
                 }
                 // Our node was deleted by someone else while we waited: queue again.
@@ -301,8 +307,8 @@ impl Queue {
         vanished: &mut Vanished,
     ) -> Result<Option<tokio::time::Instant>> {
         let record = delay::read(generation, &self.dir).await?;
-        if let Record::Held(holder) = &record {
-            if *holder != children[ours] && !children.contains(holder) {
+        if let Some(holder) = &record.held {
+            if *holder != children[ours] && !children.contains(holder) && !record.released(holder) {
                 let mut with = children.to_vec();
                 with.push(holder.clone());
                 let with = self.sort(with);
@@ -336,6 +342,8 @@ pub(crate) struct PendingNode {
     /// The node's name once the server has answered the create.
     created: Option<String>,
     armed: bool,
+    /// Whether an abandoned node is deleted with a release record (see `hold::delay`).
+    pub(crate) recorded: bool,
 }
 
 /// Data of a lock node: enough for an operator looking at the queue to find the process.
@@ -354,6 +362,7 @@ impl PendingNode {
             marker: queue.marker,
             created: None,
             armed: true,
+            recorded: false,
         }
     }
 
@@ -453,6 +462,7 @@ impl Drop for PendingNode {
         let dir = self.dir.clone();
         let protection = self.protection.clone();
         let created = self.created.take();
+        let recorded = self.recorded;
         runtime.spawn(async move {
             // Requests are ordered per session, so a listing sent now sees a create that was
             // sent before it, even if its answer never reached us.
@@ -474,7 +484,12 @@ impl Drop for PendingNode {
             };
             for name in names {
                 let node = format!("{}/{}", dir, name);
-                if let Err(err) = delete_node(&generation, &node).await {
+                let deleted = if recorded {
+                    delay::release_recorded(&generation, &node).await
+                } else {
+                    delete_node(&generation, &node).await
+                };
+                if let Err(err) = deleted {
                     if !matches!(err, Error::NotHeld) {
                         tracing::warn!(node, %err, "could not delete an abandoned lock node");
                     }
