@@ -2,8 +2,6 @@
 //! observation helpers.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use lockkeeper::zk::Session;
@@ -60,81 +58,10 @@ pub async fn wait_children(session: &Session, path: &str, count: usize) -> Vec<S
     }
 }
 
-/// A loopback proxy in front of a server that can cut the network: while cut it closes every
-/// connection through it and every new one at once, as a partition does. A session connected
-/// through it stops pinging, so the server expires it after its timeout, the way a real
-/// partition (or a long pause) expires a lock holder.
-pub struct Partition {
-    addr: std::net::SocketAddr,
-    cut: Arc<AtomicBool>,
-    relays: Arc<StdMutex<Vec<tokio::task::JoinHandle<()>>>>,
-    accept: tokio::task::JoinHandle<()>,
-}
-
-impl Partition {
-    /// Starts the proxy in front of `upstream` ("127.0.0.1:PORT").
-    pub async fn start(upstream: &str) -> Partition {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let cut = Arc::new(AtomicBool::new(false));
-        let relays = Arc::new(StdMutex::new(Vec::new()));
-        let upstream = upstream.to_owned();
-        let accept = tokio::spawn({
-            let cut = cut.clone();
-            let relays = relays.clone();
-            async move {
-                // Ends with the test: the task is aborted when the Partition is dropped.
-                while let Ok((mut client, _)) = listener.accept().await {
-                    if cut.load(Ordering::SeqCst) {
-                        continue; // dropped: closed at once
-                    }
-                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
-                        continue;
-                    };
-                    let relay = tokio::spawn(async move {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    });
-                    relays.lock().unwrap().push(relay);
-                }
-            }
-        });
-        Partition {
-            addr,
-            cut,
-            relays,
-            accept,
-        }
-    }
-
-    /// The connect string through the proxy.
-    pub fn connect_string(&self) -> String {
-        self.addr.to_string()
-    }
-
-    /// Cuts the network: every connection through the proxy closes, new ones are refused.
-    pub fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for relay in self.relays.lock().unwrap().drain(..) {
-            relay.abort();
-        }
-    }
-
-    /// Lets connections through again.
-    pub fn heal(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Partition {
-    fn drop(&mut self) {
-        self.accept.abort();
-        for relay in self.relays.lock().unwrap().drain(..) {
-            relay.abort();
-        }
-    }
-}
+/// The loopback partition proxy (`cut`, `heal`, `connect_string`), under the name the tests
+/// use for it (not every test binary uses it).
+#[allow(unused_imports)]
+pub use lockkeeper_testkit::Proxy as Partition;
 
 /// Waits (bounded) until `session` reports `state`.
 pub async fn wait_state(session: &Session, state: lockkeeper::zk::ConnectionState) {
