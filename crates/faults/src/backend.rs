@@ -1,0 +1,187 @@
+//! The backends the suite runs against, started by testkit on loopback ports, and the
+//! server-side faults each supports.
+//!
+//! Invariants: one backend value owns its servers and stops them on drop; every blocking
+//! testkit call (start, kill, restart, failover) runs on a blocking thread so the resource
+//! server and the proxies keep running meanwhile; single-server backends are reached through a
+//! per-client [`Proxy`] so one client can be cut off alone.
+
+use std::fmt;
+
+use lockkeeper_testkit::{
+    ApacheZk, Keeper, NodeOptions, Proxy, RedisNode, RedisSentinel, TestServer, ZkEnsemble,
+};
+
+use crate::kind::Kind;
+
+/// A backend of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// Keeper, in-process.
+    Keeper,
+    /// One Apache ZooKeeper server.
+    Zookeeper,
+    /// A three-member Apache ZooKeeper ensemble.
+    Ensemble,
+    /// One redis-server with `appendonly yes`, `appendfsync always`.
+    Redis,
+    /// A master, a replica and three sentinels (no persistence: Sentinel's usual setup).
+    Sentinel,
+    /// Five independent redis-server masters without persistence.
+    Redlock,
+}
+
+impl BackendKind {
+    /// The table and `--only` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Keeper => "keeper",
+            BackendKind::Zookeeper => "zookeeper",
+            BackendKind::Ensemble => "zk-ensemble",
+            BackendKind::Redis => "redis-aof",
+            BackendKind::Sentinel => "redis-sentinel",
+            BackendKind::Redlock => "redlock-5",
+        }
+    }
+
+    /// Whether a fencing token comes from a consensus-replicated, durable store (so the
+    /// suite expects 0 stale writes accepted under every fault).
+    pub fn is_zookeeper(self) -> bool {
+        matches!(
+            self,
+            BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Ensemble
+        )
+    }
+
+    /// The lock kinds that run on it.
+    pub fn kinds(self) -> &'static [Kind] {
+        match self {
+            BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Ensemble => {
+                &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader]
+            }
+            BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
+            BackendKind::Redlock => &[Kind::Redlock],
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+enum Servers {
+    Keeper(Keeper),
+    Zookeeper(ApacheZk),
+    Ensemble(ZkEnsemble),
+    Redis(RedisNode),
+    Sentinel(RedisSentinel),
+    Redlock(Vec<RedisNode>),
+}
+
+/// Running servers of one backend.
+pub struct Backend {
+    kind: BackendKind,
+    servers: Servers,
+}
+
+/// Runs a blocking testkit call off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(value) => value,
+        Err(err) => std::panic::resume_unwind(err.into_panic()),
+    }
+}
+
+impl Backend {
+    /// Starts the servers (blocking work on a blocking thread).
+    pub async fn start(kind: BackendKind) -> Backend {
+        let servers = blocking(move || match kind {
+            BackendKind::Keeper => Servers::Keeper(Keeper::start()),
+            BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),
+            BackendKind::Ensemble => Servers::Ensemble(ZkEnsemble::start(3)),
+            BackendKind::Redis => {
+                Servers::Redis(RedisNode::start_with(NodeOptions::new().durable(true)))
+            }
+            BackendKind::Sentinel => Servers::Sentinel(RedisSentinel::start(3)),
+            BackendKind::Redlock => Servers::Redlock((0..5).map(|_| RedisNode::start()).collect()),
+        })
+        .await;
+        Backend { kind, servers }
+    }
+
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// The one server address a per-client proxy can stand in front of, if the backend is a
+    /// single server.
+    pub fn single_upstream(&self) -> Option<String> {
+        match &self.servers {
+            Servers::Keeper(k) => Some(k.connect_string()),
+            Servers::Zookeeper(z) => Some(z.connect_string()),
+            Servers::Redis(r) => Some(r.addr().to_string()),
+            _ => None,
+        }
+    }
+
+    /// The `--backend` argument for a client, through `proxy` when given.
+    pub fn endpoint(&self, proxy: Option<&Proxy>) -> String {
+        let via = proxy.map(Proxy::connect_string);
+        match &self.servers {
+            Servers::Keeper(_) | Servers::Zookeeper(_) => format!(
+                "zk://{}",
+                via.or_else(|| self.single_upstream()).unwrap_or_default()
+            ),
+            Servers::Ensemble(e) => format!("zk://{}", e.connect_string()),
+            Servers::Redis(r) => format!("redis://{}", via.unwrap_or(r.addr().to_string())),
+            Servers::Sentinel(s) => {
+                let hosts: Vec<String> = s.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+                format!("redis+sentinel://{}@{}", s.master_name(), hosts.join(","))
+            }
+            Servers::Redlock(nodes) => {
+                let hosts: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
+                format!("redlock://{}", hosts.join(","))
+            }
+        }
+    }
+
+    /// Injects the server-side fault and recovers from it: Keeper shut down and restarted on
+    /// its data (in-process, so not a SIGKILL); ZooKeeper SIGKILLed and restarted; the
+    /// ensemble's leader SIGKILLed and restarted; the Redis master SIGKILLed and restarted on
+    /// its append-only file; a Sentinel failover (SENTINEL FAILOVER: the replica, which may
+    /// lag, is promoted); three of the five Redlock masters SIGKILLed and restarted empty (no
+    /// persistence), a majority forgetting every lock at once.
+    pub async fn server_fault(&mut self) {
+        // Move the servers onto a blocking thread and back.
+        let servers = std::mem::replace(&mut self.servers, Servers::Redlock(Vec::new()));
+        self.servers = blocking(move || {
+            let mut servers = servers;
+            match &mut servers {
+                Servers::Keeper(k) => k.restart(),
+                Servers::Zookeeper(z) => z.restart(),
+                Servers::Ensemble(e) => {
+                    let leader = e.kill_leader();
+                    e.restart(leader);
+                }
+                Servers::Redis(r) => r.restart(),
+                Servers::Sentinel(s) => {
+                    s.failover();
+                }
+                Servers::Redlock(nodes) => {
+                    // All three down first, so no vote can land between the restarts.
+                    for node in nodes.iter().take(3) {
+                        node.kill();
+                    }
+                    for node in nodes.iter().take(3) {
+                        node.restart();
+                    }
+                }
+            }
+            servers
+        })
+        .await;
+    }
+}

@@ -1,0 +1,265 @@
+//! The lock client: a child process of the suite's binary that takes turns on one lock and
+//! uses the resource server inside each turn, so the orchestrator can pause or kill it.
+//!
+//! Each turn: acquire (bounded wait), `enter` with the fencing token, a few writes with small
+//! seeded random sleeps, `exit`, release. Invariants:
+//! - Before every write the client asks its guard whether it still holds the lock (the local
+//!   deadline: no round trip), as a careful user does; a pause between that check and the
+//!   write is exactly what fencing exists for.
+//! - A refused `enter` or write ends the turn: the fence said someone newer holds the lock.
+//! - Lock errors (a connection lost, a server restarting) end the turn, are logged to stderr
+//!   and retried after a short sleep; the client runs until `--run-for` passes or it is killed.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use lockkeeper::redis::{
+    LeaseGuard, LeaseLock, Redis, RedisOptions, ReentrantGuard, ReentrantLock, redlock,
+};
+use lockkeeper::zk::{LeaderLatch, Leadership, Leases, LockGuard, Mutex, RwLock, Semaphore};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::time::Instant;
+
+use crate::kind::{Endpoint, Kind};
+
+/// How long one acquire may wait before the client tries again.
+const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
+/// How long the resource server may take to answer.
+const RESOURCE_WAIT: Duration = Duration::from_secs(5);
+/// The ZooKeeper session timeout (the test servers' minimum).
+pub const ZK_SESSION: Duration = Duration::from_secs(4);
+/// The Redis watchdog lease and the Redlock lease.
+pub const REDIS_LEASE: Duration = Duration::from_secs(2);
+/// Writes per turn.
+const WRITES: usize = 5;
+
+/// What one client process was told.
+#[derive(Debug)]
+pub struct ClientArgs {
+    /// Where the lock lives.
+    pub endpoint: Endpoint,
+    /// Which lock.
+    pub kind: Kind,
+    /// The lock's name (a path on ZooKeeper).
+    pub lock: String,
+    /// The resource server.
+    pub resource: SocketAddr,
+    /// This client's name at the resource.
+    pub name: String,
+    /// Seeds the sleeps between writes.
+    pub seed: u64,
+    /// When to stop.
+    pub run_for: Duration,
+}
+
+/// Runs turns until `run_for` passes. `Err` only when the setup itself is impossible (the
+/// resource server unreachable, an argument the library refuses).
+pub async fn run(args: ClientArgs) -> Result<(), String> {
+    let deadline = Instant::now() + args.run_for;
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut resource = ResourceConn::connect(args.resource).await?;
+    let locker = loop {
+        match Locker::connect(&args).await {
+            Ok(locker) => break locker,
+            Err(err) if Instant::now() < deadline => {
+                eprintln!("{}: connect: {err}", args.name);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => return Err(format!("{}: connect: {err}", args.name)),
+        }
+    };
+    while Instant::now() < deadline {
+        match locker.acquire().await {
+            Ok(Some(held)) => turn(&args.name, held, &mut resource, &mut rng).await?,
+            Ok(None) => {}
+            Err(err) => {
+                eprintln!("{}: acquire: {err}", args.name);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn turn(
+    name: &str,
+    held: Held,
+    resource: &mut ResourceConn,
+    rng: &mut StdRng,
+) -> Result<(), String> {
+    let token = held.token().map_or("-".to_owned(), |t| t.to_string());
+    if held.is_held() && resource.call(&format!("enter {name} {token}")).await? == "ok" {
+        for _ in 0..WRITES {
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
+            if !held.is_held() || resource.call(&format!("write {name} {token}")).await? != "ok" {
+                break;
+            }
+        }
+    }
+    resource.call(&format!("exit {name}")).await?;
+    if let Err(err) = held.release().await {
+        eprintln!("{name}: release: {err}");
+    }
+    Ok(())
+}
+
+/// The connection to the resource server.
+struct ResourceConn {
+    lines: Lines<BufReader<OwnedReadHalf>>,
+    write: OwnedWriteHalf,
+}
+
+impl ResourceConn {
+    async fn connect(addr: SocketAddr) -> Result<ResourceConn, String> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("resource server {addr}: {e}"))?;
+        let (read, write) = stream.into_split();
+        Ok(ResourceConn {
+            lines: BufReader::new(read).lines(),
+            write,
+        })
+    }
+
+    async fn call(&mut self, request: &str) -> Result<String, String> {
+        self.write
+            .write_all(format!("{request}\n").as_bytes())
+            .await
+            .map_err(|e| format!("resource server: {e}"))?;
+        match tokio::time::timeout(RESOURCE_WAIT, self.lines.next_line()).await {
+            Ok(Ok(Some(reply))) if reply.starts_with("error") => {
+                Err(format!("resource server refused {request:?}: {reply}"))
+            }
+            Ok(Ok(Some(reply))) => Ok(reply),
+            Ok(Ok(None)) => Err("resource server closed the connection".into()),
+            Ok(Err(e)) => Err(format!("resource server: {e}")),
+            Err(_) => Err(format!("resource server silent for {RESOURCE_WAIT:?}")),
+        }
+    }
+}
+
+/// A lock handle of one kind.
+enum Locker {
+    Mutex(Mutex),
+    RwWrite(RwLock),
+    Semaphore(Semaphore),
+    Leader(LeaderLatch),
+    Lease(LeaseLock),
+    Reentrant(ReentrantLock),
+    Redlock(redlock::RedlockLock),
+}
+
+impl Locker {
+    async fn connect(args: &ClientArgs) -> lockkeeper::Result<Locker> {
+        let lock = args.lock.as_str();
+        Ok(match (&args.endpoint, args.kind) {
+            (Endpoint::Zk(connect), kind) => {
+                let session = lockkeeper::zk::Session::builder(connect)
+                    .session_timeout(ZK_SESSION)
+                    .connect()
+                    .await?;
+                match kind {
+                    Kind::Mutex => Locker::Mutex(session.mutex(lock)?),
+                    Kind::RwWrite => Locker::RwWrite(session.rw_lock(lock)?),
+                    Kind::Semaphore => Locker::Semaphore(session.semaphore(lock, 1)?),
+                    Kind::Leader => Locker::Leader(session.leader_latch(lock, &args.name)?),
+                    other => return Err(mismatch(other, "zk")),
+                }
+            }
+            (Endpoint::Redis(_) | Endpoint::Sentinel { .. }, kind) => {
+                let redis = match &args.endpoint {
+                    Endpoint::Redis(url) => Redis::connect(url).await?,
+                    Endpoint::Sentinel { master, sentinels } => {
+                        Redis::connect_sentinel(sentinels, master, RedisOptions::new()).await?
+                    }
+                    Endpoint::Redlock(_) | Endpoint::Zk(_) => unreachable!("matched above"),
+                };
+                match kind {
+                    Kind::Lease => Locker::Lease(redis.lease_lock(lock).watchdog(REDIS_LEASE)),
+                    Kind::Reentrant => Locker::Reentrant(
+                        redis
+                            .reentrant_lock(lock)
+                            .owner(args.name.clone())
+                            .watchdog(REDIS_LEASE),
+                    ),
+                    other => return Err(mismatch(other, "redis")),
+                }
+            }
+            (Endpoint::Redlock(masters), Kind::Redlock) => Locker::Redlock(
+                redlock::Redlock::new(masters)?
+                    .lease_lock(lock)
+                    .lease(REDIS_LEASE),
+            ),
+            (Endpoint::Redlock(_), other) => return Err(mismatch(other, "redlock")),
+        })
+    }
+
+    async fn acquire(&self) -> lockkeeper::Result<Option<Held>> {
+        Ok(match self {
+            Locker::Mutex(m) => m.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
+            Locker::RwWrite(rw) => rw.write_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
+            Locker::Semaphore(s) => s.acquire_timeout(1, ACQUIRE_WAIT).await?.map(Held::Leases),
+            Locker::Leader(l) => l.lead_timeout(ACQUIRE_WAIT).await?.map(Held::Leader),
+            Locker::Lease(l) => l.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Lease),
+            Locker::Reentrant(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Reentrant),
+            Locker::Redlock(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Redlock),
+        })
+    }
+}
+
+fn mismatch(kind: Kind, backend: &str) -> lockkeeper::Error {
+    lockkeeper::Error::InvalidArgument(format!(
+        "lock kind {} does not run on a {backend} backend",
+        kind.name()
+    ))
+}
+
+/// A held lock of one kind.
+enum Held {
+    Guard(LockGuard),
+    Leases(Leases),
+    Leader(Leadership),
+    Lease(LeaseGuard),
+    Reentrant(ReentrantGuard),
+    Redlock(redlock::RedlockGuard),
+}
+
+impl Held {
+    /// The fencing token; Redlock has none.
+    fn token(&self) -> Option<u64> {
+        match self {
+            Held::Guard(g) => Some(g.fencing_token().get()),
+            Held::Leases(l) => l.fencing_tokens().first().map(|t| t.get()),
+            Held::Leader(l) => Some(l.fencing_token().get()),
+            Held::Lease(g) => Some(g.fencing_token().get()),
+            Held::Reentrant(g) => Some(g.fencing_token().get()),
+            Held::Redlock(_) => None,
+        }
+    }
+
+    fn is_held(&self) -> bool {
+        match self {
+            Held::Guard(g) => g.is_held(),
+            Held::Leases(l) => l.is_held(),
+            Held::Leader(l) => l.is_leader(),
+            Held::Lease(g) => g.is_held(),
+            Held::Reentrant(g) => g.is_held(),
+            Held::Redlock(g) => g.is_held(),
+        }
+    }
+
+    async fn release(self) -> lockkeeper::Result<()> {
+        match self {
+            Held::Guard(g) => g.release().await,
+            Held::Leases(l) => l.release().await,
+            Held::Leader(l) => l.resign().await,
+            Held::Lease(g) => g.release().await,
+            Held::Reentrant(g) => g.release().await.map(drop),
+            Held::Redlock(g) => g.release().await,
+        }
+    }
+}

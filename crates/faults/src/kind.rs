@@ -1,0 +1,163 @@
+//! The names shared by the orchestrator and its clients: lock kinds and backend endpoints, and
+//! their command-line spellings.
+//!
+//! An endpoint travels to a client as one URL-like argument:
+//! `zk://HOST:PORT[,HOST:PORT...]`, `redis://HOST:PORT`,
+//! `redis+sentinel://MASTER@HOST:PORT[,HOST:PORT...]`, `redlock://HOST:PORT,HOST:PORT,...`.
+//! Parsing refuses anything else with an error naming the argument.
+
+use std::fmt;
+
+/// A lock kind the suite drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// ZooKeeper `Mutex`.
+    Mutex,
+    /// ZooKeeper `RwLock`, write side.
+    RwWrite,
+    /// ZooKeeper `Semaphore` with one lease.
+    Semaphore,
+    /// ZooKeeper leader election (`LeaderLatch`).
+    Leader,
+    /// Redis `LeaseLock` (watchdog lease).
+    Lease,
+    /// Redis `ReentrantLock` (watchdog lease).
+    Reentrant,
+    /// Redlock over several masters.
+    Redlock,
+}
+
+impl Kind {
+    /// Every kind, in table order.
+    pub const ALL: [Kind; 7] = [
+        Kind::Mutex,
+        Kind::RwWrite,
+        Kind::Semaphore,
+        Kind::Leader,
+        Kind::Lease,
+        Kind::Reentrant,
+        Kind::Redlock,
+    ];
+
+    /// The command-line and table name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::RwWrite => "rwlock-write",
+            Kind::Semaphore => "semaphore-1",
+            Kind::Leader => "leader",
+            Kind::Lease => "lease-lock",
+            Kind::Reentrant => "reentrant",
+            Kind::Redlock => "redlock",
+        }
+    }
+
+    /// Parses a [`name`](Kind::name).
+    pub fn parse(raw: &str) -> Result<Kind, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == raw)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+                format!("--kind {raw:?} is not one of {}", names.join(", "))
+            })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a client finds its lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A ZooKeeper connect string.
+    Zk(String),
+    /// One Redis server's URL.
+    Redis(String),
+    /// A Sentinel-monitored master.
+    Sentinel {
+        /// The master's name.
+        master: String,
+        /// The sentinels' URLs.
+        sentinels: Vec<String>,
+    },
+    /// Redlock masters' URLs.
+    Redlock(Vec<String>),
+}
+
+impl Endpoint {
+    /// Parses the `--backend` argument (see the module docs).
+    pub fn parse(raw: &str) -> Result<Endpoint, String> {
+        let hosts = |list: &str| -> Result<Vec<String>, String> {
+            let hosts: Vec<String> = list.split(',').map(str::to_owned).collect();
+            if hosts.iter().any(|h| h.is_empty() || !h.contains(':')) {
+                return Err(format!(
+                    "--backend {raw:?}: expected HOST:PORT[,HOST:PORT...]"
+                ));
+            }
+            Ok(hosts)
+        };
+        if let Some(rest) = raw.strip_prefix("zk://") {
+            Ok(Endpoint::Zk(hosts(rest)?.join(",")))
+        } else if let Some(rest) = raw.strip_prefix("redis://") {
+            let [host] = hosts(rest)?
+                .try_into()
+                .map_err(|_| format!("--backend {raw:?}: a redis:// backend is one HOST:PORT"))?;
+            Ok(Endpoint::Redis(format!("redis://{host}")))
+        } else if let Some(rest) = raw.strip_prefix("redis+sentinel://") {
+            let (master, list) = rest
+                .split_once('@')
+                .ok_or_else(|| format!("--backend {raw:?}: expected MASTER@HOST:PORT,..."))?;
+            if master.is_empty() {
+                return Err(format!("--backend {raw:?}: the master name is empty"));
+            }
+            let sentinels = hosts(list)?
+                .iter()
+                .map(|h| format!("redis://{h}"))
+                .collect();
+            Ok(Endpoint::Sentinel {
+                master: master.to_owned(),
+                sentinels,
+            })
+        } else if let Some(rest) = raw.strip_prefix("redlock://") {
+            Ok(Endpoint::Redlock(
+                hosts(rest)?
+                    .iter()
+                    .map(|h| format!("redis://{h}"))
+                    .collect(),
+            ))
+        } else {
+            Err(format!(
+                "--backend {raw:?}: expected zk://, redis://, redis+sentinel:// or redlock://"
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_and_bad_ones_are_named() {
+        assert_eq!(
+            Endpoint::parse("zk://127.0.0.1:1,127.0.0.1:2"),
+            Ok(Endpoint::Zk("127.0.0.1:1,127.0.0.1:2".into()))
+        );
+        assert_eq!(
+            Endpoint::parse("redis+sentinel://m@127.0.0.1:5"),
+            Ok(Endpoint::Sentinel {
+                master: "m".into(),
+                sentinels: vec!["redis://127.0.0.1:5".into()]
+            })
+        );
+        let err = Endpoint::parse("redis://a:1,b:2").unwrap_err();
+        assert!(err.contains("one HOST:PORT"), "{err}");
+        let err = Endpoint::parse("etcd://x:1").unwrap_err();
+        assert!(err.contains("etcd://x:1"), "{err}");
+        assert!(Kind::parse("nope").unwrap_err().contains("--kind \"nope\""));
+    }
+}

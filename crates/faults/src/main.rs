@@ -1,0 +1,206 @@
+//! `lockkeeper-faults`: the fault-injection suite.
+//!
+//! Without a subcommand it is the orchestrator: for each scenario (backend x lock kind x
+//! fault) it starts the backend (once per backend), a resource server and three client
+//! processes (this binary's `client` subcommand), injects the fault, and prints one row of the
+//! table. With `client` it is one of those clients.
+//!
+//! Invariants: every run is bounded in time (scenario length plus the fault's own bounded
+//! length, warm-up bounded); the run's seed is printed first, and `--seed N --only PATTERN`
+//! replays a scenario with the same client seeds; only 127.0.0.1 is bound; only processes the
+//! run started are signalled.
+
+mod backend;
+mod client;
+mod kind;
+mod report;
+mod resource;
+mod scenario;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::backend::Backend;
+use crate::kind::{Endpoint, Kind};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lockkeeper-faults",
+    about = "Fault injection on every lock backend"
+)]
+struct Cli {
+    /// Every scenario, 10 s each (the default is the short run: a few scenarios, 2 s each).
+    #[arg(long)]
+    full: bool,
+    /// The run's seed (random when absent; printed either way).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Only the scenarios named BACKEND, BACKEND/LOCK or BACKEND/LOCK/FAULT (repeatable), from
+    /// the full list.
+    #[arg(long)]
+    only: Vec<String>,
+    /// Each scenario's length in seconds before the fault's own length (overrides the
+    /// default of --full or the short run).
+    #[arg(long)]
+    length: Option<u64>,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// One lock client (started by the orchestrator).
+    Client {
+        /// zk://..., redis://..., redis+sentinel://MASTER@..., redlock://...
+        #[arg(long)]
+        backend: String,
+        /// mutex, rwlock-write, semaphore-1, leader, lease-lock, reentrant, redlock
+        #[arg(long)]
+        kind: String,
+        /// The lock's name (a path on ZooKeeper).
+        #[arg(long)]
+        lock: String,
+        /// The resource server, 127.0.0.1:PORT.
+        #[arg(long)]
+        resource: SocketAddr,
+        /// This client's name at the resource.
+        #[arg(long)]
+        name: String,
+        /// Seeds the sleeps between writes.
+        #[arg(long)]
+        seed: u64,
+        /// Stop after this many milliseconds.
+        #[arg(long)]
+        run_for_ms: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("lockkeeper-faults: tokio runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Some(Sub::Client {
+            backend,
+            kind,
+            lock,
+            resource,
+            name,
+            seed,
+            run_for_ms,
+        }) => {
+            let args = match (Endpoint::parse(&backend), Kind::parse(&kind)) {
+                (Ok(endpoint), Ok(kind)) => client::ClientArgs {
+                    endpoint,
+                    kind,
+                    lock,
+                    resource,
+                    name,
+                    seed,
+                    run_for: Duration::from_millis(run_for_ms),
+                },
+                (Err(err), _) | (_, Err(err)) => {
+                    eprintln!("lockkeeper-faults client: {err}");
+                    return ExitCode::from(64);
+                }
+            };
+            match runtime.block_on(client::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("lockkeeper-faults client: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        None => runtime.block_on(orchestrate(cli)),
+    }
+}
+
+async fn orchestrate(cli: Cli) -> ExitCode {
+    let seed = cli.seed.unwrap_or_else(rand::random);
+    let scenarios = if !cli.only.is_empty() {
+        let picked: Vec<_> = scenario::all()
+            .into_iter()
+            .filter(|s| cli.only.iter().any(|p| s.matches(p)))
+            .collect();
+        if picked.is_empty() {
+            let names: Vec<String> = scenario::all().iter().map(|s| s.to_string()).collect();
+            eprintln!(
+                "--only {:?} names no scenario; they are:\n{}",
+                cli.only,
+                names.join("\n")
+            );
+            return ExitCode::from(64);
+        }
+        picked
+    } else if cli.full {
+        scenario::all()
+    } else {
+        scenario::short()
+    };
+    let length = Duration::from_secs(cli.length.unwrap_or(if cli.full { 10 } else { 2 }));
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => {
+            eprintln!("lockkeeper-faults: where is this binary? {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "seed {seed}: {} scenarios of {length:?} each (replay one with --seed {seed} --only BACKEND/LOCK/FAULT)",
+        scenarios.len()
+    );
+    let mut rows = Vec::new();
+    let mut backend: Option<Backend> = None;
+    for scenario in scenarios {
+        // One backend per run of consecutive scenarios on it (the list is grouped by backend).
+        if backend.as_ref().map(Backend::kind) != Some(scenario.backend) {
+            drop(backend.take());
+            backend = Some(Backend::start(scenario.backend).await);
+        }
+        let Some(current) = backend.as_mut() else {
+            unreachable!("started above")
+        };
+        let scenario_seed = scenario.seed(seed);
+        let row = scenario::run(&exe, current, scenario, scenario_seed, length).await;
+        println!(
+            "{scenario}: {} operations, {} overlaps, {} stale accepted, {:.1} s max unavailable (seed {scenario_seed}, {:.1} s)",
+            row.counts.turns,
+            row.counts.overlaps,
+            if row.counts.fenced {
+                row.counts.stale_accepted.to_string()
+            } else {
+                "n/a".into()
+            },
+            row.counts.max_gap.as_secs_f64(),
+            row.took.as_secs_f64()
+        );
+        rows.push(row);
+    }
+    drop(backend);
+    print!("\n{}", report::table(&rows));
+    if let Some(path) = cli.json {
+        let text = report::json(seed, &rows).to_string();
+        if let Err(err) = std::fs::write(&path, text) {
+            eprintln!("--json {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,380 @@
+//! Scenarios: one lock kind on one backend under one fault, run for a bounded time with a
+//! fresh resource server and three client processes, giving one row of the table.
+//!
+//! Invariants:
+//! - Every run is bounded: a warm-up of at most [`WARM_UP_LIMIT`], the fault (its own bounded
+//!   length), then the rest of the scenario's length; clients are SIGKILLed at the end (and by
+//!   the kernel if the orchestrator dies: they are spawned with `die_with_parent`).
+//! - Only processes this run started are signalled, by PID.
+//! - A scenario's seed is derived from the run's seed and the scenario's name, so
+//!   `--seed N --only BACKEND/KIND/FAULT` replays it alone with the same client seeds.
+
+use std::fmt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lockkeeper_testkit::{Proxy, die_with_parent};
+use tokio::time::Instant;
+
+use crate::backend::{Backend, BackendKind};
+use crate::client::{REDIS_LEASE, ZK_SESSION};
+use crate::kind::Kind;
+use crate::resource::{Counts, Resource};
+
+/// Clients contending for the lock in each scenario.
+const CLIENTS: usize = 3;
+/// The longest wait for the first turns before the fault.
+const WARM_UP_LIMIT: Duration = Duration::from_secs(20);
+/// The longest wait for the lock to be granted again after a fault.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(40);
+/// The longest wait for a client to be inside the resource, to pick it as the victim.
+const HOLDER_WAIT: Duration = Duration::from_secs(10);
+
+/// A fault injected once in a scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// No fault: the baseline.
+    None,
+    /// The holder SIGSTOPped past its session or lease, then resumed.
+    Pause,
+    /// The holder SIGKILLed (and replaced by a new client).
+    Kill,
+    /// The holder cut from its server by its loopback proxy past its session or lease, then
+    /// healed.
+    Cut,
+    /// The backend's server-side fault ([`Backend::server_fault`]).
+    Server,
+}
+
+impl Fault {
+    /// The name in the table (the server fault is named by the backend).
+    pub fn name(self, backend: BackendKind) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::Pause => "holder-paused",
+            Fault::Kill => "holder-killed",
+            Fault::Cut => "holder-cut",
+            Fault::Server => server_fault_name(backend),
+        }
+    }
+}
+
+fn server_fault_name(backend: BackendKind) -> &'static str {
+    match backend {
+        BackendKind::Keeper | BackendKind::Zookeeper => "server-restart",
+        BackendKind::Ensemble => "leader-kill",
+        BackendKind::Redis => "master-kill",
+        BackendKind::Sentinel => "failover",
+        BackendKind::Redlock => "majority-restart",
+    }
+}
+
+/// One scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// The backend.
+    pub backend: BackendKind,
+    /// The lock kind.
+    pub kind: Kind,
+    /// The fault.
+    pub fault: Fault,
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.backend,
+            self.kind,
+            self.fault.name(self.backend)
+        )
+    }
+}
+
+impl Scenario {
+    /// Whether `pattern` (`BACKEND`, `BACKEND/KIND` or `BACKEND/KIND/FAULT`) selects it.
+    pub fn matches(&self, pattern: &str) -> bool {
+        let name = self.to_string();
+        name == pattern || name.starts_with(&format!("{pattern}/"))
+    }
+
+    /// This scenario's seed under the run's `seed`: FNV-1a of the name, mixed with the seed.
+    pub fn seed(&self, seed: u64) -> u64 {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+        for byte in self.to_string().bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        hash
+    }
+
+    /// How long the holder is kept paused or cut: past its session or lease.
+    fn outage(&self) -> Duration {
+        if self.backend.is_zookeeper() {
+            ZK_SESSION + Duration::from_secs(2)
+        } else {
+            REDIS_LEASE + Duration::from_millis(1500)
+        }
+    }
+}
+
+/// Every scenario of the full run, in table order.
+pub fn all() -> Vec<Scenario> {
+    let backends = [
+        BackendKind::Keeper,
+        BackendKind::Zookeeper,
+        BackendKind::Ensemble,
+        BackendKind::Redis,
+        BackendKind::Sentinel,
+        BackendKind::Redlock,
+    ];
+    let mut scenarios = Vec::new();
+    for backend in backends {
+        let single = matches!(
+            backend,
+            BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Redis
+        );
+        for &kind in backend.kinds() {
+            for fault in [
+                Fault::None,
+                Fault::Pause,
+                Fault::Kill,
+                Fault::Cut,
+                Fault::Server,
+            ] {
+                if fault == Fault::Cut && !single {
+                    continue;
+                }
+                scenarios.push(Scenario {
+                    backend,
+                    kind,
+                    fault,
+                });
+            }
+        }
+    }
+    scenarios
+}
+
+/// The short run: the faults that decide the table's claims, on the cheapest backends.
+pub fn short() -> Vec<Scenario> {
+    let pick = [
+        (BackendKind::Keeper, Kind::Mutex, Fault::Pause),
+        (BackendKind::Keeper, Kind::Mutex, Fault::Kill),
+        (BackendKind::Keeper, Kind::Semaphore, Fault::Server),
+        (BackendKind::Zookeeper, Kind::Mutex, Fault::Pause),
+        (BackendKind::Redis, Kind::Lease, Fault::Pause),
+        (BackendKind::Redis, Kind::Reentrant, Fault::Server),
+        (BackendKind::Redlock, Kind::Redlock, Fault::Server),
+    ];
+    pick.into_iter()
+        .map(|(backend, kind, fault)| Scenario {
+            backend,
+            kind,
+            fault,
+        })
+        .collect()
+}
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// What ran.
+    pub scenario: Scenario,
+    /// Its seed.
+    pub seed: u64,
+    /// What the resource saw.
+    pub counts: Counts,
+    /// How long the scenario took, start to end.
+    pub took: Duration,
+}
+
+/// The client processes of one scenario, SIGKILLed on drop.
+struct Clients {
+    children: Vec<(String, Child, Option<Proxy>)>,
+}
+
+impl Clients {
+    fn pid(&self, name: &str) -> Option<(usize, u32)> {
+        self.children
+            .iter()
+            .position(|(n, ..)| n == name)
+            .map(|i| (i, self.children[i].1.id()))
+    }
+}
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        for (_, child, _) in &mut self.children {
+            let _ = child.kill(); // SIGKILL, also ends a stopped process
+            let _ = child.wait();
+        }
+    }
+}
+
+struct Spawner<'a> {
+    exe: &'a std::path::Path,
+    backend: &'a Backend,
+    scenario: Scenario,
+    lock: String,
+    resource: std::net::SocketAddr,
+    seed: u64,
+    run_for: Duration,
+}
+
+impl Spawner<'_> {
+    async fn spawn(&self, index: usize, generation: usize) -> (String, Child, Option<Proxy>) {
+        let proxy = match self.backend.single_upstream() {
+            Some(upstream) => Some(Proxy::start(&upstream).await),
+            None => None,
+        };
+        let name = format!("c{index}.{generation}");
+        let seed = self.seed.wrapping_add((index * 1000 + generation) as u64);
+        let mut command = Command::new(self.exe);
+        command
+            .arg("client")
+            .arg("--backend")
+            .arg(self.backend.endpoint(proxy.as_ref()))
+            .arg("--kind")
+            .arg(self.scenario.kind.name())
+            .arg("--lock")
+            .arg(&self.lock)
+            .arg("--resource")
+            .arg(self.resource.to_string())
+            .arg("--name")
+            .arg(&name)
+            .arg("--seed")
+            .arg(seed.to_string())
+            .arg("--run-for-ms")
+            .arg(self.run_for.as_millis().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if std::env::var_os("LOCKKEEPER_FAULTS_VERBOSE").is_none() {
+            command.stderr(Stdio::null());
+        }
+        die_with_parent(&mut command);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn client {name} ({}): {e}", self.exe.display()));
+        (name, child, proxy)
+    }
+}
+
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill(2) on a PID this run spawned and has not reaped.
+    unsafe {
+        libc::kill(pid as i32, signal);
+    }
+}
+
+/// Waits (bounded) for a client to be inside the resource; its name.
+async fn wait_holder(resource: &Resource) -> Option<String> {
+    let deadline = Instant::now() + HOLDER_WAIT;
+    while Instant::now() < deadline {
+        if let Some(holder) = resource.holder() {
+            return Some(holder);
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    None
+}
+
+/// Runs `scenario` on `backend` for about `length` (plus the fault's own length).
+pub async fn run(
+    exe: &std::path::Path,
+    backend: &mut Backend,
+    scenario: Scenario,
+    seed: u64,
+    length: Duration,
+) -> Row {
+    let started = Instant::now();
+    let resource = Resource::start()
+        .await
+        .expect("bind the resource server on 127.0.0.1");
+    let lock = if scenario.backend.is_zookeeper() {
+        format!("/faults/{}-{seed:x}", scenario.kind)
+    } else {
+        format!("faults-{}-{seed:x}", scenario.kind)
+    };
+    let outage = scenario.outage();
+    // Clients outlive the scenario's plan by a margin; they are killed at its end anyway.
+    let run_for = WARM_UP_LIMIT + length + outage + Duration::from_secs(60);
+    let mut clients = Clients {
+        children: Vec::new(),
+    };
+    {
+        let spawner = Spawner {
+            exe,
+            backend,
+            scenario,
+            lock,
+            resource: resource.addr(),
+            seed,
+            run_for,
+        };
+        for index in 0..CLIENTS {
+            clients.children.push(spawner.spawn(index, 0).await);
+        }
+        // Warm-up: the clients connected and took turns.
+        let warm = Instant::now() + WARM_UP_LIMIT;
+        while resource.counts().turns < CLIENTS as u64 && Instant::now() < warm {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(length / 4).await;
+        match scenario.fault {
+            Fault::None | Fault::Server => {}
+            Fault::Pause | Fault::Kill | Fault::Cut => {
+                let victim = wait_holder(&resource).await;
+                let found = victim.as_deref().and_then(|v| clients.pid(v));
+                match (scenario.fault, found) {
+                    (_, None) => eprintln!("{scenario}: no holder to fault within {HOLDER_WAIT:?}"),
+                    (Fault::Pause, Some((_, pid))) => {
+                        signal(pid, libc::SIGSTOP);
+                        tokio::time::sleep(outage).await;
+                        signal(pid, libc::SIGCONT);
+                    }
+                    (Fault::Kill, Some((slot, _))) => {
+                        let _ = clients.children[slot].1.kill();
+                        let _ = clients.children[slot].1.wait();
+                        clients.children[slot] = spawner.spawn(slot, 1).await;
+                    }
+                    (_, Some((slot, _))) => {
+                        if let Some(proxy) = &clients.children[slot].2 {
+                            proxy.cut();
+                            tokio::time::sleep(outage).await;
+                            proxy.heal();
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if scenario.fault == Fault::Server {
+        // Strike while someone holds the lock: a fault between turns tests nothing.
+        if wait_holder(&resource).await.is_none() {
+            eprintln!("{scenario}: no holder within {HOLDER_WAIT:?}; faulting anyway");
+        }
+        let struck = Instant::now();
+        backend.server_fault().await;
+        eprintln!(
+            "{scenario}: server fault took {:.2} s",
+            struck.elapsed().as_secs_f64()
+        );
+    }
+    // The lock must come back: wait (bounded) for the next turn after the fault, so the
+    // unavailability it caused is measured even when it outlasts the scenario's length.
+    let after_fault = resource.counts().turns;
+    let recovered = Instant::now() + RECOVERY_LIMIT;
+    while resource.counts().turns == after_fault && Instant::now() < recovered {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(length - length / 4).await;
+    drop(clients);
+    Row {
+        scenario,
+        seed,
+        counts: resource.counts(),
+        took: started.elapsed(),
+    }
+}

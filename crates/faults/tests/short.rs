@@ -1,0 +1,85 @@
+//! The short fault-injection run (`lockkeeper-faults` without `--full`), as part of the test
+//! suite: it must finish, and its table must show what the suite exists to show.
+//!
+//! Asserted per row: operations happened; on the ZooKeeper backends (Keeper, Apache ZooKeeper)
+//! the fence accepted no stale write under any fault; a holder paused past its session or lease
+//! is overlapped (the unfenced resource saw two holders: the reason fencing exists) while the
+//! fence still accepted nothing stale; a holder SIGKILLed on ZooKeeper keeps the lock until its
+//! session expires (its connection closing ends no session), so the lock is unavailable for
+//! about the session timeout.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn run_short() -> Vec<Value> {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let json = dir.path().join("faults.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_lockkeeper-faults"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run lockkeeper-faults");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "lockkeeper-faults failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.starts_with("seed "),
+        "the seed comes first: {stdout}"
+    );
+    let text = std::fs::read_to_string(&json).expect("the --json file");
+    let report: Value = serde_json::from_str(&text).expect("--json is JSON");
+    report["rows"].as_array().expect("rows").clone()
+}
+
+fn number(row: &Value, field: &str) -> u64 {
+    row[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {row}"))
+}
+
+#[test]
+fn short_run_shows_fencing_holds_on_zookeeper() {
+    let rows = run_short();
+    assert!(rows.len() >= 5, "the short run has its scenarios: {rows:?}");
+    let mut zookeeper_rows = 0;
+    for row in &rows {
+        let backend = row["backend"].as_str().expect("backend");
+        let fault = row["fault"].as_str().expect("fault");
+        assert!(number(row, "operations") >= 3, "no operations: {row}");
+        if matches!(backend, "keeper" | "zookeeper") {
+            zookeeper_rows += 1;
+            assert_eq!(
+                number(row, "stale_accepted"),
+                0,
+                "stale write accepted: {row}"
+            );
+        }
+        if fault == "holder-paused" {
+            assert!(
+                number(row, "overlaps") >= 1,
+                "the paused holder was overlapped: {row}"
+            );
+            if row["stale_accepted"].is_u64() {
+                assert_eq!(number(row, "stale_accepted"), 0, "fenced: {row}");
+            }
+        }
+        if fault == "holder-killed" && matches!(backend, "keeper" | "zookeeper") {
+            assert_eq!(
+                number(row, "overlaps"),
+                0,
+                "a killed holder writes nothing: {row}"
+            );
+            assert!(
+                number(row, "max_unavailable_ms") >= 3000,
+                "the killed holder's session keeps the lock until it expires: {row}"
+            );
+        }
+    }
+    assert!(zookeeper_rows >= 3, "Keeper and ZooKeeper rows: {rows:?}");
+}
