@@ -256,6 +256,10 @@ async fn zk_zero_maximum_hold_time_is_refused_naming_the_option() {
                 other => panic!("zero max_hold accepted: {other:?}"),
             }
         }
+        match s.mutex("/max-hold/zero").unwrap().max_hold(Duration::MAX) {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("at most"), "{msg}"),
+            other => panic!("an endless max_hold accepted: {other:?}"),
+        }
         match s
             .mutex("/max-hold/zero")
             .unwrap()

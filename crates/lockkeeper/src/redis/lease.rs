@@ -77,7 +77,7 @@ impl LeaseSpec {
 
     /// The TTL the server sets for a lease of `lease`: longer by the lock-delay.
     pub fn on_server(&self, lease: Duration) -> Duration {
-        lease + self.lock_delay.unwrap_or_default()
+        lease.saturating_add(self.lock_delay.unwrap_or_default())
     }
 
     /// The TTL the acquire script sets.
@@ -98,12 +98,27 @@ impl LeaseSpec {
         check_ttl("watchdog lease", self.watchdog)?;
         if let Some(max_hold) = self.max_hold {
             check_ttl("max_hold (the maximum hold time)", max_hold)?;
+            check_longest("max_hold (the maximum hold time)", max_hold)?;
         }
         if let Some(delay) = self.lock_delay {
             check_ttl("lock_delay", delay)?;
+            check_longest("lock_delay", delay)?;
         }
         Ok(())
     }
+}
+
+/// The longest maximum hold time or lock-delay taken: far beyond any real use, and short
+/// enough that adding it to an instant or a lease cannot overflow.
+const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+fn check_longest(what: &str, duration: Duration) -> Result<()> {
+    if duration > LONGEST {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must be at most 100 years, got {duration:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// A TTL must be at least one millisecond: Redis counts leases in milliseconds.
@@ -256,7 +271,7 @@ impl Lease {
     /// The TTL the server sets for a lease of `lease` (an explicit extend): longer by the
     /// lock-delay.
     pub fn on_server(&self, lease: Duration) -> Duration {
-        lease + self.delay
+        lease.saturating_add(self.delay)
     }
 
     /// Whether the lease is still ours: not lost, not released, and its deadline ahead.
@@ -470,7 +485,8 @@ async fn watchdog(
             return;
         }
         let lease = ttl;
-        let outcome = tokio::time::timeout(valid_until - sent, renew(lease + delay)).await;
+        let outcome =
+            tokio::time::timeout(valid_until - sent, renew(lease.saturating_add(delay))).await;
         match outcome {
             Ok(Ok(true)) => {
                 valid_until = trusted_until(sent, lease);

@@ -92,11 +92,21 @@ impl HoldOptions {
     }
 }
 
-/// A zero duration would silently mean "never hold" or "no delay": refused, naming the option.
+/// The longest maximum hold time or lock-delay taken: far beyond any real use, and short
+/// enough that adding it to an instant cannot overflow.
+const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A zero duration would silently mean "never hold" or "no delay": refused, naming the option,
+/// as is one too long to add to an instant.
 fn positive(option: &str, path: &str, duration: Duration) -> Result<Duration> {
     if duration.is_zero() {
         return Err(Error::InvalidArgument(format!(
             "{option} for the lock {path:?} must be greater than zero"
+        )));
+    }
+    if duration > LONGEST {
+        return Err(Error::InvalidArgument(format!(
+            "{option} for the lock {path:?} must be at most 100 years, got {duration:?}"
         )));
     }
     Ok(duration)
