@@ -32,8 +32,8 @@
 //!
 //! A lock taken without an explicit lease gets the handle's watchdog lease (30 s unless
 //! [`RedisOptions::watchdog_timeout`] says otherwise), renewed every third of it while the
-//! guard lives; a crashed holder's lock frees itself one lease later. `max_hold(d)` stops the
-//! renewals after `d`. With `lease(d)` nothing renews: the guard stops counting as held at the
+//! guard lives; a crashed holder's lock frees itself one lease later. `max_hold(d)` gives the
+//! lock up at `d` (released cleanly, and `lost()` fires). With `lease(d)` nothing renews: the guard stops counting as held at the
 //! end of the lease, computed from when the acquire was *sent*, minus 1% + 2 ms for clock
 //! drift, so the holder gives up before the server could hand the lock to someone else.
 //!
