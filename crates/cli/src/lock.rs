@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use lockkeeper::FencingToken;
 use lockkeeper::redis::{LeaseGuard, RwGuard, SemaphorePermit};
-use lockkeeper::zk::{ConnectionState, Leases, LockGuard, Session};
+use lockkeeper::zk::{Leases, LockGuard};
 use tokio::time::Instant;
 
 use crate::backend::{BackendArgs, Failure, Handle, parse_duration};
@@ -237,8 +237,14 @@ async fn close(handle: &Handle) {
 }
 
 /// A granted lock of any kind and backend.
+///
+/// The ZooKeeper locks are taken with `keep_through_suspension()`: a cron job killed by every
+/// network blip would be worse than the risk it avoids, so a suspended connection is ridden out
+/// for as long as the session certainly still lives on the server. If the same session comes
+/// back in that time, the lock was never lost; a session that ended, a deadline passed (a
+/// process paused past it) or a deleted node is a loss at once.
 enum Holder {
-    Zk(LockGuard, Session),
+    Zk(LockGuard),
     ZkLeases(Leases),
     Redis(LeaseGuard),
     RedisPermit(SemaphorePermit),
@@ -264,8 +270,8 @@ async fn acquire(
 ) -> lockkeeper::Result<Option<Holder>> {
     match (handle, kind) {
         (Handle::Zk(session), Kind::Exclusive) => {
-            let mutex = session.mutex(name)?;
-            let wrap = |g| Holder::Zk(g, session.clone());
+            let mutex = session.mutex(name)?.keep_through_suspension();
+            let wrap = Holder::Zk;
             wait!(
                 wait,
                 mutex.lock(),
@@ -275,8 +281,8 @@ async fn acquire(
             )
         }
         (Handle::Zk(session), Kind::Read | Kind::Write) => {
-            let rw = session.rw_lock(name)?;
-            let wrap = |g| Holder::Zk(g, session.clone());
+            let rw = session.rw_lock(name)?.keep_through_suspension();
+            let wrap = Holder::Zk;
             if matches!(kind, Kind::Read) {
                 wait!(wait, rw.read(), rw.try_read(), |d| rw.read_timeout(d), wrap)
             } else {
@@ -290,7 +296,7 @@ async fn acquire(
             }
         }
         (Handle::Zk(session), Kind::Semaphore(n)) => {
-            let semaphore = session.semaphore(name, n)?;
+            let semaphore = session.semaphore(name, n)?.keep_through_suspension();
             wait!(
                 wait,
                 semaphore.acquire(1),
@@ -345,7 +351,7 @@ async fn acquire(
 impl Holder {
     fn token(&self) -> FencingToken {
         match self {
-            Holder::Zk(guard, _) => guard.fencing_token(),
+            Holder::Zk(guard) => guard.fencing_token(),
             // One lease was asked for, so there is one token.
             Holder::ZkLeases(leases) => leases
                 .fencing_tokens()
@@ -362,8 +368,8 @@ impl Holder {
     async fn lost(&self) -> String {
         const LEASE: &str = "the Redis lease could not be renewed in time: the lock is lost";
         match self {
-            Holder::Zk(guard, session) => tokio::select! {
-                reason = zk_lost(guard, session) => reason,
+            Holder::Zk(guard) => tokio::select! {
+                () = guard.lost() => ZK_LOST.into(),
                 () = guard.revocation_requested() => {
                     "revocation requested (lockkeeper revoke, or a Curator Revoker): \
                      giving the lock up"
@@ -372,8 +378,7 @@ impl Holder {
             },
             Holder::ZkLeases(leases) => {
                 leases.lost().await;
-                "the ZooKeeper session ended or was paused past its timeout: the lease is lost"
-                    .into()
+                ZK_LOST.into()
             }
             Holder::Redis(guard) => {
                 guard.lost().await;
@@ -392,7 +397,7 @@ impl Holder {
 
     async fn release(self) -> lockkeeper::Result<()> {
         match self {
-            Holder::Zk(guard, _) => guard.release().await,
+            Holder::Zk(guard) => guard.release().await,
             Holder::ZkLeases(leases) => leases.release().await,
             Holder::Redis(guard) => guard.release().await,
             Holder::RedisPermit(permit) => permit.release().await,
@@ -401,62 +406,9 @@ impl Holder {
     }
 }
 
-/// Resolves once a ZooKeeper lock is lost for good.
-///
-/// `guard.lost()` fires at the first sign of trouble, a suspended connection included, as
-/// Curator advises for code that must stop touching the resource. A cron job killed by every
-/// network blip would be worse than the risk it avoids, so a suspension is ridden out for as
-/// long as the session certainly still lives on the server (the last `valid_until` seen while
-/// held): if the same session reconnects in that time, the lock was never lost. A session that
-/// ended, a deadline already passed (a process paused past it), or a guard that stays unheld
-/// while the session reports itself connected (its node was deleted) ends the hold at once.
-async fn zk_lost(guard: &LockGuard, session: &Session) -> String {
-    /// How long a connected session may report an unheld guard before that counts as a
-    /// deletion: the session's state is published a moment after the guard's health changes.
-    const SETTLE: Duration = Duration::from_millis(200);
-    let mut trusted = guard.valid_until();
-    'held: loop {
-        {
-            let lost = guard.lost();
-            tokio::pin!(lost);
-            let mut refresh = tokio::time::interval(Duration::from_millis(200));
-            loop {
-                tokio::select! {
-                    () = &mut lost => break,
-                    _ = refresh.tick() => {
-                        if let Some(until) = guard.valid_until() {
-                            trusted = Some(until);
-                        }
-                    }
-                }
-            }
-        }
-        let Some(until) = trusted else {
-            break;
-        };
-        let mut unheld_while_connected = None;
-        while Instant::now() < until {
-            if guard.is_held() {
-                continue 'held;
-            }
-            match session.state() {
-                ConnectionState::Suspended => unheld_while_connected = None,
-                ConnectionState::Lost | ConnectionState::Closed => break 'held,
-                ConnectionState::Connected | ConnectionState::Reconnected => {
-                    let since = *unheld_while_connected.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= SETTLE {
-                        break 'held;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        break;
-    }
-    "the ZooKeeper session ended, was paused past its timeout, or the lock node was deleted: \
-     the lock is lost"
-        .into()
-}
+/// Why a ZooKeeper lock was lost, once a suspension was not ridden out.
+const ZK_LOST: &str = "the ZooKeeper session ended, was paused past its timeout, or the lock \
+                       node was deleted: the lock is lost";
 
 #[cfg(test)]
 mod tests {

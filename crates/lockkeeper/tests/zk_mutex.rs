@@ -384,3 +384,90 @@ async fn a_missing_chroot_is_created_and_locks_live_under_it() {
     })
     .await;
 }
+
+/// A short cut that reconnects to the same session: a lock taken with the default policy is
+/// lost at the suspension; one from `keep_through_suspension()` (a Mutex and a Semaphore lease)
+/// stays held, keeps its node and token, and still notices its node being deleted afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_through_suspension_rides_out_a_short_cut() {
+    for_each_backend(|connect| async move {
+        let partition = Partition::start(&connect).await;
+        let through = Session::builder(&partition.connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap();
+        let first_id = through.session_id();
+        let kept = through
+            .mutex("/keep/mutex")
+            .unwrap()
+            .keep_through_suspension()
+            .lock()
+            .await
+            .unwrap();
+        let (kept_node, kept_token) = (kept.node().to_owned(), kept.fencing_token());
+        let leases = through
+            .semaphore("/keep/semaphore", 1)
+            .unwrap()
+            .keep_through_suspension()
+            .acquire(1)
+            .await
+            .unwrap();
+        let standard = through
+            .mutex("/keep/standard")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+
+        partition.cut();
+        wait_state(&through, ConnectionState::Suspended).await;
+        tokio::time::timeout(Duration::from_secs(2), standard.lost())
+            .await
+            .expect("the default policy gives the lock up at the suspension");
+        assert!(!standard.is_held());
+        assert!(kept.is_held(), "kept while suspended, within its deadline");
+        assert!(leases.is_held(), "leases kept while suspended");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        partition.heal();
+        wait_state(&through, ConnectionState::Reconnected).await;
+        assert_eq!(through.session_id(), first_id, "the same session came back");
+
+        assert!(kept.is_held() && leases.is_held());
+        assert_eq!(
+            (kept.node(), kept.fencing_token()),
+            (kept_node.as_str(), kept_token)
+        );
+        let mut lost = Box::pin(kept.lost());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut lost)
+                .await
+                .is_err(),
+            "a kept lock reported lost after the same session came back"
+        );
+        let other = session(&connect).await;
+        assert!(
+            other
+                .mutex("/keep/mutex")
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none(),
+            "the kept lock is still held on the server"
+        );
+        // Still watching its node after the reconnect: a deletion is noticed.
+        other
+            .client()
+            .unwrap()
+            .delete(&kept_node, None)
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), lost)
+            .await
+            .expect("lost after the node was deleted");
+        assert!(!kept.is_held());
+        leases.release().await.unwrap();
+    })
+    .await;
+}

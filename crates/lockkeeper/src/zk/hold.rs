@@ -76,6 +76,8 @@ pub(crate) struct HoldOptions {
     /// A grant that waits out no failure although its releases are recorded (a read lock
     /// taken by downgrading: the write lock was ours until then).
     pub at_once: bool,
+    /// What a suspended connection means to the holds.
+    pub suspension: Suspension,
 }
 
 impl HoldOptions {
@@ -89,6 +91,12 @@ impl HoldOptions {
     pub(crate) fn lock_delay(mut self, path: &str, delay: Duration) -> Result<HoldOptions> {
         self.lock_delay = Some(positive("lock_delay", path, delay)?);
         Ok(self)
+    }
+
+    /// Keeps the holds through a suspension that reconnects to the same session in time.
+    pub(crate) fn keep_through_suspension(mut self) -> HoldOptions {
+        self.suspension = Suspension::Tolerated;
+        self
     }
 }
 
@@ -159,6 +167,7 @@ impl Held {
     pub(crate) fn with_options(mut self, options: HoldOptions) -> Held {
         self.max_hold_until = options.max_hold.map(|max| Instant::now() + max);
         self.recorded = options.lock_delay.is_some();
+        self.suspension = options.suspension;
         self
     }
 

@@ -63,6 +63,27 @@ impl Mutex {
         })
     }
 
+    /// Keeps the lock through a suspended connection that comes back to the same session
+    /// before the session could have expired on the server (a network blip, a ZooKeeper
+    /// member restarting): [`lost`](LockGuard::lost) then resolves only when the session ends,
+    /// its deadline passes, or the node is deleted. The default, as Curator advises for
+    /// SUSPENDED, counts every suspension as a loss; keep it for work that must stop touching
+    /// the resource at the first doubt, and use this for long jobs that would rather ride out
+    /// a blip (while suspended, the job may be running after the server expired the session:
+    /// the fencing token is what protects the resource then).
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
+    /// let nightly = session.mutex("/locks/nightly")?.keep_through_suspension();
+    /// let guard = nightly.lock().await?;
+    /// guard.lost().await; // not at a reconnect to the same session
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_through_suspension(mut self) -> Mutex {
+        self.options = self.options.keep_through_suspension();
+        self
+    }
+
     /// Gives the lock up `max_hold` after each grant, whatever the holder is doing: the guard's
     /// [`lost`](LockGuard::lost) resolves and [`is_held`](LockGuard::is_held) turns false at
     /// that instant, and the node is deleted as a clean release (the next waiter gets the lock

@@ -105,6 +105,13 @@ impl RwLock {
         })
     }
 
+    /// Keeps both sides' holds through a suspended connection that comes back to the same
+    /// session in time, as [`Mutex::keep_through_suspension`](crate::zk::Mutex::keep_through_suspension).
+    pub fn keep_through_suspension(mut self) -> RwLock {
+        self.options = self.options.keep_through_suspension();
+        self
+    }
+
     /// Gives each read and write lock up `max_hold` after its grant: as
     /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). [`Error::InvalidArgument`] for zero.
     ///

@@ -104,6 +104,13 @@ impl Semaphore {
         })
     }
 
+    /// Keeps the leases through a suspended connection that comes back to the same session in
+    /// time, as [`Mutex::keep_through_suspension`](crate::zk::Mutex::keep_through_suspension).
+    pub fn keep_through_suspension(mut self) -> Semaphore {
+        self.options = self.options.keep_through_suspension();
+        self
+    }
+
     /// Gives every lease up `max_hold` after it was granted: [`Leases::lost`] resolves and
     /// the lease nodes are deleted (a clean release), as for
     /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). [`Error::InvalidArgument`] for zero.

@@ -95,6 +95,13 @@ impl SimpleLock {
         })
     }
 
+    /// Keeps the lock through a suspended connection that comes back to the same session in
+    /// time, as [`Mutex::keep_through_suspension`](crate::zk::Mutex::keep_through_suspension).
+    pub fn keep_through_suspension(mut self) -> SimpleLock {
+        self.options = self.options.keep_through_suspension();
+        self
+    }
+
     /// Gives the lock up `max_hold` after each grant: as
     /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). (Lock-delay is offered by the queue
     /// locks only: this lock's waiters race for one node and keep no place to wait in.)
