@@ -12,6 +12,7 @@
 
 mod backend;
 mod client;
+mod clock;
 mod kind;
 mod report;
 mod resource;
@@ -33,7 +34,8 @@ use crate::kind::{Endpoint, Kind};
     about = "Fault injection on every lock backend"
 )]
 struct Cli {
-    /// Every scenario, 10 s each (the default is the short run: a few scenarios, 2 s each).
+    /// Every scenario, 5 s each plus the fault's own length (the default is the short run: a
+    /// few scenarios, 2 s each).
     #[arg(long)]
     full: bool,
     /// The run's seed (random when absent; printed either way).
@@ -154,7 +156,7 @@ async fn orchestrate(cli: Cli) -> ExitCode {
     } else {
         scenario::short()
     };
-    let length = Duration::from_secs(cli.length.unwrap_or(if cli.full { 10 } else { 2 }));
+    let length = Duration::from_secs(cli.length.unwrap_or(if cli.full { 5 } else { 2 }));
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(err) => {

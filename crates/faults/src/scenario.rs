@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendKind};
 use crate::client::{REDIS_LEASE, ZK_SESSION};
+use crate::clock::{CLOCK_JUMP, FakeClock};
 use crate::kind::Kind;
 use crate::resource::{Counts, Resource};
 
@@ -44,6 +45,12 @@ pub enum Fault {
     Cut,
     /// The backend's server-side fault ([`Backend::server_fault`]).
     Server,
+    /// The holder's wall clock stepped [`CLOCK_JUMP`] seconds ahead, and back after the
+    /// outage (libfaketime; the monotonic clock is left alone, as NTP leaves it).
+    ClientClock,
+    /// Mixed: the holder paused as in [`Fault::Pause`], and the backend's server fault struck
+    /// while it is stopped.
+    PauseAndServer,
 }
 
 impl Fault {
@@ -55,7 +62,19 @@ impl Fault {
             Fault::Kill => "holder-killed",
             Fault::Cut => "holder-cut",
             Fault::Server => server_fault_name(backend),
+            Fault::ClientClock => "holder-clock-jump",
+            Fault::PauseAndServer => mixed_fault_name(backend),
         }
+    }
+}
+
+fn mixed_fault_name(backend: BackendKind) -> &'static str {
+    match backend {
+        BackendKind::Keeper | BackendKind::Zookeeper => "paused+server-restart",
+        BackendKind::Ensemble => "paused+leader-kill",
+        BackendKind::Redis => "paused+master-kill",
+        BackendKind::Sentinel => "paused+failover",
+        BackendKind::Redlock => "paused+majority-restart",
     }
 }
 
@@ -135,15 +154,26 @@ pub fn all() -> Vec<Scenario> {
             backend,
             BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Redis
         );
+        // Client clock jumps on one backend of each family are enough: the library's clocks
+        // are the same code everywhere.
+        let client_clock = matches!(
+            backend,
+            BackendKind::Keeper | BackendKind::Redis | BackendKind::Redlock
+        );
+        let faults = [
+            Fault::None,
+            Fault::Pause,
+            Fault::Kill,
+            Fault::Cut,
+            Fault::Server,
+            Fault::ClientClock,
+            Fault::PauseAndServer,
+        ];
         for &kind in backend.kinds() {
-            for fault in [
-                Fault::None,
-                Fault::Pause,
-                Fault::Kill,
-                Fault::Cut,
-                Fault::Server,
-            ] {
-                if fault == Fault::Cut && !single {
+            for fault in faults {
+                if (fault == Fault::Cut && !single)
+                    || (fault == Fault::ClientClock && !client_clock)
+                {
                     continue;
                 }
                 scenarios.push(Scenario {
@@ -162,10 +192,14 @@ pub fn short() -> Vec<Scenario> {
     let pick = [
         (BackendKind::Keeper, Kind::Mutex, Fault::Pause),
         (BackendKind::Keeper, Kind::Mutex, Fault::Kill),
+        (BackendKind::Keeper, Kind::RwWrite, Fault::Cut),
         (BackendKind::Keeper, Kind::Semaphore, Fault::Server),
         (BackendKind::Zookeeper, Kind::Mutex, Fault::Pause),
+        (BackendKind::Zookeeper, Kind::Leader, Fault::PauseAndServer),
         (BackendKind::Redis, Kind::Lease, Fault::Pause),
         (BackendKind::Redis, Kind::Reentrant, Fault::Server),
+        (BackendKind::Redis, Kind::Lease, Fault::ClientClock),
+        (BackendKind::Sentinel, Kind::Lease, Fault::Server),
         (BackendKind::Redlock, Kind::Redlock, Fault::Server),
     ];
     pick.into_iter()
@@ -190,25 +224,32 @@ pub struct Row {
     pub took: Duration,
 }
 
+/// One client process and what the suite can do to it besides signals.
+struct ClientProc {
+    name: String,
+    child: Child,
+    /// Its own proxy in front of a single-server backend (to cut it alone).
+    proxy: Option<Proxy>,
+    /// Its own clock, in a scenario that steps one.
+    clock: Option<FakeClock>,
+}
+
 /// The client processes of one scenario, SIGKILLed on drop.
 struct Clients {
-    children: Vec<(String, Child, Option<Proxy>)>,
+    procs: Vec<ClientProc>,
 }
 
 impl Clients {
-    fn pid(&self, name: &str) -> Option<(usize, u32)> {
-        self.children
-            .iter()
-            .position(|(n, ..)| n == name)
-            .map(|i| (i, self.children[i].1.id()))
+    fn slot(&self, name: &str) -> Option<usize> {
+        self.procs.iter().position(|p| p.name == name)
     }
 }
 
 impl Drop for Clients {
     fn drop(&mut self) {
-        for (_, child, _) in &mut self.children {
-            let _ = child.kill(); // SIGKILL, also ends a stopped process
-            let _ = child.wait();
+        for proc in &mut self.procs {
+            let _ = proc.child.kill(); // SIGKILL, also ends a stopped process
+            let _ = proc.child.wait();
         }
     }
 }
@@ -221,10 +262,12 @@ struct Spawner<'a> {
     resource: std::net::SocketAddr,
     seed: u64,
     run_for: Duration,
+    /// Where the clients' clock files live.
+    dir: &'a std::path::Path,
 }
 
 impl Spawner<'_> {
-    async fn spawn(&self, index: usize, generation: usize) -> (String, Child, Option<Proxy>) {
+    async fn spawn(&self, index: usize, generation: usize) -> ClientProc {
         let proxy = match self.backend.single_upstream() {
             Some(upstream) => Some(Proxy::start(&upstream).await),
             None => None,
@@ -253,11 +296,26 @@ impl Spawner<'_> {
         if std::env::var_os("LOCKKEEPER_FAULTS_VERBOSE").is_none() {
             command.stderr(Stdio::null());
         }
+        let clock = if self.scenario.fault == Fault::ClientClock {
+            let clock = FakeClock::new(self.dir.join(format!("{name}.faketime")))
+                .unwrap_or_else(|e| panic!("clock file for {name}: {e}"));
+            clock
+                .apply(&mut command)
+                .unwrap_or_else(|e| panic!("{}: {e}", self.scenario));
+            Some(clock)
+        } else {
+            None
+        };
         die_with_parent(&mut command);
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("spawn client {name} ({}): {e}", self.exe.display()));
-        (name, child, proxy)
+        ClientProc {
+            name,
+            child,
+            proxy,
+            clock,
+        }
     }
 }
 
@@ -300,9 +358,9 @@ pub async fn run(
     let outage = scenario.outage();
     // Clients outlive the scenario's plan by a margin; they are killed at its end anyway.
     let run_for = WARM_UP_LIMIT + length + outage + Duration::from_secs(60);
-    let mut clients = Clients {
-        children: Vec::new(),
-    };
+    let mut clients = Clients { procs: Vec::new() };
+    let mut paused = None;
+    let dir = tempfile::tempdir().expect("a temporary directory for the clients' clocks");
     {
         let spawner = Spawner {
             exe,
@@ -312,9 +370,10 @@ pub async fn run(
             resource: resource.addr(),
             seed,
             run_for,
+            dir: dir.path(),
         };
         for index in 0..CLIENTS {
-            clients.children.push(spawner.spawn(index, 0).await);
+            clients.procs.push(spawner.spawn(index, 0).await);
         }
         // Warm-up: the clients connected and took turns.
         let warm = Instant::now() + WARM_UP_LIMIT;
@@ -322,33 +381,52 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(length / 4).await;
-        match scenario.fault {
-            Fault::None | Fault::Server => {}
-            Fault::Pause | Fault::Kill | Fault::Cut => {
-                let victim = wait_holder(&resource).await;
-                let found = victim.as_deref().and_then(|v| clients.pid(v));
-                match (scenario.fault, found) {
-                    (_, None) => eprintln!("{scenario}: no holder to fault within {HOLDER_WAIT:?}"),
-                    (Fault::Pause, Some((_, pid))) => {
-                        signal(pid, libc::SIGSTOP);
-                        tokio::time::sleep(outage).await;
-                        signal(pid, libc::SIGCONT);
-                    }
-                    (Fault::Kill, Some((slot, _))) => {
-                        let _ = clients.children[slot].1.kill();
-                        let _ = clients.children[slot].1.wait();
-                        clients.children[slot] = spawner.spawn(slot, 1).await;
-                    }
-                    (_, Some((slot, _))) => {
-                        if let Some(proxy) = &clients.children[slot].2 {
-                            proxy.cut();
+        if !matches!(scenario.fault, Fault::None | Fault::Server) {
+            let victim = wait_holder(&resource).await;
+            match victim.as_deref().and_then(|v| clients.slot(v)) {
+                None => eprintln!("{scenario}: no holder to fault within {HOLDER_WAIT:?}"),
+                Some(slot) => {
+                    let proc = &mut clients.procs[slot];
+                    match scenario.fault {
+                        Fault::Pause => {
+                            signal(proc.child.id(), libc::SIGSTOP);
                             tokio::time::sleep(outage).await;
-                            proxy.heal();
+                            signal(proc.child.id(), libc::SIGCONT);
                         }
+                        Fault::PauseAndServer => {
+                            // Resumed below, after the server fault (which needs the backend).
+                            signal(proc.child.id(), libc::SIGSTOP);
+                            paused = Some((proc.child.id(), Instant::now()));
+                        }
+                        Fault::Kill => {
+                            let _ = proc.child.kill();
+                            let _ = proc.child.wait();
+                            clients.procs[slot] = spawner.spawn(slot, 1).await;
+                        }
+                        Fault::Cut => {
+                            if let Some(proxy) = &proc.proxy {
+                                proxy.cut();
+                                tokio::time::sleep(outage).await;
+                                proxy.heal();
+                            }
+                        }
+                        Fault::ClientClock => {
+                            if let Some(clock) = &proc.clock {
+                                let _ = clock.jump(CLOCK_JUMP);
+                                tokio::time::sleep(outage).await;
+                                let _ = clock.jump(0);
+                            }
+                        }
+                        Fault::None | Fault::Server => unreachable!("no victim for these"),
                     }
                 }
             }
         }
+    }
+    if let Some((pid, since)) = paused {
+        backend.server_fault().await;
+        tokio::time::sleep(outage.saturating_sub(since.elapsed())).await;
+        signal(pid, libc::SIGCONT);
     }
     if scenario.fault == Fault::Server {
         // Strike while someone holds the lock: a fault between turns tests nothing.
