@@ -23,7 +23,6 @@ use std::time::Duration;
 use lockkeeper::FencingToken;
 use lockkeeper::redis::{LeaseGuard, RwGuard, SemaphorePermit};
 use lockkeeper::zk::{Leases, LockGuard};
-use tokio::time::Instant;
 
 use crate::backend::{BackendArgs, Failure, Handle, parse_duration};
 use crate::exit;
@@ -208,30 +207,15 @@ async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut
 ///
 /// On ZooKeeper, closing the session deletes every node it still has (a withdrawn waiter's
 /// included) at once, rather than a session timeout later: `Session::close` returns once the
-/// server has ended the session. The Redis locks clean up an
-/// abandoned wait (its place in line, an acquisition whose answer came too late) in spawned
-/// tasks, which the end of the process would cut short, leaving a dead place at the head of
-/// the line that turns `--try` callers away until it lapses (3 s). Those tasks take a few
-/// round trips (a script unknown to the server costs two more), so this keeps the connection
-/// busy for at least five round trips and 50 ms, each queued behind what they sent; at most
-/// one second in all.
+/// server has ended the session. The Redis locks clean up an abandoned wait (its place in line,
+/// an acquisition whose answer came too late) in background tasks, which the end of the process
+/// would cut short, leaving a dead place at the head of the line that turns `--try` callers
+/// away until it lapses: `Redis::close` waits for them.
 async fn close(handle: &Handle) {
     match handle {
         Handle::Zk(session) => session.close().await,
         Handle::Redis(redis) => {
-            let started = Instant::now();
-            let ping = redis::cmd("PING");
-            for round in 0.. {
-                if round >= 5 && started.elapsed() >= Duration::from_millis(50) {
-                    break;
-                }
-                tokio::task::yield_now().await;
-                let left = Duration::from_secs(1).saturating_sub(started.elapsed());
-                let answer = tokio::time::timeout(left, redis.command::<String>(&ping)).await;
-                if !matches!(answer, Ok(Ok(_))) {
-                    break;
-                }
-            }
+            redis.close().await;
         }
     }
 }

@@ -219,6 +219,40 @@ async fn a_wait_that_ends_without_the_lock_leaves_the_line() {
     let _ = line_len(&mut raw, &lock).await;
 }
 
+/// `Redis::close` returns only once an abandoned wait has left the line (its clean-up runs in
+/// a background task, which a process exiting right away would cut short), and the handle
+/// keeps working afterwards.
+#[tokio::test]
+async fn close_waits_for_an_abandoned_wait_to_leave_the_line() {
+    let server = RedisServer::start();
+    let lock = connect(&server).await.lease_lock("closing");
+    let mut raw = raw(&server).await;
+    let guard = lock.lock().await.expect("lock");
+    let waiter_handle = connect(&server).await;
+    let other = waiter_handle.lease_lock("closing");
+    let waiting = tokio::spawn({
+        let other = other.clone();
+        async move { other.lock().await }
+    });
+    eventually(Duration::from_secs(20), "the waiter lined up", || {
+        let mut raw = raw.clone();
+        let lock = lock.clone();
+        async move { line_len(&mut raw, &lock).await >= 1 }
+    })
+    .await;
+    waiting.abort();
+    let _ = waiting.await;
+    assert!(waiter_handle.close().await, "the clean-up finished in time");
+    assert_eq!(
+        line_len(&mut raw, &lock).await,
+        0,
+        "close returned before the abandoned wait left the line"
+    );
+    guard.release().await.expect("release");
+    let next = other.try_lock().await.expect("try_lock").expect("free");
+    next.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn waiting_survives_a_server_restart() {
     let node = RedisNode::start();

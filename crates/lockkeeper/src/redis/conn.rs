@@ -6,6 +6,11 @@
 //! re-reads the slot map, and [`SentinelConn`] asks the Sentinels for the current master
 //! whenever the old one stops answering or turns out to be a read-only replica. Every variant
 //! implements [`ConnectionLike`], so the lock scripts run on any of them unchanged.
+//!
+//! The connection also keeps track of the clean-up the locks leave to background tasks (a
+//! dropped guard's release, an abandoned wait's place in line, an acquisition whose answer came
+//! after its caller stopped waiting), so that [`Redis::close`](super::Redis::close) can wait
+//! for them before the process exits.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,16 +23,62 @@ use redis::sentinel::SentinelClient;
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
 };
+use tokio_util::task::TaskTracker;
 
-/// The connection lock scripts are sent on. Cloning is cheap and shares the connection.
+/// The connection lock scripts are sent on, and its background clean-up. Cloning is cheap and
+/// shares both.
 #[derive(Clone)]
-pub(crate) enum Conn {
+pub(crate) struct Conn {
+    link: Link,
+    cleanups: TaskTracker,
+}
+
+/// Which kind of deployment the connection reaches.
+#[derive(Clone)]
+enum Link {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
     Sentinel(SentinelConn),
 }
 
 impl Conn {
+    fn new(link: Link) -> Conn {
+        Conn {
+            link,
+            cleanups: TaskTracker::new(),
+        }
+    }
+
+    /// Runs clean-up work in a task of its own, counted until it ends (see [`Conn::settle`]).
+    /// On the given runtime: the callers are `Drop` implementations, which may run outside one.
+    pub fn spawn_cleanup<F>(&self, runtime: &tokio::runtime::Handle, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.cleanups.spawn_on(work, runtime);
+    }
+
+    /// Waits until the clean-up tasks started so far (and any they start) have ended, for at
+    /// most `limit`; whether they all did.
+    pub async fn settle(&self, limit: Duration) -> bool {
+        // Closing the tracker only lets `wait` finish once it is empty; tasks can still be
+        // added. Reopened afterwards, so a handle that keeps being used keeps counting.
+        self.cleanups.close();
+        let settled = tokio::time::timeout(limit, self.cleanups.wait())
+            .await
+            .is_ok();
+        self.cleanups.reopen();
+        settled
+    }
+
+    /// The Sentinel connection, if that is what this is (the pub/sub side follows its master).
+    pub fn as_sentinel(&self) -> Option<&SentinelConn> {
+        match &self.link {
+            Link::Sentinel(sentinel) => Some(sentinel),
+            _ => None,
+        }
+    }
+
     /// Connects to one server and checks that it is Redis (it must answer `PING` with `PONG`).
     pub async fn single(client: Client, timeouts: Timeouts) -> Result<Conn, RedisError> {
         let config = ConnectionManagerConfig::new()
@@ -40,7 +91,7 @@ impl Conn {
             ConnectionManager::new_with_config(client, config),
         )
         .await?;
-        let mut conn = Conn::Single(manager);
+        let mut conn = Conn::new(Link::Single(manager));
         conn.check_is_redis(timeouts).await?;
         Ok(conn)
     }
@@ -52,7 +103,7 @@ impl Conn {
             .response_timeout(timeouts.response)
             .build()?;
         let connection = within(timeouts.connect, client.get_async_connection()).await?;
-        let mut conn = Conn::Cluster(connection);
+        let mut conn = Conn::new(Link::Cluster(connection));
         conn.check_is_redis(timeouts).await?;
         Ok(conn)
     }
@@ -76,7 +127,7 @@ impl Conn {
                 timeouts,
             }),
         };
-        let mut conn = Conn::Sentinel(conn);
+        let mut conn = Conn::new(Link::Sentinel(conn));
         conn.check_is_redis(timeouts).await?;
         Ok(conn)
     }
@@ -230,10 +281,10 @@ impl ConnectionLike for SentinelConn {
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
+        match &mut self.link {
+            Link::Single(c) => c.req_packed_command(cmd),
+            Link::Cluster(c) => c.req_packed_command(cmd),
+            Link::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -243,18 +294,18 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        match &mut self.link {
+            Link::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-            Conn::Sentinel(c) => c.get_db(),
+        match &self.link {
+            Link::Single(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+            Link::Sentinel(c) => c.get_db(),
         }
     }
 }

@@ -309,7 +309,7 @@ impl LeaseLock {
                 }
             }
         };
-        Ok(match wait::cancel_safe(attempt, undo).await? {
+        Ok(match wait::cancel_safe(&conn, attempt, undo).await? {
             Attempt::Acquired(fencing) => {
                 let renew = renewer(conn.clone(), Arc::clone(&keys), token.clone());
                 let release = {
@@ -504,7 +504,7 @@ impl Drop for LeaseGuard {
                 Arc::clone(&self.keys),
                 self.token.clone(),
             );
-            runtime.spawn(async move {
+            self.conn.spawn_cleanup(&runtime, async move {
                 let _ = release_once(conn, &keys, &token).await;
             });
         }

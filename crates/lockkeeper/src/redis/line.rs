@@ -145,7 +145,8 @@ impl Drop for LeaveOnDrop {
                 Arc::clone(&self.keys),
                 std::mem::take(&mut self.waiter),
             );
-            runtime.spawn(async move { leave(conn, &keys, &waiter).await });
+            self.conn
+                .spawn_cleanup(&runtime, async move { leave(conn, &keys, &waiter).await });
         }
     }
 }

@@ -378,7 +378,7 @@ impl ReentrantLock {
                 }
             }
         };
-        Ok(match wait::cancel_safe(attempt, undo).await? {
+        Ok(match wait::cancel_safe(&conn, attempt, undo).await? {
             Attempt::Acquired((count, fencing)) => {
                 let renew = {
                     let (conn, keys, owner) = (
@@ -566,7 +566,7 @@ impl Drop for ReentrantGuard {
                 Arc::clone(&self.keys),
                 Arc::clone(&self.owner),
             );
-            runtime.spawn(async move {
+            self.conn.spawn_cleanup(&runtime, async move {
                 let _ = release_once(conn, &keys, &owner).await;
             });
         }

@@ -274,7 +274,7 @@ impl RwLock {
                 }
             }
         };
-        Ok(match wait::cancel_safe(attempt, undo).await? {
+        Ok(match wait::cancel_safe(&conn, attempt, undo).await? {
             Attempt::Acquired(fencing) => {
                 let renew = {
                     let (conn, keys, token) = (conn.clone(), Arc::clone(&keys), token.clone());
@@ -428,7 +428,7 @@ impl Drop for Withdraw {
                 Arc::clone(&self.keys),
                 self.token.clone(),
             );
-            runtime.spawn(async move {
+            self.conn.spawn_cleanup(&runtime, async move {
                 let _: Result<i64> = call(
                     &INTENT_WITHDRAW,
                     conn,
@@ -516,7 +516,7 @@ impl Drop for RwGuard {
                 self.token.clone(),
                 self.mode,
             );
-            runtime.spawn(async move {
+            self.conn.spawn_cleanup(&runtime, async move {
                 let _ = release_once(conn, &keys, mode, &token).await;
             });
         }

@@ -296,7 +296,7 @@ impl Semaphore {
                 }
             }
         };
-        Ok(match wait::cancel_safe(attempt, undo).await? {
+        Ok(match wait::cancel_safe(&conn, attempt, undo).await? {
             Attempt::Acquired(fencing) => {
                 let renew = {
                     let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
@@ -422,7 +422,7 @@ impl Drop for SemaphorePermit {
                 Arc::clone(&self.id),
                 self.permits,
             );
-            runtime.spawn(async move {
+            self.conn.spawn_cleanup(&runtime, async move {
                 let _ = release_once(conn, &keys, &id, n).await;
             });
         }

@@ -12,6 +12,7 @@ use redis::RedisError;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::conn::Conn;
 use super::pubsub::Subscriber;
 use crate::Result;
 
@@ -30,7 +31,7 @@ const UNKNOWN_EXPIRY_WAIT: Duration = Duration::from_secs(1);
 /// Runs one attempt in its own task. If the caller stops waiting (drops this future) before
 /// the answer, `undo` gets the answer: it gives an acquisition back (and a waiter's place in
 /// line).
-pub(crate) async fn cancel_safe<T, A, U, UF>(attempt: A, undo: U) -> Result<Attempt<T>>
+pub(crate) async fn cancel_safe<T, A, U, UF>(conn: &Conn, attempt: A, undo: U) -> Result<Attempt<T>>
 where
     T: Send + 'static,
     A: Future<Output = Result<Attempt<T>>> + Send + 'static,
@@ -38,7 +39,8 @@ where
     UF: Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
+    // Counted as clean-up: an abandoned attempt's undo is what `Redis::close` waits for.
+    conn.spawn_cleanup(&tokio::runtime::Handle::current(), async move {
         let outcome = attempt.await;
         if let Err(Ok(abandoned)) = tx.send(outcome) {
             undo(abandoned).await;
