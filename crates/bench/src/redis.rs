@@ -48,7 +48,7 @@ pub struct RedisArgs {
     pub redis: bool,
 
     /// With --redis: use this Redis instead of starting one (only keys under
-    /// lockkeeper-bench-<pid>-<random> are written, and removed at the end).
+    /// `lockkeeper-bench-<pid>-<random>` are written, and removed at the end).
     #[arg(long, value_name = "URL", requires = "redis")]
     pub redis_url: Option<String>,
 

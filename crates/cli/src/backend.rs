@@ -39,8 +39,8 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The backend options every operator command flattens into its arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BackendArgs {
-    /// The coordination backend: zk://host:port[,host:port...][/chroot], redis://host:port,
-    /// redis+sentinel://host:port[,host:port...]/MASTER, redis+cluster://host:port[,...].
+    /// The coordination backend: `zk://host:port[,host:port...][/chroot]`, `redis://host:port`,
+    /// `redis+sentinel://host:port[,host:port...]/MASTER`, `redis+cluster://host:port[,...]`.
     #[arg(
         long,
         env = "LOCKKEEPER_BACKEND",

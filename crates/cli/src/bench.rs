@@ -31,7 +31,7 @@ use crate::exit;
     are run by lockkeeper-bench (cargo run --release -p lockkeeper-bench -- --compare).")]
 pub struct BenchArgs {
     /// Server to load, as host:port (any ZooKeeper-protocol server) [default: 127.0.0.1:2181].
-    /// Everything is created under /lockkeeper-bench-<pid>-<random> and removed at the end
+    /// Everything is created under `/lockkeeper-bench-<pid>-<random>` and removed at the end
     /// (not after Ctrl-C).
     #[arg(long, value_name = "HOST:PORT")]
     pub connect: Option<String>,

@@ -69,7 +69,7 @@ pub struct ServeArgs {
     /// clientPortListenBacklog); the kernel caps it at net.core.somaxconn.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65535))]
     listen_backlog: u32,
-    /// Digest of a super user that passes every ACL, as "super:<base64 sha1>"
+    /// Digest of a super user that passes every ACL, as `super:<base64 sha1>`
     /// (ZooKeeper's DigestAuthenticationProvider.superDigest).
     #[arg(long)]
     super_digest: Option<String>,

@@ -7,7 +7,7 @@
 //!     -> apply (mutate the data tree, fire watches) -> reply (encode, write in request order)
 //! ```
 //!
-//! [`connection`] runs per client; prep, log and apply run in the single [`core`] task, which
+//! The connection task runs per client; prep, log and apply run in the single core task, which
 //! owns all state; replies go back through each connection's writer, which holds every message
 //! until the state it reveals is durable.
 //!

@@ -1,7 +1,7 @@
 //! Prep: turns a write request into a [`Txn`], or into ZooKeeper's error for it.
 //!
 //! Every check ZooKeeper's `PrepRequestProcessor` makes happens here, in the same order, so the
-//! same bad request gets the same error code. Prep reads the tree through a [`View`] that
+//! same bad request gets the same error code. Prep reads the tree through a view that
 //! overlays the effects of earlier ops in the same multi; a multi is validated whole before
 //! anything is applied, which is what makes it all-or-nothing.
 

@@ -494,7 +494,7 @@ impl RwGuard {
         self.lease.lost()
     }
 
-    /// Releases the hold; [`Error::NotHeld`] if its lease had ended (or it was removed).
+    /// Releases the hold; [`Error::NotHeld`](crate::Error::NotHeld) if its lease had ended (or it was removed).
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         let (conn, keys, mode, token) = (&self.conn, &self.keys, self.mode, &self.token);
