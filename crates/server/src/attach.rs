@@ -35,8 +35,8 @@ impl Core {
             },
         );
         // A client that has seen newer state than ours must go elsewhere, as ZooKeeper says.
-        if request.last_zxid_seen > self.last_zxid {
-            tracing::warn!(%peer, seen = request.last_zxid_seen, ours = self.last_zxid, "client has seen a newer zxid; closing");
+        if request.last_zxid_seen > self.state.last_zxid {
+            tracing::warn!(%peer, seen = request.last_zxid_seen, ours = self.state.last_zxid, "client has seen a newer zxid; closing");
             self.close(conn);
             return;
         }
@@ -49,13 +49,14 @@ impl Core {
             read_only,
         };
         if request.session_id == 0 {
-            let timeout = self.sessions.negotiate(request.timeout);
-            let session_id = self.sessions.next_id();
+            let timeout = self.state.sessions.negotiate(request.timeout);
+            let session_id = self.state.sessions.next_id();
             let passwd: [u8; 16] = rand::random();
             let timeout_ms = timeout.as_millis() as i32;
             if self.read_only.is_some() {
                 // Reads still work while the disk fails; the session is logged once it recovers.
-                self.sessions
+                self.state
+                    .sessions
                     .insert_unlogged(session_id, passwd, timeout, Instant::now());
             } else {
                 self.write_txn(Txn::CreateSession {
@@ -77,6 +78,7 @@ impl Core {
             return;
         }
         let valid = self
+            .state
             .sessions
             .get(request.session_id)
             .is_some_and(|s| s.passwd[..] == request.passwd[..]);
@@ -86,7 +88,7 @@ impl Core {
             return;
         }
         self.attach(conn, request.session_id);
-        let Some(session) = self.sessions.get(request.session_id) else {
+        let Some(session) = self.state.sessions.get(request.session_id) else {
             return;
         };
         let response = ConnectResponse {
@@ -102,7 +104,7 @@ impl Core {
     /// Binds `session` to `conn`, closing the connection it had before (a client that moved).
     fn attach(&mut self, conn: ConnId, session_id: i64) {
         let now = Instant::now();
-        let Some(session) = self.sessions.get_mut(session_id) else {
+        let Some(session) = self.state.sessions.get_mut(session_id) else {
             return;
         };
         let previous = session.conn.replace(conn);
@@ -124,7 +126,7 @@ impl Core {
         };
         self.after_burst.departed(Instant::now());
         self.watches.remove_connection(conn);
-        if let Some(session) = c.session.and_then(|s| self.sessions.get_mut(s))
+        if let Some(session) = c.session.and_then(|s| self.state.sessions.get_mut(s))
             && session.conn == Some(conn)
         {
             session.conn = None;
@@ -132,8 +134,8 @@ impl Core {
     }
 
     pub(crate) fn expire_sessions(&mut self) {
-        for session_id in self.sessions.expired(Instant::now()) {
-            let conn = self.sessions.get(session_id).and_then(|s| s.conn);
+        for session_id in self.state.sessions.expired(Instant::now()) {
+            let conn = self.state.sessions.get(session_id).and_then(|s| s.conn);
             tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
             self.write_txn(Txn::CloseSession { session_id });
             if let Some(conn) = conn {

@@ -9,12 +9,13 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use lockkeeper_proto::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::acl::AuthIds;
+use crate::apply::{self, Applied, State};
 use crate::config::Config;
 use crate::datadir_lock::DataDirLock;
 use crate::log::{Durable, LogEvent, TxnLog};
@@ -24,10 +25,8 @@ use crate::outbox::{Outbox, Refused};
 use crate::prep::{self, Ctx, Rejected};
 use crate::recovery;
 use crate::reply::{Body, Message, MultiResult, Outgoing};
-use crate::session::Sessions;
 use crate::snapshot;
-use crate::tree::DataTree;
-use crate::txn::{self, Txn, TxnResult};
+use crate::txn::{Txn, TxnResult};
 use crate::watch::{ConnId, Fired, Watches};
 
 /// What connections (and the server) tell the core.
@@ -88,11 +87,11 @@ pub(crate) struct Counters {
 
 pub struct Core {
     pub(crate) config: Arc<Config>,
-    pub(crate) tree: DataTree,
-    pub(crate) sessions: Sessions,
+    /// What txns change: the tree, the sessions, the last zxid. Changed only by
+    /// [`apply::apply`], and (in place) by a reload after a disk fault.
+    pub(crate) state: State,
     pub(crate) watches: Watches,
     pub(crate) conns: HashMap<ConnId, Connection>,
-    pub(crate) last_zxid: i64,
     /// The epoch of zxids this run hands out (one more than the newest recovered).
     pub(crate) epoch: i64,
     pub(crate) log: TxnLog,
@@ -153,34 +152,21 @@ impl Core {
             log_events_tx,
         )?;
         let snapshots = snapshot::spawn_writer(config.data_dir.clone(), config.snap_retain)?;
-        let mut sessions =
-            Sessions::new(config.min_session_timeout(), config.max_session_timeout());
-        let now = Instant::now();
-        for s in &recovered.sessions {
-            sessions.insert(
-                s.id,
-                s.passwd,
-                Duration::from_millis(s.timeout_ms.max(0) as u64),
-                now,
-            );
-        }
-        // Every ephemeral must belong to a session that can expire, or it would live forever.
-        for owner in recovered.tree.ephemeral_owners() {
-            if sessions.get(owner).is_none() {
-                tracing::warn!(
-                    session = format_args!("{owner:#x}"),
-                    "ephemerals of an unknown session; it will expire"
-                );
-                sessions.insert(owner, rand::random(), config.min_session_timeout(), now);
-            }
-        }
-        let epoch = (recovered.last_zxid >> 32) + 1;
+        let snapshot_zxid = recovered.snapshot_zxid;
+        let replayed = recovered.replayed;
+        let mut state = recovered.into_state();
+        state.resume(
+            config.min_session_timeout(),
+            config.max_session_timeout(),
+            Instant::now(),
+        );
+        let epoch = (state.last_zxid >> 32) + 1;
         tracing::info!(
-            nodes = recovered.tree.len(),
-            sessions = sessions.len(),
-            snapshot = ?recovered.snapshot_zxid.map(|z| format!("{z:#x}")),
-            replayed = recovered.replayed,
-            last_zxid = format_args!("{:#x}", recovered.last_zxid),
+            nodes = state.tree.len(),
+            sessions = state.sessions.len(),
+            snapshot = ?snapshot_zxid.map(|z| format!("{z:#x}")),
+            replayed,
+            last_zxid = format_args!("{:#x}", state.last_zxid),
             epoch,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered data dir"
@@ -189,11 +175,9 @@ impl Core {
         let timings = Timings::new(log.fsync_time(), snapshots.snapshot_time());
         Ok(Core {
             config,
-            tree: recovered.tree,
-            sessions,
+            state,
             watches: Watches::default(),
             conns: HashMap::new(),
-            last_zxid: recovered.last_zxid,
             epoch,
             log,
             durable_rx,
@@ -235,8 +219,8 @@ impl Core {
         pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(256);
         loop {
-            let walking = self.tree.capturing() && !self.tree.capture_walked();
-            let finishing = self.tree.capture_walked();
+            let walking = self.state.tree.capturing() && !self.state.tree.capture_walked();
+            let finishing = self.state.tree.capture_walked();
             tokio::select! {
                 n = rx.recv_many(&mut batch, 256) => {
                     if n == 0 {
@@ -285,15 +269,15 @@ impl Core {
                 // A connection whose session moved to a newer connection (or ended) must not act
                 // for it: an ephemeral created with no session would outlive everyone.
                 let Some(session) = c.session else {
-                    let zxid = self.last_zxid;
+                    let zxid = self.state.last_zxid;
                     return self.reply(conn, xid, zxid, ErrorCode::SessionMoved, Body::Empty);
                 };
                 // Requests pipelined behind a closeSession find their session gone.
-                if self.sessions.get(session).is_none() {
-                    let zxid = self.last_zxid;
+                if self.state.sessions.get(session).is_none() {
+                    let zxid = self.state.last_zxid;
                     return self.reply(conn, xid, zxid, ErrorCode::SessionExpired, Body::Empty);
                 }
-                self.sessions.touch(session, Instant::now());
+                self.state.sessions.touch(session, Instant::now());
                 let write = request.is_write();
                 self.request(conn, xid, request);
                 self.record_latency(received, write);
@@ -304,7 +288,7 @@ impl Core {
                 err,
                 close,
             } => {
-                self.reply(conn, xid, self.last_zxid, err, Body::Empty);
+                self.reply(conn, xid, self.state.last_zxid, err, Body::Empty);
                 if close {
                     self.close(conn);
                 }
@@ -324,7 +308,7 @@ impl Core {
     fn release_memory_after_burst(&mut self) {
         if self.after_burst.due(Instant::now()) {
             memory::shrink(&mut self.conns);
-            self.sessions.shrink();
+            self.state.sessions.shrink();
             self.after_burst.trim();
         }
     }
@@ -354,11 +338,11 @@ impl Core {
 
     /// The next zxid: `epoch << 32 | counter`, so zxids keep increasing across restarts.
     pub(crate) fn next_zxid(&mut self) -> i64 {
-        if self.last_zxid >> 32 < self.epoch {
-            self.last_zxid = self.epoch << 32;
+        if self.state.last_zxid >> 32 < self.epoch {
+            self.state.last_zxid = self.epoch << 32;
         }
-        self.last_zxid += 1;
-        self.last_zxid
+        self.state.last_zxid += 1;
+        self.state.last_zxid
     }
 
     /// Queues a message for `conn`, never waiting. A connection that has gone away is simply
@@ -371,7 +355,7 @@ impl Core {
         };
         let outgoing = Outgoing {
             message,
-            visible_at: self.last_zxid,
+            visible_at: self.state.last_zxid,
             faults: self.durable_rx.borrow().faults,
             close,
         };
@@ -420,24 +404,10 @@ impl Core {
         let time = now_ms();
         self.log.append(zxid, time, &txn);
         self.txns_since_snapshot += 1;
-        match &txn {
-            Txn::CreateSession {
-                session_id,
-                timeout_ms,
-                passwd,
-            } => {
-                let timeout = Duration::from_millis(*timeout_ms as u64);
-                self.sessions
-                    .insert(*session_id, *passwd, timeout, Instant::now());
-            }
-            Txn::CloseSession { session_id } => {
-                self.sessions.remove(*session_id);
-                self.after_burst.departed(Instant::now());
-            }
-            _ => {}
+        let Applied { result, triggers } = apply::apply(&mut self.state, &txn, zxid, time);
+        if matches!(txn, Txn::CloseSession { .. }) {
+            self.after_burst.departed(Instant::now());
         }
-        let mut triggers = Vec::new();
-        let result = txn::apply(&mut self.tree, &txn, zxid, time, &mut triggers);
         let mut fired = Vec::new();
         let mut matched = Vec::new();
         for t in triggers {
@@ -471,7 +441,7 @@ impl Core {
     }
 
     fn reap_containers(&mut self) {
-        for path in self.tree.reapable(now_ms()) {
+        for path in self.state.tree.reapable(now_ms()) {
             tracing::debug!(%path, "removing empty container or expired TTL node");
             self.write_txn(Txn::Delete { path });
         }
@@ -480,7 +450,7 @@ impl Core {
     /// Write requests: prep, then log and apply, then reply, all at one zxid.
     pub(crate) fn write_request(&mut self, conn: ConnId, xid: i32, request: &Request) {
         if self.read_only.is_some() {
-            let zxid = self.last_zxid;
+            let zxid = self.state.last_zxid;
             return self.reply(conn, xid, zxid, ErrorCode::NotReadOnly, Body::Empty);
         }
         let zxid = self.next_zxid();
@@ -493,11 +463,15 @@ impl Core {
             auth: &c.auth,
         };
         let prepared = match request {
-            Request::Create(op) => prep::create(&self.tree, &ctx, op).map_err(Rejected::Op),
-            Request::Delete(req) => prep::delete(&self.tree, &ctx, req).map_err(Rejected::Op),
-            Request::SetData(req) => prep::set_data(&self.tree, &ctx, req).map_err(Rejected::Op),
-            Request::SetAcl(req) => prep::set_acl(&self.tree, &ctx, req).map_err(Rejected::Op),
-            Request::Multi(ops) => prep::multi(&self.tree, &ctx, ops),
+            Request::Create(op) => prep::create(&self.state.tree, &ctx, op).map_err(Rejected::Op),
+            Request::Delete(req) => prep::delete(&self.state.tree, &ctx, req).map_err(Rejected::Op),
+            Request::SetData(req) => {
+                prep::set_data(&self.state.tree, &ctx, req).map_err(Rejected::Op)
+            }
+            Request::SetAcl(req) => {
+                prep::set_acl(&self.state.tree, &ctx, req).map_err(Rejected::Op)
+            }
+            Request::Multi(ops) => prep::multi(&self.state.tree, &ctx, ops),
             Request::CloseSession => Ok(Txn::CloseSession { session_id }),
             _ => Err(Rejected::Op(ErrorCode::Unimplemented)),
         };

@@ -28,7 +28,7 @@ impl Core {
     /// Starts a snapshot once enough txns have been logged since the last one.
     pub(crate) fn maybe_start_snapshot(&mut self) {
         if self.txns_since_snapshot < self.config.snap_count
-            || self.tree.capturing()
+            || self.state.tree.capturing()
             || self.read_only.is_some()
         {
             return;
@@ -37,6 +37,7 @@ impl Core {
         // The log rolls here, so the segments before the snapshot can be purged later.
         self.log.roll();
         let sessions: Vec<SessionRecord> = self
+            .state
             .sessions
             .iter()
             .map(|s| SessionRecord {
@@ -45,35 +46,38 @@ impl Core {
                 passwd: s.passwd,
             })
             .collect();
-        let zxid = self.last_zxid;
+        let zxid = self.state.last_zxid;
         tracing::info!(
             zxid = format_args!("{zxid:#x}"),
-            nodes = self.tree.len(),
+            nodes = self.state.tree.len(),
             "starting snapshot"
         );
-        let mut capture = Capture::new(zxid, &sessions, &self.tree.acls());
+        let mut capture = Capture::new(zxid, &sessions, &self.state.tree.acls());
         let header = capture.take_bytes();
-        self.tree.start_capture(capture);
+        self.state.tree.start_capture(capture);
         let _ = self.snapshots.send(SnapshotMsg::Start { zxid });
         let _ = self.snapshots.send(SnapshotMsg::Chunk(header));
     }
 
     /// Walks one more chunk, or finishes once the walk is done and the log has caught up.
     pub(crate) fn snapshot_step(&mut self) {
-        if !self.tree.capture_walked() {
-            let bytes = self.tree.capture_step(SNAPSHOT_CHUNK);
+        if !self.state.tree.capture_walked() {
+            let bytes = self.state.tree.capture_step(SNAPSHOT_CHUNK);
             let _ = self.snapshots.send(SnapshotMsg::Chunk(bytes));
         }
         // A snapshot must not hold state the log could still lose: wait for the log.
-        if self.tree.capture_walked() && self.log.durable_zxid() >= self.capture_zxid() {
-            let bytes = self.tree.finish_capture();
+        if self.state.tree.capture_walked() && self.log.durable_zxid() >= self.capture_zxid() {
+            let bytes = self.state.tree.finish_capture();
             let _ = self.snapshots.send(SnapshotMsg::Finish(bytes));
         }
     }
 
     fn capture_zxid(&self) -> i64 {
         // Only called while a capture exists; its zxid is at most the last zxid handed out.
-        self.tree.capture_zxid().unwrap_or(self.last_zxid)
+        self.state
+            .tree
+            .capture_zxid()
+            .unwrap_or(self.state.last_zxid)
     }
 
     pub(crate) fn on_log_event(&mut self, event: LogEvent) {
@@ -97,21 +101,13 @@ impl Core {
                 std::process::exit(70);
             }
         };
-        self.tree = recovered.tree;
-        self.last_zxid = recovered.last_zxid;
-        let now = Instant::now();
-        let min_timeout = self.config.min_session_timeout();
-        let mut sessions =
-            crate::session::Sessions::new(min_timeout, self.config.max_session_timeout());
-        for s in recovered.sessions {
-            sessions.insert(
-                s.id,
-                s.passwd,
-                Duration::from_millis(s.timeout_ms.max(0) as u64),
-                now,
-            );
-        }
-        self.sessions = sessions;
+        // The same rebuilding a start does, so the reloaded sessions are what a restart gives.
+        self.state = recovered.into_state();
+        self.state.resume(
+            self.config.min_session_timeout(),
+            self.config.max_session_timeout(),
+            Instant::now(),
+        );
         self.conns.clear();
         self.watches = Watches::default();
         self.txns_since_snapshot = 0;
@@ -132,6 +128,7 @@ impl Core {
         tracing::warn!("disk recovered: accepting writes again");
         // Sessions created while read-only exist only in memory: log them now.
         let unlogged: Vec<(i64, i32, [u8; 16])> = self
+            .state
             .sessions
             .iter()
             .filter(|s| !s.logged)

@@ -105,7 +105,7 @@ fn srvr_body(core: &Core, out: &mut String) {
     let _ = writeln!(out, "Sent: {}", s.packets_sent);
     let _ = writeln!(out, "Connections: {}", s.num_alive_connections);
     let _ = writeln!(out, "Outstanding: {}", s.outstanding_requests);
-    let _ = writeln!(out, "Zxid: {:#x}", core.last_zxid);
+    let _ = writeln!(out, "Zxid: {:#x}", core.state.last_zxid);
     let _ = writeln!(out, "Mode: {}", s.server_state);
     let _ = writeln!(out, "Node count: {}", s.znode_count);
 }
@@ -169,14 +169,14 @@ fn cons(core: &Core, out: &mut String) {
 
 fn dump(core: &Core, out: &mut String) {
     out.push_str("SessionTracker dump:\n");
-    let _ = writeln!(out, "Global Sessions({}):", core.sessions.len());
-    let mut sessions: Vec<_> = core.sessions.iter().collect();
+    let _ = writeln!(out, "Global Sessions({}):", core.state.sessions.len());
+    let mut sessions: Vec<_> = core.state.sessions.iter().collect();
     sessions.sort_by_key(|s| s.id);
     for s in sessions {
         let _ = writeln!(out, "{:#x}\t{}ms", s.id, s.timeout.as_millis());
     }
     out.push_str("ephemeral nodes dump:\n");
-    let mut owners: Vec<_> = core.tree.sessions_with_ephemerals().collect();
+    let mut owners: Vec<_> = core.state.tree.sessions_with_ephemerals().collect();
     owners.sort_by_key(|(id, _)| **id);
     let _ = writeln!(out, "Sessions with Ephemerals ({}):", owners.len());
     for (id, paths) in owners {

@@ -21,6 +21,7 @@
 //! ```
 
 pub mod acl;
+pub mod apply;
 mod attach;
 pub mod config;
 mod connection;

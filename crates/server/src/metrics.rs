@@ -80,12 +80,12 @@ impl Stats {
             packets_sent: c.sent.load(Ordering::Relaxed),
             num_alive_connections: core.conns.len(),
             outstanding_requests: 0,
-            znode_count: core.tree.len(),
+            znode_count: core.state.tree.len(),
             watch_count: core.watches.count(),
-            ephemerals_count: core.tree.ephemeral_count(),
-            approximate_data_size: core.tree.approximate_data_size() as u64,
+            ephemerals_count: core.state.tree.ephemeral_count(),
+            approximate_data_size: core.state.tree.approximate_data_size() as u64,
             uptime: core.started.elapsed().as_millis() as u64,
-            global_sessions: core.sessions.len(),
+            global_sessions: core.state.sessions.len(),
         }
     }
 

@@ -14,7 +14,7 @@ impl Core {
         if request.is_write() {
             return self.write_request(conn, xid, &request);
         }
-        let zxid = self.last_zxid;
+        let zxid = self.state.last_zxid;
         match request {
             Request::Ping => self.reply(conn, XID_PING, zxid, ErrorCode::Ok, Body::Empty),
             Request::Auth(auth) => self.auth(conn, xid, auth),
@@ -41,7 +41,8 @@ impl Core {
                 if req.watch {
                     self.watches.add_data(&req.path, conn);
                 }
-                self.tree
+                self.state
+                    .tree
                     .get(&req.path)
                     .map(|n| Body::Stat(n.stat()))
                     .ok_or(ErrorCode::NoNode)
@@ -79,7 +80,9 @@ impl Core {
             Request::GetAcl(req) => self.get_acl(conn, &req.path),
             Request::GetAllChildrenNumber(req) => {
                 self.readable(conn, &req.path, perms::READ)?;
-                Ok(Body::Count(self.tree.descendant_count(&req.path) as i32))
+                Ok(Body::Count(
+                    self.state.tree.descendant_count(&req.path) as i32
+                ))
             }
             Request::GetEphemerals(req) => {
                 let session = self
@@ -89,6 +92,7 @@ impl Core {
                     .unwrap_or_default();
                 let prefix = req.path;
                 let paths = self
+                    .state
                     .tree
                     .ephemerals_of(session)
                     .filter(|p| prefix == "/" || p.starts_with(&prefix))
@@ -158,7 +162,7 @@ impl Core {
 
     /// The node at `path` if it exists and this connection may `perm` it.
     fn readable(&self, conn: ConnId, path: &str, perm: i32) -> Result<&Node, ErrorCode> {
-        let node = self.tree.get(path).ok_or(ErrorCode::NoNode)?;
+        let node = self.state.tree.get(path).ok_or(ErrorCode::NoNode)?;
         if let Some(c) = self.conns.get(&conn) {
             c.auth.check(&node.acl, perm)?;
         }
@@ -239,20 +243,20 @@ impl Core {
         let mut fire =
             |path: String, event: EventType| fired.push(crate::watch::Fired { conn, event, path });
         for p in set.data_watches {
-            match self.tree.get(&p) {
+            match self.state.tree.get(&p) {
                 None => fire(p, EventType::NodeDeleted),
                 Some(n) if n.mzxid > since => fire(p, EventType::NodeDataChanged),
                 Some(_) => self.watches.add_data(&p, conn),
             }
         }
         for p in set.exist_watches {
-            match self.tree.get(&p) {
+            match self.state.tree.get(&p) {
                 Some(_) => fire(p, EventType::NodeCreated),
                 None => self.watches.add_data(&p, conn),
             }
         }
         for p in set.child_watches {
-            match self.tree.get(&p) {
+            match self.state.tree.get(&p) {
                 None => fire(p, EventType::NodeDeleted),
                 Some(n) if n.pzxid > since => fire(p, EventType::NodeChildrenChanged),
                 Some(_) => self.watches.add_child(&p, conn),

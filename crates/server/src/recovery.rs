@@ -6,7 +6,6 @@
 //! is dropped and the segment truncated. Damage anywhere else means acknowledged data may be
 //! missing, so recovery refuses and names the file and offset.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -14,10 +13,12 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use lockkeeper_proto::Reader;
 
+use crate::apply::{self, State};
 use crate::log::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, segment_name, sync_dir};
-use crate::snapshot::{self, SessionRecord, snapshot_name};
+use crate::session::Sessions;
+use crate::snapshot::{self, snapshot_name};
 use crate::tree::DataTree;
-use crate::txn::{self, Txn};
+use crate::txn::Txn;
 
 /// The zxid of the very first txn a data dir ever holds (epoch 1, counter 1): a log that starts
 /// there is complete even without a snapshot.
@@ -67,14 +68,26 @@ pub struct TornTail {
     pub dropped_bytes: u64,
 }
 
+/// What a data dir holds: the state (its parts as [`State`] has them) and how it was read.
 pub struct Recovered {
     pub tree: DataTree,
-    pub sessions: Vec<SessionRecord>,
+    pub sessions: Sessions,
     pub last_zxid: i64,
     pub snapshot_zxid: Option<i64>,
     pub replayed: u64,
     pub torn_tail: Option<TornTail>,
     pub files: Vec<FileReport>,
+}
+
+impl Recovered {
+    /// The recovered state, as the core applies txns to it.
+    pub fn into_state(self) -> State {
+        State {
+            tree: self.tree,
+            sessions: self.sessions,
+            last_zxid: self.last_zxid,
+        }
+    }
 }
 
 /// Rebuilds the state stored in `dir` (an empty or missing dir is a fresh server).
@@ -129,16 +142,11 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
             }
         }
     }
-    let (mut tree, mut sessions, snapshot_zxid) = match base {
+    let (mut state, snapshot_zxid) = match base {
         Some(loaded) => {
-            let sessions = loaded
-                .sessions
-                .into_iter()
-                .map(|s| (s.id, s))
-                .collect::<BTreeMap<_, _>>();
+            let tree = DataTree::restore(loaded.acls, loaded.nodes);
             (
-                DataTree::restore(loaded.acls, loaded.nodes),
-                sessions,
+                State::restore(tree, &loaded.sessions, loaded.zxid),
                 Some(loaded.zxid),
             )
         }
@@ -158,7 +166,7 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
                     reason,
                 });
             }
-            (DataTree::new(), BTreeMap::new(), None)
+            (State::empty(), None)
         }
     };
 
@@ -169,7 +177,6 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
         .rposition(|start| *start <= from + 1)
         .unwrap_or(0);
     let needed = &logs[first_needed.min(logs.len())..];
-    let mut last_zxid = from;
     let mut replayed = 0;
     let mut torn_tail = None;
     for (i, start) in needed.iter().enumerate() {
@@ -186,21 +193,17 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
             if record.zxid <= from {
                 continue;
             }
-            if record.zxid <= last_zxid {
+            if record.zxid <= state.last_zxid {
                 return Err(Corruption {
                     file: path.clone(),
                     offset: record.offset,
-                    reason: format!("zxid {:#x} does not follow {last_zxid:#x}", record.zxid),
+                    reason: format!(
+                        "zxid {:#x} does not follow {:#x}",
+                        record.zxid, state.last_zxid
+                    ),
                 });
             }
-            replay(
-                &mut tree,
-                &mut sessions,
-                &record.txn,
-                record.zxid,
-                record.time,
-            );
-            last_zxid = record.zxid;
+            apply::apply(&mut state, &record.txn, record.zxid, record.time);
             count += 1;
         }
         replayed += count;
@@ -232,44 +235,14 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
         }
     }
     Ok(Recovered {
-        tree,
-        sessions: sessions.into_values().collect(),
-        last_zxid,
+        tree: state.tree,
+        sessions: state.sessions,
+        last_zxid: state.last_zxid,
         snapshot_zxid,
         replayed,
         torn_tail,
         files,
     })
-}
-
-fn replay(
-    tree: &mut DataTree,
-    sessions: &mut BTreeMap<i64, SessionRecord>,
-    txn: &Txn,
-    zxid: i64,
-    time: i64,
-) {
-    match txn {
-        Txn::CreateSession {
-            session_id,
-            timeout_ms,
-            passwd,
-        } => {
-            sessions.insert(
-                *session_id,
-                SessionRecord {
-                    id: *session_id,
-                    timeout_ms: *timeout_ms,
-                    passwd: *passwd,
-                },
-            );
-        }
-        Txn::CloseSession { session_id } => {
-            sessions.remove(session_id);
-        }
-        _ => {}
-    }
-    txn::apply(tree, txn, zxid, time, &mut Vec::new());
 }
 
 struct Record {
@@ -475,6 +448,7 @@ mod tests {
     use crate::config::SyncMode;
     use crate::log::TxnLog;
     use crate::snapshot::{Capture, SnapshotMsg};
+    use crate::txn;
     use std::os::unix::fs::FileExt;
 
     fn create(path: &str, data: &'static [u8]) -> Txn {

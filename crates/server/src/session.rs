@@ -49,6 +49,20 @@ impl Sessions {
         Duration::from_millis(requested_ms.max(0) as u64).clamp(self.min_timeout, self.max_timeout)
     }
 
+    /// The bounds `negotiate` clamps into (a recovered table gets the configured ones).
+    pub fn set_timeout_bounds(&mut self, min: Duration, max: Duration) {
+        self.min_timeout = min;
+        self.max_timeout = max;
+    }
+
+    /// Every session's deadline becomes `now` plus its timeout: after a restart or a reload, a
+    /// session gets its whole timeout to come back.
+    pub fn restart_deadlines(&mut self, now: Instant) {
+        for s in self.map.values_mut() {
+            s.deadline = now + s.timeout;
+        }
+    }
+
     /// Gives back the map's spare capacity after many sessions have gone.
     pub fn shrink(&mut self) {
         crate::memory::shrink(&mut self.map);
