@@ -1,9 +1,30 @@
 //! The core: the one task that owns the data tree, the sessions and the watches.
 //!
-//! Connections send it decoded requests; it runs them strictly in arrival order through the
-//! pipeline's middle stages (prep, log, apply) and queues each reply on the connection's outbox.
+//! Connections send it decoded requests; it runs them strictly in arrival order and queues each
+//! reply on the connection's outbox. Its files read as the pipeline, one way:
+//!
+//! ```text
+//! dispatch -> prep -> log -> apply -> reply        (a write, at one zxid)
+//! dispatch -> read -> reply                        (anything else, at the last zxid)
+//! ```
+//!
+//! with `sessions` (connect, attach, expiry), `durability` (snapshots, the disk fault) and
+//! `view` (what the four-letter words and `/metrics` read) beside them. The fields are private
+//! to this module: the rest of the server reaches the core through its messages and its view.
 //! Owning all state in one task gives ZooKeeper's total order for free and needs no locks; the
 //! expensive parts (socket IO, encoding, decoding) run in the connection tasks in parallel.
+
+mod apply;
+mod dispatch;
+mod durability;
+mod log;
+mod prep;
+mod read;
+mod reply;
+mod sessions;
+mod view;
+
+pub(crate) use view::View;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -15,19 +36,16 @@ use lockkeeper_proto::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::acl::AuthIds;
-use crate::apply::{self, Applied, State};
+use crate::apply::State;
 use crate::config::Config;
 use crate::datadir_lock::DataDirLock;
 use crate::log::{Durable, LogEvent, TxnLog};
-use crate::memory::{self, AfterBurst};
+use crate::memory::AfterBurst;
 use crate::metrics::{Stats, Timings};
-use crate::outbox::{Outbox, Refused};
-use crate::prep::{self, Ctx, Rejected};
+use crate::outbox::Outbox;
 use crate::recovery;
-use crate::reply::{Body, Message, MultiResult, Outgoing};
 use crate::snapshot;
-use crate::txn::{Txn, TxnResult};
-use crate::watch::{ConnId, Fired, Watches};
+use crate::watch::{ConnId, Watches};
 
 /// What connections (and the server) tell the core.
 pub enum CoreMsg {
@@ -86,28 +104,28 @@ pub(crate) struct Counters {
 }
 
 pub struct Core {
-    pub(crate) config: Arc<Config>,
+    config: Arc<Config>,
     /// What txns change: the tree, the sessions, the last zxid. Changed only by
-    /// [`apply::apply`], and (in place) by a reload after a disk fault.
-    pub(crate) state: State,
-    pub(crate) watches: Watches,
-    pub(crate) conns: HashMap<ConnId, Connection>,
+    /// [`crate::apply::apply`], and (in place) by a reload after a disk fault.
+    state: State,
+    watches: Watches,
+    conns: HashMap<ConnId, Connection>,
     /// The epoch of zxids this run hands out (one more than the newest recovered).
-    pub(crate) epoch: i64,
-    pub(crate) log: TxnLog,
-    pub(crate) durable_rx: watch::Receiver<Durable>,
-    pub(crate) log_events: mpsc::UnboundedReceiver<LogEvent>,
-    pub(crate) snapshots: snapshot::SnapshotWriter,
-    pub(crate) txns_since_snapshot: u64,
+    epoch: i64,
+    log: TxnLog,
+    durable_rx: watch::Receiver<Durable>,
+    log_events: mpsc::UnboundedReceiver<LogEvent>,
+    snapshots: snapshot::SnapshotWriter,
+    txns_since_snapshot: u64,
     /// Set while the disk fails: the zxid the log resumes at once it works again, and when the
     /// fault happened (the first probe waits a second).
-    pub(crate) read_only: Option<(i64, Instant)>,
-    pub(crate) counters: Counters,
+    read_only: Option<(i64, Instant)>,
+    counters: Counters,
     /// The timing summaries of `/metrics` (the log and snapshot writers record theirs).
-    pub(crate) timings: Timings,
-    pub(crate) started: Instant,
+    timings: Timings,
+    started: Instant,
     /// Departures counted so that the memory a burst of them freed goes back to the OS.
-    pub(crate) after_burst: AfterBurst,
+    after_burst: AfterBurst,
     /// Held for as long as the core exists. Declared last, so it is dropped (and released)
     /// after the log writer and the snapshot writer above have finished with the directory.
     _data_dir_lock: DataDirLock,
@@ -213,9 +231,9 @@ impl Core {
         expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // While the disk fails, it is probed once a second.
-        let mut probe = tokio::time::interval(crate::durability::PROBE_INTERVAL);
+        let mut probe = tokio::time::interval(durability::PROBE_INTERVAL);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut pace = tokio::time::interval(crate::durability::SNAPSHOT_PACE);
+        let mut pace = tokio::time::interval(durability::SNAPSHOT_PACE);
         pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(256);
         loop {
@@ -247,277 +265,8 @@ impl Core {
         }
     }
 
-    fn handle(&mut self, msg: CoreMsg) {
-        match msg {
-            CoreMsg::Connect {
-                conn,
-                peer,
-                request,
-                outbox,
-            } => self.connect(conn, peer, request, outbox),
-            CoreMsg::Request {
-                conn,
-                xid,
-                request,
-                received,
-            } => {
-                self.counters.received += 1;
-                let Some(c) = self.conns.get_mut(&conn) else {
-                    return;
-                };
-                c.received += 1;
-                // A connection whose session moved to a newer connection (or ended) must not act
-                // for it: an ephemeral created with no session would outlive everyone.
-                let Some(session) = c.session else {
-                    let zxid = self.state.last_zxid;
-                    return self.reply(conn, xid, zxid, ErrorCode::SessionMoved, Body::Empty);
-                };
-                // Requests pipelined behind a closeSession find their session gone.
-                if self.state.sessions.get(session).is_none() {
-                    let zxid = self.state.last_zxid;
-                    return self.reply(conn, xid, zxid, ErrorCode::SessionExpired, Body::Empty);
-                }
-                self.state.sessions.touch(session, Instant::now());
-                let write = request.is_write();
-                self.request(conn, xid, request);
-                self.record_latency(received, write);
-            }
-            CoreMsg::Malformed {
-                conn,
-                xid,
-                err,
-                close,
-            } => {
-                self.reply(conn, xid, self.state.last_zxid, err, Body::Empty);
-                if close {
-                    self.close(conn);
-                }
-            }
-            CoreMsg::Disconnected { conn } => self.disconnect(conn),
-            CoreMsg::FourLetter { word, reply } => {
-                let _ = reply.send(crate::four_letter::answer(self, &word));
-            }
-            CoreMsg::Stats { reply } => {
-                let _ = reply.send(Stats::of(self));
-            }
-        }
-    }
-
-    /// Once a burst of connections and sessions has gone: shrinks the maps that held them and
-    /// has malloc return the freed memory to the OS (see [`crate::memory`]).
-    fn release_memory_after_burst(&mut self) {
-        if self.after_burst.due(Instant::now()) {
-            memory::shrink(&mut self.conns);
-            self.state.sessions.shrink();
-            self.after_burst.trim();
-        }
-    }
-
-    /// One latency feeds both `mntr`'s min/avg/max and the `readlatency`/`updatelatency`
-    /// summaries, so the two views agree.
-    fn record_latency(&mut self, received: Instant, write: bool) {
-        let now = Instant::now();
-        let took = now.saturating_duration_since(received);
-        let summary = if write {
-            &self.timings.update
-        } else {
-            &self.timings.read
-        };
-        summary.observe_at(took, now);
-        let us = took.as_micros() as u64;
-        let c = &mut self.counters;
-        c.latency_min_us = if c.latency_count == 0 {
-            us
-        } else {
-            c.latency_min_us.min(us)
-        };
-        c.latency_max_us = c.latency_max_us.max(us);
-        c.latency_total_us += us;
-        c.latency_count += 1;
-    }
-
-    /// The next zxid: `epoch << 32 | counter`, so zxids keep increasing across restarts.
-    pub(crate) fn next_zxid(&mut self) -> i64 {
-        if self.state.last_zxid >> 32 < self.epoch {
-            self.state.last_zxid = self.epoch << 32;
-        }
-        self.state.last_zxid += 1;
-        self.state.last_zxid
-    }
-
-    /// Queues a message for `conn`, never waiting. A connection that has gone away is simply
-    /// skipped: its Disconnected message is already on its way to the core. One whose queue
-    /// would pass `max_queued_bytes` is closed (its writer drops what is queued and ends, and
-    /// its Disconnected follows); its session is left alone.
-    pub(crate) fn send(&mut self, conn: ConnId, message: Message, close: bool) {
-        let Some(c) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        let outgoing = Outgoing {
-            message,
-            visible_at: self.state.last_zxid,
-            faults: self.durable_rx.borrow().faults,
-            close,
-        };
-        if let Err(Refused::Overflow {
-            queued_bytes,
-            message_bytes,
-        }) = c.outbox.push(outgoing)
-        {
-            tracing::warn!(
-                peer = %c.peer,
-                session = format_args!("{:#x}", c.session.unwrap_or_default()),
-                queued_bytes,
-                message_bytes,
-                max_queued_bytes = self.config.max_queued_bytes,
-                "client is not reading its replies; closing its connection (the session stays)"
-            );
-        }
-    }
-
     /// Packets written to sockets so far, by every connection (`mntr`, `srvr`).
     pub(crate) fn packets_sent(&self) -> Arc<AtomicU64> {
         self.counters.sent.clone()
-    }
-
-    pub(crate) fn reply(&mut self, conn: ConnId, xid: i32, zxid: i64, err: ErrorCode, body: Body) {
-        let header = ReplyHeader {
-            xid,
-            zxid,
-            err: err.code(),
-        };
-        self.send(conn, Message::Reply { header, body }, false);
-    }
-
-    /// Asks a connection's writer to close after what is already queued.
-    pub(crate) fn close(&mut self, conn: ConnId) {
-        self.send(conn, Message::Text(String::new()), true);
-    }
-
-    /// Logs and applies a txn at a new zxid, fires its watches, returns what it did.
-    pub(crate) fn write_txn(&mut self, txn: Txn) -> TxnResult {
-        let zxid = self.next_zxid();
-        self.apply_at(zxid, txn)
-    }
-
-    fn apply_at(&mut self, zxid: i64, txn: Txn) -> TxnResult {
-        let time = now_ms();
-        self.log.append(zxid, time, &txn);
-        self.txns_since_snapshot += 1;
-        let Applied { result, triggers } = apply::apply(&mut self.state, &txn, zxid, time);
-        if matches!(txn, Txn::CloseSession { .. }) {
-            self.after_burst.departed(Instant::now());
-        }
-        let mut fired = Vec::new();
-        let mut matched = Vec::new();
-        for t in triggers {
-            self.watches.trigger(&t.path, t.event, &mut matched);
-            // The watches are used up either way; only watchers who may read the node hear of it.
-            let conns = &self.conns;
-            fired.extend(matched.drain(..).filter(|f| {
-                conns
-                    .get(&f.conn)
-                    .is_some_and(|c| c.auth.check(&t.acl, perms::READ).is_ok())
-            }));
-        }
-        self.deliver(fired);
-        result
-    }
-
-    pub(crate) fn deliver(&mut self, fired: Vec<Fired>) {
-        for Fired { conn, event, path } in fired {
-            let header = ReplyHeader {
-                xid: XID_NOTIFICATION,
-                zxid: -1,
-                err: 0,
-            };
-            let body = Body::Event(WatcherEvent {
-                event_type: event.code(),
-                state: KeeperState::SyncConnected.code(),
-                path,
-            });
-            self.send(conn, Message::Reply { header, body }, false);
-        }
-    }
-
-    fn reap_containers(&mut self) {
-        for path in self.state.tree.reapable(now_ms()) {
-            tracing::debug!(%path, "removing empty container or expired TTL node");
-            self.write_txn(Txn::Delete { path });
-        }
-    }
-
-    /// Write requests: prep, then log and apply, then reply, all at one zxid.
-    pub(crate) fn write_request(&mut self, conn: ConnId, xid: i32, request: &Request) {
-        if self.read_only.is_some() {
-            let zxid = self.state.last_zxid;
-            return self.reply(conn, xid, zxid, ErrorCode::NotReadOnly, Body::Empty);
-        }
-        let zxid = self.next_zxid();
-        let Some(c) = self.conns.get(&conn) else {
-            return;
-        };
-        let session_id = c.session.unwrap_or_default();
-        let ctx = Ctx {
-            session_id,
-            auth: &c.auth,
-        };
-        let prepared = match request {
-            Request::Create(op) => prep::create(&self.state.tree, &ctx, op).map_err(Rejected::Op),
-            Request::Delete(req) => prep::delete(&self.state.tree, &ctx, req).map_err(Rejected::Op),
-            Request::SetData(req) => {
-                prep::set_data(&self.state.tree, &ctx, req).map_err(Rejected::Op)
-            }
-            Request::SetAcl(req) => {
-                prep::set_acl(&self.state.tree, &ctx, req).map_err(Rejected::Op)
-            }
-            Request::Multi(ops) => prep::multi(&self.state.tree, &ctx, ops),
-            Request::CloseSession => Ok(Txn::CloseSession { session_id }),
-            _ => Err(Rejected::Op(ErrorCode::Unimplemented)),
-        };
-        let txn = match prepared {
-            Ok(txn) => txn,
-            Err(Rejected::Op(code)) => {
-                self.log.skip(zxid);
-                return self.reply(conn, xid, zxid, code, Body::Empty);
-            }
-            Err(Rejected::Multi(codes)) => {
-                self.log.skip(zxid);
-                let results = codes.into_iter().map(MultiResult::Error).collect();
-                return self.reply(conn, xid, zxid, ErrorCode::Ok, Body::Multi(results));
-            }
-        };
-        let result = self.apply_at(zxid, txn);
-        let body = match (request, result) {
-            (Request::Create(op), TxnResult::Created { path, stat }) => {
-                if op.op == OpCode::Create {
-                    Body::Path(path)
-                } else {
-                    Body::PathStat { path, stat }
-                }
-            }
-            (Request::Multi(ops), TxnResult::Multi(results)) => Body::Multi(
-                ops.iter()
-                    .zip(results)
-                    .map(|(op, result)| match (op, result) {
-                        (MultiOp::Create(c), TxnResult::Created { path, stat }) => {
-                            MultiResult::Created {
-                                op: c.op,
-                                path,
-                                stat,
-                            }
-                        }
-                        (_, TxnResult::DataSet(stat)) => MultiResult::DataSet(stat),
-                        (_, TxnResult::Deleted) => MultiResult::Deleted,
-                        _ => MultiResult::Checked,
-                    })
-                    .collect(),
-            ),
-            (_, TxnResult::DataSet(stat) | TxnResult::AclSet(stat)) => Body::Stat(stat),
-            _ => Body::Empty,
-        };
-        let close = matches!(request, Request::CloseSession);
-        let header = ReplyHeader { xid, zxid, err: 0 };
-        self.send(conn, Message::Reply { header, body }, close);
     }
 }

@@ -7,8 +7,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use crate::core::Core;
-use crate::metrics::Stats;
+use crate::core::View;
 use crate::tree::Owner;
 
 /// Words Keeper knows. Anything else in the first four bytes is treated as a frame length.
@@ -22,33 +21,33 @@ pub fn is_four_letter_word(first: &[u8]) -> Option<&'static str> {
 
 pub const VERSION: &str = concat!("3.8.0-lockkeeper-", env!("CARGO_PKG_VERSION"));
 
-pub fn answer(core: &Core, word: &str) -> String {
-    if !core.config.four_letter_word_allowed(word) {
+pub(crate) fn answer(view: &View, word: &str) -> String {
+    if !view.config.four_letter_word_allowed(word) {
         return format!("{word} is not executed because it is not in the whitelist.\n");
     }
     let mut out = String::new();
     match word {
         "ruok" => out.push_str("imok"),
-        "srvr" => srvr(core, &mut out),
+        "srvr" => srvr(view, &mut out),
         "stat" => {
             let _ = writeln!(out, "Zookeeper version: {VERSION}");
             out.push_str("Clients:\n");
-            cons(core, &mut out);
+            cons(view, &mut out);
             out.push('\n');
-            srvr_body(core, &mut out);
+            srvr_body(view, &mut out);
         }
-        "mntr" => mntr(core, &mut out),
+        "mntr" => mntr(view, &mut out),
         // ZooKeeper's answer, without a newline: "ro" from a read-only server, else "rw".
         // Keeper is read-only while its disk fails.
-        "isro" => out.push_str(if core.read_only.is_some() { "ro" } else { "rw" }),
-        "cons" => cons(core, &mut out),
-        "dump" => dump(core, &mut out),
+        "isro" => out.push_str(if view.read_only { "ro" } else { "rw" }),
+        "cons" => cons(view, &mut out),
+        "dump" => dump(view, &mut out),
         "wchs" => {
-            let (conns, paths) = core.watches.summary();
+            let (conns, paths) = view.watches.summary();
             let _ = writeln!(
                 out,
                 "{conns} connections watching {paths} paths\nTotal watches:{}",
-                core.watches.count()
+                view.watches.count()
             );
         }
         "envi" => {
@@ -66,7 +65,7 @@ pub fn answer(core: &Core, word: &str) -> String {
             );
         }
         "conf" => {
-            let c = &core.config;
+            let c = view.config;
             let _ = writeln!(out, "clientPort={}", c.listen.port());
             let _ = writeln!(out, "clientPortAddress={}", c.listen.ip());
             let _ = writeln!(out, "dataDir={}", c.data_dir.display());
@@ -89,13 +88,13 @@ pub fn answer(core: &Core, word: &str) -> String {
     out
 }
 
-fn srvr(core: &Core, out: &mut String) {
+fn srvr(view: &View, out: &mut String) {
     let _ = writeln!(out, "Zookeeper version: {VERSION}");
-    srvr_body(core, out);
+    srvr_body(view, out);
 }
 
-fn srvr_body(core: &Core, out: &mut String) {
-    let s = Stats::of(core);
+fn srvr_body(view: &View, out: &mut String) {
+    let s = &view.stats;
     let _ = writeln!(
         out,
         "Latency min/avg/max: {}/{:.4}/{}",
@@ -105,14 +104,14 @@ fn srvr_body(core: &Core, out: &mut String) {
     let _ = writeln!(out, "Sent: {}", s.packets_sent);
     let _ = writeln!(out, "Connections: {}", s.num_alive_connections);
     let _ = writeln!(out, "Outstanding: {}", s.outstanding_requests);
-    let _ = writeln!(out, "Zxid: {:#x}", core.state.last_zxid);
+    let _ = writeln!(out, "Zxid: {:#x}", view.last_zxid);
     let _ = writeln!(out, "Mode: {}", s.server_state);
     let _ = writeln!(out, "Node count: {}", s.znode_count);
 }
 
-/// The same [`Stats`] as `/metrics`, under ZooKeeper's `mntr` keys.
-fn mntr(core: &Core, out: &mut String) {
-    let s = Stats::of(core);
+/// The same `Stats` as `/metrics`, under ZooKeeper's `mntr` keys.
+fn mntr(view: &View, out: &mut String) {
+    let s = &view.stats;
     let lines: [(&str, String); 15] = [
         ("zk_version", VERSION.to_string()),
         ("zk_server_state", s.server_state.into()),
@@ -147,8 +146,8 @@ fn mntr(core: &Core, out: &mut String) {
 /// One line per connection in ZooKeeper's layout. `queued` is the packets waiting for the
 /// connection's writer (replies and watch events not yet written to the socket, including
 /// those held until the log is durable), `sent` the packets written to the socket.
-fn cons(core: &Core, out: &mut String) {
-    let mut conns: Vec<_> = core.conns.iter().collect();
+fn cons(view: &View, out: &mut String) {
+    let mut conns: Vec<_> = view.conns.iter().collect();
     conns.sort_by_key(|(id, _)| **id);
     for (_, c) in conns {
         let session = c
@@ -167,16 +166,16 @@ fn cons(core: &Core, out: &mut String) {
     }
 }
 
-fn dump(core: &Core, out: &mut String) {
+fn dump(view: &View, out: &mut String) {
     out.push_str("SessionTracker dump:\n");
-    let _ = writeln!(out, "Global Sessions({}):", core.state.sessions.len());
-    let mut sessions: Vec<_> = core.state.sessions.iter().collect();
+    let _ = writeln!(out, "Global Sessions({}):", view.sessions.len());
+    let mut sessions: Vec<_> = view.sessions.iter().collect();
     sessions.sort_by_key(|s| s.id);
     for s in sessions {
         let _ = writeln!(out, "{:#x}\t{}ms", s.id, s.timeout.as_millis());
     }
     out.push_str("ephemeral nodes dump:\n");
-    let mut owners: Vec<_> = core.state.tree.sessions_with_ephemerals().collect();
+    let mut owners: Vec<_> = view.ephemerals().collect();
     owners.sort_by_key(|(id, _)| **id);
     let _ = writeln!(out, "Sessions with Ephemerals ({}):", owners.len());
     for (id, paths) in owners {
@@ -191,10 +190,10 @@ fn dump(core: &Core, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::Instant;
 
     use super::*;
     use crate::config::Config;
+    use crate::core::Core;
     use crate::datadir_lock::DataDirLock;
 
     /// `isro` follows the core's read-only state (entered for real only by a failing disk, which
@@ -210,9 +209,9 @@ mod tests {
         });
         let lock = DataDirLock::exclusive(dir.path()).expect("lock the data dir");
         let mut core = Core::recover(config, lock).expect("recover an empty data dir");
-        assert_eq!(answer(&core, "isro"), "rw");
-        core.read_only = Some((1, Instant::now()));
-        assert_eq!(answer(&core, "isro"), "ro");
-        assert!(answer(&core, "mntr").contains("not in the whitelist"));
+        assert_eq!(answer(&core.view(), "isro"), "rw");
+        core.set_read_only_for_test();
+        assert_eq!(answer(&core.view(), "isro"), "ro");
+        assert!(answer(&core.view(), "mntr").contains("not in the whitelist"));
     }
 }

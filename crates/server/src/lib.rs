@@ -1,15 +1,20 @@
 //! Keeper: a coordination server that speaks the Apache ZooKeeper client protocol.
 //!
-//! The request pipeline, one module per stage, in ZooKeeper's words:
+//! The request pipeline, in ZooKeeper's words:
 //!
 //! ```text
-//! connection (decode frame) -> prep (validate, ACL, build txn) -> log (make durable)
-//!     -> apply (mutate the data tree, fire watches) -> reply (encode, write in request order)
+//! connection (decode frame)
+//!   -> core: dispatch -> prep (validate, ACL, build txn) -> log (append; the batch is handed
+//!            to the log writer, which syncs it, once per batch)
+//!            -> apply (tree and sessions, fire watches) -> reply (queued on the outbox,
+//!            stamped with the zxid it reveals)
+//!   -> connection's writer (holds each message until the log is durable that far; encodes and
+//!      writes in request order)
 //! ```
 //!
-//! The connection task runs per client; prep, log and apply run in the single core task, which
-//! owns all state; replies go back through each connection's writer, which holds every message
-//! until the state it reveals is durable.
+//! The connection task runs per client; dispatch, prep, log and apply run in the single core
+//! task, which owns all state, so nothing waits for the disk there: only the writers wait. The
+//! state changes only through [`apply::apply`], which recovery replays the log with.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -22,12 +27,10 @@
 
 pub mod acl;
 pub mod apply;
-mod attach;
 pub mod config;
 mod connection;
 mod core;
 pub mod datadir_lock;
-mod durability;
 pub mod four_letter;
 pub mod log;
 mod memory;
@@ -35,7 +38,6 @@ mod metrics;
 mod outbox;
 pub mod path;
 pub mod prep;
-mod read;
 pub mod recovery;
 mod reply;
 pub mod session;

@@ -1,6 +1,6 @@
 //! Keeper's numbers, and the Prometheus endpoint that serves them with ZooKeeper's names.
 //!
-//! [`Stats`] is the one place the server's counters are read: `mntr`, `srvr` and `/metrics`
+//! [`Stats`] (taken by the core's view) is the one place the server's counters are read: `mntr`, `srvr` and `/metrics`
 //! all format the same `Stats`, so the two views cannot drift apart. [`Summary`] records the
 //! timings ZooKeeper exports as Prometheus summaries (`fsynctime`, `snapshottime`,
 //! `readlatency`, `updatelatency`).
@@ -16,7 +16,6 @@
 //!   `ServerMetrics`), with the metric's name as its help text as ZooKeeper does, so its
 //!   dashboards and alerts work unchanged. The text is written by the `prometheus` crate.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::core::{Core, CoreMsg};
+use crate::core::CoreMsg;
 
 /// Scrapes served at once; a scraper past this is closed unanswered.
 const MAX_SCRAPERS: usize = 16;
@@ -65,30 +64,6 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn of(core: &Core) -> Stats {
-        let c = &core.counters;
-        Stats {
-            server_state: if core.read_only.is_some() {
-                "read-only"
-            } else {
-                "standalone"
-            },
-            avg_latency: c.average_latency_ms(),
-            min_latency: c.latency_min_us / 1000,
-            max_latency: c.latency_max_us / 1000,
-            packets_received: c.received,
-            packets_sent: c.sent.load(Ordering::Relaxed),
-            num_alive_connections: core.conns.len(),
-            outstanding_requests: 0,
-            znode_count: core.state.tree.len(),
-            watch_count: core.watches.count(),
-            ephemerals_count: core.state.tree.ephemeral_count(),
-            approximate_data_size: core.state.tree.approximate_data_size() as u64,
-            uptime: core.started.elapsed().as_millis() as u64,
-            global_sessions: core.state.sessions.len(),
-        }
-    }
-
     /// ZooKeeper's gauges, in `registerMetrics`' order.
     fn gauges(&self) -> [(&'static str, f64); 13] {
         [

@@ -1,19 +1,17 @@
-//! Request dispatch in the core, and every operation that does not change the tree: reads,
-//! watch registration, auth, pings. Reads see all writes before them (they run in the same
+//! Reads: every request that does not change the tree (reads, watch registration, auth,
+//! pings). Reads see all writes before them (they run in the same
 //! task) and their replies wait for durability like any other.
 
 use lockkeeper_proto::*;
 
-use crate::core::Core;
+use super::Core;
 use crate::reply::{Body, ReadResult};
 use crate::tree::Node;
 use crate::watch::ConnId;
 
 impl Core {
-    pub(crate) fn request(&mut self, conn: ConnId, xid: i32, request: Request) {
-        if request.is_write() {
-            return self.write_request(conn, xid, &request);
-        }
+    /// Answers a request that changes nothing, at the last zxid.
+    pub(super) fn read_request(&mut self, conn: ConnId, xid: i32, request: Request) {
         let zxid = self.state.last_zxid;
         match request {
             Request::Ping => self.reply(conn, XID_PING, zxid, ErrorCode::Ok, Body::Empty),

@@ -9,15 +9,15 @@ use std::time::Instant;
 
 use lockkeeper_proto::*;
 
+use super::{Connection, Core};
 use crate::acl::AuthIds;
-use crate::core::{Connection, Core};
 use crate::outbox::Outbox;
 use crate::reply::Message;
 use crate::txn::Txn;
 use crate::watch::ConnId;
 
 impl Core {
-    pub(crate) fn connect(
+    pub(super) fn connect(
         &mut self,
         conn: ConnId,
         peer: SocketAddr,
@@ -120,7 +120,7 @@ impl Core {
         }
     }
 
-    pub(crate) fn disconnect(&mut self, conn: ConnId) {
+    pub(super) fn disconnect(&mut self, conn: ConnId) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
@@ -133,7 +133,7 @@ impl Core {
         }
     }
 
-    pub(crate) fn expire_sessions(&mut self) {
+    pub(super) fn expire_sessions(&mut self) {
         for session_id in self.state.sessions.expired(Instant::now()) {
             let conn = self.state.sessions.get(session_id).and_then(|s| s.conn);
             tracing::info!(session = format_args!("{session_id:#x}"), "session expired");

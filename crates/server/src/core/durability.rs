@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::core::Core;
+use super::Core;
 use crate::log::LogEvent;
 use crate::recovery;
 use crate::snapshot::{Capture, SessionRecord, SnapshotMsg};
@@ -26,7 +26,7 @@ pub(crate) const SNAPSHOT_PACE: Duration = Duration::from_millis(1);
 
 impl Core {
     /// Starts a snapshot once enough txns have been logged since the last one.
-    pub(crate) fn maybe_start_snapshot(&mut self) {
+    pub(super) fn maybe_start_snapshot(&mut self) {
         if self.txns_since_snapshot < self.config.snap_count
             || self.state.tree.capturing()
             || self.read_only.is_some()
@@ -60,7 +60,7 @@ impl Core {
     }
 
     /// Walks one more chunk, or finishes once the walk is done and the log has caught up.
-    pub(crate) fn snapshot_step(&mut self) {
+    pub(super) fn snapshot_step(&mut self) {
         if !self.state.tree.capture_walked() {
             let bytes = self.state.tree.capture_step(SNAPSHOT_CHUNK);
             let _ = self.snapshots.send(SnapshotMsg::Chunk(bytes));
@@ -80,7 +80,7 @@ impl Core {
             .unwrap_or(self.state.last_zxid)
     }
 
-    pub(crate) fn on_log_event(&mut self, event: LogEvent) {
+    pub(super) fn on_log_event(&mut self, event: LogEvent) {
         match event {
             LogEvent::Failed(error) => self.enter_read_only(&error),
             LogEvent::StillFailing(error) => {
@@ -115,7 +115,7 @@ impl Core {
         self.read_only = Some((self.epoch << 32 | 1, Instant::now()));
     }
 
-    pub(crate) fn probe_disk(&mut self) {
+    pub(super) fn probe_disk(&mut self) {
         if let Some((next_zxid, since)) = self.read_only
             && since.elapsed() >= PROBE_INTERVAL
         {

@@ -1,0 +1,148 @@
+//! Dispatch: the core's entry. Each message from a connection (or the server) is taken in
+//! arrival order; a request is checked against its session, then sent down the write pipeline
+//! or to the reads. The request path goes one way: dispatch -> prep -> log -> apply -> reply.
+
+use std::time::Instant;
+
+use lockkeeper_proto::*;
+
+use super::{Core, CoreMsg, now_ms};
+use crate::memory;
+use crate::reply::Body;
+use crate::txn::{Txn, TxnResult};
+use crate::watch::ConnId;
+
+impl Core {
+    pub(super) fn handle(&mut self, msg: CoreMsg) {
+        match msg {
+            CoreMsg::Connect {
+                conn,
+                peer,
+                request,
+                outbox,
+            } => self.connect(conn, peer, request, outbox),
+            CoreMsg::Request {
+                conn,
+                xid,
+                request,
+                received,
+            } => {
+                self.counters.received += 1;
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
+                c.received += 1;
+                // A connection whose session moved to a newer connection (or ended) must not act
+                // for it: an ephemeral created with no session would outlive everyone.
+                let Some(session) = c.session else {
+                    let zxid = self.state.last_zxid;
+                    return self.reply(conn, xid, zxid, ErrorCode::SessionMoved, Body::Empty);
+                };
+                // Requests pipelined behind a closeSession find their session gone.
+                if self.state.sessions.get(session).is_none() {
+                    let zxid = self.state.last_zxid;
+                    return self.reply(conn, xid, zxid, ErrorCode::SessionExpired, Body::Empty);
+                }
+                self.state.sessions.touch(session, Instant::now());
+                let write = request.is_write();
+                self.request(conn, xid, request);
+                self.record_latency(received, write);
+            }
+            CoreMsg::Malformed {
+                conn,
+                xid,
+                err,
+                close,
+            } => {
+                self.reply(conn, xid, self.state.last_zxid, err, Body::Empty);
+                if close {
+                    self.close(conn);
+                }
+            }
+            CoreMsg::Disconnected { conn } => self.disconnect(conn),
+            CoreMsg::FourLetter { word, reply } => {
+                let _ = reply.send(crate::four_letter::answer(&self.view(), &word));
+            }
+            CoreMsg::Stats { reply } => {
+                let _ = reply.send(self.view().stats);
+            }
+        }
+    }
+
+    /// Where a request goes: a write down the pipeline (prep, log, apply, reply), anything else
+    /// to the reads, which answer at the last zxid.
+    fn request(&mut self, conn: ConnId, xid: i32, request: Request) {
+        if request.is_write() {
+            return self.write_request(conn, xid, &request);
+        }
+        self.read_request(conn, xid, request);
+    }
+
+    /// A write, in one straight line at one zxid: prep decides the txn (or the error), the log
+    /// takes it, apply changes the state and fires watches, the reply goes on the outbox.
+    fn write_request(&mut self, conn: ConnId, xid: i32, request: &Request) {
+        if self.read_only.is_some() {
+            let zxid = self.state.last_zxid;
+            return self.reply(conn, xid, zxid, ErrorCode::NotReadOnly, Body::Empty);
+        }
+        let zxid = self.next_zxid();
+        let txn = match self.prepare(conn, request) {
+            Some(Ok(txn)) => txn,
+            Some(Err(rejected)) => {
+                self.log.skip(zxid);
+                return self.reject(conn, xid, zxid, rejected);
+            }
+            None => return,
+        };
+        let time = self.log_txn(zxid, &txn);
+        let result = self.apply_at(zxid, time, &txn);
+        self.reply_to_write(conn, xid, zxid, request, result);
+    }
+
+    /// A write the server makes itself (sessions, the reaper): log and apply at a new zxid.
+    pub(super) fn write_txn(&mut self, txn: Txn) -> TxnResult {
+        let zxid = self.next_zxid();
+        let time = self.log_txn(zxid, &txn);
+        self.apply_at(zxid, time, &txn)
+    }
+
+    pub(super) fn reap_containers(&mut self) {
+        for path in self.state.tree.reapable(now_ms()) {
+            tracing::debug!(%path, "removing empty container or expired TTL node");
+            self.write_txn(Txn::Delete { path });
+        }
+    }
+
+    /// Once a burst of connections and sessions has gone: shrinks the maps that held them and
+    /// has malloc return the freed memory to the OS (see [`crate::memory`]).
+    pub(super) fn release_memory_after_burst(&mut self) {
+        if self.after_burst.due(Instant::now()) {
+            memory::shrink(&mut self.conns);
+            self.state.sessions.shrink();
+            self.after_burst.trim();
+        }
+    }
+
+    /// One latency feeds both `mntr`'s min/avg/max and the `readlatency`/`updatelatency`
+    /// summaries, so the two views agree.
+    fn record_latency(&mut self, received: Instant, write: bool) {
+        let now = Instant::now();
+        let took = now.saturating_duration_since(received);
+        let summary = if write {
+            &self.timings.update
+        } else {
+            &self.timings.read
+        };
+        summary.observe_at(took, now);
+        let us = took.as_micros() as u64;
+        let c = &mut self.counters;
+        c.latency_min_us = if c.latency_count == 0 {
+            us
+        } else {
+            c.latency_min_us.min(us)
+        };
+        c.latency_max_us = c.latency_max_us.max(us);
+        c.latency_total_us += us;
+        c.latency_count += 1;
+    }
+}

@@ -1,0 +1,115 @@
+//! Reply, the core's side: every message a connection gets (replies, watch events, the
+//! connect response) is queued on its outbox here, stamped with the zxid it reveals; the
+//! connection's writer holds it until the log is durable that far.
+
+use lockkeeper_proto::*;
+
+use super::Core;
+use crate::outbox::Refused;
+use crate::reply::{Body, Message, MultiResult, Outgoing};
+use crate::txn::TxnResult;
+use crate::watch::{ConnId, Fired};
+
+impl Core {
+    /// Queues a message for `conn`, never waiting. A connection that has gone away is simply
+    /// skipped: its Disconnected message is already on its way to the core. One whose queue
+    /// would pass `max_queued_bytes` is closed (its writer drops what is queued and ends, and
+    /// its Disconnected follows); its session is left alone.
+    pub(super) fn send(&mut self, conn: ConnId, message: Message, close: bool) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let outgoing = Outgoing {
+            message,
+            visible_at: self.state.last_zxid,
+            faults: self.durable_rx.borrow().faults,
+            close,
+        };
+        if let Err(Refused::Overflow {
+            queued_bytes,
+            message_bytes,
+        }) = c.outbox.push(outgoing)
+        {
+            tracing::warn!(
+                peer = %c.peer,
+                session = format_args!("{:#x}", c.session.unwrap_or_default()),
+                queued_bytes,
+                message_bytes,
+                max_queued_bytes = self.config.max_queued_bytes,
+                "client is not reading its replies; closing its connection (the session stays)"
+            );
+        }
+    }
+
+    pub(super) fn reply(&mut self, conn: ConnId, xid: i32, zxid: i64, err: ErrorCode, body: Body) {
+        let header = ReplyHeader {
+            xid,
+            zxid,
+            err: err.code(),
+        };
+        self.send(conn, Message::Reply { header, body }, false);
+    }
+
+    /// Asks a connection's writer to close after what is already queued.
+    pub(super) fn close(&mut self, conn: ConnId) {
+        self.send(conn, Message::Text(String::new()), true);
+    }
+
+    pub(super) fn deliver(&mut self, fired: Vec<Fired>) {
+        for Fired { conn, event, path } in fired {
+            let header = ReplyHeader {
+                xid: XID_NOTIFICATION,
+                zxid: -1,
+                err: 0,
+            };
+            let body = Body::Event(WatcherEvent {
+                event_type: event.code(),
+                state: KeeperState::SyncConnected.code(),
+                path,
+            });
+            self.send(conn, Message::Reply { header, body }, false);
+        }
+    }
+
+    /// The reply to a write that was applied, made from what apply returned.
+    pub(super) fn reply_to_write(
+        &mut self,
+        conn: ConnId,
+        xid: i32,
+        zxid: i64,
+        request: &Request,
+        result: TxnResult,
+    ) {
+        let body = match (request, result) {
+            (Request::Create(op), TxnResult::Created { path, stat }) => {
+                if op.op == OpCode::Create {
+                    Body::Path(path)
+                } else {
+                    Body::PathStat { path, stat }
+                }
+            }
+            (Request::Multi(ops), TxnResult::Multi(results)) => Body::Multi(
+                ops.iter()
+                    .zip(results)
+                    .map(|(op, result)| match (op, result) {
+                        (MultiOp::Create(c), TxnResult::Created { path, stat }) => {
+                            MultiResult::Created {
+                                op: c.op,
+                                path,
+                                stat,
+                            }
+                        }
+                        (_, TxnResult::DataSet(stat)) => MultiResult::DataSet(stat),
+                        (_, TxnResult::Deleted) => MultiResult::Deleted,
+                        _ => MultiResult::Checked,
+                    })
+                    .collect(),
+            ),
+            (_, TxnResult::DataSet(stat) | TxnResult::AclSet(stat)) => Body::Stat(stat),
+            _ => Body::Empty,
+        };
+        let close = matches!(request, Request::CloseSession);
+        let header = ReplyHeader { xid, zxid, err: 0 };
+        self.send(conn, Message::Reply { header, body }, close);
+    }
+}
