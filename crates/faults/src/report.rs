@@ -33,7 +33,7 @@ pub fn table(rows: &[Row]) -> String {
         lines.push([
             s.backend.name().to_owned(),
             s.kind.name().to_owned(),
-            s.fault.name(s.backend).to_owned(),
+            fault_cell(row),
             row.counts.turns.to_string(),
             row.counts.overlaps.to_string(),
             stale,
@@ -66,8 +66,19 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The fault's name, marked when it found no holder to strike.
+fn fault_cell(row: &Row) -> String {
+    let name = row.scenario.fault.name(row.scenario.backend);
+    if row.struck {
+        name.to_owned()
+    } else {
+        format!("{name} (no holder found: not injected)")
+    }
+}
+
 /// The rows as JSON: `{"seed": N, "rows": [{backend, lock, fault, seed, operations, writes,
-/// overlaps, stale_accepted (null without tokens), refused, max_unavailable_ms, took_ms}]}`.
+/// struck, overlaps, stale_accepted (null without tokens), refused, max_unavailable_ms,
+/// took_ms}]}`.
 pub fn json(seed: u64, rows: &[Row]) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = rows
         .iter()
@@ -77,6 +88,7 @@ pub fn json(seed: u64, rows: &[Row]) -> serde_json::Value {
                 "backend": s.backend.name(),
                 "lock": s.kind.name(),
                 "fault": s.fault.name(s.backend),
+                "struck": row.struck,
                 "seed": row.seed,
                 "operations": row.counts.turns,
                 "writes": row.counts.writes,

@@ -222,6 +222,9 @@ pub struct Row {
     pub counts: Counts,
     /// How long the scenario took, start to end.
     pub took: Duration,
+    /// Whether the fault was injected: a holder fault needs a client inside the resource, and
+    /// none may have been within [`HOLDER_WAIT`] (the table says so).
+    pub struck: bool,
 }
 
 /// One client process and what the suite can do to it besides signals.
@@ -360,6 +363,7 @@ pub async fn run(
     let run_for = WARM_UP_LIMIT + length + outage + Duration::from_secs(60);
     let mut clients = Clients { procs: Vec::new() };
     let mut paused = None;
+    let mut struck = matches!(scenario.fault, Fault::None | Fault::Server);
     let dir = tempfile::tempdir().expect("a temporary directory for the clients' clocks");
     {
         let spawner = Spawner {
@@ -386,6 +390,7 @@ pub async fn run(
             match victim.as_deref().and_then(|v| clients.slot(v)) {
                 None => eprintln!("{scenario}: no holder to fault within {HOLDER_WAIT:?}"),
                 Some(slot) => {
+                    struck = true;
                     let proc = &mut clients.procs[slot];
                     match scenario.fault {
                         Fault::Pause => {
@@ -454,5 +459,6 @@ pub async fn run(
         seed,
         counts: resource.counts(),
         took: started.elapsed(),
+        struck,
     }
 }

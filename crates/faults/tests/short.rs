@@ -52,6 +52,11 @@ fn short_run_shows_fencing_holds_on_zookeeper() {
         let backend = row["backend"].as_str().expect("backend");
         let fault = row["fault"].as_str().expect("fault");
         assert!(number(row, "operations") >= 3, "no operations: {row}");
+        assert_eq!(
+            row["struck"],
+            Value::Bool(true),
+            "the fault was injected: {row}"
+        );
         if matches!(backend, "keeper" | "zookeeper") {
             zookeeper_rows += 1;
             assert_eq!(
