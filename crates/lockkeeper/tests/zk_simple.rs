@@ -500,6 +500,11 @@ async fn wakeups_per_release(b: &Backend, simple: bool, waiters: usize) -> u64 {
 async fn one_release_wakes_every_simple_waiter_but_one_mutex_waiter() {
     const WAITERS: usize = 4;
     each_backend(|b| async move {
+        if b.connect.contains(',') {
+            // `wchs` counts the watches of one server; an ensemble's are spread over three.
+            eprintln!("skipped on an ensemble: the watch count is read from one server");
+            return;
+        }
         let simple = wakeups_per_release(&b, true, WAITERS).await;
         b.wait_watches(0, "the simple-lock sessions closed").await;
         let mutex = wakeups_per_release(&b, false, WAITERS).await;

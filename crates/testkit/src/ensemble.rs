@@ -468,6 +468,20 @@ impl ZkEnsemble {
     }
 }
 
+/// As a [`TestServer`](crate::TestServer), the ensemble is reached through all its members;
+/// `addr()` is the first member's (for tests that open a raw connection to one server).
+impl crate::TestServer for ZkEnsemble {
+    fn addr(&self) -> SocketAddr {
+        self.member_addr(0)
+    }
+    fn connect_string(&self) -> String {
+        ZkEnsemble::connect_string(self)
+    }
+    fn name(&self) -> &'static str {
+        "ensemble"
+    }
+}
+
 impl Drop for ZkEnsemble {
     fn drop(&mut self) {
         for index in 0..self.members.len() {

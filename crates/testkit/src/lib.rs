@@ -17,7 +17,9 @@
 //! real client would, or stop reading their socket.
 //!
 //! Set `LOCKKEEPER_TEST_BACKENDS=keeper` (or `zookeeper`, or `keeper,zookeeper`, the default)
-//! to run the [`both()`] tests against fewer backends while debugging.
+//! to run the [`both()`] tests against fewer backends while debugging, or add `ensemble` to
+//! run them against a three-member Apache ZooKeeper ensemble as well (opt-in: three JVMs per
+//! test; tests that restart or cut off one server keep to the single servers).
 
 mod child;
 mod ensemble;
@@ -73,25 +75,27 @@ pub trait TestServer: Send + Sync {
 /// The environment variable that narrows [`both()`] to some backends.
 pub const BACKENDS_ENV: &str = "LOCKKEEPER_TEST_BACKENDS";
 
-/// Whether the backend called `name` (`"keeper"` or `"zookeeper"`) is selected by
-/// `LOCKKEEPER_TEST_BACKENDS` (both are when it is unset). Tests that build their own pair of
-/// servers (with non-default options) use this to honour the same selection as [`both()`].
+/// Whether the backend called `name` (`"keeper"`, `"zookeeper"` or `"ensemble"`) is selected
+/// by `LOCKKEEPER_TEST_BACKENDS` (Keeper and ZooKeeper are when it is unset; the ensemble only
+/// when listed). Tests that build their own pair of servers (with non-default options) use
+/// this to honour the same selection as [`both()`].
 pub fn backend_enabled(name: &str) -> bool {
     let Ok(wanted) = std::env::var(BACKENDS_ENV) else {
-        return true;
+        return name != "ensemble";
     };
     let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
     for listed in &wanted {
         assert!(
-            matches!(*listed, "keeper" | "zookeeper"),
-            "{BACKENDS_ENV} lists {listed:?}; expected `keeper` and/or `zookeeper`"
+            matches!(*listed, "keeper" | "zookeeper" | "ensemble"),
+            "{BACKENDS_ENV} lists {listed:?}; expected `keeper`, `zookeeper` and/or `ensemble`"
         );
     }
     wanted.contains(&name)
 }
 
 /// One Keeper and one Apache ZooKeeper, in that order, each freshly started: the same test
-/// body runs against each.
+/// body runs against each (and against a three-member ensemble, when selected: see
+/// [`backend_enabled`]).
 pub fn both() -> Vec<Box<dyn TestServer>> {
     let mut servers: Vec<Box<dyn TestServer>> = Vec::new();
     if backend_enabled("keeper") {
@@ -99,6 +103,9 @@ pub fn both() -> Vec<Box<dyn TestServer>> {
     }
     if backend_enabled("zookeeper") {
         servers.push(Box::new(ApacheZk::start()));
+    }
+    if backend_enabled("ensemble") {
+        servers.push(Box::new(ZkEnsemble::start(3)));
     }
     servers
 }

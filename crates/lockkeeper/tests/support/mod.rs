@@ -23,6 +23,13 @@ where
     }
 }
 
+/// Whether `connect` names several servers: the opt-in ensemble run
+/// (`LOCKKEEPER_TEST_BACKENDS=ensemble`). A test whose fault needs one server (a proxy that
+/// cuts a single connection at a chosen request) skips it, saying so.
+pub fn is_ensemble(connect: &str) -> bool {
+    connect.contains(',')
+}
+
 /// A session with a short timeout (the test servers' minimum is 4 s).
 pub async fn session(connect: &str) -> Session {
     Session::builder(connect)
