@@ -95,8 +95,8 @@ fn bad_backlogs_are_refused_by_name() {
         };
         assert_eq!(
             failure.status.and_then(|s| s.code()),
-            Some(2),
-            "usage errors exit 2; {failure}"
+            Some(64),
+            "usage errors exit 64 (EX_USAGE), as every lockkeeper command's do; {failure}"
         );
         assert!(
             failure
