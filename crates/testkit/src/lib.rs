@@ -26,6 +26,7 @@ mod ensemble;
 mod fourlw;
 mod http;
 mod keeper;
+mod launch;
 mod peer;
 mod ports;
 mod postgres;

@@ -23,12 +23,10 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::child::{die_with_parent, kill_and_reap, tail};
-use crate::ports::try_free_port;
+use crate::child::{die_with_parent, kill_and_reap};
+use crate::launch::{self, Launch};
 use crate::tools::find_on_path;
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-const START_ATTEMPTS: usize = 4;
 const LOG_FILE: &str = "postgres.log";
 
 /// A running PostgreSQL server (superuser `postgres`, trust authentication on loopback),
@@ -84,12 +82,13 @@ impl Postgres {
             ));
         }
 
-        let mut failures = Vec::new();
-        for _ in 0..START_ATTEMPTS {
-            let port = try_free_port().map_err(|e| e.to_string())?;
-            let log = fs::File::create(&log_path)
-                .and_then(|log| Ok((log.try_clone()?, log)))
-                .map_err(|e| format!("create the PostgreSQL log {}: {e}", log_path.display()))?;
+        let launch = Launch {
+            name: "PostgreSQL",
+            log: &log_path,
+            port_taken: &["could not bind", "already in use"],
+            not_ready: "not ready",
+        };
+        let command = |port: u16| {
             let mut command = Command::new(bin.join("postgres"));
             command
                 .arg("-D")
@@ -102,55 +101,18 @@ impl Postgres {
                 .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
                 .args(["-c", "full_page_writes=off", "-c", "max_connections=50"])
                 .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(log.0)
-                .stderr(log.1);
+                .stdin(Stdio::null());
             as_user(&mut command, user);
             die_with_parent(&mut command);
-            let mut child = command
-                .spawn()
-                .map_err(|e| format!("spawn {}: {e}", bin.join("postgres").display()))?;
-            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-            let started = Instant::now();
-            let outcome = loop {
-                if let Ok(Some(status)) = child.try_wait() {
-                    break Err(format!("exited ({status})"));
-                }
-                if is_ready(&bin, port) {
-                    break Ok(());
-                }
-                if started.elapsed() > START_TIMEOUT {
-                    kill_and_reap(&mut child);
-                    break Err(format!("not ready within {START_TIMEOUT:?}"));
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            };
-            match outcome {
-                Ok(()) => {
-                    let pid = child.id();
-                    return Ok(Postgres {
-                        child: Mutex::new(child),
-                        pid,
-                        addr,
-                        dir,
-                    });
-                }
-                Err(why) => {
-                    let log = fs::read_to_string(&log_path).unwrap_or_default();
-                    if !log.contains("could not bind") && !log.contains("already in use") {
-                        return Err(format!(
-                            "PostgreSQL on {addr} {why}; log:\n{}",
-                            tail(&log, 40)
-                        ));
-                    }
-                    failures.push(format!("port {port} was taken"));
-                }
-            }
-        }
-        Err(format!(
-            "PostgreSQL did not start after {START_ATTEMPTS} attempts: {}",
-            failures.join("; ")
-        ))
+            command
+        };
+        let (child, port) = launch::on_free_port(&launch, command, |port| is_ready(&bin, port))?;
+        Ok(Postgres {
+            pid: child.id(),
+            child: Mutex::new(child),
+            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            dir,
+        })
     }
 
     /// The loopback address it listens on.

@@ -7,16 +7,14 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
-use crate::child::{guarded_command, kill_and_reap, tail};
-use crate::ports::try_free_port;
+use crate::child::{guarded_command, kill_and_reap};
+use crate::launch::{self, Launch};
 use crate::tools::find_on_path;
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-const START_ATTEMPTS: usize = 4;
 const LOG_FILE: &str = "redis.log";
 
 /// A running redis-server, killed (by its PID) when dropped.
@@ -44,12 +42,13 @@ impl RedisServer {
             .tempdir()
             .map_err(|e| format!("create a temporary directory for redis-server: {e}"))?;
         let log_path = dir.path().join(LOG_FILE);
-        let mut failures = Vec::new();
-        for _ in 0..START_ATTEMPTS {
-            let port = try_free_port().map_err(|e| e.to_string())?;
-            let log = fs::File::create(&log_path)
-                .and_then(|log| Ok((log.try_clone()?, log)))
-                .map_err(|e| format!("create the redis log {}: {e}", log_path.display()))?;
+        let launch = Launch {
+            name: "redis-server",
+            log: &log_path,
+            port_taken: &["Address already in use"],
+            not_ready: "no PONG",
+        };
+        let command = |port: u16| {
             let mut command = guarded_command(dir.path(), &program);
             command
                 .current_dir(dir.path())
@@ -60,53 +59,17 @@ impl RedisServer {
                 .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
                 // Keep the command line (it names our directory) for the orphan guard.
                 .args(["--set-proc-title", "no", "--protected-mode", "yes"])
-                .stdin(Stdio::null())
-                .stdout(log.0)
-                .stderr(log.1);
-            let mut child = command
-                .spawn()
-                .map_err(|e| format!("spawn {}: {e}", program.display()))?;
-            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-            let started = Instant::now();
-            let outcome = loop {
-                if let Ok(Some(status)) = child.try_wait() {
-                    break Err(format!("exited ({status})"));
-                }
-                if ping(addr) {
-                    break Ok(());
-                }
-                if started.elapsed() > START_TIMEOUT {
-                    kill_and_reap(&mut child);
-                    break Err(format!("no PONG within {START_TIMEOUT:?}"));
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            };
-            match outcome {
-                Ok(()) => {
-                    let pid = child.id();
-                    return Ok(RedisServer {
-                        child: Mutex::new(child),
-                        pid,
-                        addr,
-                        dir,
-                    });
-                }
-                Err(why) => {
-                    let log = fs::read_to_string(&log_path).unwrap_or_default();
-                    if !log.contains("Address already in use") {
-                        return Err(format!(
-                            "redis-server on {addr} {why}; log:\n{}",
-                            tail(&log, 40)
-                        ));
-                    }
-                    failures.push(format!("port {port} was taken"));
-                }
-            }
-        }
-        Err(format!(
-            "redis-server did not start after {START_ATTEMPTS} attempts: {}",
-            failures.join("; ")
-        ))
+                .stdin(Stdio::null());
+            command
+        };
+        let ready = |port: u16| ping(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+        let (child, port) = launch::on_free_port(&launch, command, ready)?;
+        Ok(RedisServer {
+            pid: child.id(),
+            child: Mutex::new(child),
+            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            dir,
+        })
     }
 
     /// The loopback address it listens on.
