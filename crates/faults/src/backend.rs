@@ -3,21 +3,24 @@
 //!
 //! Invariants: one backend value owns its servers and stops them on drop; every blocking
 //! testkit call (start, kill, restart, failover) runs on a blocking thread so the resource
-//! server and the proxies keep running meanwhile; single-server backends are reached through a
-//! per-client [`Proxy`] so one client can be cut off alone.
+//! server and the proxies keep running meanwhile; every backend but Sentinel is reached through
+//! a per-client [`Proxy`] (relaying every member or master) so one client can be cut off alone.
 
 use std::fmt;
 
+use std::path::Path;
+
 use lockkeeper_testkit::{
-    ApacheZk, Keeper, NodeOptions, Proxy, RedisNode, RedisSentinel, TestServer, ZkEnsemble,
+    ApacheZk, NodeOptions, Proxy, RedisNode, RedisSentinel, TestServer, ZkEnsemble,
 };
 
+use crate::keeper_proc::KeeperProcess;
 use crate::kind::Kind;
 
 /// A backend of the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BackendKind {
-    /// Keeper, in-process.
+    /// Keeper, a process of its own (this binary's `keeper` subcommand).
     Keeper,
     /// One Apache ZooKeeper server.
     Zookeeper,
@@ -72,7 +75,7 @@ impl fmt::Display for BackendKind {
 }
 
 enum Servers {
-    Keeper(Keeper),
+    Keeper(KeeperProcess),
     Zookeeper(ApacheZk),
     Ensemble(ZkEnsemble),
     Redis(RedisNode),
@@ -95,10 +98,14 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 impl Backend {
-    /// Starts the servers (blocking work on a blocking thread).
-    pub async fn start(kind: BackendKind) -> Backend {
+    /// Starts the servers (blocking work on a blocking thread); `exe` is this binary, whose
+    /// `keeper` subcommand is the Keeper server.
+    pub async fn start(kind: BackendKind, exe: &Path) -> Backend {
+        let exe = exe.to_path_buf();
         let servers = blocking(move || match kind {
-            BackendKind::Keeper => Servers::Keeper(Keeper::start()),
+            BackendKind::Keeper => Servers::Keeper(
+                KeeperProcess::start(&exe).unwrap_or_else(|e| panic!("start Keeper: {e}")),
+            ),
             BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),
             BackendKind::Ensemble => Servers::Ensemble(ZkEnsemble::start(3)),
             BackendKind::Redis => {
@@ -116,40 +123,46 @@ impl Backend {
         self.kind
     }
 
-    /// The one server address a per-client proxy can stand in front of, if the backend is a
-    /// single server.
-    pub fn single_upstream(&self) -> Option<String> {
+    /// The servers a per-client proxy stands in front of (a connect string: every member or
+    /// master), so one client can be cut off alone; `None` for Sentinel, whose clients learn
+    /// the master's address from the sentinels and so would go around a proxy.
+    pub fn proxied_upstream(&self) -> Option<String> {
         match &self.servers {
             Servers::Keeper(k) => Some(k.connect_string()),
             Servers::Zookeeper(z) => Some(z.connect_string()),
+            Servers::Ensemble(e) => Some(e.connect_string()),
             Servers::Redis(r) => Some(r.addr().to_string()),
-            _ => None,
+            Servers::Redlock(nodes) => Some(
+                nodes
+                    .iter()
+                    .map(|n| n.addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            Servers::Sentinel(_) => None,
         }
     }
 
     /// The `--backend` argument for a client, through `proxy` when given.
     pub fn endpoint(&self, proxy: Option<&Proxy>) -> String {
-        let via = proxy.map(Proxy::connect_string);
+        let hosts = proxy
+            .map(Proxy::connect_string)
+            .or_else(|| self.proxied_upstream());
         match &self.servers {
-            Servers::Keeper(_) | Servers::Zookeeper(_) => format!(
-                "zk://{}",
-                via.or_else(|| self.single_upstream()).unwrap_or_default()
-            ),
-            Servers::Ensemble(e) => format!("zk://{}", e.connect_string()),
-            Servers::Redis(r) => format!("redis://{}", via.unwrap_or(r.addr().to_string())),
+            Servers::Keeper(_) | Servers::Zookeeper(_) | Servers::Ensemble(_) => {
+                format!("zk://{}", hosts.unwrap_or_default())
+            }
+            Servers::Redis(_) => format!("redis://{}", hosts.unwrap_or_default()),
+            Servers::Redlock(_) => format!("redlock://{}", hosts.unwrap_or_default()),
             Servers::Sentinel(s) => {
                 let hosts: Vec<String> = s.sentinel_addrs().iter().map(|a| a.to_string()).collect();
                 format!("redis+sentinel://{}@{}", s.master_name(), hosts.join(","))
             }
-            Servers::Redlock(nodes) => {
-                let hosts: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
-                format!("redlock://{}", hosts.join(","))
-            }
         }
     }
 
-    /// Injects the server-side fault and recovers from it: Keeper shut down and restarted on
-    /// its data (in-process, so not a SIGKILL); ZooKeeper SIGKILLed and restarted; the
+    /// Injects the server-side fault and recovers from it: Keeper or ZooKeeper SIGKILLed and
+    /// restarted on its data; the
     /// ensemble's leader SIGKILLed and restarted; the Redis master SIGKILLed and restarted on
     /// its append-only file; a Sentinel failover (SENTINEL FAILOVER: the replica, which may
     /// lag, is promoted); three of the five Redlock masters SIGKILLed and restarted empty (no
@@ -160,7 +173,9 @@ impl Backend {
         self.servers = blocking(move || {
             let mut servers = servers;
             match &mut servers {
-                Servers::Keeper(k) => k.restart(),
+                Servers::Keeper(k) => k
+                    .kill_and_restart()
+                    .unwrap_or_else(|e| panic!("server fault: {e}")),
                 Servers::Zookeeper(z) => z.restart(),
                 Servers::Ensemble(e) => {
                     let leader = e.kill_leader();

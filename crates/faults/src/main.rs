@@ -3,7 +3,8 @@
 //! Without a subcommand it is the orchestrator: for each scenario (backend x lock kind x
 //! fault) it starts the backend (once per backend), a resource server and three client
 //! processes (this binary's `client` subcommand), injects the fault, and prints one row of the
-//! table. With `client` it is one of those clients.
+//! table. With `client` it is one of those clients; with `keeper`, the Keeper server the suite
+//! SIGKILLs and restarts.
 //!
 //! Invariants: every run is bounded in time (scenario length plus the fault's own bounded
 //! length, warm-up bounded); the run's seed is printed first, and `--seed N --only PATTERN`
@@ -13,6 +14,7 @@
 mod backend;
 mod client;
 mod clock;
+mod keeper_proc;
 mod kind;
 mod report;
 mod resource;
@@ -82,6 +84,16 @@ enum Sub {
         #[arg(long)]
         run_for_ms: u64,
     },
+    /// Keeper as a process of its own, so its server fault is a SIGKILL (started by the
+    /// orchestrator; runs until killed).
+    Keeper {
+        /// 127.0.0.1:PORT.
+        #[arg(long)]
+        listen: SocketAddr,
+        /// The data directory (transaction log and snapshots).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -130,6 +142,15 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some(Sub::Keeper { listen, data_dir }) => {
+            match runtime.block_on(keeper_proc::serve(listen, data_dir)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("lockkeeper-faults keeper: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         None => runtime.block_on(orchestrate(cli)),
     }
 }
@@ -174,7 +195,7 @@ async fn orchestrate(cli: Cli) -> ExitCode {
         // One backend per run of consecutive scenarios on it (the list is grouped by backend).
         if backend.as_ref().map(Backend::kind) != Some(scenario.backend) {
             drop(backend.take());
-            backend = Some(Backend::start(scenario.backend).await);
+            backend = Some(Backend::start(scenario.backend, &exe).await);
         }
         let Some(current) = backend.as_mut() else {
             unreachable!("started above")

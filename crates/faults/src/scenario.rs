@@ -150,10 +150,8 @@ pub fn all() -> Vec<Scenario> {
     ];
     let mut scenarios = Vec::new();
     for backend in backends {
-        let single = matches!(
-            backend,
-            BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Redis
-        );
+        // A Sentinel client learns the master's address from the sentinels, around any proxy.
+        let cuttable = backend != BackendKind::Sentinel;
         // Client clock jumps on one backend of each family are enough: the library's clocks
         // are the same code everywhere.
         let client_clock = matches!(
@@ -171,7 +169,7 @@ pub fn all() -> Vec<Scenario> {
         ];
         for &kind in backend.kinds() {
             for fault in faults {
-                if (fault == Fault::Cut && !single)
+                if (fault == Fault::Cut && !cuttable)
                     || (fault == Fault::ClientClock && !client_clock)
                 {
                     continue;
@@ -231,7 +229,7 @@ pub struct Row {
 struct ClientProc {
     name: String,
     child: Child,
-    /// Its own proxy in front of a single-server backend (to cut it alone).
+    /// Its own proxy in front of the backend's servers (to cut it alone).
     proxy: Option<Proxy>,
     /// Its own clock, in a scenario that steps one.
     clock: Option<FakeClock>,
@@ -271,7 +269,7 @@ struct Spawner<'a> {
 
 impl Spawner<'_> {
     async fn spawn(&self, index: usize, generation: usize) -> ClientProc {
-        let proxy = match self.backend.single_upstream() {
+        let proxy = match self.backend.proxied_upstream() {
             Some(upstream) => Some(Proxy::start(&upstream).await),
             None => None,
         };

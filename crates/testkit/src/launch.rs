@@ -1,5 +1,5 @@
-//! Starting a server program on a free loopback port: the loop redis-server and PostgreSQL
-//! share.
+//! Starting a server program on a free loopback port: the loop redis-server, PostgreSQL and the
+//! fault-injection suite's Keeper process share.
 //!
 //! A free port is only free when it is picked; another process can take it before the server
 //! binds. So the server is started, polled until it serves, and if it exited because the port
@@ -20,7 +20,7 @@ const ATTEMPTS: usize = 4;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to start, for [`on_free_port`].
-pub(crate) struct Launch<'a> {
+pub struct Launch<'a> {
     /// The server's name in errors (`"redis-server"`, `"PostgreSQL"`).
     pub name: &'a str,
     /// Where its stdout and stderr go; read back when it fails.
@@ -33,7 +33,7 @@ pub(crate) struct Launch<'a> {
 
 /// Starts `command(port)` on a free port (its stdout and stderr sent to `launch.log`) until
 /// `ready(port)` says it serves; the child and its port.
-pub(crate) fn on_free_port(
+pub fn on_free_port(
     launch: &Launch<'_>,
     mut command: impl FnMut(u16) -> Command,
     ready: impl Fn(u16) -> bool,

@@ -49,6 +49,7 @@ pub use ensemble::{ENSEMBLE_TICK_MS, MemberMode, ZkEnsemble, ensemble_options};
 pub use fourlw::{four_letter_word, try_four_letter_word};
 pub use http::http_exchange;
 pub use keeper::Keeper;
+pub use launch::{Launch, on_free_port};
 pub use peer::LinePeer;
 pub use ports::{free_port, try_free_port};
 pub use postgres::Postgres;

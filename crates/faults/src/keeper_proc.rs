@@ -1,0 +1,146 @@
+//! Keeper as a process of its own (this binary's `keeper` subcommand), so the suite's server
+//! fault on Keeper is a SIGKILL, as it is on Apache ZooKeeper and redis-server, and not an
+//! orderly in-process shutdown.
+//!
+//! Invariants:
+//! - The server keeps its defaults where they matter to a crash: `--sync always` (every
+//!   acknowledged write is on disk before the reply), 2 s ticks.
+//! - A restart reuses the port and the data directory, so clients reconnect to the same address
+//!   and find the state the killed server had acknowledged.
+//! - The process dies with the orchestrator (`die_with_parent`) and is SIGKILLed and reaped on
+//!   drop; only this PID is ever signalled.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockkeeper_server::Config;
+use lockkeeper_testkit::{Launch, die_with_parent, on_free_port, try_four_letter_word};
+use tempfile::TempDir;
+
+/// What the `keeper` subcommand prints once it serves.
+const SERVING: &str = "lockkeeper-faults keeper serving on";
+/// How long a restart may take to serve again (recovery included).
+const RESTART_LIMIT: Duration = Duration::from_secs(30);
+
+/// The configuration the `keeper` subcommand serves with.
+pub fn config(listen: SocketAddr, data_dir: PathBuf) -> Config {
+    Config {
+        listen,
+        data_dir,
+        tick_time: Duration::from_millis(2000),
+        four_letter_words: vec!["*".to_string()],
+        ..Config::default()
+    }
+}
+
+/// Runs Keeper until the process is killed (the `keeper` subcommand).
+pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> Result<(), String> {
+    let server = lockkeeper_server::Server::start(config(listen, data_dir.clone()))
+        .await
+        .map_err(|e| format!("Keeper on {listen} ({}): {e}", data_dir.display()))?;
+    println!("{SERVING} {}", server.local_addr());
+    // Only a signal ends it: the suite's fault is SIGKILL, its end of run SIGKILL too.
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// A Keeper child process on a loopback port.
+pub struct KeeperProcess {
+    exe: PathBuf,
+    data: TempDir,
+    port: u16,
+    child: Child,
+}
+
+fn is_serving(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    try_four_letter_word(addr, "ruok", Duration::from_millis(500))
+        .is_ok_and(|answer| answer == "imok")
+}
+
+impl KeeperProcess {
+    /// Starts `exe keeper` on a free port and a fresh data directory; returns once it serves.
+    pub fn start(exe: &Path) -> Result<KeeperProcess, String> {
+        let data = tempfile::Builder::new()
+            .prefix("lockkeeper-faults-keeper-")
+            .tempdir()
+            .map_err(|e| format!("a data directory for Keeper: {e}"))?;
+        let log = data.path().join("keeper.log");
+        let store = data.path().join("data");
+        let launch = Launch {
+            name: "Keeper",
+            log: &log,
+            port_taken: &["Address already in use"],
+            not_ready: "no imok",
+        };
+        let (child, port) = on_free_port(&launch, |port| command(exe, port, &store), is_serving)?;
+        Ok(KeeperProcess {
+            exe: exe.to_path_buf(),
+            data,
+            port,
+            child,
+        })
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server and starts it again on the same port and data directory; returns
+    /// once it serves.
+    pub fn kill_and_restart(&mut self) -> Result<(), String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let log = self.data.path().join("keeper.log");
+        let out = std::fs::File::create(&log)
+            .and_then(|f| Ok((f.try_clone()?, f)))
+            .map_err(|e| format!("the Keeper log {}: {e}", log.display()))?;
+        let mut command = command(&self.exe, self.port, &self.data.path().join("data"));
+        self.child = command
+            .stdout(out.0)
+            .stderr(out.1)
+            .spawn()
+            .map_err(|e| format!("restart {}: {e}", self.exe.display()))?;
+        let deadline = Instant::now() + RESTART_LIMIT;
+        while !is_serving(self.port) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!(
+                    "Keeper restarted on {} exited ({status}): {text}",
+                    self.connect_string()
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "Keeper restarted on {} not serving within {RESTART_LIMIT:?}",
+                    self.connect_string()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+fn command(exe: &Path, port: u16, data_dir: &Path) -> Command {
+    let mut command = Command::new(exe);
+    command
+        .arg("keeper")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stdin(Stdio::null());
+    die_with_parent(&mut command);
+    command
+}
+
+impl Drop for KeeperProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
