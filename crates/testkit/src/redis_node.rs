@@ -8,6 +8,7 @@
 //!
 //! The process helpers here ([`spawn_redis`]) are shared with the cluster and Sentinel set-ups.
 
+use std::ffi::OsString;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -37,6 +38,7 @@ const LOG_FILE: &str = "redis.log";
 pub struct NodeOptions {
     durable: bool,
     args: Vec<String>,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl NodeOptions {
@@ -55,6 +57,13 @@ impl NodeOptions {
     /// One more command-line argument for redis-server (e.g. `--cluster-enabled`, `yes`).
     pub fn arg(mut self, arg: impl Into<String>) -> NodeOptions {
         self.args.push(arg.into());
+        self
+    }
+
+    /// One more environment variable for redis-server, kept across restarts: how a test
+    /// preloads a library into the server (e.g. the fault suite's wall-clock shim).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> NodeOptions {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -113,7 +122,8 @@ impl RedisNode {
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
             let args = node_args(port, dir.path(), &options);
-            match spawn_redis(dir.path(), &args, port, &dir.path().join(LOG_FILE)) {
+            let log = dir.path().join(LOG_FILE);
+            match spawn_redis_with(dir.path(), &args, &options.env, port, &log) {
                 Ok(child) => {
                     return RedisNode {
                         child: Mutex::new(Some(child)),
@@ -150,7 +160,7 @@ impl RedisNode {
         let started = Instant::now();
         // The port was ours a moment ago; retry briefly in case the kernel is slow to free it.
         loop {
-            match spawn_redis(self.dir.path(), &args, self.port, &log) {
+            match spawn_redis_with(self.dir.path(), &args, &self.options.env, self.port, &log) {
                 Ok(child) => {
                     *self.lock_child() = Some(child);
                     return;
@@ -282,6 +292,17 @@ pub(crate) fn spawn_redis(
     port: u16,
     log_path: &Path,
 ) -> Result<Child, SpawnError> {
+    spawn_redis_with(marker, args, &[], port, log_path)
+}
+
+/// [`spawn_redis`] with extra environment variables for the server.
+fn spawn_redis_with(
+    marker: &Path,
+    args: &[String],
+    env: &[(OsString, OsString)],
+    port: u16,
+    log_path: &Path,
+) -> Result<Child, SpawnError> {
     let program = redis_server_program();
     let offset = fs::metadata(log_path).map(|m| m.len()).unwrap_or(0);
     let log = fs::OpenOptions::new()
@@ -293,6 +314,7 @@ pub(crate) fn spawn_redis(
     command
         .current_dir(marker)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("dup the redis log"))
         .stderr(log);
