@@ -5,7 +5,7 @@
 //! Only clients get one: Debian's redis-server is linked with jemalloc, which calls
 //! `clock_gettime` while libfaketime initialises, and libfaketime 0.9.10 then cannot start
 //! the server (it reports unexpected recursive calls and Redis never answers), so a jump on a
-//! Redis server cannot be injected this way.
+//! Redis server cannot be injected this way: `shim.rs` does that with a library of our own.
 //!
 //! Invariants:
 //! - Only the wall clock is faked (`FAKETIME_DONT_FAKE_MONOTONIC=1`): a jump models an NTP
