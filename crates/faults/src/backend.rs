@@ -101,11 +101,22 @@ impl Backend {
     /// Starts the servers (blocking work on a blocking thread); `exe` is this binary, whose
     /// `keeper` subcommand is the Keeper server.
     pub async fn start(kind: BackendKind, exe: &Path) -> Backend {
-        let exe = exe.to_path_buf();
-        let servers = blocking(move || match kind {
+        let servers = match kind {
+            // Spawned from this (long-lived) thread: its parent-death signal is tied to the
+            // spawning thread, and blocking threads are retired when idle. Keeper serves within
+            // milliseconds, so the wait blocks little.
             BackendKind::Keeper => Servers::Keeper(
-                KeeperProcess::start(&exe).unwrap_or_else(|e| panic!("start Keeper: {e}")),
+                KeeperProcess::start(exe).unwrap_or_else(|e| panic!("start Keeper: {e}")),
             ),
+            _ => blocking(move || Backend::start_blocking(kind)).await,
+        };
+        Backend { kind, servers }
+    }
+
+    /// Starts the servers testkit guards itself (they outlive no test process).
+    fn start_blocking(kind: BackendKind) -> Servers {
+        match kind {
+            BackendKind::Keeper => unreachable!("started on the caller's thread"),
             BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),
             BackendKind::Ensemble => Servers::Ensemble(ZkEnsemble::start(3)),
             BackendKind::Redis => {
@@ -113,9 +124,7 @@ impl Backend {
             }
             BackendKind::Sentinel => Servers::Sentinel(RedisSentinel::start(3)),
             BackendKind::Redlock => Servers::Redlock((0..5).map(|_| RedisNode::start()).collect()),
-        })
-        .await;
-        Backend { kind, servers }
+        }
     }
 
     /// Which backend this is.
@@ -168,14 +177,18 @@ impl Backend {
     /// lag, is promoted); three of the five Redlock masters SIGKILLed and restarted empty (no
     /// persistence), a majority forgetting every lock at once.
     pub async fn server_fault(&mut self) {
+        if let Servers::Keeper(k) = &mut self.servers {
+            // On this thread, as in `start`.
+            k.kill_and_restart()
+                .unwrap_or_else(|e| panic!("server fault: {e}"));
+            return;
+        }
         // Move the servers onto a blocking thread and back.
         let servers = std::mem::replace(&mut self.servers, Servers::Redlock(Vec::new()));
         self.servers = blocking(move || {
             let mut servers = servers;
             match &mut servers {
-                Servers::Keeper(k) => k
-                    .kill_and_restart()
-                    .unwrap_or_else(|e| panic!("server fault: {e}")),
+                Servers::Keeper(_) => unreachable!("faulted on the caller's thread"),
                 Servers::Zookeeper(z) => z.restart(),
                 Servers::Ensemble(e) => {
                     let leader = e.kill_leader();

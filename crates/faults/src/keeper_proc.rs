@@ -8,7 +8,9 @@
 //! - A restart reuses the port and the data directory, so clients reconnect to the same address
 //!   and find the state the killed server had acknowledged.
 //! - The process dies with the orchestrator (`die_with_parent`) and is SIGKILLed and reaped on
-//!   drop; only this PID is ever signalled.
+//!   drop; only this PID is ever signalled. The kernel ties that parent-death signal to the
+//!   spawning *thread*, so start and restart must be called from a thread that lives as long as
+//!   the program, never from `spawn_blocking`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
