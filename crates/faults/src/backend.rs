@@ -16,6 +16,7 @@ use lockkeeper_testkit::{
 
 use crate::keeper_proc::KeeperProcess;
 use crate::kind::Kind;
+use crate::shim::ServerClock;
 
 /// A backend of the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,6 +57,17 @@ impl BackendKind {
         )
     }
 
+    /// Whether its servers run with a jumpable wall clock (the suite's server clock jump):
+    /// Keeper, the AOF redis-server, and three of the five Redlock masters. Sentinel's nodes
+    /// are started by testkit without that hook, and Apache ZooKeeper times sessions with the
+    /// JVM's monotonic clock as Keeper does, which Keeper's row shows.
+    pub fn has_server_clock(self) -> bool {
+        matches!(
+            self,
+            BackendKind::Keeper | BackendKind::Redis | BackendKind::Redlock
+        )
+    }
+
     /// The lock kinds that run on it.
     pub fn kinds(self) -> &'static [Kind] {
         match self {
@@ -87,6 +99,9 @@ enum Servers {
 pub struct Backend {
     kind: BackendKind,
     servers: Servers,
+    /// The clock the servers follow, where [`BackendKind::has_server_clock`]; its directory
+    /// holds the compiled shim and the offset file.
+    clock: Option<(ServerClock, tempfile::TempDir)>,
 }
 
 /// Runs a blocking testkit call off the async threads.
@@ -101,29 +116,62 @@ impl Backend {
     /// Starts the servers (blocking work on a blocking thread); `exe` is this binary, whose
     /// `keeper` subcommand is the Keeper server.
     pub async fn start(kind: BackendKind, exe: &Path) -> Backend {
+        let clock = kind.has_server_clock().then(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("lockkeeper-faults-clock-")
+                .tempdir()
+                .unwrap_or_else(|e| panic!("a directory for {kind}'s server clock: {e}"));
+            let clock = ServerClock::new(dir.path().join("wallclock"))
+                .unwrap_or_else(|e| panic!("{kind}'s server clock: {e}"));
+            (clock, dir)
+        });
         let servers = match kind {
             // Spawned from this (long-lived) thread: its parent-death signal is tied to the
             // spawning thread, and blocking threads are retired when idle. Keeper serves within
             // milliseconds, so the wait blocks little.
             BackendKind::Keeper => Servers::Keeper(
-                KeeperProcess::start(exe).unwrap_or_else(|e| panic!("start Keeper: {e}")),
+                KeeperProcess::start(exe, clock.as_ref().map(|(c, _)| c.clone()))
+                    .unwrap_or_else(|e| panic!("start Keeper: {e}")),
             ),
-            _ => blocking(move || Backend::start_blocking(kind)).await,
+            _ => {
+                let follower = clock.as_ref().map(|(c, _)| c.clone());
+                blocking(move || Backend::start_blocking(kind, follower)).await
+            }
         };
-        Backend { kind, servers }
+        Backend {
+            kind,
+            servers,
+            clock,
+        }
     }
 
-    /// Starts the servers testkit guards itself (they outlive no test process).
-    fn start_blocking(kind: BackendKind) -> Servers {
+    /// Starts the servers testkit guards itself (they outlive no test process); the Redis
+    /// masters that follow a server clock follow `clock`.
+    fn start_blocking(kind: BackendKind, clock: Option<ServerClock>) -> Servers {
+        let options = |options: NodeOptions| match &clock {
+            Some(clock) => clock.node_options(options),
+            None => options,
+        };
         match kind {
             BackendKind::Keeper => unreachable!("started on the caller's thread"),
             BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),
             BackendKind::Ensemble => Servers::Ensemble(ZkEnsemble::start(3)),
-            BackendKind::Redis => {
-                Servers::Redis(RedisNode::start_with(NodeOptions::new().durable(true)))
-            }
+            BackendKind::Redis => Servers::Redis(RedisNode::start_with(options(
+                NodeOptions::new().durable(true),
+            ))),
             BackendKind::Sentinel => Servers::Sentinel(RedisSentinel::start(3)),
-            BackendKind::Redlock => Servers::Redlock((0..5).map(|_| RedisNode::start()).collect()),
+            // The first three follow the clock: a majority whose clocks jump together.
+            BackendKind::Redlock => Servers::Redlock(
+                (0..5)
+                    .map(|i| {
+                        if i < 3 {
+                            RedisNode::start_with(options(NodeOptions::new()))
+                        } else {
+                            RedisNode::start()
+                        }
+                    })
+                    .collect(),
+            ),
         }
     }
 
@@ -168,6 +216,11 @@ impl Backend {
                 format!("redis+sentinel://{}@{}", s.master_name(), hosts.join(","))
             }
         }
+    }
+
+    /// The clock the servers follow, if the backend has one.
+    pub fn server_clock(&self) -> Option<&ServerClock> {
+        self.clock.as_ref().map(|(clock, _)| clock)
     }
 
     /// Injects the server-side fault and recovers from it: Keeper or ZooKeeper SIGKILLed and

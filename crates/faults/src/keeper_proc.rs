@@ -21,6 +21,8 @@ use lockkeeper_server::Config;
 use lockkeeper_testkit::{Launch, die_with_parent, on_free_port, try_four_letter_word};
 use tempfile::TempDir;
 
+use crate::shim::ServerClock;
+
 /// What the `keeper` subcommand prints once it serves.
 const SERVING: &str = "lockkeeper-faults keeper serving on";
 /// How long a restart may take to serve again (recovery included).
@@ -51,6 +53,8 @@ pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> Result<(), String> 
 /// A Keeper child process on a loopback port.
 pub struct KeeperProcess {
     exe: PathBuf,
+    /// The wall clock it follows, across restarts too.
+    clock: Option<ServerClock>,
     data: TempDir,
     port: u16,
     child: Child,
@@ -63,8 +67,9 @@ fn is_serving(port: u16) -> bool {
 }
 
 impl KeeperProcess {
-    /// Starts `exe keeper` on a free port and a fresh data directory; returns once it serves.
-    pub fn start(exe: &Path) -> Result<KeeperProcess, String> {
+    /// Starts `exe keeper` on a free port and a fresh data directory, following `clock` if
+    /// given; returns once it serves.
+    pub fn start(exe: &Path, clock: Option<ServerClock>) -> Result<KeeperProcess, String> {
         let data = tempfile::Builder::new()
             .prefix("lockkeeper-faults-keeper-")
             .tempdir()
@@ -77,9 +82,14 @@ impl KeeperProcess {
             port_taken: &["Address already in use"],
             not_ready: "no imok",
         };
-        let (child, port) = on_free_port(&launch, |port| command(exe, port, &store), is_serving)?;
+        let (child, port) = on_free_port(
+            &launch,
+            |port| command(exe, clock.as_ref(), port, &store),
+            is_serving,
+        )?;
         Ok(KeeperProcess {
             exe: exe.to_path_buf(),
+            clock,
             data,
             port,
             child,
@@ -100,7 +110,12 @@ impl KeeperProcess {
         let out = std::fs::File::create(&log)
             .and_then(|f| Ok((f.try_clone()?, f)))
             .map_err(|e| format!("the Keeper log {}: {e}", log.display()))?;
-        let mut command = command(&self.exe, self.port, &self.data.path().join("data"));
+        let mut command = command(
+            &self.exe,
+            self.clock.as_ref(),
+            self.port,
+            &self.data.path().join("data"),
+        );
         self.child = command
             .stdout(out.0)
             .stderr(out.1)
@@ -127,8 +142,11 @@ impl KeeperProcess {
     }
 }
 
-fn command(exe: &Path, port: u16, data_dir: &Path) -> Command {
+fn command(exe: &Path, clock: Option<&ServerClock>, port: u16, data_dir: &Path) -> Command {
     let mut command = Command::new(exe);
+    if let Some(clock) = clock {
+        clock.apply(&mut command);
+    }
     command
         .arg("keeper")
         .arg("--listen")

@@ -19,6 +19,7 @@ mod kind;
 mod report;
 mod resource;
 mod scenario;
+mod shim;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -51,6 +51,10 @@ pub enum Fault {
     /// Mixed: the holder paused as in [`Fault::Pause`], and the backend's server fault struck
     /// while it is stopped.
     PauseAndServer,
+    /// The servers' wall clock stepped [`CLOCK_JUMP`] seconds ahead while a client holds the
+    /// lock, and back after the outage ([`Backend::server_clock`]: on Redlock three of the
+    /// five masters jump together).
+    ServerClock,
 }
 
 impl Fault {
@@ -64,6 +68,7 @@ impl Fault {
             Fault::Server => server_fault_name(backend),
             Fault::ClientClock => "holder-clock-jump",
             Fault::PauseAndServer => mixed_fault_name(backend),
+            Fault::ServerClock => "server-clock-jump",
         }
     }
 }
@@ -166,11 +171,13 @@ pub fn all() -> Vec<Scenario> {
             Fault::Server,
             Fault::ClientClock,
             Fault::PauseAndServer,
+            Fault::ServerClock,
         ];
         for &kind in backend.kinds() {
             for fault in faults {
                 if (fault == Fault::Cut && !cuttable)
                     || (fault == Fault::ClientClock && !client_clock)
+                    || (fault == Fault::ServerClock && !backend.has_server_clock())
                 {
                     continue;
                 }
@@ -197,6 +204,7 @@ pub fn short() -> Vec<Scenario> {
         (BackendKind::Redis, Kind::Lease, Fault::Pause),
         (BackendKind::Redis, Kind::Reentrant, Fault::Server),
         (BackendKind::Redis, Kind::Lease, Fault::ClientClock),
+        (BackendKind::Redis, Kind::Lease, Fault::ServerClock),
         (BackendKind::Sentinel, Kind::Lease, Fault::Server),
         (BackendKind::Redlock, Kind::Redlock, Fault::Server),
     ];
@@ -361,7 +369,10 @@ pub async fn run(
     let run_for = WARM_UP_LIMIT + length + outage + Duration::from_secs(60);
     let mut clients = Clients { procs: Vec::new() };
     let mut paused = None;
-    let mut struck = matches!(scenario.fault, Fault::None | Fault::Server);
+    let mut struck = matches!(
+        scenario.fault,
+        Fault::None | Fault::Server | Fault::ServerClock
+    );
     let dir = tempfile::tempdir().expect("a temporary directory for the clients' clocks");
     {
         let spawner = Spawner {
@@ -383,7 +394,10 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(length / 4).await;
-        if !matches!(scenario.fault, Fault::None | Fault::Server) {
+        if !matches!(
+            scenario.fault,
+            Fault::None | Fault::Server | Fault::ServerClock
+        ) {
             let victim = wait_holder(&resource).await;
             match victim.as_deref().and_then(|v| clients.slot(v)) {
                 None => eprintln!("{scenario}: no holder to fault within {HOLDER_WAIT:?}"),
@@ -420,7 +434,9 @@ pub async fn run(
                                 let _ = clock.jump(0);
                             }
                         }
-                        Fault::None | Fault::Server => unreachable!("no victim for these"),
+                        Fault::None | Fault::Server | Fault::ServerClock => {
+                            unreachable!("no victim for these")
+                        }
                     }
                 }
             }
@@ -442,6 +458,21 @@ pub async fn run(
             "{scenario}: server fault took {:.2} s",
             struck.elapsed().as_secs_f64()
         );
+    }
+    if scenario.fault == Fault::ServerClock {
+        if wait_holder(&resource).await.is_none() {
+            eprintln!("{scenario}: no holder within {HOLDER_WAIT:?}; jumping anyway");
+        }
+        let clock = backend
+            .server_clock()
+            .unwrap_or_else(|| panic!("{scenario}: the backend has no server clock"));
+        clock
+            .jump(CLOCK_JUMP)
+            .unwrap_or_else(|e| panic!("{scenario}: jump the server clock: {e}"));
+        tokio::time::sleep(outage).await;
+        clock
+            .jump(0)
+            .unwrap_or_else(|e| panic!("{scenario}: jump the server clock back: {e}"));
     }
     // The lock must come back: wait (bounded) for the next turn after the fault, so the
     // unavailability it caused is measured even when it outlasts the scenario's length.

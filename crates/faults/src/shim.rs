@@ -91,7 +91,7 @@ pub fn build_shim(dir: &Path) -> Result<PathBuf, String> {
 /// with [`ServerClock::node_options`]) follows the same file.
 ///
 /// [`RedisNode`]: lockkeeper_testkit::RedisNode
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ServerClock {
     library: PathBuf,
     file: PathBuf,
@@ -141,10 +141,5 @@ impl ServerClock {
         partial.push(".tmp");
         std::fs::write(&partial, format!("{seconds:+}\n"))?;
         std::fs::rename(&partial, &self.file)
-    }
-
-    /// The offset file.
-    pub fn file(&self) -> &Path {
-        &self.file
     }
 }

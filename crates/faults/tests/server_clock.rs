@@ -204,7 +204,7 @@ fn only_the_wall_clocks_move() {
     );
 
     // A malformed file is ignored: a fresh process stays on real time.
-    std::fs::write(clock.file(), "sixty\n").expect("write");
+    std::fs::write(dir.path().join("offset"), "sixty\n").expect("write");
     let before = real_now();
     let [wall, ..] = clocks_under(&clock);
     assert!(
