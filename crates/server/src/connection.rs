@@ -19,7 +19,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use lockkeeper_proto::{
     ConnectRequest, DecodeError, ErrorCode, FrameError, Jute, Reader, Request, RequestHeader,
-    decode_frame,
+    XID_PING, decode_frame,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -31,6 +31,8 @@ use crate::core::CoreMsg;
 use crate::four_letter;
 use crate::log::Durable;
 use crate::outbox::{self, Batch, Inbox, Outbox};
+use crate::reply::Outgoing;
+use crate::trace::{Reaction, RequestStamps, StageTimes, SyncStamps};
 use crate::watch::ConnId;
 
 /// Why a connection ended early; logged, never sent.
@@ -62,6 +64,11 @@ pub struct ConnectionCtx {
     pub max_queued_bytes: u64,
     /// Packets written by every connection of the server.
     pub packets_sent: Arc<AtomicU64>,
+    /// Where this connection records the write path's stages.
+    pub stages: Arc<StageTimes>,
+    /// This connection's `reaction`: its writer notes events written, its reader the next
+    /// request.
+    pub reaction: Arc<Reaction>,
 }
 
 impl ConnectionCtx {
@@ -71,6 +78,7 @@ impl ConnectionCtx {
         core: mpsc::Sender<CoreMsg>,
         durable: watch::Receiver<Durable>,
         packets_sent: Arc<AtomicU64>,
+        stages: Arc<StageTimes>,
         config: &Config,
     ) -> Self {
         ConnectionCtx {
@@ -82,6 +90,8 @@ impl ConnectionCtx {
             handshake_timeout: config.handshake_timeout,
             max_queued_bytes: config.max_queued_bytes,
             packets_sent,
+            stages,
+            reaction: Arc::default(),
         }
     }
 }
@@ -152,8 +162,14 @@ async fn handshake(
     let (done_tx, done_rx) = oneshot::channel();
     let durable = ctx.durable.clone();
     let peer = ctx.peer;
+    let tracer = Tracer {
+        stages: ctx.stages.clone(),
+        reaction: ctx.reaction.clone(),
+        waited: None,
+        event: false,
+    };
     tokio::spawn(async move {
-        if let Err(e) = write_replies(writer, inbox, durable).await {
+        if let Err(e) = write_replies(writer, inbox, durable, tracer).await {
             tracing::debug!(%peer, error = %e, "writer ended");
         }
         let _ = done_tx.send(());
@@ -196,6 +212,9 @@ async fn read_requests(
             let received = Instant::now();
             let mut r = Reader::new(frame);
             let header = RequestHeader::read(&mut r).map_err(Closed::Header)?;
+            if header.xid != XID_PING {
+                ctx.reaction.request_received(&ctx.stages, received);
+            }
             let body = r.rest();
             let msg = match Request::decode(header.op, body) {
                 Ok(request) => CoreMsg::Request {
@@ -243,10 +262,11 @@ async fn write_replies(
     mut writer: OwnedWriteHalf,
     mut inbox: Inbox,
     durable: watch::Receiver<Durable>,
+    mut tracer: Tracer,
 ) -> std::io::Result<()> {
     let stats = inbox.stats();
     tokio::select! {
-        written = write_in_order(&mut writer, &mut inbox, durable) => written,
+        written = write_in_order(&mut writer, &mut inbox, durable, &mut tracer) => written,
         () = stats.overflowed() => {
             // A reset rather than a FIN: the peer is not reading, and a FIN would wait behind
             // the unsent bytes in the socket buffer for as long as it keeps not reading.
@@ -261,6 +281,7 @@ async fn write_in_order(
     writer: &mut OwnedWriteHalf,
     inbox: &mut Inbox,
     mut durable: watch::Receiver<Durable>,
+    tracer: &mut Tracer,
 ) -> std::io::Result<()> {
     // Grown on first use: an idle connection holds no buffer.
     let mut out = Vec::new();
@@ -271,28 +292,32 @@ async fn write_in_order(
             let msg = &queued.outgoing;
             if durable.borrow().zxid < msg.visible_at {
                 // Send what is already allowed out, then wait for the log to catch up.
-                flush(writer, &mut out, inbox, &mut batch).await?;
-                let waited = durable
+                flush(writer, &mut out, inbox, &mut batch, tracer).await?;
+                let reached = durable
                     .wait_for(|d| d.zxid >= msg.visible_at || d.faults != msg.faults)
                     .await
-                    .map(|d| d.zxid >= msg.visible_at);
-                if !matches!(waited, Ok(true)) {
+                    .map(|d| *d);
+                if !matches!(reached, Ok(d) if d.zxid >= msg.visible_at) {
                     // The disk failed first: this may reveal state that never became durable.
                     return Ok(());
                 }
             }
+            if msg.stamps.is_some() {
+                tracer.took(msg, &durable.borrow());
+            }
+            tracer.event |= msg.is_event();
             msg.message.encode(&mut out);
             batch.add(&queued);
             if msg.close {
-                flush(writer, &mut out, inbox, &mut batch).await?;
+                flush(writer, &mut out, inbox, &mut batch, tracer).await?;
                 writer.shutdown().await?;
                 return Ok(());
             }
             if out.len() >= WRITE_BATCH {
-                flush(writer, &mut out, inbox, &mut batch).await?;
+                flush(writer, &mut out, inbox, &mut batch, tracer).await?;
             }
         }
-        flush(writer, &mut out, inbox, &mut batch).await?;
+        flush(writer, &mut out, inbox, &mut batch, tracer).await?;
         if out.capacity() > 4 * WRITE_BATCH {
             // One huge reply must not pin its buffer for the connection's whole life.
             out = Vec::new();
@@ -310,11 +335,49 @@ async fn flush(
     out: &mut Vec<u8>,
     inbox: &Inbox,
     batch: &mut Batch,
+    tracer: &mut Tracer,
 ) -> std::io::Result<()> {
     if !out.is_empty() {
         writer.write_all(out).await?;
         out.clear();
     }
     inbox.written(std::mem::take(batch));
+    tracer.written(Instant::now());
     Ok(())
+}
+
+/// The writer's part of the `trace` module: the reply that last waited for the log, until the
+/// write that sends it, and whether a watch event is among what is being written.
+struct Tracer {
+    stages: Arc<StageTimes>,
+    reaction: Arc<Reaction>,
+    /// The stamps of the reply that waited, the log's sync that released it, when it woke.
+    waited: Option<(RequestStamps, SyncStamps, Instant)>,
+    /// A watch event is encoded and not yet written.
+    event: bool,
+}
+
+impl Tracer {
+    /// The writer took `msg`, which was queued before the log was durable that far, and sees
+    /// `durable` (now past it, whether the writer had to wait or not). Keeps its stamps, the
+    /// first such message's of a write, if that sync is the one that covered it: a later mark
+    /// would charge this reply for another batch's stages.
+    fn took(&mut self, msg: &Outgoing, durable: &Durable) {
+        let woke = Instant::now();
+        if let (None, Some(request), Some(sync)) = (self.waited, msg.stamps, durable.sync)
+            && sync.after < msg.visible_at
+        {
+            self.waited = Some((request, sync, woke));
+        }
+    }
+
+    /// What was encoded is on the socket at `at`.
+    fn written(&mut self, at: Instant) {
+        if let Some((request, sync, woke)) = self.waited.take() {
+            self.stages.record_reply(&request, &sync, woke, at);
+        }
+        if std::mem::take(&mut self.event) {
+            self.reaction.event_written(&self.stages, at);
+        }
+    }
 }

@@ -123,6 +123,9 @@ pub struct Core {
     counters: Counters,
     /// The timing summaries of `/metrics` (the log and snapshot writers record theirs).
     timings: Timings,
+    /// While a request is handled: when its frame was decoded and when the core took it. Every
+    /// message queued meanwhile carries them (see [`crate::trace`]).
+    handling: Option<(Instant, Instant)>,
     started: Instant,
     /// Departures counted so that the memory a burst of them freed goes back to the OS.
     after_burst: AfterBurst,
@@ -205,6 +208,7 @@ impl Core {
             read_only: None,
             counters: Counters::default(),
             timings,
+            handling: None,
             started: Instant::now(),
             after_burst: AfterBurst::default(),
             _data_dir_lock: lock,

@@ -141,6 +141,14 @@ fn mntr(view: &View, out: &mut String) {
     for (key, value) in lines {
         let _ = writeln!(out, "{key}\t{value}");
     }
+    // Keeper's own keys after ZooKeeper's (clients read mntr as key-value lines, and skip
+    // keys they do not know): each stage of the write path, in microseconds.
+    for v in view.stages.values() {
+        let name = v.stage.name();
+        let _ = writeln!(out, "lk_write_stage_{name}_count\t{}", v.count);
+        let _ = writeln!(out, "lk_write_stage_{name}_us_sum\t{:.1}", v.sum_us);
+        let _ = writeln!(out, "lk_write_stage_{name}_us_max\t{:.1}", v.max_us);
+    }
 }
 
 /// One line per connection in ZooKeeper's layout. `queued` is the packets waiting for the

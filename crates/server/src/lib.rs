@@ -12,6 +12,9 @@
 //!      writes in request order)
 //! ```
 //!
+//! Each stage of that path is timed for every reply that waits for the log (the `trace` module; `mntr`'s
+//! `lk_write_stage_*` keys).
+//!
 //! The connection task runs per client; dispatch, prep, log and apply run in the single core
 //! task, which owns all state, so nothing waits for the disk there: only the writers wait. The
 //! state changes only through [`apply::apply`], which recovery replays the log with.
@@ -42,6 +45,7 @@ pub mod recovery;
 mod reply;
 pub mod session;
 pub mod snapshot;
+mod trace;
 pub mod tree;
 pub mod txn;
 pub mod watch;
@@ -114,6 +118,7 @@ impl Server {
         let durable = core.durable();
         let packets_sent = core.packets_sent();
         let timings = core.timings();
+        let stages = timings.stages.clone();
         // Bounded, so a flood of requests pushes back on the connections that send them.
         let (core_tx, core_rx) = mpsc::channel(4096);
         let (shutdown, shutdown_rx) = signal::channel(false);
@@ -129,6 +134,7 @@ impl Server {
             Shared {
                 durable,
                 packets_sent,
+                stages,
             },
             shutdown_rx,
         ));
@@ -243,6 +249,8 @@ impl Drop for IpSlot {
 struct Shared {
     durable: signal::Receiver<log::Durable>,
     packets_sent: Arc<AtomicU64>,
+    /// Where the connections record the write path's stages.
+    stages: Arc<trace::StageTimes>,
 }
 
 /// Binds `addr` with a listen backlog of `backlog` (tokio's `TcpListener::bind` always asks
@@ -307,6 +315,7 @@ async fn accept_loop(
             core.clone(),
             shared.durable.clone(),
             shared.packets_sent.clone(),
+            shared.stages.clone(),
             &config,
         );
         next_id += 1;

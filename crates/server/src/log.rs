@@ -32,6 +32,7 @@ use tokio::sync::{mpsc as tokio_mpsc, watch};
 
 use crate::config::SyncMode;
 use crate::metrics::Summary;
+use crate::trace::SyncStamps;
 use crate::txn::Txn;
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
@@ -55,6 +56,9 @@ pub fn segment_name(first_zxid: i64) -> String {
 pub struct Durable {
     pub zxid: i64,
     pub faults: u64,
+    /// When the sync that reached `zxid` went through each stage, for [`crate::trace`]; `None`
+    /// before the first sync of this run.
+    pub sync: Option<SyncStamps>,
 }
 
 /// What the writer thread tells the core.
@@ -70,6 +74,8 @@ enum WriterMsg {
         bytes: Vec<u8>,
         first_zxid: Option<i64>,
         last_zxid: i64,
+        /// When the core flushed it, for [`crate::trace`].
+        flushed: Instant,
     },
     /// The next record starts a new segment (at a snapshot, so old segments can be purged).
     Roll,
@@ -101,6 +107,7 @@ impl TxnLog {
         let durable = Arc::new(watch::Sender::new(Durable {
             zxid: last_zxid,
             faults: 0,
+            sync: None,
         }));
         let (tx, rx) = mpsc::channel();
         let fsync_time = Summary::fsync_time();
@@ -158,6 +165,7 @@ impl TxnLog {
             bytes,
             first_zxid,
             last_zxid: self.batch_last,
+            flushed: Instant::now(),
         });
     }
 
@@ -250,15 +258,19 @@ struct Writer {
 impl Writer {
     fn run(mut self, rx: mpsc::Receiver<WriterMsg>) {
         while let Ok(first) = rx.recv() {
+            let received = Instant::now();
             // Everything queued while the previous sync ran goes into this one (group commit).
             let mut reached = None;
+            let mut newest_flush = received;
             for msg in std::iter::once(first).chain(rx.try_iter()) {
                 match msg {
                     WriterMsg::Records {
                         bytes,
                         first_zxid,
                         last_zxid,
+                        flushed,
                     } => {
+                        newest_flush = flushed;
                         if self.failed {
                             continue;
                         }
@@ -283,8 +295,26 @@ impl Writer {
                 }
             }
             if let (Some(zxid), false) = (reached, self.failed) {
+                let written = Instant::now();
                 match self.sync_segment() {
-                    Ok(()) => self.durable.send_modify(|d| d.zxid = d.zxid.max(zxid)),
+                    Ok(()) => {
+                        // Without syncs the stage is zero, not the cost of reading the clock.
+                        let synced = if self.sync == SyncMode::Always {
+                            Instant::now()
+                        } else {
+                            written
+                        };
+                        self.durable.send_modify(|d| {
+                            d.sync = Some(SyncStamps {
+                                after: d.zxid,
+                                flushed: newest_flush,
+                                received,
+                                written,
+                                synced,
+                            });
+                            d.zxid = d.zxid.max(zxid);
+                        })
+                    }
                     Err(e) => self.fail(e),
                 }
             }

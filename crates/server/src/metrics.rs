@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use prometheus::proto::{Gauge, Metric, MetricFamily, MetricType, Quantile};
+use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType, Quantile};
 use prometheus::{Encoder, TextEncoder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -28,6 +28,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::core::CoreMsg;
+use crate::trace::{Stage, StageTimes};
 
 /// Scrapes served at once; a scraper past this is closed unanswered.
 const MAX_SCRAPERS: usize = 16;
@@ -220,6 +221,9 @@ pub(crate) struct Timings {
     /// Write requests, refused ones included, as ZooKeeper counts every request that carries
     /// a transaction (an error is one).
     pub update: Arc<Summary>,
+    /// Where durable replies spend their time (Keeper's own, not ZooKeeper's; see
+    /// [`crate::trace`]), recorded by the connection tasks.
+    pub stages: Arc<StageTimes>,
 }
 
 impl Timings {
@@ -229,6 +233,7 @@ impl Timings {
             snapshot,
             read: Arc::new(Summary::new("readlatency", ADVANCED)),
             update: Arc::new(Summary::new("updatelatency", ADVANCED)),
+            stages: Arc::default(),
         }
     }
 
@@ -266,12 +271,64 @@ pub(crate) fn render(stats: &Stats, timings: &Timings) -> String {
         metric.set_summary(s);
         families.push(family(summary.name, MetricType::SUMMARY, metric));
     }
+    families.extend(stage_families(&timings.stages));
     let mut text = String::new();
     // Encoding fails only on a family without a name or a metric, and each has both.
     if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut text) {
         tracing::error!(error = %e, "cannot encode metrics");
     }
     text
+}
+
+/// The trace's stages as two families labelled `stage`: `lk_write_stage_us` (a summary with
+/// count and sum, no quantiles: the means are what the stages are read for) and
+/// `lk_write_stage_max_us` (a gauge). Microseconds, as the `mntr` keys.
+fn stage_families(stages: &StageTimes) -> [MetricFamily; 2] {
+    let values = stages.values();
+    let labelled = |stage: Stage, mut metric: Metric| {
+        let mut label = LabelPair::default();
+        label.set_name("stage".to_string());
+        label.set_value(stage.name().to_string());
+        metric.set_label(vec![label]);
+        metric
+    };
+    let mut sums = family("lk_write_stage_us", MetricType::SUMMARY, Metric::default());
+    sums.set_help(
+        "time durable replies spend in each stage of Keeper's write path, in microseconds"
+            .to_string(),
+    );
+    sums.set_metric(
+        values
+            .iter()
+            .map(|v| {
+                let mut s = prometheus::proto::Summary::default();
+                s.set_sample_count(v.count);
+                s.set_sample_sum(v.sum_us);
+                let mut metric = Metric::default();
+                metric.set_summary(s);
+                labelled(v.stage, metric)
+            })
+            .collect(),
+    );
+    let mut maxima = family(
+        "lk_write_stage_max_us",
+        MetricType::GAUGE,
+        Metric::default(),
+    );
+    maxima.set_help(
+        "the longest time one durable reply spent in each stage, in microseconds".to_string(),
+    );
+    maxima.set_metric(
+        values
+            .iter()
+            .map(|v| {
+                let mut gauge = Gauge::default();
+                gauge.set_value(v.max_us);
+                labelled(v.stage, Metric::from_gauge(gauge))
+            })
+            .collect(),
+    );
+    [sums, maxima]
 }
 
 fn family(name: &str, kind: MetricType, metric: Metric) -> MetricFamily {
@@ -483,6 +540,20 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
         assert!(text.contains("updatelatency{quantile=\"0.99\"} "), "{text}");
+        timings
+            .stages
+            .record(Stage::Fdatasync, Duration::from_micros(120));
+        let text = render(&stats, &timings);
+        for line in [
+            "# TYPE lk_write_stage_us summary",
+            "lk_write_stage_us_sum{stage=\"fdatasync\"} 120",
+            "lk_write_stage_us_count{stage=\"fdatasync\"} 1",
+            "lk_write_stage_us_count{stage=\"reaction\"} 0",
+            "# TYPE lk_write_stage_max_us gauge",
+            "lk_write_stage_max_us{stage=\"fdatasync\"} 120",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
         assert!(!text.contains("fsynctime{quantile=\"0.9\"}"), "{text}");
     }
 }

@@ -222,6 +222,7 @@ mod tests {
             visible_at: 0,
             faults: 0,
             close: false,
+            stamps: None,
         }
     }
 

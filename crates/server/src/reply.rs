@@ -11,6 +11,8 @@ use bytes::Bytes;
 use lockkeeper_proto::request::MULTI_END;
 use lockkeeper_proto::*;
 
+use crate::trace::RequestStamps;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MultiResult {
     Created {
@@ -86,6 +88,9 @@ pub struct Outgoing {
     pub faults: u64,
     /// Close the connection after writing this message.
     pub close: bool,
+    /// When the request this message answers (or whose write fired it) was decoded, taken by
+    /// the core and this message queued; `None` for what no request caused. See [`crate::trace`].
+    pub stamps: Option<RequestStamps>,
 }
 
 impl Outgoing {
@@ -101,6 +106,11 @@ impl Outgoing {
     /// Whether this is a packet on the wire, counted in `cons` and `mntr`; a close marker is not.
     pub fn is_packet(&self) -> bool {
         !matches!(self.message, Message::Text(_))
+    }
+
+    /// Whether this is a watch event (for `reaction` in [`crate::trace`]).
+    pub fn is_event(&self) -> bool {
+        matches!(&self.message, Message::Reply { header, .. } if header.xid == XID_NOTIFICATION)
     }
 }
 

@@ -27,26 +27,11 @@ impl Core {
                 request,
                 received,
             } => {
-                self.counters.received += 1;
-                let Some(c) = self.conns.get_mut(&conn) else {
-                    return;
-                };
-                c.received += 1;
-                // A connection whose session moved to a newer connection (or ended) must not act
-                // for it: an ephemeral created with no session would outlive everyone.
-                let Some(session) = c.session else {
-                    let zxid = self.state.last_zxid;
-                    return self.reply(conn, xid, zxid, ErrorCode::SessionMoved, Body::Empty);
-                };
-                // Requests pipelined behind a closeSession find their session gone.
-                if self.state.sessions.get(session).is_none() {
-                    let zxid = self.state.last_zxid;
-                    return self.reply(conn, xid, zxid, ErrorCode::SessionExpired, Body::Empty);
-                }
-                self.state.sessions.touch(session, Instant::now());
-                let write = request.is_write();
-                self.request(conn, xid, request);
-                self.record_latency(received, write);
+                // Cleared on every way out, so messages the core queues on its own (expiry,
+                // the reaper) never carry a request's stamps.
+                self.handling = Some((received, Instant::now()));
+                self.session_request(conn, xid, request, received);
+                self.handling = None;
             }
             CoreMsg::Malformed {
                 conn,
@@ -67,6 +52,30 @@ impl Core {
                 let _ = reply.send(self.view().stats);
             }
         }
+    }
+
+    /// A request on a connection: checked against its session, then run.
+    fn session_request(&mut self, conn: ConnId, xid: i32, request: Request, received: Instant) {
+        self.counters.received += 1;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.received += 1;
+        // A connection whose session moved to a newer connection (or ended) must not act
+        // for it: an ephemeral created with no session would outlive everyone.
+        let Some(session) = c.session else {
+            let zxid = self.state.last_zxid;
+            return self.reply(conn, xid, zxid, ErrorCode::SessionMoved, Body::Empty);
+        };
+        // Requests pipelined behind a closeSession find their session gone.
+        if self.state.sessions.get(session).is_none() {
+            let zxid = self.state.last_zxid;
+            return self.reply(conn, xid, zxid, ErrorCode::SessionExpired, Body::Empty);
+        }
+        self.state.sessions.touch(session, Instant::now());
+        let write = request.is_write();
+        self.request(conn, xid, request);
+        self.record_latency(received, write);
     }
 
     /// Where a request goes: a write down the pipeline (prep, log, apply, reply), anything else

@@ -4,9 +4,12 @@
 
 use lockkeeper_proto::*;
 
+use std::time::Instant;
+
 use super::Core;
 use crate::outbox::Refused;
 use crate::reply::{Body, Message, MultiResult, Outgoing};
+use crate::trace::RequestStamps;
 use crate::txn::TxnResult;
 use crate::watch::{ConnId, Fired};
 
@@ -19,11 +22,23 @@ impl Core {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        let visible_at = self.state.last_zxid;
+        let durable = *self.durable_rx.borrow();
+        // Only what must wait for the log is traced: the rest never meets the log's stages.
+        let stamps =
+            self.handling
+                .filter(|_| visible_at > durable.zxid)
+                .map(|(received, taken)| RequestStamps {
+                    received,
+                    taken,
+                    queued: Instant::now(),
+                });
         let outgoing = Outgoing {
             message,
-            visible_at: self.state.last_zxid,
-            faults: self.durable_rx.borrow().faults,
+            visible_at,
+            faults: durable.faults,
             close,
+            stamps,
         };
         if let Err(Refused::Overflow {
             queued_bytes,

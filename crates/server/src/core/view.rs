@@ -11,6 +11,7 @@ use super::{Connection, Core};
 use crate::config::Config;
 use crate::metrics::Stats;
 use crate::session::Sessions;
+use crate::trace::StageTimes;
 use crate::watch::{ConnId, Watches};
 
 pub(crate) struct View<'c> {
@@ -23,6 +24,8 @@ pub(crate) struct View<'c> {
     pub conns: &'c HashMap<ConnId, Connection>,
     pub sessions: &'c Sessions,
     pub watches: &'c Watches,
+    /// Where durable replies spend their time (`mntr`'s `lk_write_stage_*` keys).
+    pub stages: &'c StageTimes,
     core: &'c Core,
 }
 
@@ -64,6 +67,7 @@ impl Core {
             conns: &self.conns,
             sessions: &self.state.sessions,
             watches: &self.watches,
+            stages: &self.timings.stages,
             core: self,
         }
     }

@@ -1,0 +1,275 @@
+//! Trace: where a durable write's time goes, stage by stage, always on.
+//!
+//! A write's reply crosses three tasks and a thread before it reaches the socket: the
+//! connection's reader, the core, the log writer thread and the connection's writer. Each stamps
+//! an [`Instant`] where it hands the work on, and the writer that finally sends a reply which had
+//! to wait for durability turns the stamps into stage durations and adds them to [`StageTimes`].
+//!
+//! The stages, each from one stamp to the next:
+//!
+//! | stage       | from                                        | to                                       |
+//! |-------------|---------------------------------------------|------------------------------------------|
+//! | `queue`     | the reader decoded the frame                | the core took the request                |
+//! | `core`      | the core took the request                   | its reply was queued (prep, log append, apply) |
+//! | `batch`     | the reply was queued                        | the core flushed its batch to the log writer |
+//! | `handoff`   | the batch was flushed                       | the log thread received it               |
+//! | `write`     | the log thread received it                  | its write(2) returned                    |
+//! | `fdatasync` | the write returned                          | fdatasync returned (zero without `--sync always`) |
+//! | `wake`      | the durable zxid was published              | the connection's writer took the message |
+//! | `socket`    | the writer woke                             | encode and write(2) to the socket returned |
+//!
+//! and beside them `reaction`: on one connection, from a watch event written to the socket to
+//! the next request (other than a ping) decoded there. That is the client's part of a lock
+//! handoff: event delivery, the recipe's logic, its next request and the loopback hop.
+//!
+//! Invariants:
+//! - **Cheap**: a few `Instant::now()` per request and a few relaxed atomic adds per traced
+//!   reply; nothing is allocated per request. The stamps travel in values that already travel
+//!   (the request message, the reply, the log's batch and its published `Durable` mark).
+//! - **The stages add up**: each stamp is clamped to be no earlier than the one before, so the
+//!   stages of one reply sum to exactly its time from decode to socket, never more; a client
+//!   that measures around the request sees at least that.
+//! - **Only replies that wait for the log are traced**: a message a request's handling queued
+//!   while the log was not yet durable as far as it reveals (a write's reply, the watch events it
+//!   fires, a read behind a write), at most one per socket write, and only if the log's mark the
+//!   writer sees is the sync that covered it (its zxid lies in the range that sync made
+//!   durable). So a synchronous client's every write is traced once. When several core batches
+//!   share one sync, `batch` and `handoff` are measured against the last of them (the one whose
+//!   flush the sync carries). `wake` is zero-or-more: a writer that finds the mark already
+//!   published (it was slower than the log) is charged from the publication to its taking the
+//!   message.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A stage, in pipeline order, then `reaction`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Queue,
+    Core,
+    Batch,
+    Handoff,
+    Write,
+    Fdatasync,
+    Wake,
+    Socket,
+    Reaction,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 9] = [
+        Stage::Queue,
+        Stage::Core,
+        Stage::Batch,
+        Stage::Handoff,
+        Stage::Write,
+        Stage::Fdatasync,
+        Stage::Wake,
+        Stage::Socket,
+        Stage::Reaction,
+    ];
+
+    /// The name in `mntr` keys and the Prometheus `stage` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queue => "queue",
+            Stage::Core => "core",
+            Stage::Batch => "batch",
+            Stage::Handoff => "handoff",
+            Stage::Write => "write",
+            Stage::Fdatasync => "fdatasync",
+            Stage::Wake => "wake",
+            Stage::Socket => "socket",
+            Stage::Reaction => "reaction",
+        }
+    }
+}
+
+/// Count, sum and max of one stage, in nanoseconds.
+#[derive(Debug, Default)]
+struct Counter {
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+/// What a reader of [`StageTimes`] gets for one stage; times in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageValue {
+    pub stage: Stage,
+    pub count: u64,
+    pub sum_us: f64,
+    pub max_us: f64,
+}
+
+/// Every stage's totals since the server started, shared by all connection tasks (the only
+/// writers) and read by `mntr` and `/metrics`. Relaxed atomics: each number is exact, but a
+/// reader may see one stage's count a reply ahead of another's.
+#[derive(Debug)]
+pub struct StageTimes {
+    stages: [Counter; 9],
+    /// The zero of the instants kept as integers (see [`StageTimes::nanos`]).
+    base: Instant,
+}
+
+impl Default for StageTimes {
+    fn default() -> StageTimes {
+        StageTimes {
+            stages: Default::default(),
+            base: Instant::now(),
+        }
+    }
+}
+
+impl StageTimes {
+    pub fn record(&self, stage: Stage, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let c = &self.stages[stage as usize];
+        c.count.fetch_add(1, Ordering::Relaxed);
+        c.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        c.max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// Every stage's totals, in [`Stage::ALL`] order.
+    pub fn values(&self) -> [StageValue; 9] {
+        Stage::ALL.map(|stage| {
+            let c = &self.stages[stage as usize];
+            StageValue {
+                stage,
+                count: c.count.load(Ordering::Relaxed),
+                sum_us: c.sum_ns.load(Ordering::Relaxed) as f64 / 1000.0,
+                max_us: c.max_ns.load(Ordering::Relaxed) as f64 / 1000.0,
+            }
+        })
+    }
+
+    /// `at` as nanoseconds since this server's start, never 0 (0 means "none" where an instant
+    /// is kept in an atomic, as [`Reaction`] does).
+    fn nanos(&self, at: Instant) -> u64 {
+        let ns = at.saturating_duration_since(self.base).as_nanos();
+        u64::try_from(ns).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Records the stages of one reply that waited for durability: `request` stamped by the
+    /// reader and the core, `sync` by the log writer, `woke` and `sent` by the connection's
+    /// writer.
+    pub fn record_reply(
+        &self,
+        request: &RequestStamps,
+        sync: &SyncStamps,
+        woke: Instant,
+        sent: Instant,
+    ) {
+        let points = [
+            request.received,
+            request.taken,
+            request.queued,
+            sync.flushed,
+            sync.received,
+            sync.written,
+            sync.synced,
+            woke,
+            sent,
+        ];
+        let mut previous = points[0];
+        for (stage, &point) in Stage::ALL[..8].iter().zip(&points[1..]) {
+            let point = point.max(previous);
+            self.record(*stage, point - previous);
+            previous = point;
+        }
+    }
+}
+
+/// The stamps a request collects before the log: carried by the reply ([`crate::reply::Outgoing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestStamps {
+    /// The reader decoded the frame.
+    pub received: Instant,
+    /// The core took the request.
+    pub taken: Instant,
+    /// The core queued this message on the connection's outbox.
+    pub queued: Instant,
+}
+
+/// The stamps of one sync of the log, published with the durable mark it reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncStamps {
+    /// The zxid durable before this sync: the sync covered `(after, Durable::zxid]`.
+    pub after: i64,
+    /// The core flushed the newest batch this sync carries.
+    pub flushed: Instant,
+    /// The log thread received the first batch of this sync.
+    pub received: Instant,
+    /// The log thread's writes returned.
+    pub written: Instant,
+    /// fdatasync returned (equal to `written` when the log does not sync); also when the
+    /// durable mark was published.
+    pub synced: Instant,
+}
+
+/// One connection's half of `reaction`: its writer notes when it wrote a watch event, its
+/// reader takes the note at the next request.
+#[derive(Debug, Default)]
+pub struct Reaction {
+    /// Nanoseconds since [`StageTimes`]' base of the last event written, 0 for none.
+    event_written: AtomicU64,
+}
+
+impl Reaction {
+    pub fn event_written(&self, times: &StageTimes, at: Instant) {
+        self.event_written.store(times.nanos(at), Ordering::Relaxed);
+    }
+
+    /// A request was decoded at `at`: records the reaction to the event written before it.
+    pub fn request_received(&self, times: &StageTimes, at: Instant) {
+        let written = self.event_written.swap(0, Ordering::Relaxed);
+        if written != 0 {
+            let now = times.nanos(at);
+            times.record(
+                Stage::Reaction,
+                Duration::from_nanos(now.saturating_sub(written)),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_of_one_reply_add_up_to_its_whole_time_even_with_stamps_out_of_order() {
+        let times = StageTimes::default();
+        let t0 = Instant::now();
+        let us = |n: u64| t0 + Duration::from_micros(n);
+        let request = RequestStamps {
+            received: t0,
+            taken: us(10),
+            queued: us(30),
+        };
+        // The log thread received the batch "before" the flush that the sync carries.
+        let sync = SyncStamps {
+            after: 0,
+            flushed: us(40),
+            received: us(35),
+            written: us(60),
+            synced: us(160),
+        };
+        times.record_reply(&request, &sync, us(170), us(200));
+        let v = times.values();
+        let sums: Vec<f64> = v.iter().map(|s| s.sum_us).collect();
+        assert_eq!(sums, [10.0, 20.0, 10.0, 0.0, 20.0, 100.0, 10.0, 30.0, 0.0]);
+        assert_eq!(sums.iter().sum::<f64>(), 200.0);
+        assert!(v[..8].iter().all(|s| s.count == 1));
+        assert_eq!(v[8].count, 0);
+
+        let reaction = Reaction::default();
+        reaction.request_received(&times, us(300));
+        assert_eq!(times.values()[8].count, 0, "no event was written");
+        reaction.event_written(&times, us(300));
+        reaction.request_received(&times, us(450));
+        reaction.request_received(&times, us(500));
+        let r = times.values()[8];
+        assert_eq!((r.count, r.sum_us, r.max_us), (1, 150.0, 150.0));
+    }
+}

@@ -1,0 +1,152 @@
+//! Keeper's write-path trace (`mntr`'s `lk_write_stage_*` keys) against a real client.
+//!
+//! Keeper only: the stages are Keeper's own pipeline and Apache ZooKeeper has no such keys.
+//! A synchronous client makes every write wait for the log on its own, so each write is traced
+//! exactly once: the counts must match the writes, the stages of one reply cannot add up to more
+//! than the client saw, and `fdatasync` is spent only when the log syncs.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lockkeeper_server::config::SyncMode;
+use lockkeeper_testkit::{Keeper, TestServer, backend_enabled, try_four_letter_word};
+use zookeeper_client::{Acls, Client, CreateMode, EventType};
+
+/// The longest any single server interaction may take. Generous: the machine is shared.
+const LIMIT: Duration = Duration::from_secs(20);
+/// Create+delete pairs the synchronous client makes.
+const PAIRS: u32 = 50;
+/// The pipeline's stages, in order (`reaction` is apart).
+const STAGES: [&str; 8] = [
+    "queue",
+    "core",
+    "batch",
+    "handoff",
+    "write",
+    "fdatasync",
+    "wake",
+    "socket",
+];
+
+/// `mntr`'s Keeper keys as numbers.
+async fn stages(addr: SocketAddr) -> HashMap<String, f64> {
+    let text = tokio::task::spawn_blocking(move || try_four_letter_word(addr, "mntr", LIMIT))
+        .await
+        .expect("join mntr")
+        .expect("mntr");
+    text.lines()
+        .filter_map(|line| line.split_once('\t'))
+        .filter(|(key, _)| key.starts_with("lk_write_stage_"))
+        .map(|(key, value)| {
+            let value = value
+                .parse()
+                .unwrap_or_else(|e| panic!("{key}\t{value}: {e}"));
+            (key.to_string(), value)
+        })
+        .collect()
+}
+
+fn delta(before: &HashMap<String, f64>, after: &HashMap<String, f64>, key: &str) -> f64 {
+    let get = |m: &HashMap<String, f64>| {
+        *m.get(key)
+            .unwrap_or_else(|| panic!("no {key} in mntr: {m:?}"))
+    };
+    get(after) - get(before)
+}
+
+async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not complete within {LIMIT:?}"))
+}
+
+/// 50 synchronous create+delete pairs, then a watch event and the watcher's next request.
+async fn trace_a_synchronous_client(keeper: &Keeper, syncs: bool) {
+    let addr = keeper.addr();
+    let zk = within("connect", Client::connect(&keeper.connect_string()))
+        .await
+        .expect("connect");
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let before = stages(addr).await;
+    let mut client_us = 0.0;
+    for i in 0..PAIRS {
+        let path = format!("/trace-{i}");
+        let started = Instant::now();
+        within("create", zk.create(&path, b"x", &persistent))
+            .await
+            .expect("create");
+        within("delete", zk.delete(&path, None))
+            .await
+            .expect("delete");
+        client_us += started.elapsed().as_secs_f64() * 1e6;
+    }
+    let after = stages(addr).await;
+    let writes = f64::from(2 * PAIRS);
+    let mut stage_us = 0.0;
+    for stage in STAGES {
+        let count = delta(&before, &after, &format!("lk_write_stage_{stage}_count"));
+        let sum = delta(&before, &after, &format!("lk_write_stage_{stage}_us_sum"));
+        assert_eq!(count, writes, "{stage}: every synchronous write is traced once");
+        if stage == "fdatasync" && !syncs {
+            assert_eq!(sum, 0.0, "no fdatasync without --sync always");
+        } else {
+            assert!(sum > 0.0, "{stage} took no time at all over {writes} writes");
+        }
+        stage_us += sum;
+    }
+    assert!(
+        stage_us <= client_us,
+        "the stages ({stage_us:.0} µs) cannot take longer than the client waited ({client_us:.0} µs)"
+    );
+    // The time inside the server is most of what a client on loopback waits.
+    assert!(
+        stage_us >= client_us * 0.2,
+        "the stages ({stage_us:.0} µs) are too small a part of the client's {client_us:.0} µs"
+    );
+
+    // Reaction: a watcher hears of a create, then asks again.
+    let watcher = within("connect", Client::connect(&keeper.connect_string()))
+        .await
+        .expect("connect the watcher");
+    let (stat, event) = within("watch", watcher.check_and_watch_stat("/trace-w"))
+        .await
+        .expect("exists watch");
+    assert!(stat.is_none());
+    let reacted_before = stages(addr).await;
+    within("create", zk.create("/trace-w", b"", &persistent))
+        .await
+        .expect("create the watched node");
+    let event = within("the watch event", event.changed()).await;
+    assert_eq!(event.event_type, EventType::NodeCreated);
+    let _ = within("the watcher's next request", watcher.get_data("/trace-w"))
+        .await
+        .expect("get_data");
+    let reacted = stages(addr).await;
+    let count = delta(&reacted_before, &reacted, "lk_write_stage_reaction_count");
+    let sum = delta(&reacted_before, &reacted, "lk_write_stage_reaction_us_sum");
+    assert_eq!(count, 1.0, "one event followed by one request");
+    assert!(sum > 0.0, "the watcher reacted in no time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stages_add_up_for_a_synchronous_client_without_syncs() {
+    if !backend_enabled("keeper") {
+        return;
+    }
+    let keeper = Keeper::start();
+    trace_a_synchronous_client(&keeper, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stages_add_up_for_a_synchronous_client_with_sync_always() {
+    if !backend_enabled("keeper") {
+        return;
+    }
+    let data = tempfile::tempdir().expect("a data dir");
+    let keeper = Keeper::start_with(lockkeeper_server::Config {
+        sync: SyncMode::Always,
+        ..Keeper::test_config(data.path())
+    });
+    trace_a_synchronous_client(&keeper, true).await;
+}
