@@ -12,6 +12,9 @@
 //! way, with election failover after SIGKILL of the leader's process (see [`recipes`]); `--redis`
 //! measures the Redis lease lock against redis-py's Lock on one redis-server (see [`redis`]).
 //!
+//! `--trace` follows Keeper's durable writes through its pipeline, stage by stage, for one
+//! synchronous client and for a contended lock handoff (see [`trace`]).
+//!
 //! `--recovery N` measures how long Keeper (and, with `--recovery-peer`, ZooKeeper) takes to come
 //! back after SIGKILL with N znodes in a snapshot and a log tail, and checks that every znode
 //! did; `--snapshot-latency N` measures request latency while a snapshot of N znodes is written.
@@ -33,6 +36,7 @@ mod recovery;
 mod redis;
 mod snapshot;
 mod startup;
+mod trace;
 mod versus;
 
 use std::path::PathBuf;
@@ -56,6 +60,7 @@ use workload::Plan;
 #[command(name = "lockkeeper-bench", version, long_about = None)]
 #[command(group = clap::ArgGroup::new("mode").required(true).multiple(true).args([
     "compare", "locks", "recipes", "redis", "recovery", "snapshot_latency", "election_participant",
+    "trace",
 ]))]
 #[command(after_help = "Examples:\n  \
     lockkeeper-bench --compare --json bench.json\n  \
@@ -64,7 +69,8 @@ use workload::Plan;
     lockkeeper-bench --recipes --json recipes.json\n  \
     lockkeeper-bench --recovery 1000000 --recovery-peer\n  \
     lockkeeper-bench --snapshot-latency 1000000 --rate 5000\n  \
-    lockkeeper-bench --redis --json redis.json")]
+    lockkeeper-bench --redis --json redis.json\n  \
+    lockkeeper-bench --trace --json trace.json")]
 pub struct BenchArgs {
     /// Start Keeper and Apache ZooKeeper as child processes and compare them side by side.
     #[arg(long)]
@@ -154,6 +160,9 @@ pub struct BenchArgs {
     /// The `--recipes` mode's flags (boxed for the same reason).
     #[command(flatten)]
     pub recipes: Box<recipes::RecipeArgs>,
+    /// The `--trace` mode's flags.
+    #[command(flatten)]
+    pub trace: trace::TraceArgs,
 }
 
 fn main() -> ExitCode {
@@ -230,6 +239,15 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
             load.connect_timeout,
         );
         locks::run(&settings).await
+    } else if args.trace.trace {
+        let settings = trace::Settings {
+            launcher: launcher(&args)?,
+            pairs: args.trace.trace_pairs,
+            clients: usize::from(args.trace.trace_clients),
+            limit: load.duration,
+            connect_limit: load.connect_timeout,
+        };
+        trace::run(&settings).await
     } else if args.redis_args.redis {
         redis::run(&args.redis_args.settings(load)).await
     } else if args.recovery.is_some() || args.snapshot_latency.is_some() {

@@ -1,0 +1,476 @@
+//! `lockkeeper-bench --trace`: where a durable write's time goes inside Keeper, stage by stage.
+//!
+//! Starts Keeper (`--sync always`) as the other modes do, measures what one fdatasync of a 4 KiB
+//! overwrite costs on the filesystem of Keeper's data dir (in this process, as the floor a
+//! durable write cannot go under), then runs two workloads and reads Keeper's write-path trace
+//! (`mntr`'s `lk_write_stage_*` keys, see the server's `trace` module) before and after each:
+//!
+//! 1. **one synchronous client** doing create+delete pairs: the client's p50/p99 per pair and
+//!    per op, each stage's mean per traced reply and its share of the client's mean per op,
+//!    and the rest ("client + loopback": the client library, the kernel's loopback both ways);
+//!    then the target line, the pair's p50 beside two fdatasyncs plus 0.15 ms;
+//! 2. **a contended handoff**: several sessions of lockkeeper's `zk::Mutex` looping
+//!    lock -> release on one lock, handoffs per second and each stage's time per handoff, with
+//!    `reaction` (a watch event written to the next request on that connection: what the
+//!    waiting client takes to act on its notification).
+//!
+//! Bounded: each run by a count and by `--duration`, each wait by `--connect-timeout` or a
+//! fixed limit; Keeper is killed on every way out (it is a [`ChildServer`]).
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use lockkeeper_load::BoxError;
+use lockkeeper_load::stats::{Json, fmt_duration, new_histogram, record};
+use tokio::sync::Barrier;
+use zookeeper_client::{Acls, Client, CreateMode};
+
+use super::locks::{close_all, open_many};
+use super::process::{ChildServer, Launcher, ServerKind};
+use super::startup::first_session;
+
+/// The pipeline's stages in order, as `mntr` names them; `reaction` is apart.
+const STAGES: [&str; 8] = [
+    "queue",
+    "core",
+    "batch",
+    "handoff",
+    "write",
+    "fdatasync",
+    "wake",
+    "socket",
+];
+/// fdatasyncs of the 4 KiB overwrite measured for the floor (fewer if [`SYNC_LIMIT`] passes).
+const SYNC_SAMPLES: u32 = 2000;
+/// The longest the fdatasync measurement may take.
+const SYNC_LIMIT: Duration = Duration::from_secs(30);
+/// The longest one request (or one lock acquisition) may take.
+const OP_LIMIT: Duration = Duration::from_secs(10);
+/// What the target allows above two fdatasyncs for a durable create+delete pair.
+const TARGET_SLACK: Duration = Duration::from_micros(150);
+
+/// Flags of the trace mode (`--duration`, `--connect-timeout`, `--json` apply too).
+#[derive(clap::Args, Debug, Clone)]
+pub struct TraceArgs {
+    /// Trace benchmark: start Keeper (`--sync always`), measure fdatasync on its data dir, then
+    /// trace a synchronous client's create+delete pairs and a contended Mutex handoff through
+    /// Keeper's write path, stage by stage (each run at most --duration).
+    #[arg(long, conflicts_with_all = ["compare", "locks", "recipes", "redis", "recovery", "snapshot_latency"])]
+    pub trace: bool,
+
+    /// With --trace: create+delete pairs of the synchronous client.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub trace_pairs: u32,
+
+    /// With --trace: sessions looping on one Mutex in the handoff run.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=256))]
+    pub trace_clients: u16,
+}
+
+/// What one run needs.
+pub struct Settings {
+    pub launcher: Launcher,
+    pub pairs: u32,
+    pub clients: usize,
+    pub limit: Duration,
+    pub connect_limit: Duration,
+}
+
+/// The stage totals `mntr` reports: (count, sum µs) per stage name.
+type Totals = HashMap<String, (f64, f64)>;
+
+pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+    if !settings.launcher.keeper_flags.sync {
+        return Err("this Keeper binary has no --sync flag: nothing durable to trace".into());
+    }
+    let mut server = ChildServer::spawn(ServerKind::Keeper, &settings.launcher)?;
+    let ready = first_session(&mut server, settings.connect_limit).await?;
+    println!(
+        "keeper: {} (first session after {})",
+        settings.launcher.describe(ServerKind::Keeper),
+        fmt_duration(ready)
+    );
+    let data_dir = server.data_dir().to_path_buf();
+    let sync_p50 = tokio::task::spawn_blocking(move || fdatasync_p50(&data_dir))
+        .await
+        .map_err(|e| format!("fdatasync measurement: {e}"))??;
+    println!(
+        "fdatasync of a 4 KiB overwrite in Keeper's data dir: p50 {} ({SYNC_SAMPLES} samples at most)",
+        fmt_us(sync_p50)
+    );
+    let addr = server.addr();
+    let pairs = pairs_run(addr, settings).await?;
+    println!(
+        "{}",
+        target_line(
+            Duration::from_micros(pairs.per_pair.value_at_quantile(0.5)),
+            sync_p50
+        )
+    );
+    println!();
+    let handoff = handoff_run(addr, settings).await?;
+    drop(server);
+    Ok(Json::obj(vec![
+        (
+            "command",
+            Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+        ),
+        ("fdatasync_p50_us", Json::num(micros(sync_p50))),
+        ("durable_pairs", pairs.json(sync_p50)),
+        ("contended_handoff", handoff),
+    ]))
+}
+
+/// p50 of `SYNC_SAMPLES` fdatasyncs of one 4 KiB block overwritten in place, in a file in
+/// `dir` (removed after): the cheapest durable write this filesystem offers.
+fn fdatasync_p50(dir: &Path) -> Result<Duration, BoxError> {
+    let path = dir.join("fdatasync-probe");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let block = [0x5au8; 4096];
+    let measured = (|| -> std::io::Result<Vec<Duration>> {
+        // Allocated and synced first, so each sample is an overwrite, as Keeper's log writes are.
+        file.write_all_at(&block, 0)?;
+        file.sync_all()?;
+        let deadline = Instant::now() + SYNC_LIMIT;
+        let mut samples = Vec::with_capacity(SYNC_SAMPLES as usize);
+        while samples.len() < SYNC_SAMPLES as usize && Instant::now() < deadline {
+            file.write_all_at(&block, 0)?;
+            let started = Instant::now();
+            file.sync_data()?;
+            samples.push(started.elapsed());
+        }
+        Ok(samples)
+    })();
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    let mut samples = measured.map_err(|e| format!("fdatasync on {}: {e}", path.display()))?;
+    samples.sort();
+    samples
+        .get(samples.len() / 2)
+        .copied()
+        .ok_or_else(|| "no fdatasync sample".into())
+}
+
+/// The synchronous client's figures.
+struct Pairs {
+    pairs: u64,
+    per_pair: Histogram<u64>,
+    per_op: Histogram<u64>,
+    /// Mean client-observed time per op.
+    op_mean: Duration,
+    /// Stage deltas over the run.
+    stages: Totals,
+}
+
+impl Pairs {
+    fn json(&self, sync_p50: Duration) -> Json {
+        let q = |h: &Histogram<u64>, q: f64| Json::num(h.value_at_quantile(q) as f64);
+        Json::obj(vec![
+            ("pairs", Json::num(self.pairs as f64)),
+            ("pair_p50_us", q(&self.per_pair, 0.5)),
+            ("pair_p99_us", q(&self.per_pair, 0.99)),
+            ("op_p50_us", q(&self.per_op, 0.5)),
+            ("op_p99_us", q(&self.per_op, 0.99)),
+            ("op_mean_us", Json::num(micros(self.op_mean))),
+            ("target_us", Json::num(micros(target(sync_p50)))),
+            ("stages_mean_us_per_reply", stage_json(&self.stages, None)),
+        ])
+    }
+}
+
+fn target(sync_p50: Duration) -> Duration {
+    2 * sync_p50 + TARGET_SLACK
+}
+
+/// One synchronous client: create+delete pairs, each op awaited before the next.
+async fn pairs_run(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
+    let connect = addr.to_string();
+    let zk = within("connect", Client::connect(&connect)).await??;
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    // A short warm-up, untraced by the figures (the deltas start after it).
+    for _ in 0..50 {
+        zk.create("/trace-warm", b"x", &persistent).await?;
+        zk.delete("/trace-warm", None).await?;
+    }
+    let before = totals(addr).await?;
+    let mut per_pair = new_histogram();
+    let mut per_op = new_histogram();
+    let mut op_total = Duration::ZERO;
+    let started = Instant::now();
+    let mut pairs = 0u64;
+    while pairs < u64::from(settings.pairs) && started.elapsed() < settings.limit {
+        let t0 = Instant::now();
+        within("create", zk.create("/trace-pair", b"x", &persistent)).await??;
+        let t1 = Instant::now();
+        within("delete", zk.delete("/trace-pair", None)).await??;
+        let t2 = Instant::now();
+        record(&mut per_op, t1 - t0);
+        record(&mut per_op, t2 - t1);
+        record(&mut per_pair, t2 - t0);
+        op_total += t2 - t0;
+        pairs += 1;
+    }
+    let after = totals(addr).await?;
+    let result = Pairs {
+        pairs,
+        op_mean: op_total / (2 * pairs.max(1)) as u32,
+        per_pair,
+        per_op,
+        stages: delta(&before, &after),
+    };
+    print_pairs(&result);
+    Ok(result)
+}
+
+fn print_pairs(p: &Pairs) {
+    let q = |h: &Histogram<u64>, q: f64| fmt_us(Duration::from_micros(h.value_at_quantile(q)));
+    println!(
+        "(a) one synchronous client, {} durable create+delete pairs: per pair p50 {} p99 {}; \
+         per op p50 {} p99 {} mean {}",
+        p.pairs,
+        q(&p.per_pair, 0.5),
+        q(&p.per_pair, 0.99),
+        q(&p.per_op, 0.5),
+        q(&p.per_op, 0.99),
+        fmt_us(p.op_mean),
+    );
+    let op_us = micros(p.op_mean);
+    println!("{:<18} {:>9} {:>7}", "stage", "mean µs", "share");
+    let mut inside = 0.0;
+    for stage in STAGES {
+        let mean = mean_of(&p.stages, stage);
+        inside += mean;
+        println!(
+            "{stage:<18} {mean:>9.1} {:>6.1}%",
+            100.0 * mean / op_us.max(f64::MIN_POSITIVE)
+        );
+    }
+    let rest = op_us - inside;
+    println!(
+        "{:<18} {rest:>9.1} {:>6.1}%",
+        "client + loopback",
+        100.0 * rest / op_us.max(f64::MIN_POSITIVE)
+    );
+    println!("{:<18} {op_us:>9.1} {:>6.1}%", "client-observed", 100.0);
+}
+
+/// Several sessions looping lock -> release on one Mutex; stage time per handoff.
+async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxError> {
+    let connect = addr.to_string();
+    let clients = settings.clients;
+    let sessions = open_many(&connect, clients, settings.connect_limit).await?;
+    let before = totals(addr).await?;
+    let start = Arc::new(Barrier::new(clients + 1));
+    let mut tasks = Vec::with_capacity(clients);
+    // Per session: as many cycles as the synchronous run had pairs, split among the sessions.
+    let cycles = (settings.pairs as usize).div_ceil(clients).max(1);
+    for session in &sessions {
+        let mutex = session.mutex("/trace-lock")?;
+        let start = Arc::clone(&start);
+        let limit = settings.limit;
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let deadline = Instant::now() + limit;
+            let mut done = 0usize;
+            while done < cycles && Instant::now() < deadline {
+                let Some(guard) = mutex.lock_timeout(OP_LIMIT).await? else {
+                    return Err::<usize, BoxError>(
+                        format!("no lock on /trace-lock within {OP_LIMIT:?}").into(),
+                    );
+                };
+                guard.release().await?;
+                done += 1;
+            }
+            Ok(done)
+        }));
+    }
+    start.wait().await;
+    let started = Instant::now();
+    let mut handoffs = 0usize;
+    let mut failure: Option<BoxError> = None;
+    for task in tasks {
+        match task.await {
+            Ok(Ok(done)) => handoffs += done,
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => failure = failure.or(Some(format!("contender task: {e}").into())),
+        }
+    }
+    let elapsed = started.elapsed();
+    let after = totals(addr).await;
+    close_all(sessions).await;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let stages = delta(&before, &after?);
+    let per_sec = handoffs as f64 / elapsed.as_secs_f64().max(1e-9);
+    let handoff_us = 1e6 / per_sec.max(1e-9);
+    println!(
+        "(b) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
+         {per_sec:.0}/s ({handoff_us:.1} µs each)",
+        fmt_duration(elapsed)
+    );
+    println!(
+        "{:<18} {:>11} {:>15} {:>13}",
+        "stage", "µs/handoff", "traced/handoff", "mean µs/trace"
+    );
+    let n = handoffs.max(1) as f64;
+    for stage in STAGES.iter().chain(&["reaction"]) {
+        let (count, sum) = stages.get(*stage).copied().unwrap_or_default();
+        println!(
+            "{stage:<18} {:>11.1} {:>15.2} {:>13.1}",
+            sum / n,
+            count / n,
+            mean_of(&stages, stage)
+        );
+    }
+    Ok(Json::obj(vec![
+        ("clients", Json::num(clients as f64)),
+        ("handoffs", Json::num(handoffs as f64)),
+        ("handoffs_per_sec", Json::num(per_sec)),
+        ("handoff_us", Json::num(handoff_us)),
+        ("stages_us_per_handoff", stage_json(&stages, Some(n))),
+        ("stages_mean_us_per_reply", stage_json(&stages, None)),
+    ]))
+}
+
+/// Each stage's mean per traced reply, or (with `per`) its sum divided by `per`.
+fn stage_json(stages: &Totals, per: Option<f64>) -> Json {
+    Json::obj(
+        STAGES
+            .iter()
+            .chain(&["reaction"])
+            .map(|stage| {
+                let value = match per {
+                    Some(n) => stages.get(*stage).map_or(0.0, |(_, sum)| sum / n),
+                    None => mean_of(stages, stage),
+                };
+                (*stage, Json::num(value))
+            })
+            .collect(),
+    )
+}
+
+fn mean_of(stages: &Totals, stage: &str) -> f64 {
+    match stages.get(stage) {
+        Some(&(count, sum)) if count > 0.0 => sum / count,
+        _ => 0.0,
+    }
+}
+
+/// Keeper's stage totals from `mntr`.
+async fn totals(addr: SocketAddr) -> Result<Totals, BoxError> {
+    let text = tokio::task::spawn_blocking(move || {
+        lockkeeper_testkit::try_four_letter_word(addr, "mntr", OP_LIMIT)
+    })
+    .await
+    .map_err(|e| format!("mntr: {e}"))?
+    .map_err(|e| format!("mntr from {addr}: {e}"))?;
+    let mut totals = Totals::new();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once('\t') else {
+            continue;
+        };
+        let Some(rest) = key.strip_prefix("lk_write_stage_") else {
+            continue;
+        };
+        let value: f64 = value
+            .trim()
+            .parse()
+            .map_err(|e| format!("mntr {key}\t{value}: {e}"))?;
+        if let Some(stage) = rest.strip_suffix("_count") {
+            totals.entry(stage.to_string()).or_default().0 = value;
+        } else if let Some(stage) = rest.strip_suffix("_us_sum") {
+            totals.entry(stage.to_string()).or_default().1 = value;
+        }
+    }
+    if totals.is_empty() {
+        return Err(format!(
+            "mntr from {addr} has no lk_write_stage_ keys: this Keeper does not trace its write path"
+        )
+        .into());
+    }
+    Ok(totals)
+}
+
+fn delta(before: &Totals, after: &Totals) -> Totals {
+    after
+        .iter()
+        .map(|(stage, &(count, sum))| {
+            let (c0, s0) = before.get(stage).copied().unwrap_or_default();
+            (stage.clone(), (count - c0, sum - s0))
+        })
+        .collect()
+}
+
+async fn within<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, BoxError> {
+    tokio::time::timeout(OP_LIMIT, fut)
+        .await
+        .map_err(|_| format!("{what} did not complete within {OP_LIMIT:?}").into())
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn fmt_us(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The target line: the pair's p50 beside two fdatasyncs + 0.15 ms.
+pub fn target_line(pair_p50: Duration, sync_p50: Duration) -> String {
+    format!(
+        "durable create+delete p50: {}; 2 x fdatasync + 0.15 ms = {}",
+        fmt_us(pair_p50),
+        fmt_us(target(sync_p50))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_and_means_come_from_mntr_counts_and_sums() {
+        let before: Totals = [("write".to_string(), (10.0, 100.0))].into();
+        let after: Totals = [
+            ("write".to_string(), (30.0, 500.0)),
+            ("reaction".to_string(), (0.0, 0.0)),
+        ]
+        .into();
+        let d = delta(&before, &after);
+        assert_eq!(d["write"], (20.0, 400.0));
+        assert_eq!(mean_of(&d, "write"), 20.0);
+        assert_eq!(mean_of(&d, "reaction"), 0.0, "no division by zero");
+        assert_eq!(
+            target_line(Duration::from_micros(480), Duration::from_micros(100)),
+            "durable create+delete p50: 0.480 ms; 2 x fdatasync + 0.15 ms = 0.350 ms"
+        );
+    }
+
+    #[test]
+    fn trace_flags_parse_and_exclude_the_other_modes() {
+        let parse = super::super::tests::parse;
+        let args = parse(&["--trace"]).expect("parse");
+        assert!(args.trace.trace);
+        assert_eq!(
+            (args.trace.trace_pairs, args.trace.trace_clients),
+            (2000, 8)
+        );
+        assert!(parse(&["--trace", "--compare"]).is_err());
+        assert!(parse(&["--trace", "--locks"]).is_err());
+        assert!(parse(&["--trace", "--trace-clients", "1"]).is_err());
+        assert!(parse(&["--trace", "--trace-pairs", "0"]).is_err());
+    }
+}
