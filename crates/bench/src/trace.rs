@@ -46,6 +46,8 @@ const STAGES: [&str; 8] = [
     "wake",
     "socket",
 ];
+/// The key of the log's sync count among the [`Totals`] (its count; no sum).
+const SYNCS: &str = "log syncs";
 /// fdatasyncs of the 4 KiB overwrite measured for the floor (fewer if [`SYNC_LIMIT`] passes).
 const SYNC_SAMPLES: u32 = 2000;
 /// The longest the fdatasync measurement may take.
@@ -247,6 +249,11 @@ fn print_pairs(p: &Pairs) {
         fmt_us(p.op_mean),
     );
     let op_us = micros(p.op_mean);
+    let syncs = p.stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
+    println!(
+        "log syncs per op: {:.2}",
+        syncs / (2 * p.pairs.max(1)) as f64
+    );
     println!("{:<18} {:>9} {:>7}", "stage", "mean µs", "share");
     let mut inside = 0.0;
     for stage in STAGES {
@@ -316,23 +323,26 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
     let stages = delta(&before, &after?);
     let per_sec = handoffs as f64 / elapsed.as_secs_f64().max(1e-9);
     let handoff_us = 1e6 / per_sec.max(1e-9);
+    let n = handoffs.max(1) as f64;
+    let syncs = stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
     println!(
         "(b) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
-         {per_sec:.0}/s ({handoff_us:.1} µs each)",
-        fmt_duration(elapsed)
+         {per_sec:.0}/s ({handoff_us:.1} µs each), {:.2} log syncs per handoff",
+        fmt_duration(elapsed),
+        syncs / n
     );
+    // Replies released by one sync share it: the sums per handoff overlap in time.
     println!(
-        "{:<18} {:>11} {:>15} {:>13}",
-        "stage", "µs/handoff", "traced/handoff", "mean µs/trace"
+        "{:<18} {:>13} {:>15} {:>15}",
+        "stage", "mean µs/trace", "traced/handoff", "sum µs/handoff"
     );
-    let n = handoffs.max(1) as f64;
     for stage in STAGES.iter().chain(&["reaction"]) {
         let (count, sum) = stages.get(*stage).copied().unwrap_or_default();
         println!(
-            "{stage:<18} {:>11.1} {:>15.2} {:>13.1}",
-            sum / n,
+            "{stage:<18} {:>13.1} {:>15.2} {:>15.1}",
+            mean_of(&stages, stage),
             count / n,
-            mean_of(&stages, stage)
+            sum / n,
         );
     }
     Ok(Json::obj(vec![
@@ -340,6 +350,7 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
         ("handoffs", Json::num(handoffs as f64)),
         ("handoffs_per_sec", Json::num(per_sec)),
         ("handoff_us", Json::num(handoff_us)),
+        ("log_syncs_per_handoff", Json::num(syncs / n)),
         ("stages_us_per_handoff", stage_json(&stages, Some(n))),
         ("stages_mean_us_per_reply", stage_json(&stages, None)),
     ]))
@@ -382,13 +393,17 @@ async fn totals(addr: SocketAddr) -> Result<Totals, BoxError> {
         let Some((key, value)) = line.split_once('\t') else {
             continue;
         };
-        let Some(rest) = key.strip_prefix("lk_write_stage_") else {
-            continue;
-        };
         let value: f64 = value
             .trim()
             .parse()
             .map_err(|e| format!("mntr {key}\t{value}: {e}"))?;
+        if key == "lk_log_syncs" {
+            totals.insert(SYNCS.to_string(), (value, 0.0));
+            continue;
+        }
+        let Some(rest) = key.strip_prefix("lk_write_stage_") else {
+            continue;
+        };
         if let Some(stage) = rest.strip_suffix("_count") {
             totals.entry(stage.to_string()).or_default().0 = value;
         } else if let Some(stage) = rest.strip_suffix("_us_sum") {

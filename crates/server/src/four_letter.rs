@@ -142,7 +142,9 @@ fn mntr(view: &View, out: &mut String) {
         let _ = writeln!(out, "{key}\t{value}");
     }
     // Keeper's own keys after ZooKeeper's (clients read mntr as key-value lines, and skip
-    // keys they do not know): each stage of the write path, in microseconds.
+    // keys they do not know): each stage of the write path, in microseconds, and the log's
+    // syncs (several traced replies may share one).
+    let _ = writeln!(out, "lk_log_syncs\t{}", view.log_syncs);
     for v in view.stages.values() {
         let name = v.stage.name();
         let _ = writeln!(out, "lk_write_stage_{name}_count\t{}", v.count);

@@ -165,6 +165,11 @@ impl Summary {
         self.value_at(Instant::now())
     }
 
+    /// Observations since start (for `fsynctime`: the log's syncs, which `mntr` reports too).
+    pub(crate) fn count(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).count
+    }
+
     fn value_at(&self, now: Instant) -> SummaryValue {
         let mut w = self.state.lock().unwrap_or_else(|p| p.into_inner());
         w.rotate(now);

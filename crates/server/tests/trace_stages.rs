@@ -29,7 +29,7 @@ const STAGES: [&str; 8] = [
     "socket",
 ];
 
-/// `mntr`'s Keeper keys as numbers.
+/// `mntr`'s Keeper keys (`lk_`) as numbers.
 async fn stages(addr: SocketAddr) -> HashMap<String, f64> {
     let text = tokio::task::spawn_blocking(move || try_four_letter_word(addr, "mntr", LIMIT))
         .await
@@ -37,7 +37,7 @@ async fn stages(addr: SocketAddr) -> HashMap<String, f64> {
         .expect("mntr");
     text.lines()
         .filter_map(|line| line.split_once('\t'))
-        .filter(|(key, _)| key.starts_with("lk_write_stage_"))
+        .filter(|(key, _)| key.starts_with("lk_"))
         .map(|(key, value)| {
             let value = value
                 .parse()
@@ -87,14 +87,23 @@ async fn trace_a_synchronous_client(keeper: &Keeper, syncs: bool) {
     for stage in STAGES {
         let count = delta(&before, &after, &format!("lk_write_stage_{stage}_count"));
         let sum = delta(&before, &after, &format!("lk_write_stage_{stage}_us_sum"));
-        assert_eq!(count, writes, "{stage}: every synchronous write is traced once");
+        assert_eq!(
+            count, writes,
+            "{stage}: every synchronous write is traced once"
+        );
         if stage == "fdatasync" && !syncs {
             assert_eq!(sum, 0.0, "no fdatasync without --sync always");
         } else {
-            assert!(sum > 0.0, "{stage} took no time at all over {writes} writes");
+            assert!(
+                sum > 0.0,
+                "{stage} took no time at all over {writes} writes"
+            );
         }
         stage_us += sum;
     }
+    let log_syncs = delta(&before, &after, "lk_log_syncs");
+    let want = if syncs { writes } else { 0.0 };
+    assert_eq!(log_syncs, want, "log syncs for {writes} synchronous writes");
     assert!(
         stage_us <= client_us,
         "the stages ({stage_us:.0} µs) cannot take longer than the client waited ({client_us:.0} µs)"

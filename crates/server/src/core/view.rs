@@ -26,6 +26,9 @@ pub(crate) struct View<'c> {
     pub watches: &'c Watches,
     /// Where durable replies spend their time (`mntr`'s `lk_write_stage_*` keys).
     pub stages: &'c StageTimes,
+    /// The log's fdatasyncs so far: replies released by one sync share it, so a workload's
+    /// syncs per operation say how many the stages' `fdatasync` time really is.
+    pub log_syncs: u64,
     core: &'c Core,
 }
 
@@ -68,6 +71,7 @@ impl Core {
             sessions: &self.state.sessions,
             watches: &self.watches,
             stages: &self.timings.stages,
+            log_syncs: self.timings.fsync.count(),
             core: self,
         }
     }
