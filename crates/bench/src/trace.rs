@@ -388,33 +388,38 @@ async fn totals(addr: SocketAddr) -> Result<Totals, BoxError> {
     .await
     .map_err(|e| format!("mntr: {e}"))?
     .map_err(|e| format!("mntr from {addr}: {e}"))?;
+    parse_totals(&text).map_err(|e| format!("mntr from {addr}: {e}").into())
+}
+
+/// The stage counts and sums (and the log's syncs) among `mntr`'s lines; ZooKeeper's own keys
+/// are skipped.
+fn parse_totals(mntr: &str) -> Result<Totals, String> {
     let mut totals = Totals::new();
-    for line in text.lines() {
+    for line in mntr.lines() {
         let Some((key, value)) = line.split_once('\t') else {
             continue;
         };
-        let value: f64 = value
-            .trim()
-            .parse()
-            .map_err(|e| format!("mntr {key}\t{value}: {e}"))?;
-        if key == "lk_log_syncs" {
-            totals.insert(SYNCS.to_string(), (value, 0.0));
+        if !key.starts_with("lk_") {
             continue;
         }
-        let Some(rest) = key.strip_prefix("lk_write_stage_") else {
-            continue;
+        let number = || -> Result<f64, String> {
+            value
+                .trim()
+                .parse()
+                .map_err(|e| format!("{key}\t{value}: {e}"))
         };
-        if let Some(stage) = rest.strip_suffix("_count") {
-            totals.entry(stage.to_string()).or_default().0 = value;
-        } else if let Some(stage) = rest.strip_suffix("_us_sum") {
-            totals.entry(stage.to_string()).or_default().1 = value;
+        if key == "lk_log_syncs" {
+            totals.insert(SYNCS.to_string(), (number()?, 0.0));
+        } else if let Some(rest) = key.strip_prefix("lk_write_stage_") {
+            if let Some(stage) = rest.strip_suffix("_count") {
+                totals.entry(stage.to_string()).or_default().0 = number()?;
+            } else if let Some(stage) = rest.strip_suffix("_us_sum") {
+                totals.entry(stage.to_string()).or_default().1 = number()?;
+            }
         }
     }
-    if totals.is_empty() {
-        return Err(format!(
-            "mntr from {addr} has no lk_write_stage_ keys: this Keeper does not trace its write path"
-        )
-        .into());
+    if !STAGES.iter().all(|stage| totals.contains_key(*stage)) {
+        return Err("no lk_write_stage_ keys: this Keeper does not trace its write path".into());
     }
     Ok(totals)
 }
@@ -464,6 +469,21 @@ mod tests {
             ("reaction".to_string(), (0.0, 0.0)),
         ]
         .into();
+        let mut mntr =
+            String::from("zk_version\t3.8.0-lockkeeper\nzk_avg_latency\t0.1\nlk_log_syncs\t7\n");
+        for stage in STAGES {
+            mntr.push_str(&format!(
+                "lk_write_stage_{stage}_count\t2\nlk_write_stage_{stage}_us_sum\t5.5\nlk_write_stage_{stage}_us_max\t3.0\n"
+            ));
+        }
+        let parsed = parse_totals(&mntr).expect("parse");
+        assert_eq!(parsed["queue"], (2.0, 5.5));
+        assert_eq!(parsed[SYNCS].0, 7.0);
+        assert!(parse_totals("zk_version\t3.8.0\n").is_err(), "no stages");
+        assert!(
+            parse_totals("lk_log_syncs\tmany\n").is_err(),
+            "not a number"
+        );
         let d = delta(&before, &after);
         assert_eq!(d["write"], (20.0, 400.0));
         assert_eq!(mean_of(&d, "write"), 20.0);
