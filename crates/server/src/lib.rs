@@ -12,7 +12,7 @@
 //!      writes in request order)
 //! ```
 //!
-//! Each stage of that path is timed for every reply that waits for the log (the `trace` module; `mntr`'s
+//! Each stage of that path is timed for every reply that waits for the log ([`trace`]; `mntr`'s
 //! `lk_write_stage_*` keys).
 //!
 //! The connection task runs per client; dispatch, prep, log and apply run in the single core
@@ -45,7 +45,7 @@ pub mod recovery;
 mod reply;
 pub mod session;
 pub mod snapshot;
-mod trace;
+pub mod trace;
 pub mod tree;
 pub mod txn;
 pub mod watch;

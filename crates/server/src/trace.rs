@@ -180,7 +180,7 @@ impl StageTimes {
     }
 }
 
-/// The stamps a request collects before the log: carried by the reply ([`crate::reply::Outgoing`]).
+/// The stamps a request collects before the log, carried by its reply to the connection's writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestStamps {
     /// The reader decoded the frame.
