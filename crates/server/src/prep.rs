@@ -58,7 +58,7 @@ impl View<'_> {
             version: n.version,
             aversion: n.aversion,
             child_creations: n.child_creations,
-            num_children: n.children.len() as i32,
+            num_children: n.num_children,
             ephemeral_owner: n.ephemeral_owner,
             acl: n.acl.clone(),
         })

@@ -503,7 +503,7 @@ mod tests {
         assert_eq!(r.last_zxid, FIRST_ZXID + 2);
         assert_eq!(r.replayed, 3);
         let a = r.tree.get("/a").unwrap();
-        assert_eq!((a.data.clone(), a.version, a.children.len()), (None, 1, 1));
+        assert_eq!((a.data.clone(), a.version, a.num_children), (None, 1, 1));
         assert_eq!(r.tree.get("/a/b").unwrap().data.as_deref(), Some(&b"2"[..]));
     }
 

@@ -2,7 +2,7 @@
 //! the log from the beginning.
 //!
 //! Taking one must not stall requests, and the core owns the tree, so the core walks the tree in
-//! key order a chunk at a time between batches of requests. A write that reaches a node the walk
+//! its key order (tree order: parents before children) a chunk at a time between batches of requests. A write that reaches a node the walk
 //! has not visited yet first records that node's *pre-image*; nodes created during the walk are
 //! skipped. The result is exactly the state at the snapshot's zxid, with a stall bounded by the
 //! chunk size. A writer thread streams the bytes to `snapshot.<zxid>.tmp`, and once the log is
@@ -10,7 +10,8 @@
 //! is no longer needed.
 //!
 //! File: `LKSNAPSH`, u32 version, i64 zxid, sessions (i32 count, then id, timeout, password), ACL
-//! table (i32 count, then each ACL), node records (tag 1, path, data, ACL index, stat fields),
+//! table (i32 count, then each ACL), node records in tree order (tag 1, path, data, ACL index,
+//! stat fields),
 //! end (tag 0, i64 node count), u32 crc32c of all bytes before it.
 
 use std::collections::{HashMap, HashSet};
@@ -26,7 +27,7 @@ use lockkeeper_proto::{Acl, DecodeError, Jute, Reader};
 
 use crate::log::{segment_name, sync_dir};
 use crate::metrics::Summary;
-use crate::tree::{Node, Nodes};
+use crate::tree::{self, Node, Nodes, path_order};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
 const NODE_TAG: u8 = 1;
@@ -93,7 +94,11 @@ impl Capture {
     }
 
     fn ahead(&self, path: &str) -> bool {
-        !self.walked && self.cursor.as_deref().is_none_or(|c| path > c)
+        !self.walked
+            && self
+                .cursor
+                .as_deref()
+                .is_none_or(|c| path_order(path, c).is_gt())
     }
 
     /// Called before `path` is changed or deleted.
@@ -102,7 +107,7 @@ impl Capture {
             && !self.recorded_ahead.contains(path)
             && !self.created_ahead.contains(path)
         {
-            if let Some(node) = nodes.get(path) {
+            if let Some(node) = tree::node(nodes, path) {
                 encode_node(&mut self.out, path, node, &self.acl_index);
                 self.count += 1;
             }
@@ -125,7 +130,7 @@ impl Capture {
         };
         let mut last = None;
         let mut seen = 0;
-        for (path, node) in nodes.range::<str, _>((start, Bound::Unbounded)).take(limit) {
+        for (path, node) in tree::nodes_from(nodes, start).take(limit) {
             seen += 1;
             last = Some(path);
             if self.recorded_ahead.remove(&**path) || self.created_ahead.remove(&**path) {
@@ -247,7 +252,7 @@ fn parse(body: Bytes) -> Result<Loaded, DecodeError> {
                     child_creations: r.read_i32()?,
                     ephemeral_owner: r.read_i64()?,
                     pzxid: r.read_i64()?,
-                    children: Default::default(),
+                    num_children: 0, // counted by `DataTree::restore`
                 };
                 nodes.push((path, node));
             }

@@ -4,7 +4,15 @@
 //! The tree is owned by the core task alone, so it is plain data with no locks. Mutations here
 //! cannot fail: `prep` has already checked every precondition against the same state, which is
 //! what lets a multi be all-or-nothing without an undo log.
+//!
+//! Nodes live in one ordered map keyed by path, in *tree order* ([`path_order`]): by depth,
+//! then bytewise. The children of a node are then one contiguous run of keys (same depth, the
+//! parent's path plus `/` as prefix), so a node keeps no set of its children's names, only
+//! their count: that set cost about a third of the tree's memory. Parents come before their
+//! children, which a snapshot's walk relies on.
 
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -62,12 +70,13 @@ pub struct Node {
     pub child_creations: i32,
     pub ephemeral_owner: i64,
     pub pzxid: i64,
-    pub children: BTreeSet<Box<str>>,
+    /// How many children it has now (their names are the keys below it in the tree's order).
+    pub num_children: i32,
 }
 
 impl Node {
     pub fn stat(&self) -> Stat {
-        let num_children = self.children.len() as i32;
+        let num_children = self.num_children;
         Stat {
             czxid: self.czxid,
             mzxid: self.mzxid,
@@ -109,7 +118,7 @@ impl Node {
             child_creations: 0,
             ephemeral_owner,
             pzxid: zxid,
-            children: BTreeSet::new(),
+            num_children: 0,
         }
     }
 }
@@ -120,8 +129,104 @@ fn own(data: Option<Bytes>) -> Option<Bytes> {
     data.map(|d| Bytes::copy_from_slice(&d))
 }
 
-/// Keys are `Box<str>`, not `String`: no capacity word, in slots that are often half empty.
-pub type Nodes = BTreeMap<Box<str>, Box<Node>>;
+/// A path's depth: 0 for the root, otherwise its number of `/`.
+fn depth(path: &str) -> usize {
+    if path == "/" {
+        0
+    } else {
+        path.bytes().filter(|&b| b == b'/').count()
+    }
+}
+
+/// The tree's order of paths: by depth, then bytewise. Every node's children are contiguous
+/// in it, and sorted by name, as `getChildren` answers them.
+pub fn path_order(a: &str, b: &str) -> Ordering {
+    depth(a).cmp(&depth(b)).then_with(|| a.cmp(b))
+}
+
+/// A path borrowed as a key of [`Nodes`] (ordered by [`path_order`]).
+#[derive(PartialEq, Eq)]
+#[repr(transparent)]
+pub struct PathStr(str);
+
+impl PathStr {
+    pub fn new(path: &str) -> &PathStr {
+        // SAFETY: `PathStr` is `repr(transparent)` over `str`, so the two references have the
+        // same layout and the same metadata (the length).
+        unsafe { &*(path as *const str as *const PathStr) }
+    }
+}
+
+impl Ord for PathStr {
+    fn cmp(&self, other: &Self) -> Ordering {
+        path_order(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for PathStr {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A path owned as a key of [`Nodes`]. `Box<str>`, not `String`: no capacity word, in slots
+/// that are often half empty.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PathKey(Box<str>);
+
+impl From<&str> for PathKey {
+    fn from(path: &str) -> PathKey {
+        PathKey(path.into())
+    }
+}
+
+impl Borrow<PathStr> for PathKey {
+    fn borrow(&self) -> &PathStr {
+        PathStr::new(&self.0)
+    }
+}
+
+impl Ord for PathKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        path_order(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for PathKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::ops::Deref for PathKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Every node by path, in tree order.
+pub type Nodes = BTreeMap<PathKey, Box<Node>>;
+
+/// The node at `path` in `nodes`.
+pub fn node<'a>(nodes: &'a Nodes, path: &str) -> Option<&'a Node> {
+    nodes.get(PathStr::new(path)).map(|n| &**n)
+}
+
+/// The nodes from `start` on, in tree order.
+pub fn nodes_from<'a>(
+    nodes: &'a Nodes,
+    start: Bound<&str>,
+) -> impl Iterator<Item = (&'a PathKey, &'a Node)> {
+    let start = match start {
+        Bound::Included(p) => Bound::Included(PathStr::new(p)),
+        Bound::Excluded(p) => Bound::Excluded(PathStr::new(p)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    nodes
+        .range::<PathStr, _>((start, Bound::Unbounded))
+        .map(|(k, n)| (k, &**n))
+}
 
 pub struct DataTree {
     /// Ordered by path so a snapshot can walk it in chunks while it changes. Nodes are boxed:
@@ -174,11 +279,11 @@ impl DataTree {
         ] {
             tree.nodes
                 .insert(p.into(), Box::new(Node::new(None, acl.clone(), 0, 0, 0)));
-            if let Some(parent) = path::parent(p).and_then(|parent| tree.nodes.get_mut(parent)) {
-                parent.children.insert(path::name(p).into());
+            if let Some(parent) = path::parent(p).and_then(|parent| tree.get_mut(parent)) {
+                parent.num_children += 1;
             }
         }
-        if let Some(config) = tree.nodes.get_mut("/zookeeper/config") {
+        if let Some(config) = tree.get_mut("/zookeeper/config") {
             config.aversion = -1;
         }
         tree.data_size = tree.measure_data_size();
@@ -187,9 +292,35 @@ impl DataTree {
 
     /// The node at `path`. ZooKeeper also files the root under "", so reads of "" see "/".
     pub fn get(&self, path: &str) -> Option<&Node> {
+        node(&self.nodes, if path.is_empty() { "/" } else { path })
+    }
+
+    fn get_mut(&mut self, path: &str) -> Option<&mut Node> {
+        self.nodes.get_mut(PathStr::new(path)).map(|n| &mut **n)
+    }
+
+    /// The names of `path`'s children, sorted ("" is the root, as in [`DataTree::get`]).
+    pub fn children(&self, path: &str) -> impl Iterator<Item = &str> + '_ {
+        let path = if path.is_empty() { "/" } else { path };
+        let prefix = if path == "/" {
+            String::from("/")
+        } else {
+            format!("{path}/")
+        };
+        let child_depth = depth(path) + 1;
+        // "P/" sorts first among P's children's depth. The root's prefix "/" is the root
+        // itself (depth 0), so its children's run starts right after it.
+        let start = if path == "/" {
+            Bound::Excluded(PathKey::from("/"))
+        } else {
+            Bound::Included(PathKey::from(prefix.as_str()))
+        };
+        let len = prefix.len();
         self.nodes
-            .get(if path.is_empty() { "/" } else { path })
-            .map(|n| &**n)
+            .range::<PathKey, _>((start, Bound::Unbounded))
+            .map(|(k, _)| &**k)
+            .take_while(move |k| depth(k) == child_depth && k.starts_with(prefix.as_str()))
+            .map(move |k| &k[len..])
     }
 
     pub fn len(&self) -> usize {
@@ -228,8 +359,8 @@ impl DataTree {
             }
             capture.on_create(path);
         }
-        if let Some(parent) = path::parent(path).and_then(|p| self.nodes.get_mut(p)) {
-            parent.children.insert(path::name(path).into());
+        if let Some(parent) = path::parent(path).and_then(|p| self.get_mut(p)) {
+            parent.num_children += 1;
             parent.child_creations = parent.child_creations.wrapping_add(1);
             parent.pzxid = zxid;
         }
@@ -247,12 +378,12 @@ impl DataTree {
                 capture.before_change(parent, &self.nodes);
             }
         }
-        let Some(node) = self.nodes.remove(path) else {
+        let Some(node) = self.nodes.remove(PathStr::new(path)) else {
             return;
         };
         self.data_size = self.data_size.saturating_sub(node_size(path, &node));
-        if let Some(parent) = path::parent(path).and_then(|p| self.nodes.get_mut(p)) {
-            parent.children.remove(path::name(path));
+        if let Some(parent) = path::parent(path).and_then(|p| self.get_mut(p)) {
+            parent.num_children -= 1;
             // A delete replayed after a later create must not move pzxid backwards.
             parent.pzxid = parent.pzxid.max(zxid);
         }
@@ -286,7 +417,7 @@ impl DataTree {
         if let Some(capture) = &mut self.capture {
             capture.before_change(path, &self.nodes);
         }
-        match self.nodes.get_mut(path) {
+        match self.nodes.get_mut(PathStr::new(path)) {
             Some(node) => {
                 let data = own(data);
                 self.data_size = (self.data_size + data.as_ref().map_or(0, Bytes::len))
@@ -306,7 +437,7 @@ impl DataTree {
         if let Some(capture) = &mut self.capture {
             capture.before_change(path, &self.nodes);
         }
-        match self.nodes.get_mut(path) {
+        match self.get_mut(path) {
             Some(node) => {
                 node.acl = acl;
                 node.aversion = aversion;
@@ -334,11 +465,20 @@ impl DataTree {
         if path == "/" {
             return self.nodes.len() - 1;
         }
-        let prefix = format!("{path}/");
-        self.nodes
-            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .count()
+        // Descendants are not contiguous in tree order: walk down level by level.
+        let mut count = 0;
+        let mut level = vec![path.to_string()];
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for parent in &level {
+                for name in self.children(parent) {
+                    next.push(format!("{parent}/{name}"));
+                }
+            }
+            count += next.len();
+            level = next;
+        }
+        count
     }
 
     /// Starts a snapshot of the current state (at `capture.zxid`).
@@ -388,18 +528,21 @@ impl DataTree {
         for acl in acls {
             tree.acl_cache.insert(acl.to_vec(), acl);
         }
-        records.sort_by(|a, b| a.0.cmp(&b.0));
+        records.sort_by(|a, b| path_order(&a.0, &b.0));
         for (path, node) in &records {
             tree.index(path, node.ephemeral_owner);
         }
         tree.nodes = records
             .into_iter()
-            .map(|(path, node)| (path.into_boxed_str(), Box::new(node)))
+            .map(|(path, mut node)| {
+                node.num_children = 0;
+                (PathKey(path.into_boxed_str()), Box::new(node))
+            })
             .collect();
-        let paths: Vec<Box<str>> = tree.nodes.keys().cloned().collect();
+        let paths: Vec<PathKey> = tree.nodes.keys().cloned().collect();
         for p in paths {
-            if let Some(parent) = path::parent(&p).and_then(|parent| tree.nodes.get_mut(parent)) {
-                parent.children.insert(path::name(&p).into());
+            if let Some(parent) = path::parent(&p).and_then(|parent| tree.get_mut(parent)) {
+                parent.num_children += 1;
             }
         }
         tree.data_size = tree.measure_data_size();
@@ -436,9 +579,8 @@ impl DataTree {
             .containers
             .iter()
             .filter(|p| {
-                self.nodes
-                    .get(p.as_str())
-                    .is_some_and(|n| n.children.is_empty() && n.child_creations > 0)
+                self.get(p)
+                    .is_some_and(|n| n.num_children == 0 && n.child_creations > 0)
             })
             .cloned()
             .collect();
@@ -446,14 +588,13 @@ impl DataTree {
             self.ttl_nodes
                 .iter()
                 .filter(|p| {
-                    self.nodes.get(p.as_str()).is_some_and(|n| {
-                        match Owner::decode(n.ephemeral_owner) {
+                    self.get(p)
+                        .is_some_and(|n| match Owner::decode(n.ephemeral_owner) {
                             Owner::Ttl(ttl) => {
-                                n.children.is_empty() && now_ms > n.mtime.saturating_add(ttl)
+                                n.num_children == 0 && now_ms > n.mtime.saturating_add(ttl)
                             }
                             _ => false,
-                        }
-                    })
+                        })
                 })
                 .cloned(),
         );
@@ -531,6 +672,45 @@ mod tests {
         tree.delete("/missing", zxid + 3);
         step(&mut tree, "delete of a missing node");
         assert!(tree.approximate_data_size() > 0);
+    }
+
+    /// Children are a contiguous run in tree order: neither grandchildren nor siblings that
+    /// share a prefix (`/ab` next to `/a`) may leak into a listing, and the counts follow.
+    #[test]
+    fn children_and_descendants_come_from_tree_order() {
+        let mut tree = DataTree::new();
+        let mut zxid = 0;
+        for p in [
+            "/a",
+            "/ab",
+            "/a/x",
+            "/a/y",
+            "/a/x/deep",
+            "/a/x/deep/er",
+            "/ab/z",
+            "/a-",
+            "/a/y0",
+        ] {
+            zxid += 1;
+            tree.create(p, None, crate::acl::open_acl(), 0, zxid, 0);
+        }
+        let names = |t: &DataTree, p: &str| t.children(p).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(names(&tree, "/"), ["a", "a-", "ab", "zookeeper"]);
+        assert_eq!(names(&tree, ""), names(&tree, "/"));
+        assert_eq!(names(&tree, "/a"), ["x", "y", "y0"]);
+        assert_eq!(names(&tree, "/a/x"), ["deep"]);
+        assert_eq!(names(&tree, "/ab"), ["z"]);
+        assert!(names(&tree, "/a/y").is_empty());
+        assert_eq!(tree.get("/a").unwrap().num_children, 3);
+        assert_eq!(tree.descendant_count("/a"), 5);
+        assert_eq!(tree.descendant_count("/ab"), 1);
+        assert_eq!(tree.descendant_count("/"), tree.len() - 1);
+        tree.delete("/a/x/deep/er", 20);
+        assert_eq!(tree.descendant_count("/a"), 4);
+        assert_eq!(tree.get("/a/x/deep").unwrap().num_children, 0);
+        // Parents sort before their children, whatever the bytes say.
+        assert!(path_order("/zz", "/a/b").is_lt());
+        assert!(path_order("/", "/a").is_lt());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use lockkeeper_proto::*;
 
 use super::Core;
 use crate::reply::{Body, ReadResult};
-use crate::tree::Node;
+use crate::tree::{DataTree, Node};
 use crate::watch::ConnId;
 
 impl Core {
@@ -57,8 +57,8 @@ impl Core {
                 Ok(body)
             }
             Request::GetChildren(req) => {
-                let node = self.readable(conn, &req.path, perms::READ)?;
-                let body = Body::Children(children(node));
+                self.readable(conn, &req.path, perms::READ)?;
+                let body = Body::Children(children(&self.state.tree, &req.path));
                 if req.watch {
                     self.watches.add_child(&req.path, conn);
                 }
@@ -67,7 +67,7 @@ impl Core {
             Request::GetChildren2(req) => {
                 let node = self.readable(conn, &req.path, perms::READ)?;
                 let body = Body::ChildrenStat {
-                    children: children(node),
+                    children: children(&self.state.tree, &req.path),
                     stat: node.stat(),
                 };
                 if req.watch {
@@ -201,7 +201,7 @@ impl Core {
         let result = match op {
             ReadOp::GetChildren(req) => self
                 .readable(conn, &req.path, perms::READ)
-                .map(|n| ReadResult::Children(children(n))),
+                .map(|_| ReadResult::Children(children(&self.state.tree, &req.path))),
             ReadOp::GetData(req) => {
                 self.readable(conn, &req.path, perms::READ)
                     .map(|n| ReadResult::Data {
@@ -270,6 +270,6 @@ impl Core {
     }
 }
 
-fn children(node: &Node) -> Vec<String> {
-    node.children.iter().map(|c| c.to_string()).collect()
+fn children(tree: &DataTree, path: &str) -> Vec<String> {
+    tree.children(path).map(str::to_string).collect()
 }
