@@ -44,6 +44,9 @@ pub struct ServerReport {
     pub startup: Vec<Duration>,
     pub rss_idle_kib: Option<u64>,
     pub rss_loaded_kib: Option<u64>,
+    /// RSS with the znodes once garbage is collected: after `jcmd PID GC.run` on a JVM, a
+    /// second later on Keeper (which has no collector; the figure is taken the same way).
+    pub rss_collected_kib: Option<u64>,
     pub populate_time: Option<Duration>,
     /// Bytes in the data directory once every write was answered.
     pub data_dir_bytes: Option<u64>,
@@ -59,6 +62,7 @@ impl ServerReport {
             startup: Vec::new(),
             rss_idle_kib: None,
             rss_loaded_kib: None,
+            rss_collected_kib: None,
             populate_time: None,
             data_dir_bytes: None,
             runs: Vec::new(),
@@ -215,6 +219,13 @@ async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
                     c.report.populate_time = Some(d);
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     c.report.rss_loaded_kib = take_rss(server, &mut c.report.errors);
+                    if kind == ServerKind::Zookeeper
+                        && let Err(e) = full_gc(server.pid()).await
+                    {
+                        c.report.errors.push(e);
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    c.report.rss_collected_kib = take_rss(server, &mut c.report.errors);
                 }
                 Err(e) => c.report.errors.push(e.to_string()),
             }
@@ -227,11 +238,14 @@ async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
                 .push(format!("reading {kind}'s data directory: {e}")),
         }
         println!(
-            "{kind}: RSS {} after start, {} with {} znodes of {} bytes",
+            "{kind}: RSS {} after start, {} with {} znodes of {} bytes ({} after a full GC)",
             c.report.rss_idle_kib.map_or("-".into(), stats::fmt_kib),
             c.report.rss_loaded_kib.map_or("-".into(), stats::fmt_kib),
             settings.rss_znodes,
-            c.plan.data_size
+            c.plan.data_size,
+            c.report
+                .rss_collected_kib
+                .map_or("-".into(), stats::fmt_kib),
         );
         // The server and its data directory go away here; nothing to clean up remotely.
         if let Some(namespace) = c.namespace.take() {
@@ -240,6 +254,29 @@ async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
         c.server = None;
     }
     contenders.into_iter().map(|c| c.report).collect()
+}
+
+/// Asks the JVM at `pid` for a full collection (`jcmd PID GC.run`, which runs `System.gc()`;
+/// G1 then gives the freed heap back to the OS), bounded in time.
+async fn full_gc(pid: u32) -> Result<(), String> {
+    let run = tokio::process::Command::new("jcmd")
+        .arg(pid.to_string())
+        .arg("GC.run")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(Duration::from_secs(60), run).await {
+        Err(_) => Err(format!("jcmd {pid} GC.run took over 60 s")),
+        Ok(Err(e)) => Err(format!("jcmd {pid} GC.run: {e} (jcmd comes with the JDK)")),
+        Ok(Ok(out)) if !out.status.success() => Err(format!(
+            "jcmd {pid} GC.run: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Ok(Ok(_)) => Ok(()),
+    }
 }
 
 fn take_rss(server: &ChildServer, errors: &mut Vec<String>) -> Option<u64> {
@@ -453,6 +490,15 @@ fn figures(
         "rss_loaded_kib".into(),
         Unit::Kib,
         both(&|r| r.rss_loaded_kib.map(|v| v as f64)),
+    );
+    push(
+        format!(
+            "RSS with {} znodes of {} B, after a full GC",
+            settings.rss_znodes, settings.plan.data_size
+        ),
+        "rss_collected_kib".into(),
+        Unit::Kib,
+        both(&|r| r.rss_collected_kib.map(|v| v as f64)),
     );
     rows
 }
