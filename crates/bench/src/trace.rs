@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use lockkeeper_load::BoxError;
 use lockkeeper_load::stats::{Json, fmt_duration, new_histogram, record};
+use lockkeeper_server::trace::Stage;
 use tokio::sync::Barrier;
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -35,17 +36,15 @@ use super::locks::{close_all, open_many};
 use super::process::{ChildServer, Launcher, ServerKind};
 use super::startup::first_session;
 
-/// The pipeline's stages in order, as `mntr` names them; `reaction` is apart.
-const STAGES: [&str; 8] = [
-    "queue",
-    "core",
-    "batch",
-    "handoff",
-    "write",
-    "fdatasync",
-    "wake",
-    "socket",
-];
+/// The pipeline's stages in order, as `mntr` names them (`reaction` is apart).
+fn pipeline() -> impl Iterator<Item = &'static str> {
+    Stage::PIPELINE.into_iter().map(Stage::name)
+}
+
+/// Every stage `mntr` names, the pipeline's and `reaction`.
+fn all_stages() -> impl Iterator<Item = &'static str> {
+    Stage::ALL.into_iter().map(Stage::name)
+}
 /// The key of the log's sync count among the [`Totals`] (its count; no sum).
 const SYNCS: &str = "log syncs";
 /// fdatasyncs of the 4 KiB overwrite measured for the floor (fewer if [`SYNC_LIMIT`] passes).
@@ -256,7 +255,7 @@ fn print_pairs(p: &Pairs) {
     );
     println!("{:<18} {:>9} {:>7}", "stage", "mean µs", "share");
     let mut inside = 0.0;
-    for stage in STAGES {
+    for stage in pipeline() {
         let mean = mean_of(&p.stages, stage);
         inside += mean;
         println!(
@@ -336,8 +335,8 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
         "{:<18} {:>13} {:>15} {:>15}",
         "stage", "mean µs/trace", "traced/handoff", "sum µs/handoff"
     );
-    for stage in STAGES.iter().chain(&["reaction"]) {
-        let (count, sum) = stages.get(*stage).copied().unwrap_or_default();
+    for stage in all_stages() {
+        let (count, sum) = stages.get(stage).copied().unwrap_or_default();
         println!(
             "{stage:<18} {:>13.1} {:>15.2} {:>15.1}",
             mean_of(&stages, stage),
@@ -359,15 +358,13 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
 /// Each stage's mean per traced reply, or (with `per`) its sum divided by `per`.
 fn stage_json(stages: &Totals, per: Option<f64>) -> Json {
     Json::obj(
-        STAGES
-            .iter()
-            .chain(&["reaction"])
+        all_stages()
             .map(|stage| {
                 let value = match per {
-                    Some(n) => stages.get(*stage).map_or(0.0, |(_, sum)| sum / n),
+                    Some(n) => stages.get(stage).map_or(0.0, |(_, sum)| sum / n),
                     None => mean_of(stages, stage),
                 };
-                (*stage, Json::num(value))
+                (stage, Json::num(value))
             })
             .collect(),
     )
@@ -418,7 +415,7 @@ fn parse_totals(mntr: &str) -> Result<Totals, String> {
             }
         }
     }
-    if !STAGES.iter().all(|stage| totals.contains_key(*stage)) {
+    if !pipeline().all(|stage| totals.contains_key(stage)) {
         return Err("no lk_write_stage_ keys: this Keeper does not trace its write path".into());
     }
     Ok(totals)
@@ -471,7 +468,7 @@ mod tests {
         .into();
         let mut mntr =
             String::from("zk_version\t3.8.0-lockkeeper\nzk_avg_latency\t0.1\nlk_log_syncs\t7\n");
-        for stage in STAGES {
+        for stage in pipeline() {
             mntr.push_str(&format!(
                 "lk_write_stage_{stage}_count\t2\nlk_write_stage_{stage}_us_sum\t5.5\nlk_write_stage_{stage}_us_max\t3.0\n"
             ));

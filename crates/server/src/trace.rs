@@ -57,6 +57,18 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// The write path's stages in order: all but [`Stage::Reaction`], the client's share.
+    pub const PIPELINE: [Stage; 8] = [
+        Stage::Queue,
+        Stage::Core,
+        Stage::Batch,
+        Stage::Handoff,
+        Stage::Write,
+        Stage::Fdatasync,
+        Stage::Wake,
+        Stage::Socket,
+    ];
+
     pub const ALL: [Stage; 9] = [
         Stage::Queue,
         Stage::Core,

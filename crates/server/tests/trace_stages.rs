@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lockkeeper_server::config::SyncMode;
+use lockkeeper_server::trace::Stage;
 use lockkeeper_testkit::{Keeper, TestServer, backend_enabled, try_four_letter_word};
 use zookeeper_client::{Acls, Client, CreateMode, EventType};
 
@@ -17,17 +18,6 @@ use zookeeper_client::{Acls, Client, CreateMode, EventType};
 const LIMIT: Duration = Duration::from_secs(20);
 /// Create+delete pairs the synchronous client makes.
 const PAIRS: u32 = 50;
-/// The pipeline's stages, in order (`reaction` is apart).
-const STAGES: [&str; 8] = [
-    "queue",
-    "core",
-    "batch",
-    "handoff",
-    "write",
-    "fdatasync",
-    "wake",
-    "socket",
-];
 
 /// `mntr`'s Keeper keys (`lk_`) as numbers.
 async fn stages(addr: SocketAddr) -> HashMap<String, f64> {
@@ -84,7 +74,7 @@ async fn trace_a_synchronous_client(keeper: &Keeper, syncs: bool) {
     let after = stages(addr).await;
     let writes = f64::from(2 * PAIRS);
     let mut stage_us = 0.0;
-    for stage in STAGES {
+    for stage in Stage::PIPELINE.map(Stage::name) {
         let count = delta(&before, &after, &format!("lk_write_stage_{stage}_count"));
         let sum = delta(&before, &after, &format!("lk_write_stage_{stage}_us_sum"));
         assert_eq!(
