@@ -704,7 +704,7 @@ mod tests {
             .nodes
             .into_iter()
             .filter(|(path, _)| path.starts_with("/n"))
-            .map(|(path, node)| (path, node.data))
+            .map(|(path, node)| (path, node.data.map(|d| Bytes::copy_from_slice(&d))))
             .collect();
         got.sort();
         assert_eq!(got, expected);

@@ -169,7 +169,14 @@ impl Capture {
 fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node, acl_index: &HashMap<usize, i32>) {
     out.push(NODE_TAG);
     path.to_string().write(out);
-    node.data.write(out);
+    // Jute's buffer: a big-endian length, -1 for null data, then the bytes.
+    match &node.data {
+        Some(data) => {
+            out.extend_from_slice(&(data.len() as i32).to_be_bytes());
+            out.extend_from_slice(data);
+        }
+        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+    }
     // Every ACL a recorded node can have existed when the snapshot started (a node whose ACL
     // changed since was recorded before the change). Were one missing, -1 makes the file
     // unusable at load, never silently wrong.
@@ -237,11 +244,11 @@ fn parse(body: Bytes) -> Result<Loaded, DecodeError> {
         match read_u8(&mut r)? {
             NODE_TAG => {
                 let path = r.read_string()?;
-                let data = Jute::read(&mut r)?;
+                let data: Option<Bytes> = Jute::read(&mut r)?;
                 let index = r.read_i32()?;
                 let acl = usize::try_from(index).ok().and_then(|i| acls.get(i));
                 let node = Node {
-                    data,
+                    data: data.map(|d| Box::from(&d[..])),
                     acl: acl.cloned().ok_or(DecodeError::NegativeLength(index))?,
                     czxid: r.read_i64()?,
                     mzxid: r.read_i64()?,

@@ -56,8 +56,11 @@ impl Owner {
 
 #[derive(Debug, Clone)]
 pub struct Node {
-    /// `None` is null data, which ZooKeeper keeps apart from empty data.
-    pub data: Option<Bytes>,
+    /// `None` is null data, which ZooKeeper keeps apart from empty data. A boxed slice, not
+    /// `Bytes`: 16 bytes in the node instead of 32, which takes the node's allocation down a
+    /// size class (128 to 112 bytes with glibc); a read copies the data into its reply, which
+    /// the reply's encoding does anyway.
+    pub data: Option<Box<[u8]>>,
     pub acl: Arc<[Acl]>,
     pub czxid: i64,
     pub mzxid: i64,
@@ -125,8 +128,8 @@ impl Node {
 
 /// Copies data into an allocation of its own. Request data arrives as a slice of the socket's
 /// read buffer; keeping that slice would pin the whole buffer (kilobytes) for every node.
-fn own(data: Option<Bytes>) -> Option<Bytes> {
-    data.map(|d| Bytes::copy_from_slice(&d))
+fn own(data: Option<Bytes>) -> Option<Box<[u8]>> {
+    data.map(|d| Box::from(&d[..]))
 }
 
 /// A path's depth: 0 for the root, otherwise its number of `/`.
@@ -420,8 +423,8 @@ impl DataTree {
         match self.nodes.get_mut(PathStr::new(path)) {
             Some(node) => {
                 let data = own(data);
-                self.data_size = (self.data_size + data.as_ref().map_or(0, Bytes::len))
-                    .saturating_sub(node.data.as_ref().map_or(0, Bytes::len));
+                self.data_size = (self.data_size + data.as_ref().map_or(0, |d| d.len()))
+                    .saturating_sub(node.data.as_ref().map_or(0, |d| d.len()));
                 node.data = data;
                 node.version = version;
                 node.mzxid = zxid;
@@ -616,7 +619,7 @@ impl DataTree {
 
 /// What one node adds to [`DataTree::approximate_data_size`].
 fn node_size(path: &str, node: &Node) -> usize {
-    path.len() + node.data.as_ref().map_or(0, Bytes::len)
+    path.len() + node.data.as_ref().map_or(0, |d| d.len())
 }
 
 #[cfg(test)]

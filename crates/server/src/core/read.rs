@@ -2,6 +2,7 @@
 //! pings). Reads see all writes before them (they run in the same
 //! task) and their replies wait for durability like any other.
 
+use bytes::Bytes;
 use lockkeeper_proto::*;
 
 use super::Core;
@@ -48,7 +49,7 @@ impl Core {
             Request::GetData(req) => {
                 let node = self.readable(conn, &req.path, perms::READ)?;
                 let body = Body::Data {
-                    data: node.data.clone(),
+                    data: node.data.as_deref().map(Bytes::copy_from_slice),
                     stat: node.stat(),
                 };
                 if req.watch {
@@ -205,7 +206,7 @@ impl Core {
             ReadOp::GetData(req) => {
                 self.readable(conn, &req.path, perms::READ)
                     .map(|n| ReadResult::Data {
-                        data: n.data.clone(),
+                        data: n.data.as_deref().map(Bytes::copy_from_slice),
                         stat: n.stat(),
                     })
             }
