@@ -23,6 +23,7 @@
 
 mod child;
 mod ensemble;
+mod etcd;
 mod fourlw;
 mod http;
 mod keeper;
@@ -46,6 +47,7 @@ use std::net::SocketAddr;
 
 pub use child::die_with_parent;
 pub use ensemble::{ENSEMBLE_TICK_MS, MemberMode, ZkEnsemble, ensemble_options};
+pub use etcd::{ELECTION_MS, Etcd, EtcdCluster, HEARTBEAT_MS, etcdctl};
 pub use fourlw::{four_letter_word, try_four_letter_word};
 pub use http::http_exchange;
 pub use keeper::Keeper;
