@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::child::{guarded_command, kill_and_reap, read_from, tail};
+use crate::child::{die_with_parent, guarded_command, kill_and_reap, read_from, tail};
 use crate::ports::free_port;
 use crate::tools::find_on_path;
 
@@ -423,7 +423,8 @@ impl Etcd {
 }
 
 /// Runs `etcdctl --endpoints ENDPOINTS ARGS` (API v3) and returns its stdout, or an error with
-/// its exit status and stderr; killed after 30 s so a test cannot hang on it.
+/// its exit status and stderr; killed after 30 s so a test cannot hang on it, and when the
+/// test process dies.
 pub fn etcdctl(endpoints: &[String], args: &[&str]) -> Result<String, String> {
     let program = find_on_path("etcdctl")
         .ok_or("no `etcdctl` on PATH: install the Debian package `etcd-client`")?;
@@ -441,7 +442,11 @@ pub fn etcdctl(endpoints: &[String], args: &[&str]) -> Result<String, String> {
     let files = std::fs::File::create(&out_path)
         .and_then(|out| Ok((out, std::fs::File::create(&err_path)?)));
     let (out, err) = files.map_err(|e| format!("{shown}: create output files: {e}"))?;
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    // The calling thread waits for etcdctl, so it outlives it unless the test process dies:
+    // then the kernel kills etcdctl too (a waiting `etcdctl lock` would otherwise linger).
+    die_with_parent(&mut command);
+    let mut child = command
         .env("ETCDCTL_API", "3")
         .arg("--endpoints")
         .arg(endpoints.join(","))
