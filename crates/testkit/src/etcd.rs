@@ -19,8 +19,7 @@
 //! - Killing is SIGKILL to the member's own PID, then reaping it; dropping kills every member,
 //!   and the orphan guard kills them if the test process dies first.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -29,6 +28,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::child::{die_with_parent, guarded_command, kill_and_reap, read_from, tail};
+use crate::http::try_http_exchange;
 use crate::ports::free_port;
 use crate::tools::find_on_path;
 
@@ -487,19 +487,12 @@ pub fn etcdctl(endpoints: &[String], args: &[&str]) -> Result<String, String> {
 /// One HTTP/1.0 request to `addr`, the response body when it answers 200 within a second; `None`
 /// otherwise (not up yet, or not healthy): callers poll.
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<String> {
-    let limit = Duration::from_secs(1);
-    let mut stream = TcpStream::connect_timeout(&addr, limit).ok()?;
-    stream.set_read_timeout(Some(limit)).ok()?;
-    stream.set_write_timeout(Some(limit)).ok()?;
     let request = format!(
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).ok()?;
-    let answer = String::from_utf8(answer).ok()?;
+    let answer = try_http_exchange(addr, request.as_bytes(), Duration::from_secs(1)).ok()?;
     let (head, body) = answer.split_once("\r\n\r\n")?;
     let status = head.lines().next()?.split(' ').nth(1)?;
     (status == "200").then(|| body.to_string())
