@@ -71,8 +71,17 @@ async fn trace_a_synchronous_client(keeper: &Keeper, syncs: bool) {
             .expect("delete");
         client_us += started.elapsed().as_secs_f64() * 1e6;
     }
-    let after = stages(addr).await;
     let writes = f64::from(2 * PAIRS);
+    // The client has the last reply as soon as it is on the socket; the writer records that
+    // reply's stages just after. Read until every write is in (bounded): a write never traced
+    // still fails below.
+    let settle = Instant::now() + Duration::from_secs(2);
+    let mut after = stages(addr).await;
+    while delta(&before, &after, "lk_write_stage_socket_count") < writes && Instant::now() < settle
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        after = stages(addr).await;
+    }
     let mut stage_us = 0.0;
     for stage in Stage::PIPELINE.map(Stage::name) {
         let count = delta(&before, &after, &format!("lk_write_stage_{stage}_count"));
