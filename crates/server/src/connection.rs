@@ -338,6 +338,7 @@ async fn flush(
     tracer: &mut Tracer,
 ) -> std::io::Result<()> {
     if !out.is_empty() {
+        tracer.sending(Instant::now());
         writer.write_all(out).await?;
         out.clear();
     }
@@ -371,13 +372,19 @@ impl Tracer {
         }
     }
 
+    /// What was encoded goes to the socket now. A watch event among it is noted before the
+    /// write: the client may read it and send its next request before the write returns here,
+    /// and the reader must then find the note.
+    fn sending(&mut self, at: Instant) {
+        if std::mem::take(&mut self.event) {
+            self.reaction.event_written(&self.stages, at);
+        }
+    }
+
     /// What was encoded is on the socket at `at`.
     fn written(&mut self, at: Instant) {
         if let Some((request, sync, woke)) = self.waited.take() {
             self.stages.record_reply(&request, &sync, woke, at);
-        }
-        if std::mem::take(&mut self.event) {
-            self.reaction.event_written(&self.stages, at);
         }
     }
 }

@@ -18,8 +18,9 @@
 //! | `wake`      | the durable zxid was published              | the connection's writer took the message |
 //! | `socket`    | the writer woke                             | encode and write(2) to the socket returned |
 //!
-//! and beside them `reaction`: on one connection, from a watch event written to the socket to
-//! the next request (other than a ping) decoded there. That is the client's part of a lock
+//! and beside them `reaction`: on one connection, from the write(2) that carries a watch event
+//! (stamped before it, so a client that answers before the write returns is still seen) to the
+//! next request (other than a ping) decoded there. That is the client's part of a lock
 //! handoff: event delivery, the recipe's logic, its next request and the loopback hop.
 //!
 //! Invariants:
