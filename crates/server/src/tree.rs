@@ -143,8 +143,20 @@ fn depth(path: &str) -> usize {
 
 /// The tree's order of paths: by depth, then bytewise. Every node's children are contiguous
 /// in it, and sorted by name, as `getChildren` answers them.
+///
+/// Every map lookup compares a path with a dozen keys, so this costs about what a plain string
+/// comparison does: past the bytes both paths share (which hold as many `/` on either side),
+/// only the differing tails are scanned for `/`, and they are short for siblings.
 pub fn path_order(a: &str, b: &str) -> Ordering {
-    depth(a).cmp(&depth(b)).then_with(|| a.cmp(b))
+    if a == "/" || b == "/" {
+        // The root's one `/` is depth 0, not 1.
+        return depth(a).cmp(&depth(b)).then_with(|| a.cmp(b));
+    }
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let shared = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let (a, b) = (&a[shared..], &b[shared..]);
+    let slashes = |tail: &[u8]| tail.iter().filter(|&&c| c == b'/').count();
+    slashes(a).cmp(&slashes(b)).then_with(|| a.cmp(b))
 }
 
 /// A path borrowed as a key of [`Nodes`] (ordered by [`path_order`]).
@@ -675,6 +687,35 @@ mod tests {
         tree.delete("/missing", zxid + 3);
         step(&mut tree, "delete of a missing node");
         assert!(tree.approximate_data_size() > 0);
+    }
+
+    /// The fast comparison is the definition: depth first, then bytes.
+    #[test]
+    fn path_order_is_depth_then_bytes() {
+        let paths = [
+            "/",
+            "/a",
+            "/b",
+            "/a/b",
+            "/a/c",
+            "/ab",
+            "/a-",
+            "/a/b/c",
+            "/z",
+            "/zz/y",
+            "/a/b0",
+            "/\u{e9}",
+            "/\u{e9}/x",
+            "/a/\u{e9}",
+            "/0",
+            "/a/b/c/d",
+        ];
+        for a in paths {
+            for b in paths {
+                let expected = depth(a).cmp(&depth(b)).then_with(|| a.cmp(b));
+                assert_eq!(path_order(a, b), expected, "{a:?} vs {b:?}");
+            }
+        }
     }
 
     /// Children are a contiguous run in tree order: neither grandchildren nor siblings that
