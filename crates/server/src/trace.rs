@@ -70,17 +70,16 @@ impl Stage {
         Stage::Socket,
     ];
 
-    pub const ALL: [Stage; 9] = [
-        Stage::Queue,
-        Stage::Core,
-        Stage::Batch,
-        Stage::Handoff,
-        Stage::Write,
-        Stage::Fdatasync,
-        Stage::Wake,
-        Stage::Socket,
-        Stage::Reaction,
-    ];
+    /// Every stage: the pipeline's, then [`Stage::Reaction`].
+    pub const ALL: [Stage; 9] = {
+        let mut all = [Stage::Reaction; 9];
+        let mut i = 0;
+        while i < Stage::PIPELINE.len() {
+            all[i] = Stage::PIPELINE[i];
+            i += 1;
+        }
+        all
+    };
 
     /// The name in `mntr` keys and the Prometheus `stage` label.
     pub fn name(self) -> &'static str {
@@ -185,7 +184,7 @@ impl StageTimes {
             sent,
         ];
         let mut previous = points[0];
-        for (stage, &point) in Stage::ALL[..8].iter().zip(&points[1..]) {
+        for (stage, &point) in Stage::PIPELINE.iter().zip(&points[1..]) {
             let point = point.max(previous);
             self.record(*stage, point - previous);
             previous = point;
