@@ -275,36 +275,33 @@ async fn read_live(client: &Client, addr: std::net::SocketAddr) -> Live {
     }
 }
 
+/// A stat's eleven fields as numbers, in wire order; the client's and the server's `Stat` are
+/// two types with the same fields.
+macro_rules! stat_fields {
+    ($s:expr) => {{
+        let s = $s;
+        [
+            s.czxid,
+            s.mzxid,
+            s.ctime,
+            s.mtime,
+            s.version.into(),
+            s.cversion.into(),
+            s.aversion.into(),
+            s.ephemeral_owner,
+            s.data_length.into(),
+            s.num_children.into(),
+            s.pzxid,
+        ]
+    }};
+}
+
 fn client_stat(s: &Stat) -> [i64; 11] {
-    [
-        s.czxid,
-        s.mzxid,
-        s.ctime,
-        s.mtime,
-        s.version.into(),
-        s.cversion.into(),
-        s.aversion.into(),
-        s.ephemeral_owner,
-        s.data_length.into(),
-        s.num_children.into(),
-        s.pzxid,
-    ]
+    stat_fields!(s)
 }
 
 fn server_stat(s: &lockkeeper_proto::Stat) -> [i64; 11] {
-    [
-        s.czxid,
-        s.mzxid,
-        s.ctime,
-        s.mtime,
-        s.version.into(),
-        s.cversion.into(),
-        s.aversion.into(),
-        s.ephemeral_owner,
-        s.data_length.into(),
-        s.num_children.into(),
-        s.pzxid,
-    ]
+    stat_fields!(s)
 }
 
 /// `dump` as the server writes it, made from the recovered sessions and ephemerals.
