@@ -176,10 +176,7 @@ impl Jute for Bytes {
 /// back as null.
 impl Jute for Option<Bytes> {
     fn write(&self, out: &mut Vec<u8>) {
-        match self {
-            Some(bytes) => bytes.write(out),
-            None => out.put_i32(-1),
-        }
+        write_data(out, self.as_deref());
     }
     fn read(r: &mut Reader) -> Result<Self, DecodeError> {
         match r.read_i32()? {
@@ -214,6 +211,18 @@ impl<T: Jute> Jute for Vec<T> {
 
 /// Lengths are jute ints. Nothing the server builds approaches 2 GiB (frames are capped far
 /// below), so saturating is only a guard against a logic error, never a silent truncation.
+/// Writes node data as jute does: its length and bytes, or `-1` for null data. For callers
+/// that hold the bytes in something other than `Bytes` (the server's tree).
+pub fn write_data(out: &mut Vec<u8>, data: Option<&[u8]>) {
+    match data {
+        Some(bytes) => {
+            write_len(out, bytes.len());
+            out.put_slice(bytes);
+        }
+        None => out.put_i32(-1),
+    }
+}
+
 fn write_len(out: &mut Vec<u8>, len: usize) {
     out.put_i32(i32::try_from(len).unwrap_or(i32::MAX));
 }

@@ -169,14 +169,7 @@ impl Capture {
 fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node, acl_index: &HashMap<usize, i32>) {
     out.push(NODE_TAG);
     path.to_string().write(out);
-    // Jute's buffer: a big-endian length, -1 for null data, then the bytes.
-    match &node.data {
-        Some(data) => {
-            out.extend_from_slice(&(data.len() as i32).to_be_bytes());
-            out.extend_from_slice(data);
-        }
-        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-    }
+    lockkeeper_proto::jute::write_data(out, node.data.as_deref());
     // Every ACL a recorded node can have existed when the snapshot started (a node whose ACL
     // changed since was recorded before the change). Were one missing, -1 makes the file
     // unusable at load, never silently wrong.
