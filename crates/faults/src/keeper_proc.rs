@@ -15,18 +15,16 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockkeeper_server::Config;
-use lockkeeper_testkit::{Launch, die_with_parent, on_free_port, try_four_letter_word};
+use lockkeeper_testkit::{Launch, die_with_parent, on_free_port, on_port, try_four_letter_word};
 use tempfile::TempDir;
 
 use crate::shim::ServerClock;
 
 /// What the `keeper` subcommand prints once it serves.
 const SERVING: &str = "lockkeeper-faults keeper serving on";
-/// How long a restart may take to serve again (recovery included).
-const RESTART_LIMIT: Duration = Duration::from_secs(30);
 
 /// The configuration the `keeper` subcommand serves with.
 pub fn config(listen: SocketAddr, data_dir: PathBuf) -> Config {
@@ -60,6 +58,20 @@ pub struct KeeperProcess {
     child: Child,
 }
 
+/// The server's log and data directory, inside the process's temporary directory.
+const LOG: &str = "keeper.log";
+const DATA: &str = "data";
+
+/// How testkit's launcher starts and watches it.
+fn launch(log: &Path) -> Launch<'_> {
+    Launch {
+        name: "Keeper",
+        log,
+        port_taken: &["Address already in use"],
+        not_ready: "no imok",
+    }
+}
+
 fn is_serving(port: u16) -> bool {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     try_four_letter_word(addr, "ruok", Duration::from_millis(500))
@@ -74,16 +86,10 @@ impl KeeperProcess {
             .prefix("lockkeeper-faults-keeper-")
             .tempdir()
             .map_err(|e| format!("a data directory for Keeper: {e}"))?;
-        let log = data.path().join("keeper.log");
-        let store = data.path().join("data");
-        let launch = Launch {
-            name: "Keeper",
-            log: &log,
-            port_taken: &["Address already in use"],
-            not_ready: "no imok",
-        };
+        let log = data.path().join(LOG);
+        let store = data.path().join(DATA);
         let (child, port) = on_free_port(
-            &launch,
+            &launch(&log),
             |port| command(exe, clock.as_ref(), port, &store),
             is_serving,
         )?;
@@ -106,38 +112,14 @@ impl KeeperProcess {
     pub fn kill_and_restart(&mut self) -> Result<(), String> {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let log = self.data.path().join("keeper.log");
-        let out = std::fs::File::create(&log)
-            .and_then(|f| Ok((f.try_clone()?, f)))
-            .map_err(|e| format!("the Keeper log {}: {e}", log.display()))?;
-        let mut command = command(
+        let log = self.data.path().join(LOG);
+        let command = command(
             &self.exe,
             self.clock.as_ref(),
             self.port,
-            &self.data.path().join("data"),
+            &self.data.path().join(DATA),
         );
-        self.child = command
-            .stdout(out.0)
-            .stderr(out.1)
-            .spawn()
-            .map_err(|e| format!("restart {}: {e}", self.exe.display()))?;
-        let deadline = Instant::now() + RESTART_LIMIT;
-        while !is_serving(self.port) {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!(
-                    "Keeper restarted on {} exited ({status}): {text}",
-                    self.connect_string()
-                ));
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "Keeper restarted on {} not serving within {RESTART_LIMIT:?}",
-                    self.connect_string()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.child = on_port(&launch(&log), self.port, command, is_serving)?;
         Ok(())
     }
 }

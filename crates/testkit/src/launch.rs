@@ -41,48 +41,82 @@ pub fn on_free_port(
     let mut failures = Vec::new();
     for _ in 0..ATTEMPTS {
         let port = try_free_port().map_err(|e| e.to_string())?;
-        let (out, err) = fs::File::create(launch.log)
-            .and_then(|log| Ok((log.try_clone()?, log)))
-            .map_err(|e| {
-                format!(
-                    "create the {} log {}: {e}",
-                    launch.name,
-                    launch.log.display()
-                )
-            })?;
-        let mut command = command(port);
-        let mut child = command
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("spawn {:?}: {e}", command.get_program()))?;
-        let started = Instant::now();
-        let why = loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                break format!("exited ({status})");
-            }
-            if ready(port) {
-                return Ok((child, port));
-            }
-            if started.elapsed() > TIMEOUT {
-                kill_and_reap(&mut child);
-                break format!("{} within {TIMEOUT:?}", launch.not_ready);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let log = fs::read_to_string(launch.log).unwrap_or_default();
-        if !launch.port_taken.iter().any(|taken| log.contains(taken)) {
-            return Err(format!(
-                "{} on 127.0.0.1:{port} {why}; log:\n{}",
-                launch.name,
-                tail(&log, 40)
-            ));
+        match start(launch, port, command(port), &ready) {
+            Ok(child) => return Ok((child, port)),
+            Err(Failed::PortTaken) => failures.push(format!("port {port} was taken")),
+            Err(Failed::Other(why)) => return Err(why),
         }
-        failures.push(format!("port {port} was taken"));
     }
     Err(format!(
         "{} did not start after {ATTEMPTS} attempts: {}",
         launch.name,
         failures.join("; ")
     ))
+}
+
+/// Starts `command` on `port`, which the server must have (a restart on the address clients
+/// know), and waits until `ready(port)`; the child, or why it did not serve with its log's end.
+pub fn on_port(
+    launch: &Launch<'_>,
+    port: u16,
+    command: Command,
+    ready: impl Fn(u16) -> bool,
+) -> Result<Child, String> {
+    start(launch, port, command, &ready).map_err(|failed| match failed {
+        Failed::PortTaken => format!("{} on 127.0.0.1:{port}: the port is taken", launch.name),
+        Failed::Other(why) => why,
+    })
+}
+
+/// Why a start did not serve.
+enum Failed {
+    /// The log says the port was taken: another port may do.
+    PortTaken,
+    /// Anything else, said with the end of the log.
+    Other(String),
+}
+
+fn start(
+    launch: &Launch<'_>,
+    port: u16,
+    mut command: Command,
+    ready: &impl Fn(u16) -> bool,
+) -> Result<Child, Failed> {
+    let (out, err) = fs::File::create(launch.log)
+        .and_then(|log| Ok((log.try_clone()?, log)))
+        .map_err(|e| {
+            Failed::Other(format!(
+                "create the {} log {}: {e}",
+                launch.name,
+                launch.log.display()
+            ))
+        })?;
+    let mut child = command
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| Failed::Other(format!("spawn {:?}: {e}", command.get_program())))?;
+    let started = Instant::now();
+    let why = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break format!("exited ({status})");
+        }
+        if ready(port) {
+            return Ok(child);
+        }
+        if started.elapsed() > TIMEOUT {
+            kill_and_reap(&mut child);
+            break format!("{} within {TIMEOUT:?}", launch.not_ready);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = fs::read_to_string(launch.log).unwrap_or_default();
+    if launch.port_taken.iter().any(|taken| log.contains(taken)) {
+        return Err(Failed::PortTaken);
+    }
+    Err(Failed::Other(format!(
+        "{} on 127.0.0.1:{port} {why}; log:\n{}",
+        launch.name,
+        tail(&log, 40)
+    )))
 }

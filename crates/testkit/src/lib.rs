@@ -51,7 +51,7 @@ pub use etcd::{ELECTION_MS, Etcd, EtcdCluster, HEARTBEAT_MS, etcdctl};
 pub use fourlw::{four_letter_word, try_four_letter_word};
 pub use http::{http_exchange, try_http_exchange};
 pub use keeper::Keeper;
-pub use launch::{Launch, on_free_port};
+pub use launch::{Launch, on_free_port, on_port};
 pub use peer::LinePeer;
 pub use ports::{free_port, try_free_port};
 pub use postgres::Postgres;
