@@ -248,8 +248,7 @@ impl EtcdCluster {
                 else {
                     continue;
                 };
-                let me = json_number(&status, "member_id");
-                if me.is_some() && me == json_number(&status, "leader") {
+                if reports_itself_leader(&status) {
                     return Ok(index);
                 }
             }
@@ -498,29 +497,30 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<String
     (status == "200").then(|| body.to_string())
 }
 
-/// The digits of `"key":"123"` or `"key":123` in a JSON text (etcd's gateway quotes 64-bit
-/// numbers); enough for the two IDs read here without a JSON parser.
-fn json_number(text: &str, key: &str) -> Option<String> {
-    let at = text.find(&format!("\"{key}\":"))? + key.len() + 3;
-    let digits: String = text[at..]
-        .trim_start_matches('"')
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    (!digits.is_empty()).then_some(digits)
+/// Whether a member's `/v3/maintenance/status` answer names the member itself as the leader
+/// (`header.member_id == leader`; the gateway writes 64-bit IDs as strings).
+fn reports_itself_leader(status: &str) -> bool {
+    let Ok(status) = serde_json::from_str::<serde_json::Value>(status) else {
+        return false;
+    };
+    let me = &status["header"]["member_id"];
+    !me.is_null() && *me == status["leader"]
 }
 
 #[cfg(test)]
 mod tests {
-    use super::json_number;
+    use super::reports_itself_leader;
 
     #[test]
-    fn reads_quoted_and_bare_numbers() {
-        let status = r#"{"header":{"member_id":"42"},"leader":"42","raftTerm":7}"#;
-        assert_eq!(json_number(status, "member_id").as_deref(), Some("42"));
-        assert_eq!(json_number(status, "leader").as_deref(), Some("42"));
-        assert_eq!(json_number(status, "raftTerm").as_deref(), Some("7"));
-        assert_eq!(json_number(status, "missing"), None);
-        assert_eq!(json_number(r#"{"leader":""}"#, "leader"), None);
+    fn the_leader_is_the_member_that_names_itself() {
+        assert!(reports_itself_leader(
+            r#"{"header":{"member_id":"42"},"leader":"42","raftTerm":"7"}"#
+        ));
+        assert!(!reports_itself_leader(
+            r#"{"header":{"member_id":"42"},"leader":"7"}"#
+        ));
+        assert!(!reports_itself_leader(r#"{"header":{},"leader":"7"}"#));
+        assert!(!reports_itself_leader(r#"{"leader":""}"#));
+        assert!(!reports_itself_leader("not json"));
     }
 }
