@@ -447,32 +447,30 @@ pub async fn run(
         tokio::time::sleep(outage.saturating_sub(since.elapsed())).await;
         signal(pid, libc::SIGCONT);
     }
-    if scenario.fault == Fault::Server {
+    if matches!(scenario.fault, Fault::Server | Fault::ServerClock) {
         // Strike while someone holds the lock: a fault between turns tests nothing.
         if wait_holder(&resource).await.is_none() {
             eprintln!("{scenario}: no holder within {HOLDER_WAIT:?}; faulting anyway");
         }
         let struck = Instant::now();
-        backend.server_fault().await;
+        if scenario.fault == Fault::Server {
+            backend.server_fault().await;
+        } else {
+            let clock = backend
+                .server_clock()
+                .unwrap_or_else(|| panic!("{scenario}: the backend has no server clock"));
+            clock
+                .jump(CLOCK_JUMP)
+                .unwrap_or_else(|e| panic!("{scenario}: jump the server clock: {e}"));
+            tokio::time::sleep(outage).await;
+            clock
+                .jump(0)
+                .unwrap_or_else(|e| panic!("{scenario}: jump the server clock back: {e}"));
+        }
         eprintln!(
             "{scenario}: server fault took {:.2} s",
             struck.elapsed().as_secs_f64()
         );
-    }
-    if scenario.fault == Fault::ServerClock {
-        if wait_holder(&resource).await.is_none() {
-            eprintln!("{scenario}: no holder within {HOLDER_WAIT:?}; jumping anyway");
-        }
-        let clock = backend
-            .server_clock()
-            .unwrap_or_else(|| panic!("{scenario}: the backend has no server clock"));
-        clock
-            .jump(CLOCK_JUMP)
-            .unwrap_or_else(|e| panic!("{scenario}: jump the server clock: {e}"));
-        tokio::time::sleep(outage).await;
-        clock
-            .jump(0)
-            .unwrap_or_else(|e| panic!("{scenario}: jump the server clock back: {e}"));
     }
     // The lock must come back: wait (bounded) for the next turn after the fault, so the
     // unavailability it caused is measured even when it outlasts the scenario's length.
