@@ -1,9 +1,13 @@
 //! The log stage of the pipeline: where a txn becomes durable before anyone may see it.
 //!
 //! The core appends each txn here before applying it and calls [`TxnLog::flush`] at the end of
-//! every batch of requests. One writer thread owns the segment files: it drains every batch that
-//! is queued, writes them, syncs once, and publishes the durable zxid. Batches that arrive while
-//! a sync is in flight wait for the next one, so many writes share one fdatasync (group commit).
+//! every batch of requests. Two log threads take turns at the segment files: the one holding the
+//! writer drains every batch that is queued, writes them as one group, lets go, syncs the group
+//! and publishes the durable zxid; meanwhile the other can write the next group and start its
+//! sync. Batches that arrive while both syncs are in flight wait for the next group, so many
+//! writes share one fdatasync (group commit). Marks are published in the order the groups were
+//! written, and never past a failed sync, so the durable zxid means what it did with one thread:
+//! everything up to it is on disk.
 //! Connection writers hold every reply and watch event until the durable zxid reaches the state
 //! it reveals.
 //!
@@ -24,7 +28,8 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -43,6 +48,10 @@ pub const RECORD_HEADER_LEN: usize = 8;
 const SEGMENT_SIZE: u64 = 64 << 20;
 /// Zeros are written ahead of the records in steps of this size.
 const ZERO_STEP: u64 = 1 << 20;
+/// Log threads, so syncs in flight at once: while one thread syncs a group, the other writes
+/// the next and starts its sync. On disks that overlap flushes (most SSDs and virtual disks) a
+/// write arriving during a sync then waits for its own sync, not for the one in flight too.
+const SYNCERS: usize = 2;
 /// A new segment starts with fewer zeros, so creating one (at every snapshot) costs a short sync.
 const FIRST_ZEROS: u64 = 64 << 10;
 
@@ -90,7 +99,7 @@ pub struct TxnLog {
     sent_last: i64,
     tx: Option<mpsc::Sender<WriterMsg>>,
     durable: Arc<watch::Sender<Durable>>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     /// Every fdatasync of the writer, for `/metrics`' `fsynctime`.
     fsync_time: Arc<Summary>,
 }
@@ -111,19 +120,33 @@ impl TxnLog {
         }));
         let (tx, rx) = mpsc::channel();
         let fsync_time = Summary::fsync_time();
-        let writer = Writer {
-            dir: dir.to_path_buf(),
+        let shared = Arc::new(Shared {
+            writer: Mutex::new(Writer {
+                rx,
+                dir: dir.to_path_buf(),
+                segment: None,
+                needed: 0,
+                next_job: 0,
+            }),
+            publish: Mutex::new(Publish {
+                epoch: 0,
+                next: 0,
+                finished: Vec::new(),
+            }),
+            failed: AtomicBool::new(false),
             sync,
-            segment: None,
             durable: durable.clone(),
             events,
-            failed: false,
-            needed: 0,
             fsync_time: fsync_time.clone(),
-        };
-        let thread = std::thread::Builder::new()
-            .name("keeper-log".into())
-            .spawn(move || writer.run(rx))?;
+        });
+        let threads = (0..SYNCERS)
+            .map(|me| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("keeper-log-{me}"))
+                    .spawn(move || shared.run(me))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
         Ok(TxnLog {
             batch: Vec::with_capacity(64 * 1024),
             batch_first: None,
@@ -131,7 +154,7 @@ impl TxnLog {
             sent_last: last_zxid,
             tx: Some(tx),
             durable,
-            thread: Some(thread),
+            threads,
             fsync_time,
         })
     }
@@ -212,7 +235,7 @@ impl Drop for TxnLog {
     fn drop(&mut self) {
         self.flush();
         self.tx.take();
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
@@ -231,172 +254,317 @@ pub fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
     out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
 }
 
-struct Segment {
-    file: File,
+/// One segment file as the syncing threads see it. Each thread syncs through its own
+/// descriptor, opened before any record is written: Linux reports a writeback error once per
+/// open file, so two threads sharing one descriptor could each miss an error the other took.
+struct SegmentFile {
+    files: [File; SYNCERS],
     path: PathBuf,
-    /// Where the next record goes.
-    offset: u64,
-    /// Bytes reserved on disk.
-    /// Bytes of the file written so far (header, records, zeros ahead).
-    zeroed: u64,
-    /// End of the last record known to be on disk.
-    durable_offset: u64,
+    /// End of the last record whose sync was published (every earlier sync succeeded too).
+    durable_end: AtomicU64,
 }
 
-struct Writer {
-    dir: PathBuf,
+struct Segment {
+    disk: Arc<SegmentFile>,
+    /// Where the next record goes.
+    offset: u64,
+    /// Bytes of the file written so far (header, records, zeros ahead).
+    zeroed: u64,
+}
+
+/// What the log threads share. `writer` is held while a thread waits for, drains and writes a
+/// group; `publish` orders the durable marks; a thread holding `writer` may take `publish`,
+/// never the reverse.
+struct Shared {
+    writer: Mutex<Writer>,
+    publish: Mutex<Publish>,
+    /// Set by the first write or sync that fails; cleared by a successful resume.
+    failed: AtomicBool,
     sync: SyncMode,
-    segment: Option<Segment>,
     durable: Arc<watch::Sender<Durable>>,
     events: tokio_mpsc::UnboundedSender<LogEvent>,
-    failed: bool,
-    /// Room the last failed write needed: resuming must prove at least this much fits.
-    needed: u64,
     fsync_time: Arc<Summary>,
 }
 
-impl Writer {
-    fn run(mut self, rx: mpsc::Receiver<WriterMsg>) {
-        while let Ok(first) = rx.recv() {
-            let received = Instant::now();
-            // Everything queued while the previous sync ran goes into this one (group commit).
-            let mut reached = None;
-            let mut newest_flush = received;
-            for msg in std::iter::once(first).chain(rx.try_iter()) {
-                match msg {
-                    WriterMsg::Records {
-                        bytes,
-                        first_zxid,
-                        last_zxid,
-                        flushed,
-                    } => {
-                        newest_flush = flushed;
-                        if self.failed {
-                            continue;
-                        }
-                        self.needed = bytes.len() as u64 + ZERO_STEP;
-                        if let (false, Some(first_zxid)) = (bytes.is_empty(), first_zxid)
-                            && let Err(e) = self.write(first_zxid, &bytes)
-                        {
-                            self.fail(e);
-                            continue;
-                        }
-                        reached = Some(last_zxid);
-                    }
-                    WriterMsg::Roll => {
-                        if !self.failed
-                            && let Err(e) = self.sync_segment()
-                        {
-                            self.fail(e);
-                        }
-                        self.segment = None;
-                    }
-                    WriterMsg::Resume { next_zxid } => self.resume(next_zxid),
-                }
-            }
-            if let (Some(zxid), false) = (reached, self.failed) {
-                let written = Instant::now();
-                match self.sync_segment() {
-                    Ok(()) => {
-                        // Without syncs the stage is zero, not the cost of reading the clock.
-                        let synced = if self.sync == SyncMode::Always {
-                            Instant::now()
-                        } else {
-                            written
-                        };
-                        self.durable.send_modify(|d| {
-                            d.sync = Some(SyncStamps {
-                                after: d.zxid,
-                                flushed: newest_flush,
-                                received,
-                                written,
-                                synced,
-                            });
-                            d.zxid = d.zxid.max(zxid);
-                        })
-                    }
-                    Err(e) => self.fail(e),
-                }
-            }
+/// The writing side: the queue from the core and the segment being written.
+struct Writer {
+    rx: mpsc::Receiver<WriterMsg>,
+    dir: PathBuf,
+    segment: Option<Segment>,
+    /// Room the last failed write needed: resuming must prove at least this much fits.
+    needed: u64,
+    /// Number of the next group's sync: marks are published in this order.
+    next_job: u64,
+}
+
+/// Syncs finish in any order; their marks are published in the order their groups were
+/// written, and only while no sync has failed since the group was written.
+struct Publish {
+    /// Bumped at every fault, so a sync from before it is never published.
+    epoch: u64,
+    /// The oldest group not yet published.
+    next: u64,
+    /// Groups whose sync finished before an older group's did.
+    finished: Vec<Job>,
+}
+
+impl Publish {
+    /// Takes a group whose sync succeeded; returns the newest group that can now be published
+    /// (every group before it has finished), having marked the segments durable up to it.
+    fn finish(&mut self, job: Job) -> Option<Job> {
+        if job.epoch != self.epoch {
+            return None;
         }
-        if !self.failed {
-            let _ = self.sync_segment();
+        self.finished.push(job);
+        let mut newest = None;
+        while let Some(i) = self.finished.iter().position(|j| j.seq == self.next) {
+            let job = self.finished.swap_remove(i);
+            self.next += 1;
+            if let Some((segment, end)) = &job.segment {
+                segment.durable_end.fetch_max(*end, Ordering::SeqCst);
+            }
+            newest = Some(job);
+        }
+        newest
+    }
+
+    /// A write or sync failed: nothing written before now may be published.
+    fn fault(&mut self) {
+        self.epoch += 1;
+        self.finished.clear();
+    }
+
+    /// The log is writable again: publishing goes on from group `next`.
+    fn restart(&mut self, next: u64) {
+        self.next = next;
+        self.finished.clear();
+    }
+}
+
+/// One written group on its way to the disk.
+struct Job {
+    seq: u64,
+    epoch: u64,
+    zxid: i64,
+    /// The segment and the end of the group in it (`None` for a group that wrote no record).
+    segment: Option<(Arc<SegmentFile>, u64)>,
+    flushed: Instant,
+    received: Instant,
+    written: Instant,
+    synced: Instant,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A log thread that panicked leaves nothing half-updated that the next one could misread:
+    // every field is written whole under the lock.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    /// One log thread: waits for a group, writes it, lets the other thread take the next group
+    /// while this one syncs, then publishes.
+    fn run(&self, me: usize) {
+        loop {
+            let mut writer = lock(&self.writer);
+            let Ok(first) = writer.rx.recv() else {
+                // The core is gone: make what was written durable, once per thread (the second
+                // finds nothing new unless it had a group of its own in flight).
+                if !self.failed.load(Ordering::SeqCst) {
+                    let _ = writer.sync_segment(self, me);
+                }
+                return;
+            };
+            let job = writer.write_group(self, me, first);
+            drop(writer);
+            if let Some(job) = job {
+                self.sync_and_publish(me, job);
+            }
         }
     }
 
-    fn write(&mut self, first_zxid: i64, bytes: &[u8]) -> io::Result<()> {
+    fn sync_and_publish(&self, me: usize, mut job: Job) {
+        if let Some((segment, end)) = &job.segment
+            && self.sync == SyncMode::Always
+            && segment.durable_end.load(Ordering::SeqCst) < *end
+        {
+            if let Err(e) = segment.files[me].sync_data() {
+                self.fail(&segment.path, e);
+                return;
+            }
+            job.synced = Instant::now();
+            self.fsync_time.observe(job.synced - job.written);
+        }
+        let mut publish = lock(&self.publish);
+        let newest = publish.finish(job);
+        if let Some(job) = newest {
+            self.durable.send_modify(|d| {
+                d.sync = Some(SyncStamps {
+                    after: d.zxid,
+                    flushed: job.flushed,
+                    received: job.received,
+                    written: job.written,
+                    synced: job.synced,
+                });
+                d.zxid = d.zxid.max(job.zxid);
+            });
+        }
+    }
+
+    /// Stops all publishing until a resume: the groups in flight may never reach the disk.
+    fn fail(&self, path: &Path, error: io::Error) {
+        lock(&self.publish).fault();
+        if self.failed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let file = path.display().to_string();
+        tracing::error!(%error, file, "transaction log write failed: no more writes are accepted until the disk recovers");
+        self.durable.send_modify(|d| d.faults += 1);
+        let _ = self.events.send(LogEvent::Failed(error.to_string()));
+    }
+}
+
+impl Writer {
+    /// Writes everything queued (group commit: what arrived during the last sync goes
+    /// together) and returns the group's sync job, if there is anything to publish.
+    fn write_group(&mut self, shared: &Shared, me: usize, first: WriterMsg) -> Option<Job> {
+        let received = Instant::now();
+        let mut reached = None;
+        let mut newest_flush = received;
+        let mut queued = vec![first];
+        queued.extend(self.rx.try_iter());
+        for msg in queued {
+            match msg {
+                WriterMsg::Records {
+                    bytes,
+                    first_zxid,
+                    last_zxid,
+                    flushed,
+                } => {
+                    newest_flush = flushed;
+                    if shared.failed.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    self.needed = bytes.len() as u64 + ZERO_STEP;
+                    if let (false, Some(first_zxid)) = (bytes.is_empty(), first_zxid)
+                        && let Err(e) = self.write(shared, me, first_zxid, &bytes)
+                    {
+                        self.fail(shared, e);
+                        continue;
+                    }
+                    reached = Some(last_zxid);
+                }
+                WriterMsg::Roll => {
+                    if !shared.failed.load(Ordering::SeqCst)
+                        && let Err(e) = self.sync_segment(shared, me)
+                    {
+                        self.fail(shared, e);
+                    }
+                    self.segment = None;
+                }
+                WriterMsg::Resume { next_zxid } => self.resume(shared, next_zxid),
+            }
+        }
+        let zxid = reached?;
+        if shared.failed.load(Ordering::SeqCst) {
+            return None;
+        }
+        let written = Instant::now();
+        let seq = self.next_job;
+        self.next_job += 1;
+        Some(Job {
+            seq,
+            epoch: lock(&shared.publish).epoch,
+            zxid,
+            segment: self.segment.as_ref().map(|s| (s.disk.clone(), s.offset)),
+            flushed: newest_flush,
+            received,
+            written,
+            // Without syncs the stage is zero, not the cost of reading the clock.
+            synced: written,
+        })
+    }
+
+    fn write(
+        &mut self,
+        shared: &Shared,
+        me: usize,
+        first_zxid: i64,
+        bytes: &[u8],
+    ) -> io::Result<()> {
         if self
             .segment
             .as_ref()
             .is_some_and(|s| s.offset >= SEGMENT_SIZE)
         {
-            self.sync_segment()?;
+            self.sync_segment(shared, me)?;
             self.segment = None;
         }
         let segment = match &mut self.segment {
             Some(segment) => segment,
             None => self.segment.insert(open_segment(&self.dir, first_zxid)?),
         };
+        let file = &segment.disk.files[me];
         let end = segment.offset + bytes.len() as u64;
         while segment.zeroed < end + FIRST_ZEROS {
-            zero_fill(&segment.file, segment.zeroed, ZERO_STEP)?;
+            zero_fill(file, segment.zeroed, ZERO_STEP)?;
             segment.zeroed += ZERO_STEP;
         }
-        segment.file.write_all_at(bytes, segment.offset)?;
+        file.write_all_at(bytes, segment.offset)?;
         segment.offset = end;
         Ok(())
     }
 
-    fn sync_segment(&mut self) -> io::Result<()> {
-        if let Some(segment) = &mut self.segment {
-            if self.sync == SyncMode::Always && segment.durable_offset != segment.offset {
+    /// Syncs everything written to the current segment, on this thread (before a segment is
+    /// closed, and when the log shuts down).
+    fn sync_segment(&mut self, shared: &Shared, me: usize) -> io::Result<()> {
+        if let Some(segment) = &self.segment {
+            let disk = &segment.disk;
+            if shared.sync == SyncMode::Always
+                && disk.durable_end.load(Ordering::SeqCst) != segment.offset
+            {
                 let started = Instant::now();
-                segment.file.sync_data()?;
-                self.fsync_time.observe(started.elapsed());
+                disk.files[me].sync_data()?;
+                shared.fsync_time.observe(started.elapsed());
             }
-            segment.durable_offset = segment.offset;
+            disk.durable_end.fetch_max(segment.offset, Ordering::SeqCst);
         }
         Ok(())
     }
 
-    fn fail(&mut self, error: io::Error) {
-        let file = self
-            .segment
-            .as_ref()
-            .map(|s| s.path.display().to_string())
-            .unwrap_or_default();
-        tracing::error!(%error, file, "transaction log write failed: no more writes are accepted until the disk recovers");
-        self.failed = true;
-        self.durable.send_modify(|d| d.faults += 1);
-        let _ = self.events.send(LogEvent::Failed(error.to_string()));
+    fn fail(&self, shared: &Shared, error: io::Error) {
+        let path = self.segment.as_ref().map(|s| s.disk.path.clone());
+        shared.fail(path.as_deref().unwrap_or(&self.dir), error);
     }
 
-    fn resume(&mut self, next_zxid: i64) {
+    fn resume(&mut self, shared: &Shared, next_zxid: i64) {
         let attempt = (|| -> io::Result<Segment> {
             if let Some(segment) = self.segment.take() {
-                // Whatever lies past the durable end was never acknowledged.
-                segment.file.set_len(segment.durable_offset)?;
-                segment.file.sync_all()?;
+                // Whatever lies past the published end was never acknowledged.
+                let file = &segment.disk.files[0];
+                file.set_len(segment.disk.durable_end.load(Ordering::SeqCst))?;
+                file.sync_all()?;
             }
             let mut segment = open_segment(&self.dir, next_zxid)?;
             // Prove the disk takes writes again, with room for what failed, before accepting any.
             while segment.zeroed < SEGMENT_HEADER_LEN + self.needed {
-                zero_fill(&segment.file, segment.zeroed, ZERO_STEP)?;
+                zero_fill(&segment.disk.files[0], segment.zeroed, ZERO_STEP)?;
                 segment.zeroed += ZERO_STEP;
             }
-            segment.file.sync_all()?;
-            segment.durable_offset = segment.offset;
+            segment.disk.files[0].sync_all()?;
             Ok(segment)
         })();
         match attempt {
             Ok(segment) => {
                 self.segment = Some(segment);
-                self.failed = false;
+                lock(&shared.publish).restart(self.next_job);
+                shared.failed.store(false, Ordering::SeqCst);
                 tracing::warn!("transaction log writable again");
-                let _ = self.events.send(LogEvent::Resumed);
+                let _ = shared.events.send(LogEvent::Resumed);
             }
             Err(e) => {
-                let _ = self.events.send(LogEvent::StillFailing(e.to_string()));
+                let _ = shared.events.send(LogEvent::StillFailing(e.to_string()));
             }
         }
     }
@@ -418,12 +586,16 @@ fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
     file.write_all_at(&header, 0)?;
     file.sync_all()?;
     sync_dir(dir)?;
+    // The second thread's descriptor, opened before any record is written (see SegmentFile).
+    let second = OpenOptions::new().write(true).open(&path)?;
     Ok(Segment {
-        file,
-        path,
+        disk: Arc::new(SegmentFile {
+            files: [file, second],
+            path,
+            durable_end: AtomicU64::new(SEGMENT_HEADER_LEN),
+        }),
         offset: SEGMENT_HEADER_LEN,
         zeroed: FIRST_ZEROS,
-        durable_offset: SEGMENT_HEADER_LEN,
     })
 }
 
@@ -436,4 +608,56 @@ fn zero_fill(file: &File, offset: u64, len: u64) -> io::Result<()> {
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(seq: u64, epoch: u64, zxid: i64) -> Job {
+        let now = Instant::now();
+        Job {
+            seq,
+            epoch,
+            zxid,
+            segment: None,
+            flushed: now,
+            received: now,
+            written: now,
+            synced: now,
+        }
+    }
+
+    fn publish() -> Publish {
+        Publish {
+            epoch: 0,
+            next: 0,
+            finished: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_later_sync_waits_for_the_earlier_one_then_both_publish_at_once() {
+        let mut p = publish();
+        assert!(
+            p.finish(job(1, 0, 20)).is_none(),
+            "group 0 is still syncing"
+        );
+        let newest = p.finish(job(0, 0, 10)).expect("both finished");
+        assert_eq!((newest.seq, newest.zxid), (1, 20));
+        assert_eq!(p.finish(job(2, 0, 30)).map(|j| j.zxid), Some(30));
+    }
+
+    #[test]
+    fn nothing_from_before_a_fault_is_published() {
+        let mut p = publish();
+        assert!(p.finish(job(1, 0, 20)).is_none());
+        p.fault();
+        assert!(
+            p.finish(job(0, 0, 10)).is_none(),
+            "group 0 is from before the fault"
+        );
+        p.restart(2);
+        assert_eq!(p.finish(job(2, 1, 30)).map(|j| j.zxid), Some(30));
+    }
 }
