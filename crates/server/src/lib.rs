@@ -5,7 +5,8 @@
 //! ```text
 //! connection (decode frame)
 //!   -> core: dispatch -> prep (validate, ACL, build txn) -> log (append; the batch is handed
-//!            to the log writer, which syncs it, once per batch)
+//!            to the log threads, which write what is queued as a group and sync it, up to
+//!            two groups' syncs in flight)
 //!            -> apply (tree and sessions, fire watches) -> reply (queued on the outbox,
 //!            stamped with the zxid it reveals)
 //!   -> connection's writer (holds each message until the log is durable that far; encodes and
