@@ -80,6 +80,12 @@ pub enum Error {
     /// An error from Redis: connection, protocol or script.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+
+    /// An error from etcd (or the gRPC connection to it) that the recipe does not handle
+    /// itself.
+    #[cfg(feature = "etcd")]
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
 }
 
 impl Error {
@@ -103,6 +109,8 @@ impl Error {
         match self {
             Error::Zk(err) => crate::zk::session::is_connection_loss(err),
             Error::Redis(err) => err.is_connection_dropped() || err.is_timeout(),
+            #[cfg(feature = "etcd")]
+            Error::Etcd(err) => crate::etcd::is_transient(err),
             _ => false,
         }
     }

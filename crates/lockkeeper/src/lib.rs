@@ -15,6 +15,8 @@
 mod connect;
 mod deadline;
 pub mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod fence;
 pub mod fencing;
 pub mod redis;

@@ -1,0 +1,260 @@
+//! [`Election`]: leader election with the key layout of Go's `concurrency.Election`, so
+//! `etcdctl elect`, Go services and lockkeeper campaign and observe together.
+
+use std::sync::Arc;
+
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp};
+use etcd_client::{Txn, WatchOptions};
+
+use crate::error::{Error, Result};
+use crate::etcd::check_name;
+use crate::etcd::guard::{HoldOptions, LockGuard};
+use crate::etcd::queue::{Place, acquire};
+use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
+use crate::etcd::wait::Deadline;
+use crate::fencing::FencingToken;
+
+/// A leader election on etcd, laid out as Go's `concurrency.Election` (and so `etcdctl
+/// elect`): each candidate puts `NAME/{lease:x}` with its proclaimed value and the session's
+/// lease; the leader is the key with the lowest create revision under `NAME/`.
+///
+/// ```no_run
+/// # async fn demo(session: lockkeeper::etcd::Session) -> lockkeeper::Result<()> {
+/// let election = session.election("scheduler")?;
+/// let leadership = election.campaign("host-a:8080").await?; // waits until elected
+/// tokio::select! {
+///     () = leadership.lost() => eprintln!("no longer the leader"),
+///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {} // lead
+/// }
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Election {
+    session: Session,
+    name: Arc<str>,
+}
+
+/// Who leads an election: its key, proclaimed value and create revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// `NAME/{lease:x}`.
+    pub key: String,
+    /// The value the leader proclaimed.
+    pub value: Vec<u8>,
+    /// The key's create revision: the leadership's fencing token.
+    pub token: FencingToken,
+    /// The key's last modification (a proclamation changes it).
+    mod_revision: i64,
+}
+
+impl Session {
+    /// The election called `name` (see [`Election`]); its keys live under `name/`.
+    /// [`Error::InvalidArgument`] for an empty name.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        check_name("election", name)?;
+        Ok(Election {
+            session: self.clone(),
+            name: Arc::from(name),
+        })
+    }
+}
+
+impl Election {
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Campaigns with `value` and waits until elected. [`Error::SessionLost`] if the session
+    /// is lost meanwhile. Cancel-safe: a dropped campaign withdraws its candidacy.
+    pub async fn campaign(&self, value: impl Into<Vec<u8>>) -> Result<Leadership> {
+        let guard = acquire(
+            &self.session,
+            &self.place(value.into()),
+            &HoldOptions::default(),
+            Deadline::Never,
+        )
+        .await?
+        .ok_or(Error::SessionLost)?;
+        Ok(Leadership { guard })
+    }
+
+    /// Becomes the leader only if nobody leads or campaigns now; `None` otherwise (the
+    /// candidacy is withdrawn).
+    pub async fn try_campaign(&self, value: impl Into<Vec<u8>>) -> Result<Option<Leadership>> {
+        let place = self.place(value.into());
+        let guard = acquire(
+            &self.session,
+            &place,
+            &HoldOptions::default(),
+            Deadline::Now,
+        )
+        .await?;
+        Ok(guard.map(|guard| Leadership { guard }))
+    }
+
+    fn place(&self, value: Vec<u8>) -> Place {
+        Place {
+            key: format!("{}/{:x}", self.name, self.session.lease_id()).into_bytes(),
+            value,
+            wait_on: format!("{}/", self.name).into_bytes(),
+            admits: 0,
+            per_session: true,
+        }
+    }
+
+    /// The current leader, `None` when nobody campaigns.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let found = self
+            .session
+            .client()
+            .get(format!("{}/", self.name), Some(options))
+            .await?;
+        Ok(found.kvs().first().map(|kv| Leader {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+            token: FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+            mod_revision: kv.mod_revision(),
+        }))
+    }
+
+    /// A stream of leaders: [`Observer::next`] answers the current leader at once, then each
+    /// change of leader or of its value (as Go's `Observe` and `etcdctl elect --listen`).
+    pub fn observe(&self) -> Observer {
+        Observer {
+            election: self.clone(),
+            last: None,
+        }
+    }
+}
+
+/// Follows who leads an [`Election`]; see [`Election::observe`].
+#[derive(Debug)]
+pub struct Observer {
+    election: Election,
+    last: Option<(String, i64)>,
+}
+
+impl Observer {
+    /// Waits until a leader other than the last one answered (or the same with a new value)
+    /// is there, and answers it. Skips intermediate leaders that came and went while nobody
+    /// asked. Errors only for failures etcd will not get over by itself.
+    pub async fn next(&mut self) -> Result<Leader> {
+        loop {
+            match self.look().await {
+                Ok(Some(leader)) => return Ok(leader),
+                Ok(None) => {}
+                Err(Error::Etcd(err)) if is_transient(&err) => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// A new leader if there is one, else a watch until anything under the prefix changes.
+    async fn look(&mut self) -> Result<Option<Leader>> {
+        let prefix = format!("{}/", self.election.name);
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut client = self.election.session.client();
+        let found = client.get(prefix.clone(), Some(options)).await?;
+        if let Some(kv) = found.kvs().first() {
+            let seen = (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                kv.mod_revision(),
+            );
+            if self.last.as_ref() != Some(&seen) {
+                self.last = Some(seen.clone());
+                return Ok(Some(Leader {
+                    key: seen.0,
+                    value: kv.value().to_vec(),
+                    token: FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+                    mod_revision: seen.1,
+                }));
+            }
+        }
+        let revision = found.header().map_or(0, |h| h.revision()) + 1;
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision);
+        let mut stream = client.watch(prefix, Some(options)).await?;
+        while let Some(answer) = stream.message().await? {
+            if answer.canceled() || !answer.events().is_empty() {
+                break;
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Being the leader of an [`Election`]: the candidacy's key, with the lost signal and fencing
+/// token every lockkeeper guard has. Dropping it resigns (in a background task).
+#[must_use = "leadership ends when this is dropped"]
+#[derive(Debug)]
+pub struct Leadership {
+    guard: LockGuard,
+}
+
+impl Leadership {
+    /// The key's create revision: higher for every later leader of this election.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.guard.fencing_token()
+    }
+
+    /// Whether this process can still be sure it leads (see [`LockGuard::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// Until when the leadership is certainly ours (see [`LockGuard::valid_until`]).
+    pub fn valid_until(&self) -> Option<tokio::time::Instant> {
+        self.guard.valid_until()
+    }
+
+    /// Resolves once the leadership can no longer be trusted (see [`LockGuard::lost`]).
+    pub async fn lost(&self) {
+        self.guard.lost().await
+    }
+
+    /// The leader key, `NAME/{lease:x}`.
+    pub fn key(&self) -> String {
+        self.guard.key()
+    }
+
+    /// Replaces the proclaimed value, only while this key is still the one elected (compare on
+    /// its create revision, as Go's `Proclaim`). [`Error::NotHeld`] when it is not.
+    pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<()> {
+        let held = self.guard.held();
+        if !held.session.is_alive() {
+            return Err(Error::NotHeld);
+        }
+        let key = held.key.as_slice();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, held.rev)])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(held.session.lease_id())),
+            )]);
+        let answer = held.session.client().txn(txn).await?;
+        if answer.succeeded() {
+            Ok(())
+        } else {
+            Err(Error::NotHeld)
+        }
+    }
+
+    /// Steps down: deletes the key, so the next candidate is elected. [`Error::NotHeld`] if
+    /// the leadership was known lost before.
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+}

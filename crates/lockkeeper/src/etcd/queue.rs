@@ -1,0 +1,242 @@
+//! Taking a place and waiting for the grant: the one acquisition every etcd lock shares.
+//!
+//! 1. (Keys named the same for every acquisition of a session, the Go layout `NAME/{lease:x}`)
+//!    take the session-local lock of the key, so two handles of one session do not share it.
+//! 2. One transaction: if the key does not exist, put it with the session's lease and read
+//!    the lowest create revisions under the prefix waited on; else read the key. The put's
+//!    revision is the key's create revision: its place in line and its fencing token. A key of
+//!    ours left over from an earlier acquisition (a release whose answer was lost) is deleted
+//!    and the transaction tried again, so no two grants share a token.
+//! 3. If the read shows few enough earlier keys, granted (one round trip); else wait as
+//!    [`wait`](crate::etcd::wait) describes, then check that the key is still there (an
+//!    operator may have deleted it: then take a new place).
+//! 4. With lock-delay, wait out the failures seen (see [`delay`](crate::etcd::delay)).
+//!
+//! The transaction runs in a spawned task whose result owns the key ([`Held`]): if the caller
+//! goes away (a dropped future, a timeout) while it is in flight, the task's result is dropped
+//! when it lands and the key deleted, so no abandoned key blocks the line.
+
+use etcd_client::{Compare, CompareOp, PutOptions, TxnOp, TxnOpResponse};
+
+use crate::error::{Error, Result};
+use crate::etcd::delay;
+use crate::etcd::guard::{Held, HoldOptions, LockGuard};
+use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
+use crate::etcd::wait::{Deadline, Earlier, Waited, wait_for_earlier};
+
+/// How often a stale key of ours is cleared before the acquisition gives up.
+const ENTER_ATTEMPTS: u32 = 4;
+
+/// What one acquisition puts and waits on.
+#[derive(Clone, Debug)]
+pub(crate) struct Place {
+    /// The key to create.
+    pub key: Vec<u8>,
+    /// Its value (the proclaimed value of a candidate, empty for locks).
+    pub value: Vec<u8>,
+    /// The prefix whose earlier keys count.
+    pub wait_on: Vec<u8>,
+    /// How many earlier keys may remain at the grant.
+    pub admits: usize,
+    /// Whether the key is the same for every acquisition of the session (see step 1).
+    pub per_session: bool,
+}
+
+/// Acquires `place`: `Ok(None)` when `deadline` passed first (no key left behind).
+pub(crate) async fn acquire(
+    session: &Session,
+    place: &Place,
+    options: &HoldOptions,
+    deadline: Deadline,
+) -> Result<Option<LockGuard>> {
+    loop {
+        if !session.is_alive() {
+            return Err(Error::SessionLost);
+        }
+        let permit = if place.per_session {
+            let local = session.local_lock(&place.key);
+            let permit = match deadline {
+                Deadline::Now => local.try_lock_owned().ok(),
+                _ => tokio::select! {
+                    permit = local.lock_owned() => Some(permit),
+                    () = deadline.sleep() => None,
+                },
+            };
+            match permit {
+                Some(permit) => Some(permit),
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        let (held, at_once) = enter(session, place, permit).await?;
+        let held = held.with_options(options);
+        let earlier = Earlier {
+            prefix: &place.wait_on,
+            rev: held.rev,
+            admits: place.admits,
+        };
+        let mut gone = Vec::new();
+        if !at_once {
+            if let Deadline::Now = deadline {
+                withdraw(held).await;
+                return Ok(None);
+            }
+            match wait_for_earlier(session, &earlier, deadline, &mut gone).await? {
+                Waited::Granted => {}
+                Waited::TimedOut => {
+                    withdraw(held).await;
+                    return Ok(None);
+                }
+            }
+            // Go's check: the key may have gone while we waited (the lease, an operator).
+            let found = session.client().get(held.key.clone(), None).await?;
+            if !found
+                .kvs()
+                .iter()
+                .any(|kv| kv.create_revision() == held.rev)
+            {
+                if !session.is_alive() {
+                    return Err(Error::SessionLost);
+                }
+                // Nothing of ours is left in line: take a new place.
+                held.forget();
+                continue;
+            }
+        }
+        if let Some((delay, record)) = &options.lock_delay {
+            if let Some(until) =
+                delay::delayed_until(session, record, &gone, *delay, held.rev).await
+            {
+                if let Deadline::Now = deadline {
+                    withdraw(held).await;
+                    return Ok(None);
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => {}
+                    () = session.lost() => return Err(Error::SessionLost),
+                    () = deadline.sleep() => {
+                        withdraw(held).await;
+                        return Ok(None);
+                    }
+                }
+            }
+            delay::note_held(session, record, &held.key, held.rev).await;
+        }
+        if !session.is_alive() {
+            return Err(Error::SessionLost);
+        }
+        return Ok(Some(LockGuard::grant(held, options)));
+    }
+}
+
+/// Deletes the key of a waiter that gives up before answering, so that "not granted" leaves
+/// nothing behind. In a task of its own: a caller going away meanwhile cannot stop it half-way.
+async fn withdraw(held: Held) {
+    let withdrawn = tokio::spawn(async move {
+        match held.release().await {
+            Ok(()) | Err(Error::NotHeld) => {}
+            Err(err) => {
+                tracing::warn!(key = %held.key_text(), %err, "withdrawing a waiter's key failed")
+            }
+        }
+    });
+    let _ = withdrawn.await;
+}
+
+/// Step 2: the key, and whether the transaction's read already grants it.
+async fn enter(
+    session: &Session,
+    place: &Place,
+    permit: Option<tokio::sync::OwnedMutexGuard<()>>,
+) -> Result<(Held, bool)> {
+    let (session, place) = (session.clone(), place.clone());
+    // Spawned so that a caller going away cannot leave a key behind (see the module docs).
+    let task = tokio::spawn(async move {
+        let mut permit = permit;
+        let mut failures = 0;
+        loop {
+            match try_enter(&session, &place).await {
+                Ok(Entered::Put { rev, at_once }) => {
+                    let held = Held::new(session.clone(), place.key.clone(), rev, permit.take());
+                    return Ok((held, at_once));
+                }
+                Ok(Entered::Stale(rev)) => {
+                    crate::etcd::guard::delete(&session, &place.key, rev, None)
+                        .await
+                        .or_else(|err| match err {
+                            Error::NotHeld => Ok(()),
+                            other => Err(other),
+                        })?;
+                }
+                Err(err) if is_transient(&err) && session.is_alive() => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(err) => return Err(Error::Etcd(err)),
+            }
+            failures += 1;
+            if failures >= ENTER_ATTEMPTS && !session.is_alive() {
+                return Err(Error::SessionLost);
+            }
+            if failures >= ENTER_ATTEMPTS * 4 {
+                return Err(Error::Etcd(etcd_client::Error::Internal(format!(
+                    "could not create the key {:?}: it kept existing",
+                    String::from_utf8_lossy(&place.key)
+                ))));
+            }
+        }
+    });
+    task.await.map_err(|err| {
+        Error::Etcd(etcd_client::Error::Internal(format!(
+            "the acquiring task failed: {err}"
+        )))
+    })?
+}
+
+enum Entered {
+    /// Created at `rev`; `at_once` if the read in the same transaction grants it.
+    Put { rev: i64, at_once: bool },
+    /// The key was there already, created at this revision.
+    Stale(i64),
+}
+
+async fn try_enter(
+    session: &Session,
+    place: &Place,
+) -> std::result::Result<Entered, etcd_client::Error> {
+    let key = place.key.as_slice();
+    let first = Earlier {
+        prefix: &place.wait_on,
+        rev: 0,
+        admits: place.admits,
+    };
+    let put = TxnOp::put(
+        key,
+        place.value.clone(),
+        Some(PutOptions::new().with_lease(session.lease_id())),
+    );
+    let txn = etcd_client::Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([
+            put,
+            TxnOp::get(place.wait_on.clone(), Some(first.first_options())),
+        ])
+        .or_else([TxnOp::get(key, None)]);
+    let answer = session.client().txn(txn).await?;
+    let responses = answer.op_responses();
+    if !answer.succeeded() {
+        let rev = match responses.first() {
+            Some(TxnOpResponse::Get(found)) => found.kvs().first().map(|kv| kv.create_revision()),
+            _ => None,
+        };
+        // Deleted between the compare and now is impossible (one transaction); no answer is
+        // treated as "try again".
+        return Ok(Entered::Stale(rev.unwrap_or(0)));
+    }
+    let rev = answer.header().map_or(0, |h| h.revision());
+    let at_once = match responses.get(1) {
+        Some(TxnOpResponse::Get(found)) => Earlier { rev, ..first }.grants(found.kvs()),
+        _ => false,
+    };
+    Ok(Entered::Put { rev, at_once })
+}

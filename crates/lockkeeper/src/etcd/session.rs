@@ -1,0 +1,472 @@
+//! [`Session`]: one etcd lease, kept alive, and the one place that knows whether it still is.
+//!
+//! Every key a recipe writes is attached to the session's lease, so when the process dies the
+//! lease runs out and etcd deletes the keys: that is what frees a crashed holder's lock. The
+//! session renews the lease every third of its TTL (as Go's `concurrency.Session` does) on a
+//! keep-alive stream, and keeps its own conservative deadline ([`Session::valid_until`]): the
+//! time the last *successful* renewal was sent, plus the TTL etcd granted, minus the drift
+//! allowance of [`crate::deadline`]. etcd cannot expire the lease before that instant.
+//!
+//! Invariants:
+//! - **Loss is final.** Once the deadline passes without a renewal, a renewal answers that the
+//!   lease is gone, or the session is closed, [`Session::lost`] resolves and
+//!   [`Session::is_alive`] is false for good, even if a later renewal would have succeeded:
+//!   the holders were told to stop, so the lease is revoked (best effort) rather than trusted
+//!   again. Open a new session to go on.
+//! - **A paused process knows first.** The deadline is read from the monotonic clock, which
+//!   runs through SIGSTOP; the keep-alive task checks it before every renewal, so a process
+//!   resumed after its TTL reports the loss without a round trip.
+//! - **Nothing waits unbounded on an unreachable cluster.** Connecting is bounded by the
+//!   connect timeout; every request afterwards by the request timeout (the connect timeout
+//!   too), so a dead cluster turns into errors and, one TTL later, a lost session.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::connect::{combine, dial};
+use crate::deadline::trusted_until;
+use crate::error::{ConnectCause, Error, Result};
+
+/// The session TTL when none is given: Go's `concurrency.DefaultTTL` (60 s).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+/// How long connecting may take when no connect timeout is given.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a failed request or stream waits before it is tried again.
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A connection to an etcd cluster with one lease, kept alive until the session is closed or
+/// lost. Clones share the lease. The recipes ([`mutex`](Session::mutex),
+/// [`rw_lock`](Session::rw_lock), [`semaphore`](Session::semaphore),
+/// [`election`](Session::election)) attach their keys to it.
+///
+/// ```no_run
+/// # async fn demo() -> lockkeeper::Result<()> {
+/// use std::time::Duration;
+/// use lockkeeper::etcd::Session;
+///
+/// let session = Session::builder("127.0.0.1:2379,127.0.0.1:22379")
+///     .ttl(Duration::from_secs(10))
+///     .connect()
+///     .await?;
+/// println!("lease {:x}", session.lease_id());
+/// session.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    lease: i64,
+    ttl: Duration,
+    endpoints: String,
+    life: Arc<watch::Sender<Life>>,
+    keep_alive: StdMutex<Option<JoinHandle<()>>>,
+    /// One in-process lock per key whose name is the same for every acquisition of the
+    /// session (`NAME/{lease:x}`, the Go layout): two handles of this session on one lock must
+    /// not both believe the one key is theirs.
+    local: StdMutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// What the session knows about its lease.
+#[derive(Clone, Copy, Debug)]
+struct Life {
+    valid_until: Instant,
+    ended: bool,
+}
+
+/// Settings for [`Session::builder`].
+#[derive(Clone, Debug)]
+#[must_use = "nothing connects until `connect()`"]
+pub struct SessionBuilder {
+    endpoints: String,
+    ttl: Duration,
+    connect_timeout: Duration,
+}
+
+impl SessionBuilder {
+    /// The lease TTL (default 60 s, as Go's concurrency package). etcd counts leases in whole
+    /// seconds: a fraction is rounded up, zero is refused, and etcd itself raises a TTL below
+    /// its minimum (about 1.5 election timeouts); the granted TTL is what the session trusts.
+    pub fn ttl(mut self, ttl: Duration) -> SessionBuilder {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long connecting may take in all (default 5 s); also the timeout of each request.
+    pub fn connect_timeout(mut self, timeout: Duration) -> SessionBuilder {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connects and grants the lease. [`Error::Connect`] naming each address and what happened
+    /// there when no member granted it within the connect timeout;
+    /// [`Error::InvalidArgument`] for an empty endpoint list, a zero TTL or timeout.
+    pub async fn connect(self) -> Result<Session> {
+        let addresses = parse_endpoints(&self.endpoints)?;
+        let ttl_secs = whole_seconds(self.ttl)?;
+        if self.connect_timeout.is_zero() {
+            return Err(Error::InvalidArgument(format!(
+                "connect_timeout for the etcd endpoints {:?} must be greater than zero",
+                self.endpoints
+            )));
+        }
+        let limit = self.connect_timeout;
+        let deadline = Instant::now() + limit;
+        let urls: Vec<String> = addresses.iter().map(|a| format!("http://{a}")).collect();
+        let options = ConnectOptions::new()
+            .with_connect_timeout(limit)
+            .with_timeout(limit);
+        let granted = tokio::time::timeout_at(deadline, async {
+            let client = Client::connect(&urls, Some(options)).await?;
+            let sent = Instant::now();
+            let grant = client.lease_client().grant(ttl_secs, None).await?;
+            Ok::<_, etcd_client::Error>((client, sent, grant))
+        })
+        .await;
+        let (client, sent, grant) = match granted {
+            Ok(Ok(granted)) => granted,
+            Ok(Err(err)) => return Err(diagnose(&addresses, limit, Some(err)).await),
+            Err(_) => return Err(diagnose(&addresses, limit, None).await),
+        };
+        let granted_ttl = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
+        if granted_ttl.is_zero() {
+            return Err(Error::Connect {
+                address: addresses.join(","),
+                cause: ConnectCause::Rejected(format!(
+                    "the lease was granted with TTL {} ({})",
+                    grant.ttl(),
+                    grant.error()
+                )),
+            });
+        }
+        let life = Arc::new(watch::Sender::new(Life {
+            valid_until: trusted_until(sent, granted_ttl),
+            ended: false,
+        }));
+        let inner = Arc::new(Inner {
+            client: client.clone(),
+            lease: grant.id(),
+            ttl: granted_ttl,
+            endpoints: addresses.join(","),
+            life: Arc::clone(&life),
+            keep_alive: StdMutex::default(),
+            local: StdMutex::default(),
+        });
+        let task = tokio::spawn(keep_alive(client, grant.id(), granted_ttl, life));
+        *lock(&inner.keep_alive) = Some(task);
+        Ok(Session { inner })
+    }
+}
+
+impl Session {
+    /// Connects to `endpoints` (`host:port[,host:port]`, an `http://` in front allowed) with
+    /// the default TTL (60 s) and connect timeout (5 s).
+    pub async fn connect(endpoints: &str) -> Result<Session> {
+        Session::builder(endpoints).connect().await
+    }
+
+    /// A session with settings other than the defaults.
+    pub fn builder(endpoints: &str) -> SessionBuilder {
+        SessionBuilder {
+            endpoints: endpoints.to_owned(),
+            ttl: DEFAULT_TTL,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The lease's ID; keys of this session are named after it in hex (`NAME/{id:x}`), as
+    /// etcdctl prints them.
+    pub fn lease_id(&self) -> i64 {
+        self.inner.lease
+    }
+
+    /// The TTL etcd granted.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// The endpoints, as given (without `http://`).
+    pub fn endpoints(&self) -> &str {
+        &self.inner.endpoints
+    }
+
+    /// Whether the lease is certainly still alive: not lost, not closed, and within
+    /// [`valid_until`](Session::valid_until). Local state only, no round trip.
+    pub fn is_alive(&self) -> bool {
+        let life = *self.inner.life.borrow();
+        !life.ended && Instant::now() < life.valid_until
+    }
+
+    /// The instant until which etcd cannot have expired the lease: the send time of the last
+    /// successful renewal, plus the granted TTL, minus 1% + 2 ms for clock drift. `None` once
+    /// the session is lost.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let life = *self.inner.life.borrow();
+        self.is_alive().then_some(life.valid_until)
+    }
+
+    /// Resolves once the session is lost: a renewal found the lease gone, renewals failed until
+    /// the deadline passed, or the session was closed. Cancel-safe.
+    pub async fn lost(&self) {
+        lost(&self.inner.life).await
+    }
+
+    /// Revokes the lease, which deletes every key of the session (releasing its locks and
+    /// ending its candidacies), and ends the session. [`Error::SessionLost`] when it was lost
+    /// already (its keys are gone or going anyway).
+    pub async fn close(&self) -> Result<()> {
+        if !self.is_alive() {
+            self.end();
+            return Err(Error::SessionLost);
+        }
+        self.end();
+        self.client()
+            .lease_client()
+            .revoke(self.inner.lease)
+            .await?;
+        Ok(())
+    }
+
+    fn end(&self) {
+        self.inner.life.send_modify(|life| life.ended = true);
+        if let Some(task) = lock(&self.inner.keep_alive).take() {
+            task.abort();
+        }
+    }
+
+    /// A client sharing the session's connections (cheap: the clients are handles).
+    pub(crate) fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+
+    /// The in-process lock of `key` (see `Inner::local`).
+    pub(crate) fn local_lock(&self, key: &[u8]) -> Arc<tokio::sync::Mutex<()>> {
+        let mut local = lock(&self.inner.local);
+        // Forget the locks nobody holds or waits for, so the map stays as small as the set of
+        // locks in use.
+        local.retain(|_, mutex| Arc::strong_count(mutex) > 1);
+        Arc::clone(local.entry(key.to_vec()).or_default())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let Some(task) = lock(&self.keep_alive).take() else {
+            return;
+        };
+        task.abort();
+        if self.life.borrow().ended {
+            return;
+        }
+        // The last handle went without close(): revoke, so the keys do not outlive the
+        // session by a TTL.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (mut client, lease) = (self.client.lease_client(), self.lease);
+            runtime.spawn(async move {
+                let _ = client.revoke(lease).await;
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("endpoints", &self.inner.endpoints)
+            .field("lease", &format_args!("{:x}", self.inner.lease))
+            .field("ttl", &self.inner.ttl)
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+async fn lost(life: &watch::Sender<Life>) {
+    let mut seen = life.subscribe();
+    loop {
+        let now = *seen.borrow_and_update();
+        if now.ended || Instant::now() >= now.valid_until {
+            return;
+        }
+        tokio::select! {
+            changed = seen.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep_until(now.valid_until) => {}
+        }
+    }
+}
+
+/// Renews the lease every third of its TTL until it is lost; then marks the session lost and
+/// revokes the lease (best effort).
+async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::Sender<Life>>) {
+    let every = ttl / 3;
+    'stream: loop {
+        let valid_until = life.borrow().valid_until;
+        if Instant::now() >= valid_until {
+            break;
+        }
+        let opened =
+            tokio::time::timeout_at(valid_until, client.lease_client().keep_alive(lease)).await;
+        let (mut keeper, mut answers) = match opened {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => {
+                tracing::debug!(lease, %err, "opening the keep-alive stream failed");
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+            Err(_) => break,
+        };
+        loop {
+            let valid_until = life.borrow().valid_until;
+            // Checked before each renewal: a process resumed after a pause past its deadline
+            // must not renew a lease that etcd may have expired and handed on.
+            if Instant::now() >= valid_until {
+                break 'stream;
+            }
+            let sent = Instant::now();
+            if keeper.keep_alive().await.is_err() {
+                continue 'stream;
+            }
+            // An answer later than the deadline is no use: by then the loss was reported.
+            let answer = tokio::time::timeout_at(valid_until, answers.message()).await;
+            match answer {
+                Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                    let granted = Duration::from_secs(u64::try_from(answer.ttl()).unwrap_or(0));
+                    life.send_modify(|life| {
+                        life.valid_until = life.valid_until.max(trusted_until(sent, granted));
+                    });
+                }
+                Ok(Ok(Some(_))) => {
+                    tracing::warn!(lease, "etcd answered that the session's lease is gone");
+                    break 'stream;
+                }
+                Ok(Ok(None)) | Ok(Err(_)) => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue 'stream;
+                }
+                Err(_) => break 'stream,
+            }
+            tokio::time::sleep_until(sent + every).await;
+        }
+    }
+    life.send_modify(|life| life.ended = true);
+    tracing::warn!(lease, "the etcd session is lost");
+    let _ = client.lease_client().revoke(lease).await;
+}
+
+/// `host:port` addresses of an endpoint list; an `http://` prefix is taken off.
+fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
+    let mut addresses = Vec::new();
+    for endpoint in endpoints.split(',') {
+        let endpoint = endpoint.trim();
+        if endpoint.starts_with("https://") {
+            return Err(Error::InvalidArgument(format!(
+                "etcd endpoint {endpoint:?} in {endpoints:?}: TLS is not supported; give host:port"
+            )));
+        }
+        let address = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+        let address = address.strip_suffix('/').unwrap_or(address);
+        let port_ok = address
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(Error::InvalidArgument(format!(
+                "etcd endpoint {endpoint:?} in {endpoints:?} is not host:port"
+            )));
+        }
+        addresses.push(address.to_owned());
+    }
+    Ok(addresses)
+}
+
+/// A TTL in the whole seconds etcd takes, rounded up; zero is refused.
+fn whole_seconds(ttl: Duration) -> Result<i64> {
+    if ttl.is_zero() {
+        return Err(Error::InvalidArgument(
+            "ttl of an etcd session must be at least 1 s (etcd counts leases in whole seconds), got 0s"
+                .into(),
+        ));
+    }
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i64::try_from(secs)
+        .map_err(|_| Error::InvalidArgument(format!("ttl of an etcd session is too long: {ttl:?}")))
+}
+
+/// Why no member granted the lease: each address dialled to tell a dead port from a live one
+/// that would not answer in time.
+async fn diagnose(addresses: &[String], limit: Duration, err: Option<etcd_client::Error>) -> Error {
+    let probe_deadline = Instant::now() + limit.min(Duration::from_secs(1));
+    let mut causes = Vec::new();
+    for address in addresses {
+        let cause = match dial(address, probe_deadline, limit).await {
+            Err(cause) => cause,
+            Ok(_) => match &err {
+                Some(etcd_client::Error::GRpcStatus(status)) => {
+                    ConnectCause::Rejected(status.message().to_owned())
+                }
+                Some(other) => ConnectCause::Other(other.to_string()),
+                None => ConnectCause::NoAnswer(limit),
+            },
+        };
+        causes.push((address.clone(), cause));
+    }
+    Error::Connect {
+        address: addresses.join(","),
+        cause: combine(causes),
+    }
+}
+
+/// Whether `err` may pass by itself: the connection broke, the member went away or was too
+/// slow, the cluster had no leader for a moment. Such a request may or may not have been
+/// applied.
+pub(crate) fn is_transient(err: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    match err {
+        E::IoError(_) | E::TransportError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
+        // gRPC codes: 1 cancelled, 4 deadline exceeded, 13 internal (a reset stream), 14
+        // unavailable.
+        E::GRpcStatus(status) => matches!(status.code() as i32, 1 | 4 | 13 | 14),
+        _ => false,
+    }
+}
+
+/// These std mutexes guard a few instructions, never an await.
+fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_parsed_and_bad_ones_named() {
+        assert_eq!(
+            parse_endpoints("127.0.0.1:2379, http://h:1/").unwrap(),
+            vec!["127.0.0.1:2379".to_owned(), "h:1".to_owned()]
+        );
+        for bad in ["", "h", "h:", ":1", "h:x", "a:1,", "https://h:1"] {
+            let err = parse_endpoints(bad).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn ttls_are_whole_seconds_rounded_up() {
+        assert_eq!(whole_seconds(Duration::from_millis(1500)).unwrap(), 2);
+        assert_eq!(whole_seconds(Duration::from_secs(3)).unwrap(), 3);
+        assert!(matches!(
+            whole_seconds(Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}

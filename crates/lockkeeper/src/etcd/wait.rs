@@ -1,0 +1,213 @@
+//! The one way every etcd recipe waits: until few enough keys created before its own remain
+//! under a prefix.
+//!
+//! A waiter's key has a create revision `rev`; it is granted when at most `admits` keys under
+//! the prefix it waits on have a lower create revision (0 for a mutex, a writer, a reader
+//! looking at writers, a candidate; `n - 1` for a semaphore of `n`). To wait, it reads the
+//! `admits + 1` keys with the *highest* create revisions below its own (Go's
+//! `WithLastCreate` + `WithMaxCreateRev(rev - 1)`) and watches them, from the revision of that
+//! read, for a deletion; then it reads again. For `admits == 0` that is exactly Go's
+//! `waitDeletes`: one key, the one just before, so a release wakes one waiter.
+//!
+//! Why the highest ones suffice: while all `admits + 1` of them exist there are more than
+//! `admits` earlier keys, so the waiter cannot be granted until one of *them* goes; deletions
+//! of older keys change nothing it could act on. Keys created after the read have higher
+//! revisions than the waiter's and never count.
+//!
+//! Every wait also ends, with [`Error::SessionLost`], when the waiter's own session is lost
+//! (its key is gone or going with the lease: waiting on would be etcd #19597), and with
+//! "not granted" at the caller's deadline.
+
+use etcd_client::{EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
+
+/// How long a blocking call may wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deadline {
+    /// `lock()`: until granted.
+    Never,
+    /// `lock_timeout(d)`: until this instant.
+    At(Instant),
+    /// `try_lock()`: only if granted at once.
+    Now,
+}
+
+impl Deadline {
+    /// `now + timeout`; a zero timeout is refused (the `try_` variant says "do not wait").
+    pub(crate) fn after(timeout: std::time::Duration) -> Result<Deadline> {
+        if timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "timeout must be greater than zero (the try_ variant does not wait at all)".into(),
+            ));
+        }
+        Ok(Deadline::At(Instant::now() + timeout))
+    }
+
+    pub(crate) async fn sleep(&self) {
+        match self {
+            Deadline::Never => std::future::pending().await,
+            Deadline::At(at) => tokio::time::sleep_until(*at).await,
+            Deadline::Now => {}
+        }
+    }
+}
+
+/// What a wait came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// At most `admits` earlier keys are left.
+    Granted,
+    /// The deadline came first.
+    TimedOut,
+}
+
+/// A key a waiter saw deleted ahead of it.
+#[derive(Clone, Debug)]
+pub(crate) struct Gone {
+    pub create_rev: i64,
+    /// The revision of the deletion.
+    pub deleted_at: i64,
+    /// When the waiter saw it.
+    pub seen: Instant,
+}
+
+/// The keys counted as "before" a waiter: those under `prefix` created before `rev`.
+#[derive(Clone, Debug)]
+pub(crate) struct Earlier<'a> {
+    pub prefix: &'a [u8],
+    pub rev: i64,
+    pub admits: usize,
+}
+
+impl Earlier<'_> {
+    /// Whether the keys `first` (the lowest create revisions under the prefix, ascending, at
+    /// least `admits + 1` of them when there are that many) grant the waiter.
+    pub(crate) fn grants(&self, first: &[etcd_client::KeyValue]) -> bool {
+        first
+            .iter()
+            .filter(|kv| kv.create_revision() < self.rev)
+            .count()
+            <= self.admits
+    }
+
+    /// Options reading the `admits + 1` lowest create revisions under the prefix (for the
+    /// uncontended path, inside the acquiring transaction).
+    pub(crate) fn first_options(&self) -> GetOptions {
+        GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(limit(self.admits))
+            .with_keys_only()
+    }
+}
+
+fn limit(admits: usize) -> i64 {
+    i64::try_from(admits).unwrap_or(i64::MAX - 1) + 1
+}
+
+/// Waits until at most `earlier.admits` keys under the prefix were created before
+/// `earlier.rev`, the session is lost (`SessionLost`), or `deadline` passes (`TimedOut`).
+/// Every deletion seen on the way is added to `gone` (lock-delay judges them).
+pub(crate) async fn wait_for_earlier(
+    session: &Session,
+    earlier: &Earlier<'_>,
+    deadline: Deadline,
+    gone: &mut Vec<Gone>,
+) -> Result<Waited> {
+    let waiting = async {
+        loop {
+            match look_and_watch(session, earlier, gone).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                // A member went away mid-wait: look again (on another member, if need be).
+                Err(err) if is_transient(&err) => {
+                    tracing::debug!(%err, "waiting on etcd: looking again after an error");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(err) => return Err(Error::Etcd(err)),
+            }
+        }
+    };
+    tokio::select! {
+        waited = waiting => waited.map(|()| Waited::Granted),
+        () = session.lost() => Err(Error::SessionLost),
+        () = deadline.sleep() => Ok(Waited::TimedOut),
+    }
+}
+
+/// One look at the earlier keys: `true` when they grant, else a watch until one of those that
+/// block goes (`false`: look again).
+async fn look_and_watch(
+    session: &Session,
+    earlier: &Earlier<'_>,
+    gone: &mut Vec<Gone>,
+) -> std::result::Result<bool, etcd_client::Error> {
+    let mut client = session.client();
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_max_create_revision(earlier.rev - 1)
+        .with_limit(limit(earlier.admits))
+        .with_keys_only();
+    let found = client.get(earlier.prefix, Some(options)).await?;
+    if found.kvs().len() <= earlier.admits {
+        return Ok(true);
+    }
+    let revision = found.header().map_or(0, |h| h.revision());
+    let keys: Vec<(Vec<u8>, i64)> = found
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key().to_vec(), kv.create_revision()))
+        .collect();
+    wait_for_a_deletion(session, &keys, revision, gone).await?;
+    Ok(false)
+}
+
+/// Resolves when one of `keys` is deleted at or after `revision` (or the watch could not be
+/// kept, which makes the caller read again: a spurious wake-up, never a missed one).
+async fn wait_for_a_deletion(
+    session: &Session,
+    keys: &[(Vec<u8>, i64)],
+    revision: i64,
+    gone: &mut Vec<Gone>,
+) -> std::result::Result<(), etcd_client::Error> {
+    let mut client = session.client();
+    let options = || Some(WatchOptions::new().with_start_revision(revision));
+    let Some(((first, _), rest)) = keys.split_first() else {
+        return Ok(());
+    };
+    let mut stream = client.watch(first.clone(), options()).await?;
+    for (key, _) in rest {
+        stream.watch(key.clone(), options()).await?;
+    }
+    while let Some(answer) = stream.message().await? {
+        if answer.canceled() || answer.compact_revision() != 0 {
+            // Compacted past our revision, or cancelled by the server: read again.
+            return Ok(());
+        }
+        let mut deleted = false;
+        for event in answer.events() {
+            let Some(kv) = event.kv() else { continue };
+            if event.event_type() != EventType::Delete {
+                continue;
+            }
+            if let Some((_, rev)) = keys.iter().find(|(key, _)| key == kv.key()) {
+                deleted = true;
+                gone.push(Gone {
+                    create_rev: *rev,
+                    deleted_at: kv.mod_revision(),
+                    seen: Instant::now(),
+                });
+            }
+        }
+        if deleted {
+            return Ok(());
+        }
+    }
+    // The stream ended (a member went away): read again, on another member if need be.
+    tokio::time::sleep(RETRY_PAUSE).await;
+    Ok(())
+}

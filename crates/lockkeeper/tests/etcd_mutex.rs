@@ -1,0 +1,298 @@
+//! The etcd mutex on a real single-member etcd: grants and increasing fencing tokens, waiting
+//! woken by the release, timeouts and cancellation that leave no key, exclusion between tasks
+//! and between handles of one session, and waiters that stop when their session is lost.
+#![cfg(feature = "etcd")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockkeeper::Error;
+use lockkeeper::etcd::Session;
+use lockkeeper_testkit::{Etcd, etcdctl};
+
+async fn session(etcd: &Etcd) -> Session {
+    Session::builder(&etcd.addr().to_string())
+        .ttl(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// The keys under `prefix`, as etcdctl lists them.
+fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
+    let out = etcdctl(
+        &[etcd.endpoint()],
+        &["get", "--prefix", "--keys-only", prefix],
+    )
+    .expect("etcdctl get");
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn grants_release_and_increasing_tokens() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let mutex = a.mutex("orders").expect("mutex");
+
+    let first = mutex.lock().await.expect("lock");
+    assert!(first.is_held());
+    assert_eq!(first.key(), format!("orders/{:x}", a.lease_id()));
+    assert_eq!(keys(&etcd, "orders/"), vec![first.key()], "Go's layout");
+    let until = first.valid_until().expect("held");
+    assert!(until > tokio::time::Instant::now() + Duration::from_secs(3));
+    let other = b.mutex("orders").expect("mutex");
+    assert!(other.try_lock().await.expect("try_lock").is_none(), "busy");
+    assert_eq!(
+        keys(&etcd, "orders/"),
+        vec![first.key()],
+        "try_lock left no key"
+    );
+    let t1 = first.fencing_token();
+    first.release().await.expect("release");
+    assert!(keys(&etcd, "orders/").is_empty(), "released key is gone");
+
+    let second = other.try_lock().await.expect("try_lock").expect("free");
+    assert!(second.fencing_token() > t1, "tokens strictly increase");
+    let t2 = second.fencing_token();
+    drop(second); // released in a background task
+    let third = mutex
+        .lock_timeout(Duration::from_secs(5))
+        .await
+        .expect("lock_timeout")
+        .expect("freed by the dropped guard");
+    assert!(third.fencing_token() > t2);
+    third.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn release_of_a_lost_lock_is_not_held() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let guard = a.mutex("gone").expect("mutex").lock().await.expect("lock");
+    etcdctl(&[etcd.endpoint()], &["del", &guard.key()]).expect("etcdctl del");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires when the key is deleted");
+    assert!(!guard.is_held());
+    assert!(guard.valid_until().is_none());
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+}
+
+#[tokio::test]
+async fn a_release_wakes_the_waiter_and_timeouts_leave_no_key() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let c = session(&etcd).await;
+    let held = a.mutex("line").expect("mutex").lock().await.expect("lock");
+
+    let started = Instant::now();
+    let timed_out = b
+        .mutex("line")
+        .expect("mutex")
+        .lock_timeout(Duration::from_millis(300))
+        .await
+        .expect("lock_timeout");
+    assert!(timed_out.is_none());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A dropped lock() future is cancel-safe as well.
+    let waiting = c.mutex("line").expect("mutex");
+    let dropped = tokio::time::timeout(Duration::from_millis(300), waiting.lock()).await;
+    assert!(dropped.is_err(), "still waiting");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while keys(&etcd, "line/").len() > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "abandoned keys: {:?}",
+            keys(&etcd, "line/")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys(&etcd, "line/"), vec![held.key()]);
+
+    let waiter = tokio::spawn({
+        let mutex = b.mutex("line").expect("mutex");
+        async move {
+            let guard = mutex.lock().await.expect("lock");
+            let token = guard.fencing_token();
+            guard.release().await.expect("release");
+            token
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "waits while held");
+    let t = held.fencing_token();
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let token = waiter.await.expect("waiter");
+    assert!(token > t);
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken by the release"
+    );
+}
+
+#[tokio::test]
+async fn tasks_and_handles_of_one_session_exclude_each_other() {
+    let etcd = Etcd::start();
+    let sessions = [session(&etcd).await, session(&etcd).await];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    // Two tasks per session: the second one shares the session's key name.
+    for i in 0..4 {
+        let mutex = sessions[i % 2].mutex("shared").expect("mutex");
+        let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for _ in 0..5 {
+                let guard = mutex.lock().await.expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                tokens.push(guard.fencing_token());
+                guard.release().await.expect("release");
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("task"));
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "no two holders at once");
+    let count = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), count, "every grant has its own token");
+}
+
+#[tokio::test]
+async fn a_waiter_whose_session_is_lost_stops_waiting() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let _held = a.mutex("stuck").expect("mutex").lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let mutex = b.mutex("stuck").expect("mutex");
+        async move { mutex.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Revoking the lease behind the session's back: its keep-alive finds the lease gone.
+    etcdctl(
+        &[etcd.endpoint()],
+        &["lease", "revoke", &format!("{:x}", b.lease_id())],
+    )
+    .expect("etcdctl lease revoke");
+    let ended = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter stops within the TTL")
+        .expect("task");
+    assert!(matches!(ended, Err(Error::SessionLost)), "{ended:?}");
+    assert!(!b.is_alive());
+    assert!(b.valid_until().is_none());
+    assert!(matches!(
+        b.mutex("other").expect("mutex").lock().await,
+        Err(Error::SessionLost)
+    ));
+}
+
+#[tokio::test]
+async fn max_hold_gives_the_lock_up() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let mutex = a
+        .mutex("bounded")
+        .expect("mutex")
+        .max_hold(Duration::from_millis(300))
+        .expect("max_hold");
+    let guard = mutex.lock().await.expect("lock");
+    let granted = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost at the maximum hold time");
+    assert!(granted.elapsed() >= Duration::from_millis(290));
+    assert!(!guard.is_held());
+    let b = session(&etcd).await;
+    let next = b
+        .mutex("bounded")
+        .expect("mutex")
+        .lock_timeout(Duration::from_secs(3))
+        .await
+        .expect("lock_timeout")
+        .expect("released at the maximum hold time");
+    assert!(next.fencing_token() > guard.fencing_token());
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+}
+
+#[tokio::test]
+async fn lock_delay_waits_after_a_failed_holder_only() {
+    let etcd = Etcd::start();
+    let delay = Duration::from_millis(1500);
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let mutex = |s: &Session| {
+        s.mutex("ledger")
+            .expect("mutex")
+            .lock_delay(delay)
+            .expect("delay")
+    };
+
+    // A clean release hands over at once.
+    let held = mutex(&a).lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let m = mutex(&b);
+        async move { m.lock().await.expect("lock") }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let next = waiter.await.expect("waiter");
+    assert!(released.elapsed() < delay / 2, "clean release: no delay");
+    next.release().await.expect("release");
+
+    // A holder that fails (its lease revoked) keeps the queued waiter out for the delay.
+    let held = mutex(&a).lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let m = mutex(&b);
+        async move { m.lock().await.expect("lock") }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let failed = Instant::now();
+    etcdctl(
+        &[etcd.endpoint()],
+        &["lease", "revoke", &format!("{:x}", a.lease_id())],
+    )
+    .expect("revoke");
+    let next = waiter.await.expect("waiter");
+    assert!(failed.elapsed() >= delay, "waited {:?}", failed.elapsed());
+    assert!(next.fencing_token() > held.fencing_token());
+    drop(held);
+
+    // A waiter arriving after the failure waits too (the record says `held`, the key is gone).
+    next.release().await.expect("release");
+    let c = session(&etcd).await;
+    let guard = mutex(&c).lock().await.expect("lock");
+    let d = session(&etcd).await;
+    etcdctl(
+        &[etcd.endpoint()],
+        &["lease", "revoke", &format!("{:x}", c.lease_id())],
+    )
+    .expect("revoke");
+    drop(guard);
+    let late = Instant::now();
+    let got = mutex(&d).lock().await.expect("lock");
+    assert!(
+        late.elapsed() >= delay - Duration::from_millis(100),
+        "late arrival waited {:?}",
+        late.elapsed()
+    );
+    got.release().await.expect("release");
+}
