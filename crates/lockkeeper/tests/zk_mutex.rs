@@ -142,6 +142,80 @@ async fn grants_in_arrival_order_and_each_release_wakes_one_waiter() {
     .await;
 }
 
+/// Requests the server has read from `session`'s connection, from `cons` (Keeper and
+/// ZooKeeper both print `recved=N` and `sid=0x...` per connection).
+fn requests_received(connect: &str, session: &Session) -> u64 {
+    let addr = connect.parse().expect("a single host:port");
+    let sid = format!("sid=0x{:x}", session.session_id());
+    let cons = lockkeeper_testkit::four_letter_word(addr, "cons");
+    let line = cons
+        .lines()
+        .find(|line| line.contains(&sid))
+        .unwrap_or_else(|| panic!("no connection with {sid} in cons:\n{cons}"));
+    let count = line.split("recved=").nth(1).expect("recved=");
+    count[..count.find(',').expect("recved=N,")].parse().expect("a count")
+}
+
+/// A waiter's listing goes stale while the nodes ahead of it take their turns. When its
+/// predecessor's release reaches it, it asks for one new listing, not for each stale node
+/// first (each answered NoNode): the handoff costs one round trip, as Curator's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handoff_after_a_stale_listing_costs_one_listing() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/stale-listing";
+        // Long timeouts: no ping falls into the counted window.
+        let long = |connect: String| async move {
+            Session::builder(&connect)
+                .session_timeout(Duration::from_secs(30))
+                .connect()
+                .await
+                .expect("connect")
+        };
+        let sessions = [
+            long(connect.clone()).await,
+            long(connect.clone()).await,
+            long(connect.clone()).await,
+        ];
+        let last = long(connect.clone()).await;
+        let mut guards = Vec::new();
+        guards.push(sessions[0].mutex(path).unwrap().lock().await.unwrap());
+        let mut waiting = Vec::new();
+        for (i, session) in sessions.iter().enumerate().skip(1) {
+            let mutex = session.mutex(path).unwrap();
+            waiting.push(tokio::spawn(async move { mutex.lock().await.unwrap() }));
+            wait_children(&last, path, i + 1).await;
+        }
+        let mutex = last.mutex(path).unwrap();
+        let last_waits = tokio::spawn(async move { mutex.lock().await.unwrap() });
+        wait_children(&sessions[0], path, 4).await;
+        // The last waiter listed [0, 1, 2, last] and watches 2. Hand the lock down to 2.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for task in waiting {
+            guards.pop().unwrap().release().await.unwrap();
+            let guard = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("granted")
+                .unwrap();
+            guards.push(guard);
+        }
+        let before = requests_received(&connect, &last);
+        guards.pop().unwrap().release().await.unwrap();
+        let granted = tokio::time::timeout(Duration::from_secs(10), last_waits)
+            .await
+            .expect("granted")
+            .unwrap();
+        let after = requests_received(&connect, &last);
+        assert_eq!(
+            after - before,
+            1,
+            "the handoff to a waiter with a stale listing took {} requests, not one listing",
+            after - before
+        );
+        granted.release().await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn try_lock_and_timeout_leave_no_node_behind() {
     for_each_backend(|connect| async move {

@@ -209,7 +209,11 @@ impl Queue {
         // gets a higher sequence than ours, so nothing can appear *before* us. When the node
         // we watch is deleted, the last listing minus that node is therefore a superset of
         // the nodes now ahead of us, and a rule that grants on a superset grants on the truth:
-        // the common handoff (our predecessor was the holder) needs no new listing.
+        // a handoff from a predecessor that was first when we listed needs no new listing.
+        // When that superset does not grant, it is listed anew rather than walked: it is
+        // mostly stale (under contention our listing was taken several turns ago, and every
+        // node ahead of the one we watched has had its turn since), and asking after each
+        // stale node costs a round trip answered NoNode before the listing that grants.
         let mut known: Option<Vec<String>> = listing.take().map(|children| self.sort(children));
         loop {
             let children = match known.take() {
@@ -279,7 +283,11 @@ impl Queue {
                             vanished.saw(&watched);
                             let mut remaining = children;
                             remaining.retain(|child| *child != watched);
-                            known = Some(remaining);
+                            let grants = remaining
+                                .iter()
+                                .position(|child| child == name)
+                                .is_some_and(|ours| matches!(rule(&remaining, ours), Decision::Hold));
+                            known = grants.then_some(remaining);
                         }
                         // A data change on the watched node: look at the queue again.
                         _ => {}
