@@ -289,26 +289,30 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
         tasks.push(tokio::spawn(async move {
             start.wait().await;
             let deadline = Instant::now() + limit;
-            let mut done = 0usize;
-            while done < cycles && Instant::now() < deadline {
+            let mut holds = Vec::with_capacity(cycles);
+            while holds.len() < cycles && Instant::now() < deadline {
                 let Some(guard) = mutex.lock_timeout(OP_LIMIT).await? else {
-                    return Err::<usize, BoxError>(
+                    return Err::<Vec<Hold>, BoxError>(
                         format!("no lock on /trace-lock within {OP_LIMIT:?}").into(),
                     );
                 };
+                let granted = Instant::now();
                 guard.release().await?;
-                done += 1;
+                holds.push(Hold {
+                    granted,
+                    released: Instant::now(),
+                });
             }
-            Ok(done)
+            Ok(holds)
         }));
     }
     start.wait().await;
     let started = Instant::now();
-    let mut handoffs = 0usize;
+    let mut holds = Vec::new();
     let mut failure: Option<BoxError> = None;
     for task in tasks {
         match task.await {
-            Ok(Ok(done)) => handoffs += done,
+            Ok(Ok(done)) => holds.extend(done),
             Ok(Err(e)) => failure = failure.or(Some(e)),
             Err(e) => failure = failure.or(Some(format!("contender task: {e}").into())),
         }
@@ -320,6 +324,8 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
         return Err(e);
     }
     let stages = delta(&before, &after?);
+    let handoffs = holds.len();
+    let client = ClientSide::of(holds);
     let per_sec = handoffs as f64 / elapsed.as_secs_f64().max(1e-9);
     let handoff_us = 1e6 / per_sec.max(1e-9);
     let n = handoffs.max(1) as f64;
@@ -329,6 +335,11 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
          {per_sec:.0}/s ({handoff_us:.1} µs each), {:.2} log syncs per handoff",
         fmt_duration(elapsed),
         syncs / n
+    );
+    println!(
+        "client side, p50: the holder's release answered after {:.1} µs; the next holder \
+         granted {:.1} µs after that",
+        client.release_us, client.next_grant_us
     );
     // Replies released by one sync share it: the sums per handoff overlap in time.
     println!(
@@ -350,9 +361,46 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
         ("handoffs_per_sec", Json::num(per_sec)),
         ("handoff_us", Json::num(handoff_us)),
         ("log_syncs_per_handoff", Json::num(syncs / n)),
+        ("release_p50_us", Json::num(client.release_us)),
+        (
+            "release_answered_to_next_grant_p50_us",
+            Json::num(client.next_grant_us),
+        ),
         ("stages_us_per_handoff", stage_json(&stages, Some(n))),
         ("stages_mean_us_per_reply", stage_json(&stages, None)),
     ]))
+}
+
+/// One turn of a contender: when its `lock()` returned and when its `release()` did.
+struct Hold {
+    granted: Instant,
+    released: Instant,
+}
+
+/// A handoff as the clients see it: the holder's release round trip (the delete and its
+/// sync), then the wait from its answer to the next holder's grant (the notification and
+/// what the waiter does before its `lock()` returns).
+struct ClientSide {
+    release_us: f64,
+    next_grant_us: f64,
+}
+
+impl ClientSide {
+    fn of(mut holds: Vec<Hold>) -> ClientSide {
+        holds.sort_by_key(|hold| hold.granted);
+        let p50 = |mut micros: Vec<f64>| {
+            micros.sort_by(f64::total_cmp);
+            micros.get(micros.len() / 2).copied().unwrap_or(0.0)
+        };
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        ClientSide {
+            release_us: p50(holds.iter().map(|h| us(h.released - h.granted)).collect()),
+            next_grant_us: p50(holds
+                .windows(2)
+                .map(|w| us(w[1].granted.saturating_duration_since(w[0].released)))
+                .collect()),
+        }
+    }
 }
 
 /// Each stage's mean per traced reply, or (with `per`) its sum divided by `per`.
