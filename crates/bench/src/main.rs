@@ -10,7 +10,9 @@
 //! each on Keeper and on Apache ZooKeeper (see [`locks`]); `--recipes` measures lockkeeper's
 //! leader latch and atomic long against Curator's LeaderLatch and DistributedAtomicLong the same
 //! way, with election failover after SIGKILL of the leader's process (see [`recipes`]); `--redis`
-//! measures the Redis lease lock against redis-py's Lock on one redis-server (see [`redis`]).
+//! measures the Redis lease lock against redis-py's Lock on one redis-server (see [`redis`]);
+//! `--etcd` measures lockkeeper's Mutex on etcd against etcd's own lock service (v3lock) on one
+//! etcd member (see [`etcd`]).
 //!
 //! `--trace` follows Keeper's durable writes through its pipeline, stage by stage, for one
 //! synchronous client and for a contended lock handoff (see [`trace`]).
@@ -27,6 +29,7 @@
 
 mod compare;
 mod datadir;
+mod etcd;
 mod jvm;
 mod locks;
 mod paced;
@@ -59,7 +62,7 @@ use workload::Plan;
 #[derive(clap::Parser, Debug)]
 #[command(name = "lockkeeper-bench", version, long_about = None)]
 #[command(group = clap::ArgGroup::new("mode").required(true).multiple(true).args([
-    "compare", "locks", "recipes", "redis", "recovery", "snapshot_latency", "election_participant",
+    "compare", "locks", "recipes", "redis", "etcd", "recovery", "snapshot_latency", "election_participant",
     "trace",
 ]))]
 #[command(after_help = "Examples:\n  \
@@ -70,6 +73,7 @@ use workload::Plan;
     lockkeeper-bench --recovery 1000000 --recovery-peer\n  \
     lockkeeper-bench --snapshot-latency 1000000 --rate 5000\n  \
     lockkeeper-bench --redis --json redis.json\n  \
+    lockkeeper-bench --etcd --json etcd.json\n  \
     lockkeeper-bench --trace --json trace.json")]
 pub struct BenchArgs {
     /// Start Keeper and Apache ZooKeeper as child processes and compare them side by side.
@@ -157,6 +161,9 @@ pub struct BenchArgs {
     /// The `--redis` mode's flags (boxed for the same reason).
     #[command(flatten)]
     pub redis_args: Box<redis::RedisArgs>,
+    /// The `--etcd` mode's flags (boxed for the same reason).
+    #[command(flatten)]
+    pub etcd_args: Box<etcd::EtcdArgs>,
     /// The `--recipes` mode's flags (boxed for the same reason).
     #[command(flatten)]
     pub recipes: Box<recipes::RecipeArgs>,
@@ -250,6 +257,8 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
         trace::run(&settings).await
     } else if args.redis_args.redis {
         redis::run(&args.redis_args.settings(load)).await
+    } else if args.etcd_args.etcd {
+        etcd::run(&args.etcd_args.settings(load)).await
     } else if args.recovery.is_some() || args.snapshot_latency.is_some() {
         durability(&args, plan, launcher(&args)?).await
     } else {

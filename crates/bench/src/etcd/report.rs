@@ -1,0 +1,298 @@
+//! The figures of `lockkeeper-bench --etcd`: rows printed as they are measured, each side's
+//! best trial, the ratios of lockkeeper over v3lock with the target they are held to, and the
+//! `--json` document.
+
+use std::time::Duration;
+
+use super::{Settings, Side, Uncontended};
+use crate::BoxError;
+use crate::compare::json_or_partial;
+use crate::locks::Contended;
+use crate::stats::{Json, fmt_duration, fmt_ratio, ratio};
+use crate::versus::{Goal, print_goals};
+
+/// One measurement of one side in one trial (from 0), or why it could not be taken.
+pub struct Trial<T> {
+    pub side: Side,
+    pub trial: u32,
+    pub result: Result<T, String>,
+}
+
+/// What one run measured.
+#[derive(Default)]
+pub struct Report {
+    pub uncontended: Vec<Trial<Uncontended>>,
+    pub contended: Vec<Trial<Contended>>,
+    /// Every figure that could not be taken, with the reason.
+    pub errors: Vec<String>,
+}
+
+/// The figure of `side` with the highest `score` (the first of equals).
+fn best<T>(trials: &[Trial<T>], side: Side, score: impl Fn(&T) -> f64) -> Option<&T> {
+    trials
+        .iter()
+        .filter(|t| t.side == side)
+        .filter_map(|t| t.result.as_ref().ok())
+        .reduce(|a, b| if score(b) > score(a) { b } else { a })
+}
+
+impl Report {
+    pub fn print_uncontended_header(&self, s: &Settings) {
+        println!(
+            "\nuncontended lock+unlock, 1 client, up to {} cycles or {}",
+            s.cycles,
+            fmt_duration(s.limit)
+        );
+        println!(
+            "{:<26} {:>5} {:>8} {:>10} {:>9} {:>9}",
+            "client", "trial", "cycles", "cycles/s", "p50", "p99"
+        );
+    }
+
+    pub fn add_uncontended(
+        &mut self,
+        side: Side,
+        trial: u32,
+        result: Result<Uncontended, BoxError>,
+    ) {
+        match &result {
+            Ok(u) => println!(
+                "{:<26} {:>5} {:>8} {:>10.0} {:>9} {:>9}",
+                side.label(),
+                trial + 1,
+                u.cycles,
+                u.per_sec(),
+                fmt_duration(u.quantile(0.5)),
+                fmt_duration(u.quantile(0.99)),
+            ),
+            Err(e) => self.fail(&format!("uncontended, {}", side.label()), e),
+        }
+        self.uncontended.push(Trial {
+            side,
+            trial,
+            result: result.map_err(|e| e.to_string()),
+        });
+    }
+
+    pub fn print_contended_header(&self, s: &Settings) {
+        println!(
+            "\ncontended handoffs, {} clients (a session each) looping lock -> unlock on one \
+             name, up to {} each or {}; wait = asking to holding",
+            s.clients,
+            s.handoffs,
+            fmt_duration(s.limit)
+        );
+        println!(
+            "{:<26} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>8}",
+            "client",
+            "trial",
+            "handoffs",
+            "handoffs/s",
+            "wait p50",
+            "wait p99",
+            "wait max",
+            "max/mean"
+        );
+    }
+
+    pub fn add_contended(&mut self, side: Side, trial: u32, result: Result<Contended, BoxError>) {
+        match &result {
+            Ok(c) => println!(
+                "{:<26} {:>5} {:>8} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
+                side.label(),
+                trial + 1,
+                c.handoffs,
+                c.per_sec(),
+                fmt_duration(c.wait_quantile(0.5)),
+                fmt_duration(c.wait_quantile(0.99)),
+                fmt_duration(c.max_wait),
+                c.fairness().map_or("-".into(), |f| format!("{f:.1}"))
+            ),
+            Err(e) => self.fail(&format!("contended, {}", side.label()), e),
+        }
+        self.contended.push(Trial {
+            side,
+            trial,
+            result: result.map_err(|e| e.to_string()),
+        });
+    }
+
+    fn fail(&mut self, what: &str, error: &BoxError) {
+        println!("{what}: error: {error}");
+        self.errors.push(format!("{what}: {error}"));
+    }
+
+    /// The best uncontended rate of `side` over its trials.
+    pub fn cycles(&self, side: Side) -> Option<f64> {
+        best(&self.uncontended, side, Uncontended::per_sec).map(Uncontended::per_sec)
+    }
+
+    /// The contended trial of `side` with the most handoffs per second.
+    fn contended_of(&self, side: Side) -> Option<&Contended> {
+        best(&self.contended, side, Contended::per_sec)
+    }
+
+    pub fn handoffs(&self, side: Side) -> Option<f64> {
+        self.contended_of(side).map(Contended::per_sec)
+    }
+
+    /// The p99 wait of `side`'s best contended trial, in microseconds.
+    pub fn p99_wait_us(&self, side: Side) -> Option<f64> {
+        self.contended_of(side)
+            .map(|c| c.wait_quantile(0.99).as_secs_f64() * 1e6)
+    }
+
+    /// The target the issue sets: lockkeeper's contended handoffs/s at least 3x v3lock's.
+    pub fn goals(&self) -> Vec<Goal> {
+        vec![Goal {
+            name: "contended handoffs/s, lockkeeper / v3lock",
+            ratio: ratio(self.handoffs(Side::Lockkeeper), self.handoffs(Side::V3lock)),
+            target: 3.0,
+            at_most: false,
+        }]
+    }
+
+    /// Prints each side's best figures, the ratios and the targets.
+    fn print_summary(&self) {
+        println!(
+            "\nbest of the trials {:>16} {:>12} {:>10}",
+            "cycles/s", "handoffs/s", "wait p99"
+        );
+        for side in Side::ALL {
+            let wait = self.p99_wait_us(side).map_or("-".into(), |us| {
+                fmt_duration(Duration::from_micros(us as u64))
+            });
+            println!(
+                "  {:<26} {:>10} {:>12} {:>10}",
+                side.label(),
+                self.cycles(side).map_or("-".into(), |r| format!("{r:.0}")),
+                self.handoffs(side)
+                    .map_or("-".into(), |r| format!("{r:.0}")),
+                wait
+            );
+        }
+        let (ours, theirs) = (Side::Lockkeeper, Side::V3lock);
+        println!(
+            "lockkeeper / v3lock, same run: uncontended cycles/s {}, contended handoffs/s {}, \
+             wait p99 {} (v3lock / lockkeeper: higher is better)",
+            fmt_ratio(self.cycles(ours), self.cycles(theirs)),
+            fmt_ratio(self.handoffs(ours), self.handoffs(theirs)),
+            fmt_ratio(self.p99_wait_us(theirs), self.p99_wait_us(ours)),
+        );
+        print_goals(&self.goals());
+    }
+
+    /// Prints the summary and returns the JSON, or a `Partial` naming what failed.
+    pub fn finish(self, json: Json) -> Result<Json, BoxError> {
+        self.print_summary();
+        json_or_partial(json, &self.errors, "etcd lock benchmark: ")
+    }
+
+    pub fn to_json(&self, s: &Settings, endpoint: &str, version: &str) -> Json {
+        let row = |side: Side, trial: u32, fields: Result<Vec<(&'static str, Json)>, &String>| {
+            let mut f = vec![
+                ("client", Json::Str(side.json_key().into())),
+                ("trial", Json::num(trial + 1)),
+            ];
+            match fields {
+                Ok(fields) => f.extend(fields),
+                Err(e) => f.push(("error", Json::Str(e.clone()))),
+            }
+            Json::obj(f)
+        };
+        let uncontended = self
+            .uncontended
+            .iter()
+            .map(|t| row(t.side, t.trial, t.result.as_ref().map(uncontended_json)))
+            .collect();
+        let contended = self
+            .contended
+            .iter()
+            .map(|t| row(t.side, t.trial, t.result.as_ref().map(contended_json)))
+            .collect();
+        let best = Side::ALL
+            .into_iter()
+            .map(|side| {
+                Json::obj(vec![
+                    ("client", Json::Str(side.json_key().into())),
+                    ("cycles_per_sec", Json::opt_num(self.cycles(side))),
+                    ("handoffs_per_sec", Json::opt_num(self.handoffs(side))),
+                    ("wait_p99_us", Json::opt_num(self.p99_wait_us(side))),
+                ])
+            })
+            .collect();
+        let (ours, theirs) = (Side::Lockkeeper, Side::V3lock);
+        Json::obj(vec![
+            (
+                "command",
+                Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
+            ),
+            ("etcd_endpoint", Json::Str(endpoint.into())),
+            ("etcd_version", Json::Str(version.into())),
+            (
+                "settings",
+                Json::obj(vec![
+                    ("run_limit_s", Json::num(s.limit.as_secs_f64())),
+                    ("warmup_s", Json::num(s.warmup.as_secs_f64())),
+                    ("uncontended_cycles", Json::num(s.cycles)),
+                    ("contended_clients", Json::num(s.clients as u32)),
+                    ("contended_handoffs_per_client", Json::num(s.handoffs)),
+                    ("trials", Json::num(s.trials)),
+                    ("lease_ttl_s", Json::num(s.ttl.as_secs_f64())),
+                ]),
+            ),
+            ("uncontended", Json::Arr(uncontended)),
+            ("contended", Json::Arr(contended)),
+            ("best", Json::Arr(best)),
+            (
+                "ratios",
+                Json::obj(vec![
+                    (
+                        "uncontended_cycles_lockkeeper_over_v3lock",
+                        Json::opt_num(ratio(self.cycles(ours), self.cycles(theirs))),
+                    ),
+                    (
+                        "contended_handoffs_lockkeeper_over_v3lock",
+                        Json::opt_num(ratio(self.handoffs(ours), self.handoffs(theirs))),
+                    ),
+                    (
+                        "wait_p99_v3lock_over_lockkeeper",
+                        Json::opt_num(ratio(self.p99_wait_us(theirs), self.p99_wait_us(ours))),
+                    ),
+                ]),
+            ),
+            (
+                "goals",
+                Json::Arr(self.goals().iter().map(Goal::to_json).collect()),
+            ),
+            (
+                "errors",
+                Json::Arr(self.errors.iter().map(|e| Json::Str(e.clone())).collect()),
+            ),
+        ])
+    }
+}
+
+fn uncontended_json(u: &Uncontended) -> Vec<(&'static str, Json)> {
+    vec![
+        ("cycles", Json::Num(u.cycles as f64)),
+        ("elapsed_s", Json::num(u.elapsed.as_secs_f64())),
+        ("cycles_per_sec", Json::num(u.per_sec())),
+        ("p50_us", Json::num(u.quantile(0.5).as_micros() as f64)),
+        ("p99_us", Json::num(u.quantile(0.99).as_micros() as f64)),
+    ]
+}
+
+fn contended_json(c: &Contended) -> Vec<(&'static str, Json)> {
+    let us = |d: Duration| Json::num(d.as_secs_f64() * 1e6);
+    vec![
+        ("clients", Json::num(c.clients as u32)),
+        ("handoffs", Json::Num(c.handoffs as f64)),
+        ("elapsed_s", Json::num(c.elapsed.as_secs_f64())),
+        ("handoffs_per_sec", Json::num(c.per_sec())),
+        ("wait_p50_us", us(c.wait_quantile(0.5))),
+        ("wait_p99_us", us(c.wait_quantile(0.99))),
+        ("wait_max_us", us(c.max_wait)),
+        ("fairness", Json::opt_num(c.fairness())),
+    ]
+}
