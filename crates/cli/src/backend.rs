@@ -1,7 +1,8 @@
 //! Naming a backend: `--backend URL` or `LOCKKEEPER_BACKEND`, shared by every operator command.
 //!
 //! One URL names any backend: `zk://host:port[,host:port...][/chroot]`, `redis://host:port`,
-//! `redis+sentinel://host:port[,host:port...]/MASTER` and `redis+cluster://host:port[,...]`.
+//! `redis+sentinel://host:port[,host:port...]/MASTER`, `redis+cluster://host:port[,...]` and
+//! `etcd://host:port[,host:port...]`.
 //! [`Backend::parse`] turns it into a typed [`Backend`] before anything is dialled, and
 //! [`Backend::connect`] turns that into a connected [`Handle`] within the connect timeout.
 //!
@@ -11,7 +12,10 @@
 //!   [`exit::USAGE`], a backend that does not answer in time is [`exit::UNAVAILABLE`] and
 //!   names the address dialled;
 //! - connecting never takes much longer than `--connect-timeout`, whatever the backend does:
-//!   the library bounds it, and a last timer here bounds the library.
+//!   the library bounds it, and a last timer here bounds the library;
+//! - an `etcd://` URL parses in every build, so its mistakes are named the same way; a build
+//!   without the `etcd` feature (which needs `protoc`) refuses to connect to it with a usage
+//!   error saying how to build one that can.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -26,21 +30,24 @@ use crate::exit;
 const ZK_PORT: u16 = 2181;
 const REDIS_PORT: u16 = 6379;
 const SENTINEL_PORT: u16 = 26379;
+const ETCD_PORT: u16 = 2379;
 
 /// The schemes a backend URL may have, for the error that names an unknown one.
-const SCHEMES: &str = "zk://, redis://, redis+sentinel:// or redis+cluster://";
+const SCHEMES: &str = "zk://, redis://, redis+sentinel://, redis+cluster:// or etcd://";
 
 /// How long a holder may go unheard before the backend gives its lock away, when the command
-/// is not told otherwise: the ZooKeeper session timeout, or the Redis lease that the watchdog
-/// renews every third of it. Ten seconds rides out a garbage-collection pause or a network
-/// blip, yet a crashed holder's lock is free again within ten seconds.
+/// is not told otherwise: the ZooKeeper session timeout, the Redis lease that the watchdog
+/// renews every third of it, or the etcd lease's TTL. Ten seconds rides out a
+/// garbage-collection pause or a network blip, yet a crashed holder's lock is free again
+/// within ten seconds.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The backend options every operator command flattens into its arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BackendArgs {
     /// The coordination backend: `zk://host:port[,host:port...][/chroot]`, `redis://host:port`,
-    /// `redis+sentinel://host:port[,host:port...]/MASTER`, `redis+cluster://host:port[,...]`.
+    /// `redis+sentinel://host:port[,host:port...]/MASTER`, `redis+cluster://host:port[,...]`,
+    /// `etcd://host:port[,host:port...]`.
     #[arg(
         long,
         env = "LOCKKEEPER_BACKEND",
@@ -85,6 +92,8 @@ pub enum Backend {
     },
     /// A Redis Cluster, reached through any of its `nodes` (`redis://[auth@]host:port` each).
     RedisCluster { nodes: Vec<String> },
+    /// An etcd cluster, reached through any of its members (`host:port` each).
+    Etcd { endpoints: Vec<String> },
 }
 
 /// A connected backend, as the commands use it.
@@ -92,6 +101,9 @@ pub enum Backend {
 pub enum Handle {
     Zk(Session),
     Redis(Redis),
+    /// A session: one lease, kept alive, to which every lock key of the command is attached.
+    #[cfg(feature = "etcd")]
+    Etcd(lockkeeper::etcd::Session),
 }
 
 /// Waits until `session` is connected again after a disconnection or a new session replaced an
@@ -122,12 +134,30 @@ pub async fn connection_back(
     }
 }
 
+/// Refuses an `etcd://` backend for a command that does not support etcd yet (`inspect`,
+/// `revoke`): a usage error, before anything is dialled, naming the backend and what to use
+/// instead.
+pub fn refuse_etcd(url: &str, command: &str) -> Result<(), Failure> {
+    match Backend::parse(url)? {
+        etcd @ Backend::Etcd { .. } => Err(not_on_etcd(&etcd, command)),
+        _ => Ok(()),
+    }
+}
+
+/// The usage error of [`refuse_etcd`].
+pub fn not_on_etcd(backend: &Backend, command: &str) -> Failure {
+    Failure::usage(format!(
+        "`lockkeeper {command}` is not supported on etcd backends yet ({backend}); \
+         `etcdctl get --prefix NAME/` lists a lock's keys"
+    ))
+}
+
 /// What connecting may take and what the connection promises.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectOptions {
     /// The bound on connecting (exit 69 past it).
     pub connect_timeout: Duration,
-    /// The ZooKeeper session timeout, or the Redis watchdog lease.
+    /// The ZooKeeper session timeout, the Redis watchdog lease, or the etcd lease's TTL.
     pub session_timeout: Duration,
 }
 
@@ -268,9 +298,19 @@ impl Backend {
                         .collect(),
                 })
             }
-            "etcd" => Err(bad(format!(
-                "etcd is not supported by this command yet; expected {SCHEMES}"
-            ))),
+            "etcd" => {
+                if auth.is_some() {
+                    return Err(bad("etcd:// takes no user name or password".into()));
+                }
+                if !path.is_empty() && path != "/" {
+                    return Err(bad(format!(
+                        "etcd:// takes no path after the hosts (got {path:?}); the lock's name \
+                         is the command's NAME"
+                    )));
+                }
+                let endpoints = hosts(authority, ETCD_PORT).map_err(bad)?;
+                Ok(Backend::Etcd { endpoints })
+            }
             other => Err(bad(format!("unknown scheme {other:?}; expected {SCHEMES}"))),
         }
     }
@@ -311,6 +351,21 @@ impl Backend {
                         .await
                         .map(Handle::Redis)
                 }
+                #[cfg(feature = "etcd")]
+                Backend::Etcd { endpoints } => {
+                    lockkeeper::etcd::Session::builder(&endpoints.join(","))
+                        .ttl(options.session_timeout)
+                        .connect_timeout(options.connect_timeout)
+                        .connect()
+                        .await
+                        .map(Handle::Etcd)
+                }
+                #[cfg(not(feature = "etcd"))]
+                Backend::Etcd { .. } => Err(lockkeeper::Error::InvalidArgument(
+                    "this lockkeeper was built without etcd support; build it with \
+                     `cargo build --release -p lockkeeper-cli --features etcd` (needs protoc)"
+                        .into(),
+                )),
             }
         };
         // The library keeps to the connect timeout; this is the backstop that makes the
@@ -352,6 +407,7 @@ impl fmt::Display for Backend {
                 let hosts: Vec<String> = nodes.iter().map(|n| strip(&redact(n))).collect();
                 write!(f, "redis+cluster://{}", hosts.join(","))
             }
+            Backend::Etcd { endpoints } => write!(f, "etcd://{}", endpoints.join(",")),
         }
     }
 }
@@ -511,7 +567,10 @@ mod tests {
         for (url, fault) in [
             ("127.0.0.1:2181", "no scheme"),
             ("http://x", "unknown scheme \"http\""),
-            ("etcd://x", "etcd is not supported"),
+            ("etcd://", "names no host"),
+            ("etcd://a:99999", "not a port number"),
+            ("etcd://u:p@a", "no user name"),
+            ("etcd://a/locks", "no path after the hosts"),
             ("zk://", "names no host"),
             ("zk://a:port", "not a port number"),
             ("zk://a:0", "not a port number"),
@@ -538,6 +597,22 @@ mod tests {
         assert!(!failure.message.contains("hunter2"), "{}", failure.message);
     }
 
+    #[test]
+    fn etcd_urls() {
+        assert_eq!(
+            Backend::parse("etcd://a,b:1,[::1]:2"),
+            Ok(Backend::Etcd {
+                endpoints: vec!["a:2379".into(), "b:1".into(), "[::1]:2".into()]
+            })
+        );
+        assert_eq!(
+            Backend::parse("etcd://127.0.0.1:2379/")
+                .unwrap()
+                .to_string(),
+            "etcd://127.0.0.1:2379"
+        );
+    }
+
     /// Nothing listens on the port: exit 69 naming the address, within the connect timeout.
     #[tokio::test]
     async fn unreachable_backends_fail_in_bounded_time() {
@@ -550,10 +625,14 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
         };
-        for url in [
+        #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+        let mut urls = vec![
             format!("zk://127.0.0.1:{port}"),
             format!("redis://127.0.0.1:{port}"),
-        ] {
+        ];
+        #[cfg(feature = "etcd")]
+        urls.push(format!("etcd://127.0.0.1:{port}"));
+        for url in urls {
             let started = std::time::Instant::now();
             let failure = Backend::parse(&url)
                 .unwrap()

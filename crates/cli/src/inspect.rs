@@ -21,7 +21,9 @@ use lockkeeper::zk::{Inspection, Session};
 use tokio::signal::unix::{SignalKind, signal};
 use zookeeper_client::{AddWatchMode, EventType};
 
-use crate::backend::{BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, connection_back};
+use crate::backend::{
+    BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, connection_back, refuse_etcd,
+};
 
 const AFTER_HELP: &str = "\
 ZooKeeper: NAME is the lock path; every layout of lockkeeper, Curator and kazoo is read
@@ -79,6 +81,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
 }
 
 async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
+    refuse_etcd(&args.target.backend.backend, "inspect")?;
     let (backend, handle) = args.target.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
     let what = format!("{} on {backend}", args.target.name);
     match handle {
@@ -110,6 +113,11 @@ async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                 println!("{}", redis::table(&args.target.name, &holders));
             }
             Ok(())
+        }
+        #[cfg(feature = "etcd")]
+        Handle::Etcd(session) => {
+            let _ = session.close().await;
+            Err(crate::backend::not_on_etcd(&backend, "inspect"))
         }
     }
 }

@@ -2,9 +2,11 @@
 //! until interrupted.
 //!
 //! The lock is a [`Mutex`](lockkeeper::zk::Mutex) on ZooKeeper (Curator's
-//! `InterProcessMutex` layout, so Curator holders and this command exclude each other) and a
-//! [`LeaseLock`](lockkeeper::redis::LeaseLock) on Redis; `--semaphore N` takes one of N leases,
-//! `--read` / `--write` one side of a read-write lock. The command runs under
+//! `InterProcessMutex` layout, so Curator holders and this command exclude each other), a
+//! [`LeaseLock`](lockkeeper::redis::LeaseLock) on Redis, and on etcd the Mutex with the layout
+//! of `etcdctl lock` (so `etcdctl lock NAME` and this command exclude each other); `--semaphore
+//! N` takes one of N leases, `--read` / `--write` one side of a read-write lock (ZooKeeper and
+//! Redis). The command runs under
 //! [`run::supervise`], which stops its whole process group when the lock is lost.
 //!
 //! Invariants:
@@ -71,11 +73,12 @@ pub struct LockArgs {
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     kill_after: Duration,
     /// How long this holder may go unheard before the backend gives its lock away: the
-    /// ZooKeeper session timeout (the server may bound it) or the Redis lease, renewed every
-    /// third of it.
+    /// ZooKeeper session timeout (the server may bound it), the Redis lease, renewed every
+    /// third of it, or the etcd lease's TTL, likewise.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
     session_timeout: Duration,
-    /// The lock path on ZooKeeper backends (/locks/nightly), the lock name on Redis.
+    /// The lock path on ZooKeeper backends (/locks/nightly), the lock name on Redis and etcd
+    /// (on etcd, the key prefix `etcdctl lock NAME` uses).
     name: String,
     /// The command to run while holding the lock; without it, hold until SIGINT or SIGTERM.
     #[arg(last = true, value_name = "CMD")]
@@ -211,11 +214,20 @@ async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut
 /// an acquisition whose answer came too late) in background tasks, which the end of the process
 /// would cut short, leaving a dead place at the head of the line that turns `--try` callers
 /// away until it lapses: `Redis::close` waits for them.
+///
+/// On etcd, closing revokes the session's lease, which deletes a withdrawn waiter's key at once
+/// rather than a TTL later.
 async fn close(handle: &Handle) {
     match handle {
         Handle::Zk(session) => session.close().await,
         Handle::Redis(redis) => {
             redis.close().await;
+        }
+        #[cfg(feature = "etcd")]
+        Handle::Etcd(session) => {
+            if let Err(err) = session.close().await {
+                eprintln!("lockkeeper lock: closing the etcd session: {err}");
+            }
         }
     }
 }
@@ -233,6 +245,8 @@ enum Holder {
     Redis(LeaseGuard),
     RedisPermit(SemaphorePermit),
     RedisRw(RwGuard),
+    #[cfg(feature = "etcd")]
+    Etcd(lockkeeper::etcd::LockGuard),
 }
 
 /// Matches the wait: forever (always granted), try, or within a timeout.
@@ -319,6 +333,23 @@ async fn acquire(
                 )
             }
         }
+        #[cfg(feature = "etcd")]
+        (Handle::Etcd(session), Kind::Exclusive) => {
+            let mutex = session.mutex(name)?;
+            wait!(
+                wait,
+                mutex.lock(),
+                mutex.try_lock(),
+                |d| mutex.lock_timeout(d),
+                Holder::Etcd
+            )
+        }
+        #[cfg(feature = "etcd")]
+        (Handle::Etcd(_), _) => Err(lockkeeper::Error::InvalidArgument(
+            "--semaphore, --read and --write are not supported on etcd backends yet; \
+             etcd:// takes the exclusive lock only"
+                .into(),
+        )),
         (Handle::Redis(redis), Kind::Semaphore(n)) => {
             let semaphore = redis.semaphore(name, n);
             wait!(
@@ -345,6 +376,8 @@ impl Holder {
             Holder::Redis(guard) => guard.fencing_token(),
             Holder::RedisPermit(permit) => permit.fencing_token(),
             Holder::RedisRw(guard) => guard.fencing_token(),
+            #[cfg(feature = "etcd")]
+            Holder::Etcd(guard) => guard.fencing_token(),
         }
     }
 
@@ -376,6 +409,13 @@ impl Holder {
                 guard.lost().await;
                 LEASE.into()
             }
+            #[cfg(feature = "etcd")]
+            Holder::Etcd(guard) => {
+                guard.lost().await;
+                "the etcd lease expired or could not be renewed in time (or the process was \
+                 paused past it), or the lock key was deleted: the lock is lost"
+                    .into()
+            }
         }
     }
 
@@ -386,6 +426,8 @@ impl Holder {
             Holder::Redis(guard) => guard.release().await,
             Holder::RedisPermit(permit) => permit.release().await,
             Holder::RedisRw(guard) => guard.release().await,
+            #[cfg(feature = "etcd")]
+            Holder::Etcd(guard) => guard.release().await,
         }
     }
 }

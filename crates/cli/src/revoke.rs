@@ -24,7 +24,9 @@ use futures::future::join_all;
 use lockkeeper::zk::{NodeKind, Participant, Revoked, Session};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration};
+use crate::backend::{
+    Backend, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration, refuse_etcd,
+};
 use crate::inspect::{LockTarget, redis};
 
 const AFTER_HELP: &str = "\
@@ -68,6 +70,7 @@ pub async fn run(args: RevokeArgs) -> ExitCode {
 }
 
 async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
+    refuse_etcd(&args.target.backend.backend, "revoke")?;
     // Refused before dialling: a usage error, whether or not the Redis answers.
     if !args.force
         && !matches!(
@@ -98,6 +101,11 @@ async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
             redis_force(&redis, &args.target.name, args.grace)
                 .await
                 .map_err(|e| Failure::from_lib(&what, e))
+        }
+        #[cfg(feature = "etcd")]
+        Handle::Etcd(session) => {
+            let _ = session.close().await;
+            Err(crate::backend::not_on_etcd(&backend, "revoke"))
         }
     }
 }

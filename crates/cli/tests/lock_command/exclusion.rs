@@ -14,13 +14,19 @@ use crate::support::{RUN_LIMIT, code, describe, run_lock, zk_url};
 /// The shell command every contender runs under the lock: create the marker exclusively
 /// (failing means another holder is inside: exit 99), append the fencing token, hold briefly,
 /// remove the marker.
-const CRITICAL_SECTION: &str = r#"if (set -C; : > "$1") 2>/dev/null; then
+pub(crate) const CRITICAL_SECTION: &str = r#"if (set -C; : > "$1") 2>/dev/null; then
     echo "$LOCKKEEPER_FENCING_TOKEN" >> "$2"; sleep 0.02; rm -f "$1"
 else exit 99; fi"#;
 
 /// `processes` threads each running `lockkeeper lock NAME -- sh -c CRITICAL_SECTION` `rounds`
 /// times: how many runs found another holder inside. Every run must end 0 or 99.
-fn contend(backend: &str, name: &str, dir: &Path, processes: usize, rounds: usize) -> usize {
+pub(crate) fn contend(
+    backend: &str,
+    name: &str,
+    dir: &Path,
+    processes: usize,
+    rounds: usize,
+) -> usize {
     let marker = dir.join("marker");
     let tokens = dir.join("tokens");
     let threads: Vec<_> = (0..processes)
@@ -60,7 +66,7 @@ fn contend(backend: &str, name: &str, dir: &Path, processes: usize, rounds: usiz
 }
 
 /// The tokens the contenders appended, in the order they held the lock.
-fn tokens_in_order(dir: &Path) -> Vec<u64> {
+pub(crate) fn tokens_in_order(dir: &Path) -> Vec<u64> {
     std::fs::read_to_string(dir.join("tokens"))
         .unwrap_or_default()
         .lines()
@@ -68,7 +74,7 @@ fn tokens_in_order(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
-fn assert_strictly_increasing(tokens: &[u64], label: &str) {
+pub(crate) fn assert_strictly_increasing(tokens: &[u64], label: &str) {
     for pair in tokens.windows(2) {
         assert!(
             pair[0] < pair[1],

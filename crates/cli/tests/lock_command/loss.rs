@@ -23,7 +23,7 @@ const SLEEPER: &str = r#"echo $$ > "$1/child.pid"; exec sleep 300"#;
 
 /// Freezes the holder past its session or lease, lets another process take the lock, thaws
 /// it: its command and the command's own child must be gone, and it exits 76.
-fn loss_by_freezing(backend: &str, name: &str, session_timeout: &str) {
+pub(crate) fn loss_by_freezing(backend: &str, name: &str, session_timeout: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let extra = ["--session-timeout", session_timeout, "--kill-after", "3s"];
     let (holder, child) = holder_running(backend, name, dir.path(), &extra, PARENT_OF_SLEEPER);

@@ -8,11 +8,14 @@
 //! what is not a loss (`loss`: a holder frozen past its session or lease, a revocation, a
 //! deleted node, SIGKILL after `--kill-after`, signal forwarding, a server restart); the exit
 //! codes (`exit_codes`); the other lock kinds and backends (`shapes`: semaphore, read-write,
-//! Sentinel, Cluster). The processes and their bounded waits are in `support`.
+//! Sentinel, Cluster); etcd (`etcd`, with the `etcd` feature: exclusion among commands and
+//! with `etcdctl lock`, loss, unreachable members). The processes and their bounded waits are in `support`.
 //!
 //! Every wait is bounded: a process that does not finish in time is killed (by its PID) and the
 //! test fails with what it printed.
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod exclusion;
 mod exit_codes;
 mod loss;
