@@ -11,7 +11,8 @@ use std::fmt;
 use std::path::Path;
 
 use lockkeeper_testkit::{
-    ApacheZk, NodeOptions, Proxy, RedisNode, RedisSentinel, TestServer, ZkEnsemble,
+    ApacheZk, Etcd, EtcdCluster, NodeOptions, Proxy, RedisNode, RedisSentinel, TestServer,
+    ZkEnsemble,
 };
 
 use crate::keeper_proc::KeeperProcess;
@@ -33,6 +34,10 @@ pub enum BackendKind {
     Sentinel,
     /// Five independent redis-server masters without persistence.
     Redlock,
+    /// One etcd member (testkit's: its data on disk, fsynced as etcd always does).
+    Etcd,
+    /// A three-member etcd cluster.
+    EtcdCluster,
 }
 
 impl BackendKind {
@@ -45,16 +50,24 @@ impl BackendKind {
             BackendKind::Redis => "redis-aof",
             BackendKind::Sentinel => "redis-sentinel",
             BackendKind::Redlock => "redlock-5",
+            BackendKind::Etcd => "etcd",
+            BackendKind::EtcdCluster => "etcd-3",
         }
     }
 
-    /// Whether a fencing token comes from a consensus-replicated, durable store (so the
-    /// suite expects 0 stale writes accepted under every fault).
+    /// Whether it is Keeper or ZooKeeper: locks are paths, held by sessions of
+    /// [`ZK_SESSION`](crate::client::ZK_SESSION).
     pub fn is_zookeeper(self) -> bool {
         matches!(
             self,
             BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Ensemble
         )
+    }
+
+    /// Whether it is etcd: locks are key prefixes, held by leases of
+    /// [`ETCD_TTL`](crate::client::ETCD_TTL).
+    pub fn is_etcd(self) -> bool {
+        matches!(self, BackendKind::Etcd | BackendKind::EtcdCluster)
     }
 
     /// Whether its servers run with a jumpable wall clock (the suite's server clock jump):
@@ -76,6 +89,7 @@ impl BackendKind {
             }
             BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
             BackendKind::Redlock => &[Kind::Redlock],
+            BackendKind::Etcd | BackendKind::EtcdCluster => &[Kind::Mutex],
         }
     }
 }
@@ -93,6 +107,8 @@ enum Servers {
     Redis(RedisNode),
     Sentinel(RedisSentinel),
     Redlock(Vec<RedisNode>),
+    Etcd(Etcd),
+    EtcdCluster(EtcdCluster),
 }
 
 /// Running servers of one backend.
@@ -160,6 +176,8 @@ impl Backend {
                 NodeOptions::new().durable(true),
             ))),
             BackendKind::Sentinel => Servers::Sentinel(RedisSentinel::start(3)),
+            BackendKind::Etcd => Servers::Etcd(Etcd::start()),
+            BackendKind::EtcdCluster => Servers::EtcdCluster(EtcdCluster::start(3)),
             // The first three follow the clock: a majority whose clocks jump together.
             BackendKind::Redlock => Servers::Redlock(
                 (0..5)
@@ -196,6 +214,13 @@ impl Backend {
                     .collect::<Vec<_>>()
                     .join(","),
             ),
+            Servers::Etcd(e) => Some(e.addr().to_string()),
+            Servers::EtcdCluster(c) => Some(
+                (0..c.size())
+                    .map(|i| c.addr(i).to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             Servers::Sentinel(_) => None,
         }
     }
@@ -211,6 +236,9 @@ impl Backend {
             }
             Servers::Redis(_) => format!("redis://{}", hosts.unwrap_or_default()),
             Servers::Redlock(_) => format!("redlock://{}", hosts.unwrap_or_default()),
+            Servers::Etcd(_) | Servers::EtcdCluster(_) => {
+                format!("etcd://{}", hosts.unwrap_or_default())
+            }
             Servers::Sentinel(s) => {
                 let hosts: Vec<String> = s.sentinel_addrs().iter().map(|a| a.to_string()).collect();
                 format!("redis+sentinel://{}@{}", s.master_name(), hosts.join(","))
@@ -228,7 +256,9 @@ impl Backend {
     /// ensemble's leader SIGKILLed and restarted; the Redis master SIGKILLed and restarted on
     /// its append-only file; a Sentinel failover (SENTINEL FAILOVER: the replica, which may
     /// lag, is promoted); three of the five Redlock masters SIGKILLed and restarted empty (no
-    /// persistence), a majority forgetting every lock at once.
+    /// persistence), a majority forgetting every lock at once; the one etcd member SIGKILLed
+    /// and restarted on its data; the etcd cluster's leader SIGKILLed and restarted (the
+    /// others elect a new leader meanwhile).
     pub async fn server_fault(&mut self) {
         if let Servers::Keeper(k) = &mut self.servers {
             // On this thread, as in `start`.
@@ -250,6 +280,11 @@ impl Backend {
                 Servers::Redis(r) => r.restart(),
                 Servers::Sentinel(s) => {
                     s.failover();
+                }
+                Servers::Etcd(e) => e.restart(),
+                Servers::EtcdCluster(c) => {
+                    let leader = c.kill_leader();
+                    c.restart(leader);
                 }
                 Servers::Redlock(nodes) => {
                     // All three down first, so no vote can land between the restarts.

@@ -9,6 +9,8 @@
 //! - A refused `enter` or write ends the turn: the fence said someone newer holds the lock.
 //! - Lock errors (a connection lost, a server restarting) end the turn, are logged to stderr
 //!   and retried after a short sleep; the client runs until `--run-for` passes or it is killed.
+//! - On etcd, a session whose lease is lost stays lost (the library's rule), so before each
+//!   acquisition a client whose session is no longer alive opens a new one, as a service would.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -34,6 +36,9 @@ const RESOURCE_WAIT: Duration = Duration::from_secs(5);
 pub const ZK_SESSION: Duration = Duration::from_secs(4);
 /// The Redis watchdog lease and the Redlock lease.
 pub const REDIS_LEASE: Duration = Duration::from_secs(2);
+/// The etcd session's lease TTL (short, so a pause or a cut outlives it quickly; at least
+/// etcd's minimum lease TTL with testkit's Raft timings).
+pub const ETCD_TTL: Duration = Duration::from_secs(3);
 /// Writes per turn.
 const WRITES: usize = 5;
 
@@ -62,7 +67,7 @@ pub async fn run(args: ClientArgs) -> Result<(), String> {
     let deadline = Instant::now() + args.run_for;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut resource = ResourceConn::connect(args.resource).await?;
-    let locker = loop {
+    let mut locker = loop {
         match Locker::connect(&args).await {
             Ok(locker) => break locker,
             Err(err) if Instant::now() < deadline => {
@@ -151,6 +156,13 @@ enum Locker {
     Lease(LeaseLock),
     Reentrant(ReentrantLock),
     Redlock(redlock::RedlockLock),
+    /// The session is kept to be checked (and replaced once lost) before each acquisition.
+    Etcd {
+        session: lockkeeper::etcd::Session,
+        mutex: lockkeeper::etcd::Mutex,
+        endpoints: String,
+        lock: String,
+    },
 }
 
 impl Locker {
@@ -176,7 +188,9 @@ impl Locker {
                     Endpoint::Sentinel { master, sentinels } => {
                         Redis::connect_sentinel(sentinels, master, RedisOptions::new()).await?
                     }
-                    Endpoint::Redlock(_) | Endpoint::Zk(_) => unreachable!("matched above"),
+                    Endpoint::Redlock(_) | Endpoint::Zk(_) | Endpoint::Etcd(_) => {
+                        unreachable!("matched above")
+                    }
                 };
                 match kind {
                     Kind::Lease => Locker::Lease(redis.lease_lock(lock).watchdog(REDIS_LEASE)),
@@ -195,10 +209,33 @@ impl Locker {
                     .lease(REDIS_LEASE),
             ),
             (Endpoint::Redlock(_), other) => return Err(mismatch(other, "redlock")),
+            (Endpoint::Etcd(endpoints), Kind::Mutex) => {
+                let session = etcd_session(endpoints).await?;
+                Locker::Etcd {
+                    mutex: session.mutex(lock)?,
+                    session,
+                    endpoints: endpoints.clone(),
+                    lock: lock.to_owned(),
+                }
+            }
+            (Endpoint::Etcd(_), other) => return Err(mismatch(other, "etcd")),
         })
     }
 
-    async fn acquire(&self) -> lockkeeper::Result<Option<Held>> {
+    async fn acquire(&mut self) -> lockkeeper::Result<Option<Held>> {
+        if let Locker::Etcd {
+            session,
+            mutex,
+            endpoints,
+            lock,
+        } = self
+        {
+            if !session.is_alive() {
+                let fresh = etcd_session(endpoints).await?;
+                *mutex = fresh.mutex(lock.as_str())?;
+                *session = fresh;
+            }
+        }
         Ok(match self {
             Locker::Mutex(m) => m.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
             Locker::RwWrite(rw) => rw.write_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
@@ -207,8 +244,17 @@ impl Locker {
             Locker::Lease(l) => l.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Lease),
             Locker::Reentrant(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Reentrant),
             Locker::Redlock(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Redlock),
+            Locker::Etcd { mutex, .. } => mutex.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
         })
     }
+}
+
+/// A new etcd session with the suite's lease TTL.
+async fn etcd_session(endpoints: &str) -> lockkeeper::Result<lockkeeper::etcd::Session> {
+    lockkeeper::etcd::Session::builder(endpoints)
+        .ttl(ETCD_TTL)
+        .connect()
+        .await
 }
 
 fn mismatch(kind: Kind, backend: &str) -> lockkeeper::Error {
@@ -226,6 +272,7 @@ enum Held {
     Lease(LeaseGuard),
     Reentrant(ReentrantGuard),
     Redlock(redlock::RedlockGuard),
+    Etcd(lockkeeper::etcd::LockGuard),
 }
 
 impl Held {
@@ -238,6 +285,7 @@ impl Held {
             Held::Lease(g) => Some(g.fencing_token().get()),
             Held::Reentrant(g) => Some(g.fencing_token().get()),
             Held::Redlock(_) => None,
+            Held::Etcd(g) => Some(g.fencing_token().get()),
         }
     }
 
@@ -249,6 +297,7 @@ impl Held {
             Held::Lease(g) => g.is_held(),
             Held::Reentrant(g) => g.is_held(),
             Held::Redlock(g) => g.is_held(),
+            Held::Etcd(g) => g.is_held(),
         }
     }
 
@@ -260,6 +309,7 @@ impl Held {
             Held::Lease(g) => g.release().await,
             Held::Reentrant(g) => g.release().await.map(drop),
             Held::Redlock(g) => g.release().await,
+            Held::Etcd(g) => g.release().await,
         }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! An endpoint travels to a client as one URL-like argument:
 //! `zk://HOST:PORT[,HOST:PORT...]`, `redis://HOST:PORT`,
-//! `redis+sentinel://MASTER@HOST:PORT[,HOST:PORT...]`, `redlock://HOST:PORT,HOST:PORT,...`.
+//! `redis+sentinel://MASTER@HOST:PORT[,HOST:PORT...]`, `redlock://HOST:PORT,HOST:PORT,...`,
+//! `etcd://HOST:PORT[,HOST:PORT...]`.
 //! Parsing refuses anything else with an error naming the argument.
 
 use std::fmt;
@@ -11,7 +12,7 @@ use std::fmt;
 /// A lock kind the suite drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// ZooKeeper `Mutex`.
+    /// ZooKeeper `Mutex`, or etcd's on an etcd backend.
     Mutex,
     /// ZooKeeper `RwLock`, write side.
     RwWrite,
@@ -86,6 +87,8 @@ pub enum Endpoint {
     },
     /// Redlock masters' URLs.
     Redlock(Vec<String>),
+    /// etcd members, `HOST:PORT[,HOST:PORT...]`.
+    Etcd(String),
 }
 
 impl Endpoint {
@@ -129,9 +132,12 @@ impl Endpoint {
                     .map(|h| format!("redis://{h}"))
                     .collect(),
             ))
+        } else if let Some(rest) = raw.strip_prefix("etcd://") {
+            Ok(Endpoint::Etcd(hosts(rest)?.join(",")))
         } else {
             Err(format!(
-                "--backend {raw:?}: expected zk://, redis://, redis+sentinel:// or redlock://"
+                "--backend {raw:?}: expected zk://, redis://, redis+sentinel://, redlock:// or \
+                 etcd://"
             ))
         }
     }
@@ -156,8 +162,17 @@ mod tests {
         );
         let err = Endpoint::parse("redis://a:1,b:2").unwrap_err();
         assert!(err.contains("one HOST:PORT"), "{err}");
-        let err = Endpoint::parse("etcd://x:1").unwrap_err();
-        assert!(err.contains("etcd://x:1"), "{err}");
+        assert_eq!(
+            Endpoint::parse("etcd://127.0.0.1:1,127.0.0.1:2"),
+            Ok(Endpoint::Etcd("127.0.0.1:1,127.0.0.1:2".into()))
+        );
+        let err = Endpoint::parse("etcd://x").unwrap_err();
+        assert!(
+            err.contains("etcd://x") && err.contains("HOST:PORT"),
+            "{err}"
+        );
+        let err = Endpoint::parse("consul://x:1").unwrap_err();
+        assert!(err.contains("consul://x:1"), "{err}");
         assert!(Kind::parse("nope").unwrap_err().contains("--kind \"nope\""));
     }
 }

@@ -63,7 +63,7 @@ struct Cli {
 enum Sub {
     /// One lock client (started by the orchestrator).
     Client {
-        /// zk://..., redis://..., redis+sentinel://MASTER@..., redlock://...
+        /// zk://..., redis://..., redis+sentinel://MASTER@..., redlock://..., etcd://...
         #[arg(long)]
         backend: String,
         /// mutex, rwlock-write, semaphore-1, leader, lease-lock, reentrant, redlock

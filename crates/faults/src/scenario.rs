@@ -17,7 +17,7 @@ use lockkeeper_testkit::{Proxy, die_with_parent};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendKind};
-use crate::client::{REDIS_LEASE, ZK_SESSION};
+use crate::client::{ETCD_TTL, REDIS_LEASE, ZK_SESSION};
 use crate::clock::{CLOCK_JUMP, FakeClock};
 use crate::kind::Kind;
 use crate::resource::{Counts, Resource};
@@ -80,6 +80,8 @@ fn mixed_fault_name(backend: BackendKind) -> &'static str {
         BackendKind::Redis => "paused+master-kill",
         BackendKind::Sentinel => "paused+failover",
         BackendKind::Redlock => "paused+majority-restart",
+        BackendKind::Etcd => "paused+member-kill",
+        BackendKind::EtcdCluster => "paused+leader-kill",
     }
 }
 
@@ -90,6 +92,8 @@ fn server_fault_name(backend: BackendKind) -> &'static str {
         BackendKind::Redis => "master-kill",
         BackendKind::Sentinel => "failover",
         BackendKind::Redlock => "majority-restart",
+        BackendKind::Etcd => "member-kill",
+        BackendKind::EtcdCluster => "leader-kill",
     }
 }
 
@@ -137,6 +141,8 @@ impl Scenario {
     fn outage(&self) -> Duration {
         if self.backend.is_zookeeper() {
             ZK_SESSION + Duration::from_secs(2)
+        } else if self.backend.is_etcd() {
+            ETCD_TTL + Duration::from_secs(2)
         } else {
             REDIS_LEASE + Duration::from_millis(1500)
         }
@@ -152,6 +158,8 @@ pub fn all() -> Vec<Scenario> {
         BackendKind::Redis,
         BackendKind::Sentinel,
         BackendKind::Redlock,
+        BackendKind::Etcd,
+        BackendKind::EtcdCluster,
     ];
     let mut scenarios = Vec::new();
     for backend in backends {
@@ -161,7 +169,7 @@ pub fn all() -> Vec<Scenario> {
         // are the same code everywhere.
         let client_clock = matches!(
             backend,
-            BackendKind::Keeper | BackendKind::Redis | BackendKind::Redlock
+            BackendKind::Keeper | BackendKind::Redis | BackendKind::Redlock | BackendKind::Etcd
         );
         let faults = [
             Fault::None,
@@ -207,6 +215,7 @@ pub fn short() -> Vec<Scenario> {
         (BackendKind::Redis, Kind::Lease, Fault::ServerClock),
         (BackendKind::Sentinel, Kind::Lease, Fault::Server),
         (BackendKind::Redlock, Kind::Redlock, Fault::Server),
+        (BackendKind::Etcd, Kind::Mutex, Fault::Pause),
     ];
     pick.into_iter()
         .map(|(backend, kind, fault)| Scenario {
@@ -361,6 +370,8 @@ pub async fn run(
         .expect("bind the resource server on 127.0.0.1");
     let lock = if scenario.backend.is_zookeeper() {
         format!("/faults/{}-{seed:x}", scenario.kind)
+    } else if scenario.backend.is_etcd() {
+        format!("faults/{}-{seed:x}", scenario.kind)
     } else {
         format!("faults-{}-{seed:x}", scenario.kind)
     };

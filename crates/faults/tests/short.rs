@@ -1,8 +1,8 @@
 //! The short fault-injection run (`lockkeeper-faults` without `--full`), as part of the test
 //! suite: it must finish, and its table must show what the suite exists to show.
 //!
-//! Asserted per row: operations happened; on the ZooKeeper backends (Keeper, Apache ZooKeeper)
-//! the fence accepted no stale write under any fault; a holder paused past its session or lease
+//! Asserted per row: operations happened; on the consensus backends (Keeper, Apache ZooKeeper,
+//! etcd) the fence accepted no stale write under any fault; a holder paused past its session or lease
 //! is overlapped (the unfenced resource saw two holders: the reason fencing exists) while the
 //! fence still accepted nothing stale; a holder SIGKILLed or cut off on ZooKeeper keeps the lock
 //! until its session expires (a connection closing ends no session), so the lock is
@@ -45,10 +45,11 @@ fn number(row: &Value, field: &str) -> u64 {
 }
 
 #[test]
-fn short_run_shows_fencing_holds_on_zookeeper() {
+fn short_run_shows_fencing_holds_on_zookeeper_and_etcd() {
     let rows = run_short();
     assert!(rows.len() >= 5, "the short run has its scenarios: {rows:?}");
     let mut zookeeper_rows = 0;
+    let mut etcd_rows = 0;
     for row in &rows {
         let backend = row["backend"].as_str().expect("backend");
         let fault = row["fault"].as_str().expect("fault");
@@ -58,8 +59,12 @@ fn short_run_shows_fencing_holds_on_zookeeper() {
             Value::Bool(true),
             "the fault was injected: {row}"
         );
-        if matches!(backend, "keeper" | "zookeeper") {
-            zookeeper_rows += 1;
+        if matches!(backend, "keeper" | "zookeeper" | "etcd" | "etcd-3") {
+            if backend.starts_with("etcd") {
+                etcd_rows += 1;
+            } else {
+                zookeeper_rows += 1;
+            }
             assert_eq!(
                 number(row, "stale_accepted"),
                 0,
@@ -95,4 +100,5 @@ fn short_run_shows_fencing_holds_on_zookeeper() {
         }
     }
     assert!(zookeeper_rows >= 3, "Keeper and ZooKeeper rows: {rows:?}");
+    assert!(etcd_rows >= 1, "an etcd row: {rows:?}");
 }
