@@ -90,7 +90,15 @@ pub(crate) async fn acquire(
                 }
             }
             // Go's check: the key may have gone while we waited (the lease, an operator).
-            let found = session.client().get(held.key.clone(), None).await?;
+            let found = loop {
+                match session.client().get(held.key.clone(), None).await {
+                    Ok(found) => break found,
+                    Err(err) if is_transient(&err) && session.is_alive() => {
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
+                    Err(err) => return Err(Error::Etcd(err)),
+                }
+            };
             if !found
                 .kvs()
                 .iter()

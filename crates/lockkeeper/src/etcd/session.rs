@@ -431,8 +431,12 @@ pub(crate) fn is_transient(err: &etcd_client::Error) -> bool {
     match err {
         E::IoError(_) | E::TransportError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
         // gRPC codes: 1 cancelled, 4 deadline exceeded, 13 internal (a reset stream), 14
-        // unavailable.
-        E::GRpcStatus(status) => matches!(status.code() as i32, 1 | 4 | 13 | 14),
+        // unavailable; 2 unknown is how tonic reports a broken connection ("transport error",
+        // with the I/O error as its source).
+        E::GRpcStatus(status) => {
+            matches!(status.code() as i32, 1 | 4 | 13 | 14)
+                || (status.code() as i32 == 2 && std::error::Error::source(status).is_some())
+        }
         _ => false,
     }
 }

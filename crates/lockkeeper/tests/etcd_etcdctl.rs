@@ -1,0 +1,299 @@
+//! lockkeeper and etcdctl 3.4 on one name: `etcdctl lock` and lockkeeper's Mutex exclude each
+//! other (Go's `concurrency.Mutex` layout), and `etcdctl elect` and lockkeeper's Election agree
+//! on the leader both ways (campaign, `--listen`, proclaim, resign).
+//!
+//! etcdctl 3.4's `lock NAME -- CMD` does not hand the lock key to the command, so the tests
+//! run `etcdctl lock NAME` without a command: it prints the key once granted and holds until
+//! SIGINT, when it unlocks and exits.
+#![cfg(feature = "etcd")]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use lockkeeper::etcd::Session;
+use lockkeeper_testkit::{Etcd, die_with_parent};
+
+/// A running etcdctl whose stdout lines arrive on a channel; killed (by PID) when dropped.
+struct Etcdctl {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Etcdctl {
+    fn spawn(endpoint: &str, args: &[&str]) -> Etcdctl {
+        let mut command = Command::new("etcdctl");
+        die_with_parent(&mut command);
+        let mut child = command
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(endpoint)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn etcdctl (Debian package etcd-client)");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Etcdctl { child, lines }
+    }
+
+    /// The next line of output within `limit`; `None` if none came.
+    fn line(&self, limit: Duration) -> Option<String> {
+        self.lines.recv_timeout(limit).ok()
+    }
+
+    /// SIGINT (etcdctl unlocks or resigns, then exits), and waits for the exit (bounded).
+    fn interrupt(&mut self) {
+        let status = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().expect("try_wait").is_none() {
+            assert!(Instant::now() < deadline, "etcdctl did not exit on SIGINT");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Etcdctl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn session(etcd: &Etcd) -> Session {
+    Session::builder(&etcd.addr().to_string())
+        .ttl(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_and_lockkeeper_exclude_each_other() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    let a = session(&etcd).await;
+
+    // Held by lockkeeper: etcdctl waits; released: etcdctl gets it and prints the Go key.
+    let guard = a
+        .mutex("shared")
+        .expect("mutex")
+        .lock()
+        .await
+        .expect("lock");
+    let ctl = Etcdctl::spawn(&endpoint, &["lock", "shared"]);
+    let waited = tokio::task::spawn_blocking(move || {
+        let early = ctl.line(Duration::from_millis(700));
+        (ctl, early)
+    })
+    .await
+    .expect("join");
+    let (mut ctl, early) = waited;
+    assert_eq!(early, None, "etcdctl must wait while lockkeeper holds");
+    guard.release().await.expect("release");
+    let key = ctl.line(Duration::from_secs(10)).expect("etcdctl granted");
+    assert!(key.starts_with("shared/"), "{key}");
+    // Held by etcdctl: lockkeeper's try_lock is refused; its lock() waits for the SIGINT.
+    let mutex = a.mutex("shared").expect("mutex");
+    assert!(mutex.try_lock().await.expect("try_lock").is_none());
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await.expect("lock") }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+    tokio::task::spawn_blocking(move || ctl.interrupt())
+        .await
+        .expect("join");
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("granted after etcdctl unlocked")
+        .expect("task");
+    guard.release().await.expect("release");
+
+    // Contention: two lockkeeper sessions and a series of etcdctl processes, 0 overlaps.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let enter = |inside: &AtomicUsize, overlaps: &AtomicUsize| {
+        if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let ctl_rounds = {
+        let (inside, overlaps, endpoint) =
+            (Arc::clone(&inside), Arc::clone(&overlaps), endpoint.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut rounds = 0;
+            for _ in 0..6 {
+                let mut ctl = Etcdctl::spawn(&endpoint, &["lock", "shared"]);
+                let key = ctl.line(Duration::from_secs(30)).expect("etcdctl granted");
+                assert!(key.starts_with("shared/"));
+                enter(&inside, &overlaps);
+                std::thread::sleep(Duration::from_millis(30));
+                // Out before the SIGINT: etcdctl unlocks on it, before it exits, so from here
+                // on a lockkeeper grant is legitimate. [key printed, SIGINT] lies within
+                // etcdctl's hold, as [lock() returned, release()] within lockkeeper's: an
+                // overlap of those is an overlap of the holds.
+                inside.fetch_sub(1, Ordering::SeqCst);
+                ctl.interrupt();
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let mutex = session(&etcd).await.mutex("shared").expect("mutex");
+        let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..8 {
+                let guard = mutex.lock().await.expect("lock");
+                enter(&inside, &overlaps);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("lockkeeper task");
+    }
+    assert_eq!(ctl_rounds.await.expect("etcdctl rounds"), 6);
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "lockkeeper and etcdctl overlapped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_elect_and_lockkeeper_agree_on_the_leader() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    let a = session(&etcd).await;
+    let election = a.election("leader").expect("election");
+    let leadership = election.campaign("lockkeeper-a").await.expect("campaign");
+
+    // etcdctl's observer names lockkeeper's leader, and follows a proclamation.
+    let listen = Etcdctl::spawn(&endpoint, &["elect", "--listen", "leader"]);
+    let (listen, seen) = tokio::task::spawn_blocking(move || {
+        let seen = (
+            listen.line(Duration::from_secs(10)),
+            listen.line(Duration::from_secs(10)),
+        );
+        (listen, seen)
+    })
+    .await
+    .expect("join");
+    assert_eq!(seen.0.as_deref(), Some(leadership.key().as_str()));
+    assert_eq!(seen.1.as_deref(), Some("lockkeeper-a"));
+    leadership
+        .proclaim("lockkeeper-a2")
+        .await
+        .expect("proclaim");
+    let (listen, seen) = tokio::task::spawn_blocking(move || {
+        let seen = (
+            listen.line(Duration::from_secs(10)),
+            listen.line(Duration::from_secs(10)),
+        );
+        (listen, seen)
+    })
+    .await
+    .expect("join");
+    assert_eq!(seen.1.as_deref(), Some("lockkeeper-a2"), "{seen:?}");
+
+    // An etcdctl candidate waits behind lockkeeper's leader and wins when it resigns.
+    let candidate = Etcdctl::spawn(&endpoint, &["elect", "leader", "etcdctl-b"]);
+    let (candidate, early) = tokio::task::spawn_blocking(move || {
+        let early = candidate.line(Duration::from_millis(700));
+        (candidate, early)
+    })
+    .await
+    .expect("join");
+    assert_eq!(
+        early, None,
+        "etcdctl must not be elected while lockkeeper leads"
+    );
+    let token_a = leadership.fencing_token();
+    leadership.resign().await.expect("resign");
+    let (mut candidate, elected) = tokio::task::spawn_blocking(move || {
+        let elected = (
+            candidate.line(Duration::from_secs(10)),
+            candidate.line(Duration::from_secs(10)),
+        );
+        (candidate, elected)
+    })
+    .await
+    .expect("join");
+    assert_eq!(elected.1.as_deref(), Some("etcdctl-b"), "{elected:?}");
+
+    // lockkeeper's leader() and observer name etcdctl's leader.
+    let leader = election
+        .leader()
+        .await
+        .expect("leader")
+        .expect("someone leads");
+    assert_eq!(leader.value, b"etcdctl-b");
+    assert_eq!(Some(leader.key.clone()), elected.0);
+    assert!(leader.token > token_a);
+    let mut observer = election.observe();
+    let observed = observer.next().await.expect("observe");
+    assert_eq!(observed.value, b"etcdctl-b");
+    // A lockkeeper candidate waits for etcdctl, and is elected when it resigns (SIGINT).
+    let b = session(&etcd).await;
+    let campaign = tokio::spawn({
+        let election = b.election("leader").expect("election");
+        async move { election.campaign("lockkeeper-b").await.expect("campaign") }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!campaign.is_finished());
+    tokio::task::spawn_blocking(move || candidate.interrupt())
+        .await
+        .expect("join");
+    let won = tokio::time::timeout(Duration::from_secs(10), campaign)
+        .await
+        .expect("elected after etcdctl resigned")
+        .expect("task");
+    let next = tokio::time::timeout(Duration::from_secs(10), observer.next())
+        .await
+        .expect("the observer follows")
+        .expect("observe");
+    assert_eq!(next.value, b"lockkeeper-b");
+    assert_eq!(next.key, won.key());
+    let (_listen, last) = tokio::task::spawn_blocking(move || {
+        let mut last = None;
+        while let Some(line) = listen.line(Duration::from_secs(5)) {
+            let done = line == "lockkeeper-b";
+            last = Some(line);
+            if done {
+                break;
+            }
+        }
+        (listen, last)
+    })
+    .await
+    .expect("join");
+    assert_eq!(
+        last.as_deref(),
+        Some("lockkeeper-b"),
+        "etcdctl --listen follows"
+    );
+    won.resign().await.expect("resign");
+}

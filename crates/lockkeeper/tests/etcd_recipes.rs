@@ -1,0 +1,265 @@
+//! The etcd read-write lock, semaphore and election on a real etcd: readers share and wait only
+//! for earlier writers, writers wait for everything earlier; at most n permits; one leader,
+//! observed, proclaimed and resigned; every grant with a higher fencing token.
+#![cfg(feature = "etcd")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lockkeeper::Error;
+use lockkeeper::etcd::Session;
+use lockkeeper_testkit::{Etcd, etcdctl};
+
+async fn session(etcd: &Etcd) -> Session {
+    Session::builder(&etcd.addr().to_string())
+        .ttl(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+fn key_count(etcd: &Etcd, prefix: &str) -> usize {
+    etcdctl(
+        &[etcd.endpoint()],
+        &["get", "--prefix", "--keys-only", prefix],
+    )
+    .expect("etcdctl get")
+    .lines()
+    .filter(|l| !l.is_empty())
+    .count()
+}
+
+#[tokio::test]
+async fn readers_share_writers_wait_in_order() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let lock_a = a.rw_lock("catalog").expect("rw_lock");
+    let lock_b = b.rw_lock("catalog").expect("rw_lock");
+
+    let r1 = lock_a.read().await.expect("read");
+    let r2 = lock_a
+        .read()
+        .await
+        .expect("a second reader of the same session");
+    let r3 = lock_b
+        .try_read()
+        .await
+        .expect("try_read")
+        .expect("readers share");
+    assert!(
+        lock_b.try_write().await.expect("try_write").is_none(),
+        "readers hold"
+    );
+    assert_eq!(key_count(&etcd, "catalog/"), 3, "try_write left no key");
+
+    let writer = tokio::spawn({
+        let lock = lock_b.clone();
+        async move { lock.write().await.expect("write") }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A reader arriving after the waiting writer waits for it (no writer starvation).
+    assert!(lock_a.try_read().await.expect("try_read").is_none());
+    let late_reader = tokio::spawn({
+        let lock = lock_a.clone();
+        async move { lock.read().await.expect("read") }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let tokens = [r1.fencing_token(), r2.fencing_token(), r3.fencing_token()];
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    assert!(!writer.is_finished(), "one reader still holds");
+    r3.release().await.expect("release");
+    let w = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the writer is granted after the last reader")
+        .expect("task");
+    assert!(tokens.iter().all(|t| w.fencing_token() > *t));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !late_reader.is_finished(),
+        "the later reader waits for the writer"
+    );
+    let wt = w.fencing_token();
+    w.release().await.expect("release");
+    let r = tokio::time::timeout(Duration::from_secs(5), late_reader)
+        .await
+        .expect("granted after the writer")
+        .expect("task");
+    // The token is the create revision: the reader queued after the writer.
+    assert!(r.fencing_token() > wt);
+    r.release().await.expect("release");
+    assert_eq!(key_count(&etcd, "catalog/"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_exclude_everyone() {
+    let etcd = Etcd::start();
+    let inside_w = Arc::new(AtomicUsize::new(0));
+    let inside_r = Arc::new(AtomicUsize::new(0));
+    let bad = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let lock = session(&etcd).await.rw_lock("table").expect("rw_lock");
+        let (inside_w, inside_r, bad) = (inside_w.clone(), inside_r.clone(), bad.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..5 {
+                if (i + round) % 2 == 0 {
+                    let g = lock.write().await.expect("write");
+                    if inside_w.fetch_add(1, Ordering::SeqCst) != 0
+                        || inside_r.load(Ordering::SeqCst) != 0
+                    {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    inside_w.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                } else {
+                    let g = lock.read().await.expect("read");
+                    inside_r.fetch_add(1, Ordering::SeqCst);
+                    if inside_w.load(Ordering::SeqCst) != 0 {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    inside_r.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(
+        bad.load(Ordering::SeqCst),
+        0,
+        "a writer overlapped another holder"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_n_permits() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let pool = a.semaphore("pool", 2).expect("semaphore");
+    let p1 = pool.acquire().await.expect("acquire");
+    let p2 = pool
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+        .expect("second permit");
+    assert!(
+        pool.try_acquire().await.expect("try_acquire").is_none(),
+        "full"
+    );
+    assert!(
+        pool.acquire_timeout(Duration::from_millis(200))
+            .await
+            .expect("acquire_timeout")
+            .is_none()
+    );
+    assert_eq!(key_count(&etcd, "pool/"), 2, "refusals left no key");
+    let waiter = tokio::spawn({
+        let pool = session(&etcd)
+            .await
+            .semaphore("pool", 2)
+            .expect("semaphore");
+        async move { pool.acquire().await.expect("acquire") }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    // Releasing the *first* permit (not the one just before the waiter) lets it in.
+    p1.release().await.expect("release");
+    let p3 = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("granted")
+        .expect("task");
+    assert!(p3.fencing_token() > p2.fencing_token());
+    drop((p2, p3));
+
+    // Contention: 5 tasks, 3 permits, never more than 3 inside.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let pool = session(&etcd)
+            .await
+            .semaphore("workers", 3)
+            .expect("semaphore");
+        let (inside, most) = (inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let permit = pool.acquire().await.expect("acquire");
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} holders at once");
+    assert!(most >= 2, "the permits were shared ({most})");
+}
+
+#[tokio::test]
+async fn one_leader_observed_proclaimed_and_resigned() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let ea = a.election("scheduler").expect("election");
+    let eb = b.election("scheduler").expect("election");
+    assert_eq!(ea.leader().await.expect("leader"), None);
+    let mut observer = eb.observe();
+
+    let lead_a = ea.campaign("a:1").await.expect("campaign");
+    assert_eq!(lead_a.key(), format!("scheduler/{:x}", a.lease_id()));
+    let seen = observer.next().await.expect("observe");
+    assert_eq!(
+        (seen.key.as_str(), seen.value.as_slice()),
+        (lead_a.key().as_str(), &b"a:1"[..])
+    );
+    assert!(
+        eb.try_campaign("b:1")
+            .await
+            .expect("try_campaign")
+            .is_none()
+    );
+    let campaign = tokio::spawn({
+        let eb = eb.clone();
+        async move { eb.campaign("b:1").await.expect("campaign") }
+    });
+    lead_a.proclaim("a:2").await.expect("proclaim");
+    let seen = observer.next().await.expect("observe");
+    assert_eq!(seen.value, b"a:2");
+    assert_eq!(
+        ea.leader().await.expect("leader").expect("led").value,
+        b"a:2"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!campaign.is_finished(), "b waits while a leads");
+
+    let token_a = lead_a.fencing_token();
+    lead_a.resign().await.expect("resign");
+    let lead_b = tokio::time::timeout(Duration::from_secs(5), campaign)
+        .await
+        .expect("b elected after a resigned")
+        .expect("task");
+    assert!(lead_b.fencing_token() > token_a);
+    let seen = observer.next().await.expect("observe");
+    assert_eq!(seen.value, b"b:1");
+    assert_eq!(seen.token, lead_b.fencing_token());
+
+    // A leader whose key is deleted behind its back knows, and cannot proclaim.
+    etcdctl(&[etcd.endpoint()], &["del", &lead_b.key()]).expect("etcdctl del");
+    tokio::time::timeout(Duration::from_secs(5), lead_b.lost())
+        .await
+        .expect("lost fires");
+    assert!(matches!(lead_b.proclaim("b:2").await, Err(Error::NotHeld)));
+    assert!(matches!(lead_b.resign().await, Err(Error::NotHeld)));
+}
