@@ -18,7 +18,8 @@
 //!   of leader (`leader ID token N`, `no leader`), from a persistent watch set before each
 //!   read, and reads again after a reconnect, since a new session has no watches.
 //!
-//! ZooKeeper only: Redis has no election recipe here, so a Redis backend is a usage error.
+//! On an `etcd://` backend (with the `etcd` feature) the election is etcd's (see [`etcd`]);
+//! Redis has no election recipe here, so a Redis backend is a usage error.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -31,6 +32,9 @@ use zookeeper_client::{AddWatchMode, EventType};
 use crate::backend::{Backend, BackendArgs, Failure, Handle, connection_back, parse_duration};
 use crate::exit;
 use crate::run::{self, Outcome};
+
+#[cfg(feature = "etcd")]
+mod etcd;
 
 const AFTER_HELP: &str = "\
 Exit codes:
@@ -66,10 +70,11 @@ pub struct ElectArgs {
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     kill_after: Duration,
     /// How long this participant may go unheard before the server ends its session and so
-    /// its leadership (the server may bound it).
+    /// its leadership (the server may bound it); on etcd, the lease's TTL.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
     session_timeout: Duration,
-    /// The election path (/services/billing/leader).
+    /// The election path (/services/billing/leader); on etcd, the election's name (the key
+    /// prefix `etcdctl elect NAME` uses).
     name: String,
     /// The command to run while leader; without it, lead until SIGINT or SIGTERM.
     #[arg(last = true, value_name = "CMD", conflicts_with = "listen")]
@@ -88,9 +93,14 @@ async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let mut interrupts = Interrupts::new()?;
     // Refused before dialling: a usage error, whether or not the Redis answers.
     let parsed = Backend::parse(&args.backend.backend)?;
-    if !matches!(parsed, Backend::Zk { .. }) {
+    #[cfg(feature = "etcd")]
+    if matches!(parsed, Backend::Etcd { .. }) {
+        return etcd::elect(&args, &mut interrupts).await;
+    }
+    if !matches!(parsed, Backend::Zk { .. } | Backend::Etcd { .. }) {
         return Err(Failure::usage(format!(
-            "elect works on ZooKeeper backends (zk://); {parsed} has no leader election"
+            "elect works on ZooKeeper (zk://) and etcd (etcd://) backends; {parsed} has no \
+             leader election"
         )));
     }
     let (backend, handle) = args.backend.connect(args.session_timeout).await?;

@@ -5,8 +5,7 @@
 //! `InterProcessMutex` layout, so Curator holders and this command exclude each other), a
 //! [`LeaseLock`](lockkeeper::redis::LeaseLock) on Redis, and on etcd the Mutex with the layout
 //! of `etcdctl lock` (so `etcdctl lock NAME` and this command exclude each other); `--semaphore
-//! N` takes one of N leases, `--read` / `--write` one side of a read-write lock (ZooKeeper and
-//! Redis). The command runs under
+//! N` takes one of N leases, `--read` / `--write` one side of a read-write lock. The command runs under
 //! [`run::supervise`], which stops its whole process group when the lock is lost.
 //!
 //! Invariants:
@@ -224,11 +223,11 @@ async fn close(handle: &Handle) {
             redis.close().await;
         }
         #[cfg(feature = "etcd")]
-        Handle::Etcd(session) => {
-            if let Err(err) = session.close().await {
-                eprintln!("lockkeeper lock: closing the etcd session: {err}");
-            }
-        }
+        Handle::Etcd(session) => match session.close().await {
+            // A lost session has nothing left to close; the loss was reported.
+            Ok(()) | Err(lockkeeper::Error::SessionLost) => {}
+            Err(err) => eprintln!("lockkeeper lock: closing the etcd session: {err}"),
+        },
     }
 }
 
@@ -345,11 +344,38 @@ async fn acquire(
             )
         }
         #[cfg(feature = "etcd")]
-        (Handle::Etcd(_), _) => Err(lockkeeper::Error::InvalidArgument(
-            "--semaphore, --read and --write are not supported on etcd backends yet; \
-             etcd:// takes the exclusive lock only"
-                .into(),
-        )),
+        (Handle::Etcd(session), Kind::Read | Kind::Write) => {
+            let rw = session.rw_lock(name)?;
+            if matches!(kind, Kind::Read) {
+                wait!(
+                    wait,
+                    rw.read(),
+                    rw.try_read(),
+                    |d| rw.read_timeout(d),
+                    Holder::Etcd
+                )
+            } else {
+                wait!(
+                    wait,
+                    rw.write(),
+                    rw.try_write(),
+                    |d| rw.write_timeout(d),
+                    Holder::Etcd
+                )
+            }
+        }
+        #[cfg(feature = "etcd")]
+        (Handle::Etcd(session), Kind::Semaphore(n)) => {
+            let permits = usize::try_from(n).unwrap_or(usize::MAX);
+            let semaphore = session.semaphore(name, permits)?;
+            wait!(
+                wait,
+                semaphore.acquire(),
+                semaphore.try_acquire(),
+                |d| semaphore.acquire_timeout(d),
+                Holder::Etcd
+            )
+        }
         (Handle::Redis(redis), Kind::Semaphore(n)) => {
             let semaphore = redis.semaphore(name, n);
             wait!(

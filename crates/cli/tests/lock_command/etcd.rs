@@ -2,8 +2,8 @@
 //! ports): concurrent commands exclude each other with strictly increasing fencing tokens;
 //! `etcdctl lock NAME -- CMD` and this command exclude each other on one name (the same key
 //! layout); a holder frozen past its lease has its command stopped and exits 76; an etcd that
-//! does not answer is exit 69 naming the address, within the connect timeout; a lock kind etcd
-//! does not have is a usage error.
+//! does not answer is exit 69 naming the address, within the connect timeout; `--semaphore N`,
+//! `--read` and `--write` keep their meaning on etcd.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -176,7 +176,7 @@ fn an_unreachable_etcd_is_69_naming_the_address_in_bounded_time() {
 }
 
 #[test]
-fn etcd_refuses_what_it_does_not_have_as_usage_errors() {
+fn a_path_in_the_url_is_a_usage_error() {
     let output = run_lock(
         "etcd://127.0.0.1:2379/locks",
         &["x", "--", "true"],
@@ -184,12 +184,55 @@ fn etcd_refuses_what_it_does_not_have_as_usage_errors() {
     );
     assert_code(&output, 64, "a path after the hosts");
     assert_said(&output, "etcd://127.0.0.1:2379/locks");
+}
+
+#[test]
+fn semaphore_and_read_write_locks_on_etcd() {
     let etcd = Etcd::start();
-    let output = run_lock(
-        &etcd_url(&etcd),
-        &["--semaphore", "2", "x", "--", "true"],
+    let url = etcd_url(&etcd);
+    // Two of two permits held: a third --try is 75; after one goes, it gets in.
+    let (first, a) = hold(&url, &["--semaphore", "2", "permits"]);
+    let (second, b) = hold(&url, &["--semaphore", "2", "permits"]);
+    assert_ne!(a, b, "each permit has its own token");
+    let third = run_lock(
+        &url,
+        &["--semaphore", "2", "--try", "permits", "--", "true"],
         RUN_LIMIT,
     );
-    assert_code(&output, 64, "--semaphore on etcd");
-    assert_said(&output, "not supported on etcd");
+    assert_code(&third, 75, "a third permit of two");
+    assert_code(
+        &stop(first, libc::SIGTERM, "first permit"),
+        0,
+        "first permit",
+    );
+    let third = run_lock(
+        &url,
+        &["--semaphore", "2", "--try", "permits", "--", "true"],
+        RUN_LIMIT,
+    );
+    assert_code(&third, 0, "a permit came free");
+    stop(second, libc::SIGTERM, "second permit");
+    // Readers share; a writer excludes readers, and the other way round.
+    let (reader, _) = hold(&url, &["--read", "catalog"]);
+    let reader2 = run_lock(
+        &url,
+        &["--read", "--try", "catalog", "--", "true"],
+        RUN_LIMIT,
+    );
+    assert_code(&reader2, 0, "a second reader");
+    let writer = run_lock(
+        &url,
+        &["--write", "--try", "catalog", "--", "true"],
+        RUN_LIMIT,
+    );
+    assert_code(&writer, 75, "a writer while a reader holds");
+    stop(reader, libc::SIGTERM, "the reader");
+    let (writer, _) = hold(&url, &["--write", "catalog"]);
+    let reader = run_lock(
+        &url,
+        &["--read", "--try", "catalog", "--", "true"],
+        RUN_LIMIT,
+    );
+    assert_code(&reader, 75, "a reader while a writer holds");
+    stop(writer, libc::SIGTERM, "the writer");
 }

@@ -1,0 +1,205 @@
+//! `lockkeeper elect` on an `etcd://` backend: the library's etcd [`Election`] (Go's
+//! `concurrency.Election` layout, so `etcdctl elect NAME` candidates and this command share
+//! one election at NAME; the proclaimed value is the participant's id).
+//!
+//! The same contract as on ZooKeeper (see the parent module): CMD starts only once elected,
+//! runs under [`run::supervise`] with the term's fencing token (the candidacy key's create
+//! revision), and is stopped when the leadership is lost; the participant then campaigns again
+//! (its next token is higher) or exits 76 with `--once`. Differences, both etcd's:
+//! - an etcd session (one lease) that is lost stays lost, so after a loss the participant opens
+//!   a new session before it campaigns again, retrying every second while etcd does not answer
+//!   (SIGINT or SIGTERM end the wait);
+//! - `--listen` prints `leader ID token N` for each new leader (or new value), as `etcdctl
+//!   elect --listen` does; `no leader` only when there is none at the start, since etcd's
+//!   observation waits for the next leader rather than reporting the gap.
+
+use std::time::Duration;
+
+use lockkeeper::etcd::{Election, Leadership, Session};
+
+use super::{ElectArgs, Interrupts, default_id};
+use crate::backend::{Failure, Handle};
+use crate::exit;
+use crate::run::{self, Outcome};
+
+/// How long to wait before opening a new session again when etcd did not answer.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// Runs `elect` on etcd; `args.backend` is an `etcd://` URL.
+pub(super) async fn elect(args: &ElectArgs, interrupts: &mut Interrupts) -> Result<u8, Failure> {
+    let (backend, mut session) = connect(args).await?;
+    let what = format!("{} on {backend}", args.name);
+    let result = if args.listen {
+        listen(&session, args, &what, interrupts).await
+    } else {
+        lead(&mut session, args, &what, interrupts).await
+    };
+    // The session in use last: `lead` replaces a lost one.
+    close(&session).await;
+    result
+}
+
+/// A new session on the backend (the lease's TTL is `--session-timeout`).
+async fn connect(args: &ElectArgs) -> Result<(String, Session), Failure> {
+    let (backend, handle) = args.backend.connect(args.session_timeout).await?;
+    match handle {
+        Handle::Etcd(session) => Ok((backend.to_string(), session)),
+        _ => Err(Failure::software(format!(
+            "{backend}: expected an etcd backend"
+        ))),
+    }
+}
+
+async fn close(session: &Session) {
+    match session.close().await {
+        // A lost session has nothing left to close; the loss was reported.
+        Ok(()) | Err(lockkeeper::Error::SessionLost) => {}
+        Err(err) => eprintln!("lockkeeper elect: closing the etcd session: {err}"),
+    }
+}
+
+/// A live session: `session` while it lives, else a new one (retried until it opens or an
+/// interrupt comes: `None`).
+async fn live(session: Session, args: &ElectArgs, interrupts: &mut Interrupts) -> Option<Session> {
+    if session.is_alive() {
+        return Some(session);
+    }
+    close(&session).await;
+    loop {
+        let attempt = tokio::select! {
+            attempt = connect(args) => attempt,
+            () = interrupts.recv() => return None,
+        };
+        match attempt {
+            Ok((_, session)) => return Some(session),
+            Err(failure) => eprintln!(
+                "lockkeeper elect: a new etcd session after the last was lost: {}",
+                failure.message
+            ),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RECONNECT_PAUSE) => {}
+            () = interrupts.recv() => return None,
+        }
+    }
+}
+
+/// Campaigns, runs the command while leader, campaigns again; see the module docs. A lost
+/// `session` is replaced in place.
+async fn lead(
+    session: &mut Session,
+    args: &ElectArgs,
+    what: &str,
+    interrupts: &mut Interrupts,
+) -> Result<u8, Failure> {
+    let name = args.name.as_str();
+    let id = args.id.clone().unwrap_or_else(default_id);
+    loop {
+        *session = match live(session.clone(), args, interrupts).await {
+            Some(session) => session,
+            None => return Ok(0),
+        };
+        let election: Election = session
+            .election(name)
+            .map_err(|e| Failure::from_lib(what, e))?;
+        let leadership = tokio::select! {
+            leadership = election.campaign(id.as_bytes()) => leadership,
+            // The campaign is dropped, which withdraws the candidacy.
+            () = interrupts.recv() => return Ok(0),
+        };
+        let leadership = match leadership {
+            Ok(leadership) => leadership,
+            // The lease was lost while waiting: campaign again in a new session.
+            Err(lockkeeper::Error::SessionLost) => continue,
+            Err(err) => return Err(Failure::from_lib(what, err)),
+        };
+        let token = leadership.fencing_token();
+        eprintln!("lockkeeper elect: {id} leads {name} with fencing token {token}");
+        if args.command.is_empty() {
+            println!("leader {id} token {token}");
+            tokio::select! {
+                () = leadership.lost() => {}
+                () = interrupts.recv() => {
+                    resign(leadership, name).await;
+                    return Ok(0);
+                }
+            }
+            eprintln!("lockkeeper elect: {id} lost the leadership of {name}");
+            if args.once {
+                return Ok(exit::LOST);
+            }
+            continue;
+        }
+        let env = [
+            ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
+            ("LOCKKEEPER_LEADER_ID", id.clone()),
+            ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
+        ];
+        let lost = async {
+            leadership.lost().await;
+            "leadership lost (the etcd lease expired or could not be renewed in time, or the \
+             candidacy key was deleted)"
+                .to_owned()
+        };
+        let outcome = run::supervise(&args.command, &env, args.kill_after, lost).await;
+        match outcome {
+            Ok(Outcome::Exited(code)) => {
+                resign(leadership, name).await;
+                return Ok(code);
+            }
+            Ok(Outcome::Stopped {
+                reason,
+                child,
+                killed,
+            }) => {
+                run::report_stopped("elect", name, &reason, child, killed);
+                drop(leadership);
+                if args.once {
+                    return Ok(exit::LOST);
+                }
+                eprintln!("lockkeeper elect: {id} campaigns again for {name}");
+            }
+            Err(failure) => {
+                resign(leadership, name).await;
+                return Err(failure);
+            }
+        }
+    }
+}
+
+async fn resign(leadership: Leadership, name: &str) {
+    if let Err(err) = leadership.resign().await {
+        eprintln!("lockkeeper elect: resigning {name}: {err}");
+    }
+}
+
+/// Prints one line per new leader; see the module docs.
+async fn listen(
+    session: &Session,
+    args: &ElectArgs,
+    what: &str,
+    interrupts: &mut Interrupts,
+) -> Result<u8, Failure> {
+    let election = session
+        .election(&args.name)
+        .map_err(|e| Failure::from_lib(what, e))?;
+    let current = tokio::select! {
+        current = election.leader() => current.map_err(|e| Failure::from_lib(what, e))?,
+        () = interrupts.recv() => return Ok(0),
+    };
+    if current.is_none() {
+        println!("no leader");
+    }
+    let mut observer = election.observe();
+    loop {
+        let leader = tokio::select! {
+            leader = observer.next() => leader.map_err(|e| Failure::from_lib(what, e))?,
+            () = interrupts.recv() => return Ok(0),
+        };
+        println!(
+            "leader {} token {}",
+            String::from_utf8_lossy(&leader.value),
+            leader.token
+        );
+    }
+}
