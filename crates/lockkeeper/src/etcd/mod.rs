@@ -35,7 +35,7 @@
 //!   fails until then, etcd may expire the lease and delete the keys at any moment after, so
 //!   `lost()` fires *at* that instant, without waiting for a failed round trip.
 //! - **Waiters stop with their session.** A waiter whose session is lost returns
-//!   [`Error::SessionLost`](crate::Error::SessionLost) at once, instead of waiting on for a
+//!   [`Error::SessionLost`](crate::Error) at once, instead of waiting on for a
 //!   lock it can no longer get (etcd #19597).
 //! - **Every wait is cancel-safe**: a dropped or timed-out acquisition deletes its key.
 

@@ -37,6 +37,8 @@ use crate::error::{ConnectCause, Error, Result};
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 /// How long connecting may take when no connect timeout is given.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The shortest wait for a keep-alive answer before the stream is opened anew.
+const MIN_PATIENCE: Duration = Duration::from_secs(1);
 /// How long a failed request or stream waits before it is tried again.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
@@ -312,8 +314,9 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
         if Instant::now() >= valid_until {
             break;
         }
+        let patience = (Instant::now() + every.max(MIN_PATIENCE)).min(valid_until);
         let opened =
-            tokio::time::timeout_at(valid_until, client.lease_client().keep_alive(lease)).await;
+            tokio::time::timeout_at(patience, client.lease_client().keep_alive(lease)).await;
         let (mut keeper, mut answers) = match opened {
             Ok(Ok(stream)) => stream,
             Ok(Err(err)) => {
@@ -321,7 +324,7 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
-            Err(_) => break,
+            Err(_) => continue,
         };
         loop {
             let valid_until = life.borrow().valid_until;
@@ -334,8 +337,11 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
             if keeper.keep_alive().await.is_err() {
                 continue 'stream;
             }
-            // An answer later than the deadline is no use: by then the loss was reported.
-            let answer = tokio::time::timeout_at(valid_until, answers.message()).await;
+            // A member that does not answer within a renewal interval (stopped, cut off) is left
+            // for a new stream, which the balanced channel may open on another member; an
+            // answer later than the deadline is no use at all.
+            let patience = (sent + every.max(MIN_PATIENCE)).min(valid_until);
+            let answer = tokio::time::timeout_at(patience, answers.message()).await;
             match answer {
                 Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
                     let granted = Duration::from_secs(u64::try_from(answer.ttl()).unwrap_or(0));
@@ -351,7 +357,8 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
                     tokio::time::sleep(RETRY_PAUSE).await;
                     continue 'stream;
                 }
-                Err(_) => break 'stream,
+                // Past the deadline the loop's first check ends the session.
+                Err(_) => continue 'stream,
             }
             tokio::time::sleep_until(sent + every).await;
         }
