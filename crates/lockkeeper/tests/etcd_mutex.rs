@@ -32,6 +32,14 @@ fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// The create revision of `key`, as etcdctl shows it.
+fn create_revision(etcd: &Etcd, key: &str) -> Option<u64> {
+    etcdctl(&[etcd.endpoint()], &["get", key, "-w", "fields"])
+        .expect("etcdctl get")
+        .lines()
+        .find_map(|l| l.strip_prefix("\"CreateRevision\" : ")?.trim().parse().ok())
+}
+
 #[tokio::test]
 async fn grants_release_and_increasing_tokens() {
     let etcd = Etcd::start();
@@ -295,4 +303,36 @@ async fn lock_delay_waits_after_a_failed_holder_only() {
         late.elapsed()
     );
     got.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_waiter_whose_key_is_deleted_takes_a_new_place() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let held = a.mutex("queue").expect("mutex").lock().await.expect("lock");
+    let waiting = b.mutex("queue").expect("mutex");
+    let key = waiting.key();
+    let waiter = tokio::spawn(async move { waiting.lock().await.expect("lock") });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while keys(&etcd, "queue/").len() < 2 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = create_revision(&etcd, &key).expect("the waiter's key");
+    etcdctl(&[etcd.endpoint()], &["del", &key]).expect("etcdctl del");
+    // The waiter notices at its next look (the next deletion ahead of it), so release.
+    held.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("granted on a new key")
+        .expect("task");
+    assert_eq!(guard.key(), key, "the same Go key name, created again");
+    let again = create_revision(&etcd, &key).expect("the key again");
+    assert!(
+        again > first,
+        "a new key: created at {again}, after {first}"
+    );
+    assert_eq!(guard.fencing_token().get(), again);
+    guard.release().await.expect("release");
 }

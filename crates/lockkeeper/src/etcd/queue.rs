@@ -8,8 +8,8 @@
 //!    ours left over from an earlier acquisition (a release whose answer was lost) is deleted
 //!    and the transaction tried again, so no two grants share a token.
 //! 3. If the read shows few enough earlier keys, granted (one round trip); else wait as
-//!    [`wait`](crate::etcd::wait) describes, then check that the key is still there (an
-//!    operator may have deleted it: then take a new place).
+//!    [`wait`](crate::etcd::wait) describes, each look also checking that the key is still
+//!    there (an operator may have deleted it: then take a new place).
 //! 4. With lock-delay, wait out the failures seen (see [`delay`](crate::etcd::delay)).
 //!
 //! The transaction runs in a spawned task whose result owns the key ([`Held`]): if the caller
@@ -72,6 +72,7 @@ pub(crate) async fn acquire(
         let (held, at_once) = enter(session, place, permit).await?;
         let held = held.with_options(options);
         let earlier = Earlier {
+            own: &place.key,
             prefix: &place.wait_on,
             rev: held.rev,
             admits: place.admits,
@@ -88,28 +89,12 @@ pub(crate) async fn acquire(
                     withdraw(held).await;
                     return Ok(None);
                 }
-            }
-            // Go's check: the key may have gone while we waited (the lease, an operator).
-            let found = loop {
-                match session.client().get(held.key.clone(), None).await {
-                    Ok(found) => break found,
-                    Err(err) if is_transient(&err) && session.is_alive() => {
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                    }
-                    Err(err) => return Err(Error::Etcd(err)),
-                }
-            };
-            if !found
-                .kvs()
-                .iter()
-                .any(|kv| kv.create_revision() == held.rev)
-            {
-                if !session.is_alive() {
-                    return Err(Error::SessionLost);
-                }
                 // Nothing of ours is left in line: take a new place.
-                held.forget();
-                continue;
+                Waited::KeyGone if session.is_alive() => {
+                    held.forget();
+                    continue;
+                }
+                Waited::KeyGone => return Err(Error::SessionLost),
             }
         }
         if let Some((delay, record)) = &options.lock_delay {
@@ -214,6 +199,7 @@ async fn try_enter(
 ) -> std::result::Result<Entered, etcd_client::Error> {
     let key = place.key.as_slice();
     let first = Earlier {
+        own: key,
         prefix: &place.wait_on,
         rev: 0,
         admits: place.admits,

@@ -18,7 +18,10 @@
 //! (its key is gone or going with the lease: waiting on would be etcd #19597), and with
 //! "not granted" at the caller's deadline.
 
-use etcd_client::{EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
+};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -62,6 +65,8 @@ pub(crate) enum Waited {
     Granted,
     /// The deadline came first.
     TimedOut,
+    /// The waiter's own key is gone (its lease, an operator): it is no longer in line.
+    KeyGone,
 }
 
 /// A key a waiter saw deleted ahead of it.
@@ -77,6 +82,8 @@ pub(crate) struct Gone {
 /// The keys counted as "before" a waiter: those under `prefix` created before `rev`.
 #[derive(Clone, Debug)]
 pub(crate) struct Earlier<'a> {
+    /// The waiter's own key.
+    pub own: &'a [u8],
     pub prefix: &'a [u8],
     pub rev: i64,
     pub admits: usize,
@@ -120,8 +127,9 @@ pub(crate) async fn wait_for_earlier(
     let waiting = async {
         loop {
             match look_and_watch(session, earlier, gone).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
+                Ok(Look::Granted) => return Ok(Waited::Granted),
+                Ok(Look::Gone) => return Ok(Waited::KeyGone),
+                Ok(Look::Again) => {}
                 // A member went away mid-wait: look again (on another member, if need be).
                 Err(err) if is_transient(&err) => {
                     tracing::debug!(%err, "waiting on etcd: looking again after an error");
@@ -132,19 +140,28 @@ pub(crate) async fn wait_for_earlier(
         }
     };
     tokio::select! {
-        waited = waiting => waited.map(|()| Waited::Granted),
+        waited = waiting => waited,
         () = session.lost() => Err(Error::SessionLost),
         () = deadline.sleep() => Ok(Waited::TimedOut),
     }
 }
 
-/// One look at the earlier keys: `true` when they grant, else a watch until one of those that
-/// block goes (`false`: look again).
+/// What one look at the earlier keys found.
+enum Look {
+    Granted,
+    /// A key that blocked was deleted (or the watch ended): look again.
+    Again,
+    Gone,
+}
+
+/// One look at the earlier keys, in one transaction with the check that the waiter's own key is
+/// still there (Go checks that with a separate read after its wait); unless granted, a watch
+/// until one of the keys that block goes.
 async fn look_and_watch(
     session: &Session,
     earlier: &Earlier<'_>,
     gone: &mut Vec<Gone>,
-) -> std::result::Result<bool, etcd_client::Error> {
+) -> std::result::Result<Look, etcd_client::Error> {
     let mut client = session.client();
     let options = GetOptions::new()
         .with_prefix()
@@ -152,18 +169,32 @@ async fn look_and_watch(
         .with_max_create_revision(earlier.rev - 1)
         .with_limit(limit(earlier.admits))
         .with_keys_only();
-    let found = client.get(earlier.prefix, Some(options)).await?;
-    if found.kvs().len() <= earlier.admits {
-        return Ok(true);
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            earlier.own,
+            CompareOp::Equal,
+            earlier.rev,
+        )])
+        .and_then([TxnOp::get(earlier.prefix, Some(options))]);
+    let answer = client.txn(txn).await?;
+    if !answer.succeeded() {
+        return Ok(Look::Gone);
     }
-    let revision = found.header().map_or(0, |h| h.revision());
+    let found = match answer.op_responses().into_iter().next() {
+        Some(TxnOpResponse::Get(found)) => found,
+        _ => return Ok(Look::Again),
+    };
+    if found.kvs().len() <= earlier.admits {
+        return Ok(Look::Granted);
+    }
+    let revision = answer.header().map_or(0, |h| h.revision());
     let keys: Vec<(Vec<u8>, i64)> = found
         .kvs()
         .iter()
         .map(|kv| (kv.key().to_vec(), kv.create_revision()))
         .collect();
     wait_for_a_deletion(session, &keys, revision, gone).await?;
-    Ok(false)
+    Ok(Look::Again)
 }
 
 /// Resolves when one of `keys` is deleted at or after `revision` (or the watch could not be
