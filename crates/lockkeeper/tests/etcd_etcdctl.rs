@@ -297,3 +297,65 @@ async fn etcdctl_elect_and_lockkeeper_agree_on_the_leader() {
     );
     won.resign().await.expect("resign");
 }
+
+/// `etcdctl lock NAME -- CMD` runs CMD while it holds the lock. CMD and the lockkeeper holders
+/// each create one marker directory while inside (`mkdir` fails if it exists) and remove it
+/// before leaving, so any overlap makes a `mkdir` fail on one side or the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_with_a_command_and_lockkeeper_exclude_each_other() {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("inside");
+    let script = format!(
+        "mkdir {0} || exit 99; sleep 0.03; rmdir {0}",
+        marker.display()
+    );
+    let ctl_runs = {
+        let (endpoint, script) = (etcd.endpoint(), script.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut failures = Vec::new();
+            for _ in 0..6 {
+                if let Err(err) = lockkeeper_testkit::etcdctl(
+                    &[endpoint.clone()],
+                    &["lock", "marked", "--", "sh", "-c", &script],
+                ) {
+                    failures.push(err);
+                }
+            }
+            failures
+        })
+    };
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let mutex = session(&etcd).await.mutex("marked").expect("mutex");
+        let (marker, overlaps) = (marker.clone(), Arc::clone(&overlaps));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..8 {
+                let guard = mutex.lock().await.expect("lock");
+                let made = std::fs::create_dir(&marker).is_ok();
+                if !made {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                if made {
+                    std::fs::remove_dir(&marker).expect("rmdir");
+                }
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("lockkeeper task");
+    }
+    let failures = ctl_runs.await.expect("etcdctl runs");
+    assert!(
+        failures.is_empty(),
+        "etcdctl's command found someone inside: {failures:?}"
+    );
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "lockkeeper found etcdctl's command inside"
+    );
+}
