@@ -316,7 +316,7 @@ async fn etcdctl_lock_with_a_command_and_lockkeeper_exclude_each_other() {
             let mut failures = Vec::new();
             for _ in 0..6 {
                 if let Err(err) = lockkeeper_testkit::etcdctl(
-                    &[endpoint.clone()],
+                    std::slice::from_ref(&endpoint),
                     &["lock", "marked", "--", "sh", "-c", &script],
                 ) {
                     failures.push(err);
