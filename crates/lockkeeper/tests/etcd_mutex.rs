@@ -336,3 +336,36 @@ async fn a_waiter_whose_key_is_deleted_takes_a_new_place() {
     assert_eq!(guard.fencing_token().get(), again);
     guard.release().await.expect("release");
 }
+
+#[tokio::test]
+async fn lost_watches_past_a_compaction() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let guard = a
+        .mutex("compacted")
+        .expect("mutex")
+        .lock()
+        .await
+        .expect("lock");
+    let ctl = |args: &[&str]| etcdctl(&[etcd.endpoint()], args).expect("etcdctl");
+    for i in 0..5 {
+        ctl(&["put", "filler", &i.to_string()]);
+    }
+    let revision = create_revision(&etcd, "filler").expect("filler") + 4;
+    ctl(&["compact", &revision.to_string()]);
+    // Watching from the grant's revision is refused now; lost() must not fire for that.
+    let lost = tokio::time::timeout(Duration::from_millis(500), guard.lost()).await;
+    assert!(lost.is_err(), "lost() fired although the key is there");
+    assert!(guard.is_held());
+    let watching = tokio::time::timeout(Duration::from_secs(5), guard.lost());
+    let deleting = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ctl(&["del", &guard.key()]);
+    };
+    let (lost, ()) = tokio::join!(watching, deleting);
+    assert!(
+        lost.is_ok(),
+        "lost() fires when the key goes after the compaction"
+    );
+    assert!(!guard.is_held());
+}

@@ -131,25 +131,28 @@ impl Held {
 
     /// Resolves when the key is seen deleted (or recreated by someone else).
     async fn key_deleted(&self) {
+        // Watched from the grant; after a watch ended without an answer (etcd compacted past
+        // the revision, a member went away), from the revision of the read that found the key
+        // still ours.
+        let mut from = self.rev;
         loop {
-            match self.watch_deletion().await {
+            match self.watch_deletion(from).await {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(err) if is_transient(&err) => {}
                 // A watch etcd refuses for good: the session's deadline still bounds the hold.
                 Err(_) => return std::future::pending().await,
             }
-            // The watch ended without an answer: is the key still ours?
-            match self.session.client().get(self.key.clone(), None).await {
-                Ok(found)
-                    if !found
-                        .kvs()
-                        .iter()
-                        .any(|kv| kv.create_revision() == self.rev) =>
+            tokio::time::sleep(RETRY_PAUSE).await;
+            if let Ok(found) = self.session.client().get(self.key.clone(), None).await {
+                if !found
+                    .kvs()
+                    .iter()
+                    .any(|kv| kv.create_revision() == self.rev)
                 {
                     break;
                 }
-                _ => tokio::time::sleep(RETRY_PAUSE).await,
+                from = found.header().map_or(from, |h| h.revision() + 1);
             }
         }
         if !self.released.load(Ordering::Acquire) {
@@ -157,9 +160,10 @@ impl Held {
         }
     }
 
-    /// `true` when the watch saw the key deleted; `false` when it ended without knowing.
-    async fn watch_deletion(&self) -> std::result::Result<bool, etcd_client::Error> {
-        let options = WatchOptions::new().with_start_revision(self.rev);
+    /// `true` when a watch from revision `from` saw the key deleted (or replaced); `false`
+    /// when it ended without knowing.
+    async fn watch_deletion(&self, from: i64) -> std::result::Result<bool, etcd_client::Error> {
+        let options = WatchOptions::new().with_start_revision(from);
         let mut stream = self
             .session
             .client()

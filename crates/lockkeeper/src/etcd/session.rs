@@ -335,6 +335,7 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
             }
             let sent = Instant::now();
             if keeper.keep_alive().await.is_err() {
+                tokio::time::sleep(RETRY_PAUSE).await;
                 continue 'stream;
             }
             // A member that does not answer within a renewal interval (stopped, cut off) is left
