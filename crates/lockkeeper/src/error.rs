@@ -49,8 +49,10 @@ pub enum Error {
     },
 
     /// The ZooKeeper session expired (or was closed) during the call; everything it held, its
-    /// ephemeral lock nodes included, is gone.
-    #[error("the ZooKeeper session expired or was closed")]
+    /// ephemeral lock nodes included, is gone. On etcd: the session's lease was lost (renewals
+    /// failed until its deadline, etcd answered that it is gone) or the session was closed; its
+    /// keys are gone or going with the lease.
+    #[error("the session expired or was closed (ZooKeeper session or etcd lease)")]
     SessionLost,
 
     /// The retry policy gave up on an operation that kept failing with connection loss.
