@@ -29,7 +29,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -52,6 +52,11 @@ const ZERO_STEP: u64 = 1 << 20;
 /// the next and starts its sync. On disks that overlap flushes (most SSDs and virtual disks) a
 /// write arriving during a sync then waits for its own sync, not for the one in flight too.
 const SYNCERS: usize = 2;
+/// A group bigger than this waits for the sync in flight instead of starting a second one:
+/// lock handoffs write a record or two per group and gain a sync's time from the overlap,
+/// while under a heavy load groups are large and parallel syncs only split them (more syncs,
+/// more wake-ups, the same bytes), which costs throughput on a machine short of CPU.
+const OVERLAP_MAX: usize = 1024;
 /// A new segment starts with fewer zeros, so creating one (at every snapshot) costs a short sync.
 const FIRST_ZEROS: u64 = 64 << 10;
 
@@ -134,6 +139,8 @@ impl TxnLog {
                 finished: Vec::new(),
             }),
             failed: AtomicBool::new(false),
+            syncing: Mutex::new(0),
+            synced: Condvar::new(),
             sync,
             durable: durable.clone(),
             events,
@@ -280,6 +287,9 @@ struct Shared {
     publish: Mutex<Publish>,
     /// Set by the first write or sync that fails; cleared by a successful resume.
     failed: AtomicBool,
+    /// Groups whose sync is in flight, and its signal when one ends.
+    syncing: Mutex<usize>,
+    synced: Condvar,
     sync: SyncMode,
     durable: Arc<watch::Sender<Durable>>,
     events: tokio_mpsc::UnboundedSender<LogEvent>,
@@ -376,11 +386,36 @@ impl Shared {
                 }
                 return;
             };
-            let job = writer.write_group(self, me, first);
+            let received = Instant::now();
+            let mut queued = vec![first];
+            queued.extend(writer.rx.try_iter());
+            if self.sync == SyncMode::Always && queued_bytes(&queued) > OVERLAP_MAX {
+                // A big group: the load is heavy, and syncs in parallel would only split the
+                // groups and spend CPU; let the sync in flight end and take what came meanwhile.
+                self.wait_for_syncs();
+                queued.extend(writer.rx.try_iter());
+            }
+            let job = writer.write_group(self, me, queued, received);
+            if job.is_some() {
+                *lock(&self.syncing) += 1;
+            }
             drop(writer);
             if let Some(job) = job {
                 self.sync_and_publish(me, job);
+                *lock(&self.syncing) -= 1;
+                self.synced.notify_all();
             }
+        }
+    }
+
+    /// Waits until no group's sync is in flight.
+    fn wait_for_syncs(&self) {
+        let mut syncing = lock(&self.syncing);
+        while *syncing > 0 {
+            syncing = self
+                .synced
+                .wait(syncing)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
     }
 
@@ -425,15 +460,29 @@ impl Shared {
     }
 }
 
+/// The bytes of records in `queued`.
+fn queued_bytes(queued: &[WriterMsg]) -> usize {
+    queued
+        .iter()
+        .map(|msg| match msg {
+            WriterMsg::Records { bytes, .. } => bytes.len(),
+            WriterMsg::Roll | WriterMsg::Resume { .. } => 0,
+        })
+        .sum()
+}
+
 impl Writer {
     /// Writes everything queued (group commit: what arrived during the last sync goes
     /// together) and returns the group's sync job, if there is anything to publish.
-    fn write_group(&mut self, shared: &Shared, me: usize, first: WriterMsg) -> Option<Job> {
-        let received = Instant::now();
+    fn write_group(
+        &mut self,
+        shared: &Shared,
+        me: usize,
+        queued: Vec<WriterMsg>,
+        received: Instant,
+    ) -> Option<Job> {
         let mut reached = None;
         let mut newest_flush = received;
-        let mut queued = vec![first];
-        queued.extend(self.rx.try_iter());
         for msg in queued {
             match msg {
                 WriterMsg::Records {
