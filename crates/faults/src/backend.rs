@@ -89,7 +89,9 @@ impl BackendKind {
             }
             BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
             BackendKind::Redlock => &[Kind::Redlock],
-            BackendKind::Etcd | BackendKind::EtcdCluster => &[Kind::Mutex],
+            BackendKind::Etcd | BackendKind::EtcdCluster => {
+                &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader]
+            }
         }
     }
 }

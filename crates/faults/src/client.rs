@@ -159,10 +159,50 @@ enum Locker {
     /// The session is kept to be checked (and replaced once lost) before each acquisition.
     Etcd {
         session: lockkeeper::etcd::Session,
-        mutex: lockkeeper::etcd::Mutex,
+        lock: EtcdLock,
         endpoints: String,
-        lock: String,
+        kind: Kind,
+        name: String,
+        /// The candidate's value in an election: the client's name.
+        id: String,
     },
+}
+
+/// An etcd lock of one kind, on the current session.
+enum EtcdLock {
+    Mutex(lockkeeper::etcd::Mutex),
+    RwWrite(lockkeeper::etcd::RwLock),
+    Semaphore(lockkeeper::etcd::Semaphore),
+    Leader(lockkeeper::etcd::Election),
+}
+
+impl EtcdLock {
+    fn new(
+        session: &lockkeeper::etcd::Session,
+        kind: Kind,
+        name: &str,
+    ) -> lockkeeper::Result<Self> {
+        Ok(match kind {
+            Kind::Mutex => EtcdLock::Mutex(session.mutex(name)?),
+            Kind::RwWrite => EtcdLock::RwWrite(session.rw_lock(name)?),
+            Kind::Semaphore => EtcdLock::Semaphore(session.semaphore(name, 1)?),
+            Kind::Leader => EtcdLock::Leader(session.election(name)?),
+            other => return Err(mismatch(other, "etcd")),
+        })
+    }
+
+    async fn acquire(&self, id: &str) -> lockkeeper::Result<Option<Held>> {
+        Ok(match self {
+            EtcdLock::Mutex(m) => m.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
+            EtcdLock::RwWrite(rw) => rw.write_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
+            EtcdLock::Semaphore(s) => s.acquire_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
+            // A campaign dropped at the timeout withdraws the candidacy.
+            EtcdLock::Leader(e) => match tokio::time::timeout(ACQUIRE_WAIT, e.campaign(id)).await {
+                Ok(leadership) => Some(Held::EtcdLeader(leadership?)),
+                Err(_) => None,
+            },
+        })
+    }
 }
 
 impl Locker {
@@ -209,32 +249,36 @@ impl Locker {
                     .lease(REDIS_LEASE),
             ),
             (Endpoint::Redlock(_), other) => return Err(mismatch(other, "redlock")),
-            (Endpoint::Etcd(endpoints), Kind::Mutex) => {
+            (Endpoint::Etcd(endpoints), kind) => {
                 let session = etcd_session(endpoints).await?;
                 Locker::Etcd {
-                    mutex: session.mutex(lock)?,
+                    lock: EtcdLock::new(&session, kind, lock)?,
                     session,
                     endpoints: endpoints.clone(),
-                    lock: lock.to_owned(),
+                    kind,
+                    name: lock.to_owned(),
+                    id: args.name.clone(),
                 }
             }
-            (Endpoint::Etcd(_), other) => return Err(mismatch(other, "etcd")),
         })
     }
 
     async fn acquire(&mut self) -> lockkeeper::Result<Option<Held>> {
         if let Locker::Etcd {
             session,
-            mutex,
-            endpoints,
             lock,
+            endpoints,
+            kind,
+            name,
+            id,
         } = self
         {
             if !session.is_alive() {
                 let fresh = etcd_session(endpoints).await?;
-                *mutex = fresh.mutex(lock.as_str())?;
+                *lock = EtcdLock::new(&fresh, *kind, name)?;
                 *session = fresh;
             }
+            return lock.acquire(id).await;
         }
         Ok(match self {
             Locker::Mutex(m) => m.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
@@ -244,7 +288,7 @@ impl Locker {
             Locker::Lease(l) => l.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Lease),
             Locker::Reentrant(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Reentrant),
             Locker::Redlock(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Redlock),
-            Locker::Etcd { mutex, .. } => mutex.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
+            Locker::Etcd { .. } => unreachable!("acquired above"),
         })
     }
 }
@@ -273,6 +317,7 @@ enum Held {
     Reentrant(ReentrantGuard),
     Redlock(redlock::RedlockGuard),
     Etcd(lockkeeper::etcd::LockGuard),
+    EtcdLeader(lockkeeper::etcd::Leadership),
 }
 
 impl Held {
@@ -286,6 +331,7 @@ impl Held {
             Held::Reentrant(g) => Some(g.fencing_token().get()),
             Held::Redlock(_) => None,
             Held::Etcd(g) => Some(g.fencing_token().get()),
+            Held::EtcdLeader(l) => Some(l.fencing_token().get()),
         }
     }
 
@@ -298,6 +344,7 @@ impl Held {
             Held::Reentrant(g) => g.is_held(),
             Held::Redlock(g) => g.is_held(),
             Held::Etcd(g) => g.is_held(),
+            Held::EtcdLeader(l) => l.is_held(),
         }
     }
 
@@ -310,6 +357,7 @@ impl Held {
             Held::Reentrant(g) => g.release().await.map(drop),
             Held::Redlock(g) => g.release().await,
             Held::Etcd(g) => g.release().await,
+            Held::EtcdLeader(l) => l.resign().await,
         }
     }
 }

@@ -14,11 +14,11 @@ use std::fmt;
 pub enum Kind {
     /// ZooKeeper `Mutex`, or etcd's on an etcd backend.
     Mutex,
-    /// ZooKeeper `RwLock`, write side.
+    /// ZooKeeper `RwLock`, write side (etcd's on an etcd backend).
     RwWrite,
-    /// ZooKeeper `Semaphore` with one lease.
+    /// ZooKeeper `Semaphore` with one lease (etcd's with one permit on an etcd backend).
     Semaphore,
-    /// ZooKeeper leader election (`LeaderLatch`).
+    /// ZooKeeper leader election (`LeaderLatch`), or etcd's `Election` on an etcd backend.
     Leader,
     /// Redis `LeaseLock` (watchdog lease).
     Lease,
