@@ -23,6 +23,7 @@ pub mod etcd;
 pub mod fence;
 pub mod fencing;
 pub mod redis;
+mod wait;
 pub mod zk;
 
 pub use error::{ConnectCause, Error, Result};

@@ -11,8 +11,8 @@ use crate::etcd::check_name;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
-use crate::etcd::wait::Deadline;
 use crate::fencing::FencingToken;
+use crate::wait::Deadline;
 
 /// A leader election on etcd, laid out as Go's `concurrency.Election` (and so `etcdctl
 /// elect`): each candidate puts `NAME/{lease:x}` with its proclaimed value and the session's

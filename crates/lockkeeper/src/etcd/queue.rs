@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 use crate::etcd::delay;
 use crate::etcd::guard::{Held, HoldOptions, LockGuard};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
-use crate::etcd::wait::{Deadline, Earlier, Waited, wait_for_earlier};
+use crate::etcd::wait::{Earlier, Waited, wait_for_earlier};
+use crate::wait::Deadline;
 
 /// How often a stale key of ours is cleared before the acquisition gives up.
 const ENTER_ATTEMPTS: u32 = 4;

@@ -26,37 +26,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
-
-/// How long a blocking call may wait.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Deadline {
-    /// `lock()`: until granted.
-    Never,
-    /// `lock_timeout(d)`: until this instant.
-    At(Instant),
-    /// `try_lock()`: only if granted at once.
-    Now,
-}
-
-impl Deadline {
-    /// `now + timeout`; a zero timeout is refused (the `try_` variant says "do not wait").
-    pub(crate) fn after(timeout: std::time::Duration) -> Result<Deadline> {
-        if timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "timeout must be greater than zero (the try_ variant does not wait at all)".into(),
-            ));
-        }
-        Ok(Deadline::At(Instant::now() + timeout))
-    }
-
-    pub(crate) async fn sleep(&self) {
-        match self {
-            Deadline::Never => std::future::pending().await,
-            Deadline::At(at) => tokio::time::sleep_until(*at).await,
-            Deadline::Now => {}
-        }
-    }
-}
+use crate::wait::Deadline;
 
 /// What a wait came to.
 #[derive(Debug, PartialEq, Eq)]

@@ -39,10 +39,10 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, Stat};
 
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::node::{create_parents, delete_node};
 use crate::zk::path::validate_node_path;
 use crate::zk::session::{Generation, Session};
-use crate::zk::wait::Deadline;
 
 /// The name of the double barrier's "everyone is in" node (Curator's `READY_NODE`).
 const READY: &str = "ready";

@@ -23,9 +23,9 @@ pub use priority::PriorityQueue;
 pub use simple::SimpleQueue;
 
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::path::validate_node_path;
 use crate::zk::session::Session;
-use crate::zk::wait::Deadline;
 use items::{ITEM_PREFIX, Items};
 
 impl Session {

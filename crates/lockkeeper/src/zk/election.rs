@@ -42,11 +42,11 @@ pub use leadership::{LeaderTerm, Leadership};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::wait::Deadline;
 use crate::zk::hold::Suspension;
 use crate::zk::path::validate_node_path;
 use crate::zk::queue::{Queue, predecessor_rule};
 use crate::zk::session::Session;
-use crate::zk::wait::Deadline;
 
 /// The marker of a latch node, as Curator names it: `_c_{uuid}-latch-{sequence}`.
 const LATCH_MARKER: &str = "latch-";

@@ -41,7 +41,6 @@ mod semaphore;
 pub(crate) mod session;
 mod simple;
 mod two_phase;
-mod wait;
 
 pub use barrier::{Barrier, DoubleBarrier, Entered};
 pub use cache::{Cache, CacheEvent, CacheEvents, CachedNode};

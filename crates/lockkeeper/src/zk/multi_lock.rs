@@ -24,11 +24,11 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::wait::Deadline;
 use crate::zk::guard::LockGuard;
 use crate::zk::mutex::Mutex;
 use crate::zk::rwlock::RwLock;
 use crate::zk::semaphore::{Leases, Semaphore};
-use crate::zk::wait::Deadline;
 
 /// One lock of a [`MultiLock`].
 #[derive(Clone, Debug)]

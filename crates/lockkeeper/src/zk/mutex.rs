@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::wait::Deadline;
 use crate::zk::guard::LockGuard;
 use crate::zk::hold::HoldOptions;
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
 use crate::zk::queue::{LOCK_MARKER, Queue, predecessor_rule};
 use crate::zk::session::Session;
-use crate::zk::wait::Deadline;
 
 /// A distributed mutual-exclusion lock: the ZooKeeper lock recipe, with Curator's
 /// `InterProcessMutex` node layout so Java services using Curator and Rust services using

@@ -11,9 +11,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex};
 
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::hold::Held;
 use crate::zk::session::Health;
-use crate::zk::wait::Deadline;
 
 /// The owner's current hold and its count.
 #[derive(Default)]

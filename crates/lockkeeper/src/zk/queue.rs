@@ -31,11 +31,11 @@ use zookeeper_client::{Acls, CreateMode, EventType, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::wait::Deadline;
 use crate::zk::hold::delay::{self, Vanished};
 use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::{create_parents, delete_node};
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
-use crate::zk::wait::Deadline;
 
 /// A recipe's answer for one node of the queue.
 pub(crate) enum Decision {

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::guard::LockGuard;
 use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::owner::Owner;
@@ -25,7 +26,6 @@ use crate::zk::path::validate_lock_path;
 use crate::zk::queue::predecessor_rule;
 use crate::zk::queue::{Decision, Queue};
 use crate::zk::session::{Health, Session};
-use crate::zk::wait::Deadline;
 
 /// The marker of a read node, as Curator names it: `_c_{uuid}-__READ__{sequence}`.
 pub(crate) const READ_MARKER: &str = "__READ__";

@@ -31,12 +31,12 @@ use zookeeper_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::wait::Deadline;
 use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::delete_node;
 use crate::zk::path::validate_lock_path;
 use crate::zk::queue::{LOCK_MARKER, PendingNode, Queue, node_data, predecessor_rule};
 use crate::zk::session::{Generation, Health, Session};
-use crate::zk::wait::Deadline;
 
 /// The marker of a lease node, as Curator names it: `_c_{uuid}-lease-{sequence}`.
 pub(crate) const LEASE_MARKER: &str = "lease-";

@@ -21,13 +21,13 @@ use zookeeper_client::{Acls, CreateMode, EventType};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::wait::Deadline;
 use crate::zk::guard::LockGuard;
 use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::{create_parents, delete_if_ours, is_ours, look};
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
-use crate::zk::wait::Deadline;
 
 /// The name of a [`SimpleLock`]'s node under its lock path.
 pub(crate) const SIMPLE_NODE: &str = "lock";

@@ -55,10 +55,10 @@ use std::time::Duration;
 use zookeeper_client::EventType;
 
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::node::look;
 use crate::zk::path::validate_node_path;
 use crate::zk::session::{Generation, Session};
-use crate::zk::wait::Deadline;
 
 /// The children of a transaction node (see the module docs).
 const SITES: &str = "sites";

@@ -28,9 +28,9 @@ use zookeeper_client::{Acls, Client, CreateMode, MultiWriteError, OneshotWatcher
 
 use super::envelope;
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::node::delete_if_ours;
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
-use crate::zk::wait::Deadline;
 
 /// The prefix of every item node (Curator's `QUEUE_ITEM_NAME`).
 pub(crate) const ITEM_PREFIX: &str = "queue-";

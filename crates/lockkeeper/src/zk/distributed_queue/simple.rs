@@ -11,9 +11,9 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::path::validate_node_path;
 use crate::zk::session::{Session, is_connection_loss, is_terminal};
-use crate::zk::wait::Deadline;
 
 const PREFIX: &str = "qn-";
 

@@ -11,10 +11,10 @@
 use zookeeper_client::{CreateMode, OneshotWatcher};
 
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::election::{Candidate, LeaderLatch, Leadership};
 use crate::zk::node::{create_unless_exists, look};
 use crate::zk::session::Generation;
-use crate::zk::wait::Deadline;
 
 /// Attempts at replacing a mark that changes under us (only a deposed leader's late mark can).
 const MARK_ATTEMPTS: usize = 5;

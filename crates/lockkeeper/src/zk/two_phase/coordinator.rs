@@ -18,9 +18,9 @@ use super::{
     read_decision, validate_name,
 };
 use crate::error::{Error, Result};
+use crate::wait::Deadline;
 use crate::zk::node::{create_parents, create_unless_exists, look};
 use crate::zk::session::Generation;
-use crate::zk::wait::Deadline;
 
 /// How often a create that finds the transaction path missing creates it and tries again (a
 /// container parent can be reaped between the two).

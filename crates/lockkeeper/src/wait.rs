@@ -1,5 +1,6 @@
 //! How long a blocking recipe call may wait: the one deadline type behind every `lock()`,
-//! `lock_timeout(d)` and `try_lock()` (and `lead()`, `lead_timeout(d)`, `try_lead()`, ...).
+//! `lock_timeout(d)` and `try_lock()` (and `lead()`, `lead_timeout(d)`, `try_lead()`, ...) of
+//! the ZooKeeper and etcd recipes.
 //!
 //! A zero timeout is refused rather than read as "try once": the `try_` variants say that
 //! explicitly, and a zero computed by mistake should not silently turn a wait into a poll.
