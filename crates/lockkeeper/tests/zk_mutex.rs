@@ -153,7 +153,9 @@ fn requests_received(connect: &str, session: &Session) -> u64 {
         .find(|line| line.contains(&sid))
         .unwrap_or_else(|| panic!("no connection with {sid} in cons:\n{cons}"));
     let count = line.split("recved=").nth(1).expect("recved=");
-    count[..count.find(',').expect("recved=N,")].parse().expect("a count")
+    count[..count.find(',').expect("recved=N,")]
+        .parse()
+        .expect("a count")
 }
 
 /// A waiter's listing goes stale while the nodes ahead of it take their turns. When its
