@@ -3,24 +3,18 @@
 //! after the release with a higher fencing token, and the sessions stay usable.
 #![cfg(feature = "etcd")]
 
+mod support_etcd;
+
 use std::time::Duration;
 
-use lockkeeper::etcd::Session;
 use lockkeeper_testkit::EtcdCluster;
-
-async fn session(cluster: &EtcdCluster) -> Session {
-    Session::builder(&cluster.endpoints().join(","))
-        .ttl(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect to the cluster")
-}
+use support_etcd::session_on;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_and_leader_kills_keep_locks_and_tokens_increasing() {
     let cluster = EtcdCluster::start(3);
-    let a = session(&cluster).await;
-    let b = session(&cluster).await;
+    let a = session_on(&cluster.endpoints().join(",")).await;
+    let b = session_on(&cluster.endpoints().join(",")).await;
     let holding = a
         .mutex("orders")
         .expect("mutex")

@@ -7,6 +7,8 @@
 //! SIGINT, when it unlocks and exits.
 #![cfg(feature = "etcd")]
 
+mod support_etcd;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -14,8 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-use lockkeeper::etcd::Session;
 use lockkeeper_testkit::{Etcd, die_with_parent};
+use support_etcd::session;
 
 /// A running etcdctl whose stdout lines arrive on a channel; killed (by PID) when dropped.
 struct Etcdctl {
@@ -75,14 +77,6 @@ impl Drop for Etcdctl {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-async fn session(etcd: &Etcd) -> Session {
-    Session::builder(&etcd.addr().to_string())
-        .ttl(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,8 @@
 //! and between handles of one session, and waiters that stop when their session is lost.
 #![cfg(feature = "etcd")]
 
+mod support_etcd;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -10,27 +12,7 @@ use std::time::{Duration, Instant};
 use lockkeeper::Error;
 use lockkeeper::etcd::Session;
 use lockkeeper_testkit::{Etcd, etcdctl};
-
-async fn session(etcd: &Etcd) -> Session {
-    Session::builder(&etcd.addr().to_string())
-        .ttl(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect")
-}
-
-/// The keys under `prefix`, as etcdctl lists them.
-fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
-    let out = etcdctl(
-        &[etcd.endpoint()],
-        &["get", "--prefix", "--keys-only", prefix],
-    )
-    .expect("etcdctl get");
-    out.lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
+use support_etcd::{keys, session};
 
 /// The create revision of `key`, as etcdctl shows it.
 fn create_revision(etcd: &Etcd, key: &str) -> Option<u64> {

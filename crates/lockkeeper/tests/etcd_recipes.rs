@@ -3,32 +3,15 @@
 //! observed, proclaimed and resigned; every grant with a higher fencing token.
 #![cfg(feature = "etcd")]
 
+mod support_etcd;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
-use lockkeeper::etcd::Session;
 use lockkeeper_testkit::{Etcd, etcdctl};
-
-async fn session(etcd: &Etcd) -> Session {
-    Session::builder(&etcd.addr().to_string())
-        .ttl(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect")
-}
-
-fn key_count(etcd: &Etcd, prefix: &str) -> usize {
-    etcdctl(
-        &[etcd.endpoint()],
-        &["get", "--prefix", "--keys-only", prefix],
-    )
-    .expect("etcdctl get")
-    .lines()
-    .filter(|l| !l.is_empty())
-    .count()
-}
+use support_etcd::{keys, session};
 
 #[tokio::test]
 async fn readers_share_writers_wait_in_order() {
@@ -52,7 +35,7 @@ async fn readers_share_writers_wait_in_order() {
         lock_b.try_write().await.expect("try_write").is_none(),
         "readers hold"
     );
-    assert_eq!(key_count(&etcd, "catalog/"), 3, "try_write left no key");
+    assert_eq!(keys(&etcd, "catalog/").len(), 3, "try_write left no key");
 
     let writer = tokio::spawn({
         let lock = lock_b.clone();
@@ -90,7 +73,7 @@ async fn readers_share_writers_wait_in_order() {
     // The token is the create revision: the reader queued after the writer.
     assert!(r.fencing_token() > wt);
     r.release().await.expect("release");
-    assert_eq!(key_count(&etcd, "catalog/"), 0);
+    assert_eq!(keys(&etcd, "catalog/").len(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,7 +142,7 @@ async fn at_most_n_permits() {
             .expect("acquire_timeout")
             .is_none()
     );
-    assert_eq!(key_count(&etcd, "pool/"), 2, "refusals left no key");
+    assert_eq!(keys(&etcd, "pool/").len(), 2, "refusals left no key");
     let waiter = tokio::spawn({
         let pool = session(&etcd)
             .await

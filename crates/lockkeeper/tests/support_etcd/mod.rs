@@ -1,0 +1,36 @@
+//! What the etcd tests share: a session with a short lease on a member or a cluster, and the
+//! keys under a prefix as etcdctl sees them.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::time::Duration;
+
+use lockkeeper::etcd::Session;
+use lockkeeper_testkit::{Etcd, etcdctl};
+
+/// A session on `endpoints` (comma-separated) with a 5 s lease, so a lost one shows quickly.
+pub async fn session_on(endpoints: &str) -> Session {
+    Session::builder(endpoints)
+        .ttl(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect to {endpoints}: {e}"))
+}
+
+/// A session on the single member `etcd`.
+pub async fn session(etcd: &Etcd) -> Session {
+    session_on(&etcd.addr().to_string()).await
+}
+
+/// The keys under `prefix`, as etcdctl lists them.
+pub fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
+    etcdctl(
+        &[etcd.endpoint()],
+        &["get", "--prefix", "--keys-only", prefix],
+    )
+    .expect("etcdctl get")
+    .lines()
+    .filter(|l| !l.is_empty())
+    .map(str::to_owned)
+    .collect()
+}
