@@ -5,8 +5,9 @@
 //! the prefix it waits on have a lower create revision (0 for a mutex, a writer, a reader
 //! looking at writers, a candidate; `n - 1` for a semaphore of `n`). To wait, it reads the
 //! `admits + 1` keys with the *highest* create revisions below its own (Go's
-//! `WithLastCreate` + `WithMaxCreateRev(rev - 1)`) and watches them, from the revision of that
-//! read, for a deletion; then it reads again. For `admits == 0` that is exactly Go's
+//! `WithLastCreate` + `WithMaxCreateRev(rev - 1)`) and watches them for a deletion (from the
+//! current revision, then checking they are still there: see `wait_for_a_deletion`); then it
+//! reads again. For `admits == 0` that is exactly Go's
 //! `waitDeletes`: one key, the one just before, so a release wakes one waiter.
 //!
 //! Why the highest ones suffice: while all `admits + 1` of them exist there are more than
@@ -20,7 +21,6 @@
 
 use etcd_client::{
     Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    WatchOptions,
 };
 use tokio::time::Instant;
 
@@ -157,37 +157,49 @@ async fn look_and_watch(
     if found.kvs().len() <= earlier.admits {
         return Ok(Look::Granted);
     }
-    let revision = answer.header().map_or(0, |h| h.revision());
     let keys: Vec<(Vec<u8>, i64)> = found
         .kvs()
         .iter()
         .map(|kv| (kv.key().to_vec(), kv.create_revision()))
         .collect();
-    wait_for_a_deletion(session, &keys, revision, gone).await?;
+    wait_for_a_deletion(session, &keys, gone).await?;
     Ok(Look::Again)
 }
 
-/// Resolves when one of `keys` is deleted at or after `revision` (or the watch could not be
-/// kept, which makes the caller read again: a spurious wake-up, never a missed one).
+/// Resolves when one of `keys` (key, create revision) is deleted after the listing that found
+/// them (or the watch could not be kept, which makes the caller read again: a spurious
+/// wake-up, never a missed one).
+///
+/// The watches start at the store's current revision, not at the listing's: etcd delivers a
+/// watch that starts in the past from a catch-up loop that runs every 100 ms, which would put
+/// up to 100 ms into every handoff (etcd's own lock service pays it). A deletion between the
+/// listing and the watches is caught instead by checking, once every watch is in place, that
+/// the keys are still there. Such a deletion is not added to `gone`: lock-delay then judges
+/// the holder by the current record, as for a waiter that saw nothing.
 async fn wait_for_a_deletion(
     session: &Session,
     keys: &[(Vec<u8>, i64)],
-    revision: i64,
     gone: &mut Vec<Gone>,
 ) -> std::result::Result<(), etcd_client::Error> {
     let mut client = session.client();
-    let options = || Some(WatchOptions::new().with_start_revision(revision));
     let Some(((first, _), rest)) = keys.split_first() else {
         return Ok(());
     };
-    let mut stream = client.watch(first.clone(), options()).await?;
+    let mut stream = client.watch(first.clone(), None).await?;
     for (key, _) in rest {
-        stream.watch(key.clone(), options()).await?;
+        stream.watch(key.clone(), None).await?;
     }
+    let mut uncreated = keys.len();
     while let Some(answer) = stream.message().await? {
         if answer.canceled() || answer.compact_revision() != 0 {
             // Compacted past our revision, or cancelled by the server: read again.
             return Ok(());
+        }
+        if answer.created() {
+            uncreated = uncreated.saturating_sub(1);
+            if uncreated == 0 && !all_still_there(&mut client, keys).await? {
+                return Ok(());
+            }
         }
         let mut deleted = false;
         for event in answer.events() {
@@ -211,4 +223,16 @@ async fn wait_for_a_deletion(
     // The stream ended (a member went away): read again, on another member if need be.
     tokio::time::sleep(RETRY_PAUSE).await;
     Ok(())
+}
+
+/// Whether every key is still there with its create revision (one read, after the watches).
+async fn all_still_there(
+    client: &mut etcd_client::Client,
+    keys: &[(Vec<u8>, i64)],
+) -> std::result::Result<bool, etcd_client::Error> {
+    let compares: Vec<Compare> = keys
+        .iter()
+        .map(|(key, rev)| Compare::create_revision(key.clone(), CompareOp::Equal, *rev))
+        .collect();
+    Ok(client.txn(Txn::new().when(compares)).await?.succeeded())
 }
