@@ -148,7 +148,7 @@ pub fn refuse_etcd(url: &str, command: &str) -> Result<(), Failure> {
 pub fn not_on_etcd(backend: &Backend, command: &str) -> Failure {
     Failure::usage(format!(
         "`lockkeeper {command}` is not supported on etcd backends yet ({backend}); \
-         `etcdctl get --prefix NAME/` lists a lock's keys"
+         `lockkeeper inspect` names a holder's key and `etcdctl del KEY` deletes it"
     ))
 }
 

@@ -4,7 +4,8 @@
 //! waiters in queue order with owner session, age, fencing token, data and kind, for every
 //! layout the library knows (lockkeeper's, Curator's and kazoo's locks, semaphores and leader
 //! latches). On Redis it prints the holder of the lease or reentrant lock of that name
-//! ([`redis`]). `--json` prints one JSON object instead of the table ([`json`]).
+//! ([`redis`]). On etcd it prints the library's inspection of the keys under `NAME/`
+//! (`lockkeeper::etcd::Session::inspect`). `--json` prints one JSON object instead of the table ([`json`]).
 //!
 //! `--watch` (ZooKeeper) redraws on every change under the lock path: a persistent recursive
 //! watch on the path (and on a kazoo semaphore's sibling lock), set *before* each generation's
@@ -21,14 +22,13 @@ use lockkeeper::zk::{Inspection, Session};
 use tokio::signal::unix::{SignalKind, signal};
 use zookeeper_client::{AddWatchMode, EventType};
 
-use crate::backend::{
-    BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, connection_back, refuse_etcd,
-};
+use crate::backend::{BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, connection_back};
 
 const AFTER_HELP: &str = "\
 ZooKeeper: NAME is the lock path; every layout of lockkeeper, Curator and kazoo is read
 (mutex, read-write lock, simple lock, semaphore, leader latch). Redis: NAME is the lock name;
-the lease and reentrant lock keys are read.
+the lease and reentrant lock keys are read. etcd: NAME is the lock name; the keys under NAME/
+are read (mutex, election and etcdctl lock/elect keys, read-write lock, semaphore).
 
 Exit codes: 0 shown; 64 usage; 69 backend unreachable; 70 unexpected backend error.";
 
@@ -56,7 +56,7 @@ pub struct LockTarget {
     /// can be told from waiting ones (it is not stored on the server).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_leases: Option<u32>,
-    /// The lock path on ZooKeeper backends, the lock name on Redis.
+    /// The lock path on ZooKeeper backends, the lock name on Redis and etcd.
     pub name: String,
 }
 
@@ -81,7 +81,6 @@ pub async fn run(args: InspectArgs) -> ExitCode {
 }
 
 async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
-    refuse_etcd(&args.target.backend.backend, "inspect")?;
     let (backend, handle) = args.target.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
     let what = format!("{} on {backend}", args.target.name);
     match handle {
@@ -116,8 +115,25 @@ async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
         }
         #[cfg(feature = "etcd")]
         Handle::Etcd(session) => {
+            let inspected = if args.watch {
+                Err(Failure::usage(
+                    "--watch is for ZooKeeper backends; on etcd, run inspect again to see a \
+                     change",
+                ))
+            } else {
+                session
+                    .inspect(&args.target.name, args.target.max_leases)
+                    .await
+                    .map_err(|e| Failure::from_lib(&what, e))
+            };
             let _ = session.close().await;
-            Err(crate::backend::not_on_etcd(&backend, "inspect"))
+            let inspection = inspected?;
+            if args.json {
+                println!("{}", json::etcd(&inspection));
+            } else {
+                println!("{inspection}");
+            }
+            Ok(())
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `lockkeeper inspect` and `lockkeeper revoke` as operators run them (the built binary), on
 //! locks held by lockkeeper, by Curator (`Revoke.java` of the library's interop tests: a mutex
 //! made revocable with `makeRevocable`) and by kazoo (a `Lock`), against Keeper and Apache
-//! ZooKeeper; and on a Redis lease lock held by lockkeeper.
+//! ZooKeeper; on a Redis lease lock held by lockkeeper; and on an etcd mutex's holder and
+//! waiter.
 //!
 //! Each test checks what the command printed (the table, the JSON fields) against what the
 //! holder knows of itself (session, fencing token, node), and what a revocation did on the
@@ -383,4 +384,73 @@ async fn watch_through_restart(name: &str, connect: &str, restart: impl FnOnce()
     }
     guard.release().await.unwrap();
     session.close().await;
+}
+
+/// On etcd, `inspect` lists the keys under `NAME/` in queue order: the holder and the waiter of
+/// a mutex, each with its fencing token, lease and remaining TTL, as the sessions know them.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_etcd_names_the_holder_and_the_waiter() {
+    use lockkeeper::etcd::Session as EtcdSession;
+
+    let etcd = lockkeeper_testkit::Etcd::start();
+    let backend = format!("etcd://{}", etcd.addr());
+    let endpoint = etcd.addr().to_string();
+    let holder = EtcdSession::connect(&endpoint).await.expect("connect");
+    let waiter = EtcdSession::connect(&endpoint).await.expect("connect");
+    let held = holder.mutex("orders").unwrap().lock().await.expect("lock");
+    let queued = waiter.mutex("orders").unwrap();
+    let waiting = tokio::spawn(async move { queued.lock().await });
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let json = loop {
+        let json = inspect_json(&backend, "orders").await;
+        if json["waiters"].as_array().map_or(0, Vec::len) == 1 {
+            break json;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no waiter: {json}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let holders = json["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 1, "{json}");
+    let first = &holders[0];
+    assert_eq!(first["key"], held.key().as_str());
+    assert_eq!(first["kind"], "lock");
+    assert_eq!(first["token"], held.fencing_token().get());
+    assert_eq!(first["lease"], format!("{:x}", holder.lease_id()).as_str());
+    assert!(first["ttl_s"].as_u64().is_some_and(|ttl| ttl > 0), "{json}");
+    let next = &json["waiters"][0];
+    assert_eq!(
+        next["key"],
+        format!("orders/{:x}", waiter.lease_id()).as_str()
+    );
+    assert!(next["token"].as_u64() > first["token"].as_u64(), "{json}");
+
+    let table = lockkeeper(&["inspect", "--backend", &backend, "orders"]).await;
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    assert!(
+        table.stdout.starts_with("orders: 1 holding, 1 waiting"),
+        "{}",
+        table.stdout
+    );
+    assert!(table.stdout.contains(&held.key()), "{}", table.stdout);
+    let watch = lockkeeper(&["inspect", "--backend", &backend, "--watch", "orders"]).await;
+    assert_eq!(watch.code, Some(64), "--watch on etcd: {}", watch.stderr);
+
+    held.release().await.expect("release");
+    let granted = timeout(LIMIT, waiting)
+        .await
+        .expect("granted")
+        .unwrap()
+        .expect("lock");
+    let after = inspect_json(&backend, "orders").await;
+    assert_eq!(
+        after["holders"][0]["key"],
+        granted.key().as_str(),
+        "{after}"
+    );
+    assert_eq!(
+        after["waiters"].as_array().map(Vec::len),
+        Some(0),
+        "{after}"
+    );
 }

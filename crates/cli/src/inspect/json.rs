@@ -49,3 +49,32 @@ fn participant(p: &Participant) -> Value {
         "name": p.name,
     })
 }
+
+/// The inspection of an etcd lock name.
+#[cfg(feature = "etcd")]
+pub fn etcd(inspection: &lockkeeper::etcd::Inspection) -> Value {
+    use lockkeeper::etcd::State;
+    let of = |state: State| -> Vec<Value> {
+        inspection
+            .with_state(state)
+            .map(|p| {
+                json!({
+                    "state": p.state.to_string(),
+                    "kind": p.kind.to_string(),
+                    "token": p.fencing_token.get(),
+                    "lease": format!("{:x}", p.lease),
+                    "ttl_s": p.ttl_left.map(|t| t.as_secs()),
+                    "value": String::from_utf8_lossy(&p.value),
+                    "key": p.key,
+                })
+            })
+            .collect()
+    };
+    json!({
+        "backend": "etcd",
+        "name": inspection.name,
+        "holders": of(State::Holds),
+        "waiters": of(State::Waits),
+        "unknown": of(State::Unknown),
+    })
+}

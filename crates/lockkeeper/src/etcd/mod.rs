@@ -42,6 +42,7 @@
 mod delay;
 mod election;
 mod guard;
+mod inspect;
 mod mutex;
 mod queue;
 mod rwlock;
@@ -54,6 +55,7 @@ use std::time::Duration;
 
 pub use election::{Election, Leader, Leadership, Observer};
 pub use guard::LockGuard;
+pub use inspect::{Inspection, Kind, Participant, State};
 pub use mutex::Mutex;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
