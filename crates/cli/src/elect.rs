@@ -25,6 +25,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use lockkeeper::FencingToken;
 use lockkeeper::zk::{Candidate, LeaderLatch, Session};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use zookeeper_client::{AddWatchMode, EventType};
@@ -143,64 +144,101 @@ async fn lead(
             Err(lockkeeper::Error::SessionLost) => continue,
             Err(err) => return Err(Failure::from_lib(what, err)),
         };
-        let token = leadership.fencing_token();
-        eprintln!("lockkeeper elect: {id} leads {name} with fencing token {token}");
-        let term = leadership.term();
-        if args.command.is_empty() {
-            println!("leader {id} token {token}");
-            tokio::select! {
-                () = term.lost() => {}
-                () = interrupts.recv() => {
-                    resign(leadership, name).await;
-                    return Ok(0);
-                }
-            }
-            eprintln!("lockkeeper elect: {id} lost the leadership of {name}");
-            if args.once {
-                return Ok(exit::LOST);
-            }
-            continue;
-        }
-        let env = [
-            ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
-            ("LOCKKEEPER_LEADER_ID", id.to_owned()),
-            // As given (not the canonical form), so the command can connect with it too.
-            ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
-        ];
-        let lost = async {
-            term.lost().await;
-            "leadership lost".to_owned()
-        };
-        // The command gets the operator's signals while it runs, not this loop.
-        let outcome = run::supervise(&args.command, &env, args.kill_after, lost).await;
-        match outcome {
-            Ok(Outcome::Exited(code)) => {
-                resign(leadership, name).await;
-                return Ok(code);
-            }
-            Ok(Outcome::Stopped {
-                reason,
-                child,
-                killed,
-            }) => {
-                run::report_stopped("elect", name, &reason, child, killed);
-                drop(leadership);
-                if args.once {
-                    return Ok(exit::LOST);
-                }
-                eprintln!("lockkeeper elect: {id} queues again for {name}");
-            }
-            Err(failure) => {
-                resign(leadership, name).await;
-                return Err(failure);
-            }
+        if let Some(code) =
+            serve_term(leadership, args, interrupts, (name, id), "queues again").await?
+        {
+            return Ok(code);
         }
     }
 }
 
-async fn resign(leadership: lockkeeper::zk::Leadership, name: &str) {
-    if let Err(err) = leadership.resign().await {
-        eprintln!("lockkeeper elect: resigning {name}: {err}");
+/// A term of leadership as `elect` serves it, on ZooKeeper and on etcd alike.
+trait Term {
+    fn fencing_token(&self) -> FencingToken;
+    /// Resolves when the term is lost.
+    fn lost(&self) -> impl Future<Output = ()> + Send;
+    /// Why a command was stopped when the term was lost.
+    const LOST: &'static str;
+    /// Gives the leadership up cleanly (best effort, reported on stderr).
+    fn resign(self, name: &str) -> impl Future<Output = ()> + Send;
+}
+
+impl Term for lockkeeper::zk::Leadership {
+    const LOST: &'static str = "leadership lost";
+
+    fn fencing_token(&self) -> FencingToken {
+        lockkeeper::zk::Leadership::fencing_token(self)
+    }
+
+    fn lost(&self) -> impl Future<Output = ()> + Send {
+        let term = self.term();
+        async move { term.lost().await }
+    }
+
+    async fn resign(self, name: &str) {
+        if let Err(err) = lockkeeper::zk::Leadership::resign(self).await {
+            eprintln!("lockkeeper elect: resigning {name}: {err}");
+        }
+    }
+}
+
+/// Serves one term: announces it, then waits for its loss (no command) or runs the command
+/// under [`run::supervise`] until it exits or the loss stops it. `Some(code)` ends `elect`
+/// with that exit code; `None` means lost: take part again (`again` says how, on stderr).
+async fn serve_term<T: Term>(
+    leadership: T,
+    args: &ElectArgs,
+    interrupts: &mut Interrupts,
+    (name, id): (&str, &str),
+    again: &str,
+) -> Result<Option<u8>, Failure> {
+    let token = leadership.fencing_token();
+    eprintln!("lockkeeper elect: {id} leads {name} with fencing token {token}");
+    if args.command.is_empty() {
+        println!("leader {id} token {token}");
+        tokio::select! {
+            () = leadership.lost() => {}
+            () = interrupts.recv() => {
+                leadership.resign(name).await;
+                return Ok(Some(0));
+            }
+        }
+        eprintln!("lockkeeper elect: {id} lost the leadership of {name}");
+        return Ok(args.once.then_some(exit::LOST));
+    }
+    let env = [
+        ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
+        ("LOCKKEEPER_LEADER_ID", id.to_owned()),
+        // As given (not the canonical form), so the command can connect with it too.
+        ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
+    ];
+    let lost = async {
+        leadership.lost().await;
+        T::LOST.to_owned()
+    };
+    // The command gets the operator's signals while it runs, not this loop.
+    match run::supervise(&args.command, &env, args.kill_after, lost).await {
+        Ok(Outcome::Exited(code)) => {
+            leadership.resign(name).await;
+            Ok(Some(code))
+        }
+        Ok(Outcome::Stopped {
+            reason,
+            child,
+            killed,
+        }) => {
+            run::report_stopped("elect", name, &reason, child, killed);
+            drop(leadership);
+            if args.once {
+                return Ok(Some(exit::LOST));
+            }
+            eprintln!("lockkeeper elect: {id} {again} for {name}");
+            Ok(None)
+        }
+        Err(failure) => {
+            leadership.resign(name).await;
+            Err(failure)
+        }
     }
 }
 

@@ -15,12 +15,11 @@
 
 use std::time::Duration;
 
+use lockkeeper::FencingToken;
 use lockkeeper::etcd::{Election, Leadership, Session};
 
-use super::{ElectArgs, Interrupts, default_id};
+use super::{ElectArgs, Interrupts, Term, default_id, serve_term};
 use crate::backend::{Failure, Handle};
-use crate::exit;
-use crate::run::{self, Outcome};
 
 /// How long to wait before opening a new session again when etcd did not answer.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
@@ -113,63 +112,31 @@ async fn lead(
             Err(lockkeeper::Error::SessionLost) => continue,
             Err(err) => return Err(Failure::from_lib(what, err)),
         };
-        let token = leadership.fencing_token();
-        eprintln!("lockkeeper elect: {id} leads {name} with fencing token {token}");
-        if args.command.is_empty() {
-            println!("leader {id} token {token}");
-            tokio::select! {
-                () = leadership.lost() => {}
-                () = interrupts.recv() => {
-                    resign(leadership, name).await;
-                    return Ok(0);
-                }
-            }
-            eprintln!("lockkeeper elect: {id} lost the leadership of {name}");
-            if args.once {
-                return Ok(exit::LOST);
-            }
-            continue;
-        }
-        let env = [
-            ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
-            ("LOCKKEEPER_LEADER_ID", id.clone()),
-            ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
-        ];
-        let lost = async {
-            leadership.lost().await;
-            "leadership lost (the etcd lease expired or could not be renewed in time, or the \
-             candidacy key was deleted)"
-                .to_owned()
-        };
-        let outcome = run::supervise(&args.command, &env, args.kill_after, lost).await;
-        match outcome {
-            Ok(Outcome::Exited(code)) => {
-                resign(leadership, name).await;
-                return Ok(code);
-            }
-            Ok(Outcome::Stopped {
-                reason,
-                child,
-                killed,
-            }) => {
-                run::report_stopped("elect", name, &reason, child, killed);
-                drop(leadership);
-                if args.once {
-                    return Ok(exit::LOST);
-                }
-                eprintln!("lockkeeper elect: {id} campaigns again for {name}");
-            }
-            Err(failure) => {
-                resign(leadership, name).await;
-                return Err(failure);
-            }
+        let term = (name, id.as_str());
+        if let Some(code) =
+            serve_term(leadership, args, interrupts, term, "campaigns again").await?
+        {
+            return Ok(code);
         }
     }
 }
 
-async fn resign(leadership: Leadership, name: &str) {
-    if let Err(err) = leadership.resign().await {
-        eprintln!("lockkeeper elect: resigning {name}: {err}");
+impl Term for Leadership {
+    const LOST: &'static str = "leadership lost (the etcd lease expired or could not be renewed \
+                                in time, or the candidacy key was deleted)";
+
+    fn fencing_token(&self) -> FencingToken {
+        Leadership::fencing_token(self)
+    }
+
+    fn lost(&self) -> impl Future<Output = ()> + Send {
+        Leadership::lost(self)
+    }
+
+    async fn resign(self, name: &str) {
+        if let Err(err) = Leadership::resign(self).await {
+            eprintln!("lockkeeper elect: resigning {name}: {err}");
+        }
     }
 }
 
