@@ -27,10 +27,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use lockkeeper_testkit::Etcd;
-use tokio::sync::Barrier;
 
 use crate::BoxError;
-use crate::locks::{ACQUIRE_LIMIT, Contended};
+use crate::locks::{ACQUIRE_LIMIT, Contended, contend};
 use crate::stats::{self, Json, rate};
 use report::Report;
 use v3lock::V3Lock;
@@ -394,40 +393,18 @@ async fn contended(
 ) -> Result<Contended, BoxError> {
     let clients = open_many(settings, endpoint, side, name, settings.clients).await?;
     let clients: Vec<Arc<Client>> = clients.into_iter().map(Arc::new).collect();
-    let start = Arc::new(Barrier::new(clients.len() + 1));
-    let mut tasks = Vec::with_capacity(clients.len());
-    for client in &clients {
-        let (client, start) = (Arc::clone(client), Arc::clone(&start));
-        let (handoffs, limit) = (settings.handoffs as usize, settings.limit);
-        tasks.push(tokio::spawn(async move {
-            start.wait().await;
-            let deadline = Instant::now() + limit;
-            let mut waits = Vec::new();
-            while waits.len() < handoffs && Instant::now() < deadline {
-                waits.push(client.cycle().await?);
-            }
-            Ok::<_, BoxError>(waits)
-        }));
-    }
-    start.wait().await;
-    let started = Instant::now();
-    let mut waits = Vec::new();
-    let mut failure = None;
-    for task in tasks {
-        match task.await {
-            Ok(Ok(mine)) => waits.extend(mine),
-            Ok(Err(e)) => failure = failure.or(Some(e)),
-            Err(e) => failure = failure.or(Some(format!("contender task: {e}").into())),
+    let contenders = clients.iter().map(|client| {
+        let client = Arc::clone(client);
+        move || {
+            let client = Arc::clone(&client);
+            async move { client.cycle().await }
         }
-    }
-    let elapsed = started.elapsed();
-    // Every task has ended, so each client is held once again.
+    });
+    let result = contend(contenders, settings.handoffs as usize, settings.limit).await;
+    // Every contender has ended, so each client is held once again.
     let clients: Vec<Client> = clients.into_iter().filter_map(Arc::into_inner).collect();
     close_all(clients).await;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(Contended::from_waits(settings.clients, &waits, elapsed)),
-    }
+    result
 }
 
 /// The server's version from its status, or `(unknown version)`.

@@ -82,32 +82,12 @@ impl Report {
             s.handoffs,
             fmt_duration(s.limit)
         );
-        println!(
-            "{:<26} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>8}",
-            "client",
-            "trial",
-            "handoffs",
-            "handoffs/s",
-            "wait p50",
-            "wait p99",
-            "wait max",
-            "max/mean"
-        );
+        println!("{}", Contended::table_header(26));
     }
 
     pub fn add_contended(&mut self, side: Side, trial: u32, result: Result<Contended, BoxError>) {
         match &result {
-            Ok(c) => println!(
-                "{:<26} {:>5} {:>8} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
-                side.label(),
-                trial + 1,
-                c.handoffs,
-                c.per_sec(),
-                fmt_duration(c.wait_quantile(0.5)),
-                fmt_duration(c.wait_quantile(0.99)),
-                fmt_duration(c.max_wait),
-                c.fairness().map_or("-".into(), |f| format!("{f:.1}"))
-            ),
+            Ok(c) => println!("{}", c.table_row(side.label(), trial, 26)),
             Err(e) => self.fail(&format!("contended, {}", side.label()), e),
         }
         self.contended.push(Trial {

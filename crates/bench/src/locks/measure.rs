@@ -51,6 +51,35 @@ pub struct Contended {
 }
 
 impl Contended {
+    /// The column heads of a contended run's rows, the label column `width` wide.
+    pub fn table_header(width: usize) -> String {
+        format!(
+            "{:<width$} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>8}",
+            "client",
+            "trial",
+            "handoffs",
+            "handoffs/s",
+            "wait p50",
+            "wait p99",
+            "wait max",
+            "max/mean"
+        )
+    }
+
+    /// One trial's row under [`table_header`](Contended::table_header).
+    pub fn table_row(&self, label: &str, trial: u32, width: usize) -> String {
+        format!(
+            "{label:<width$} {:>5} {:>8} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
+            trial + 1,
+            self.handoffs,
+            self.per_sec(),
+            stats::fmt_duration(self.wait_quantile(0.5)),
+            stats::fmt_duration(self.wait_quantile(0.99)),
+            stats::fmt_duration(self.max_wait),
+            self.fairness().map_or("-".into(), |f| format!("{f:.1}"))
+        )
+    }
+
     pub fn from_waits(clients: usize, waits: &[Duration], elapsed: Duration) -> Contended {
         let mut hist = stats::new_histogram();
         for &wait in waits {
@@ -214,17 +243,47 @@ pub async fn contended(
     connect_limit: Duration,
 ) -> Result<Contended, BoxError> {
     let sessions = open_many(connect, clients, connect_limit).await?;
+    let mutexes = sessions
+        .iter()
+        .map(|session| session.mutex(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let contenders = mutexes.into_iter().map(|mutex| {
+        let mutex = Arc::new(mutex);
+        move || {
+            let mutex = Arc::clone(&mutex);
+            async move { cycle(&mutex).await }
+        }
+    });
+    let result = contend(contenders, cycles as usize, limit).await;
+    close_all(sessions).await;
+    result
+}
+
+/// The contended run of every lock benchmark: the contenders start together (a barrier), each
+/// calls its `cycle` (one lock -> release, returning the wait) up to `cycles` times or until
+/// `limit` passed (then it finishes the wait it is in); every wait is gathered, timed from the
+/// start.
+pub async fn contend<C, F>(
+    contenders: impl IntoIterator<Item = C>,
+    cycles: usize,
+    limit: Duration,
+) -> Result<Contended, BoxError>
+where
+    C: FnMut() -> F + Send + 'static,
+    F: Future<Output = Result<Duration, BoxError>> + Send,
+{
+    let contenders: Vec<C> = contenders.into_iter().collect();
+    let clients = contenders.len();
     let start = Arc::new(Barrier::new(clients + 1));
     let mut tasks = Vec::with_capacity(clients);
-    for session in &sessions {
-        let mutex = session.mutex(path)?;
+    for mut cycle in contenders {
         let start = Arc::clone(&start);
         tasks.push(tokio::spawn(async move {
             start.wait().await;
             let deadline = Instant::now() + limit;
             let mut waits = Vec::new();
-            while waits.len() < cycles as usize && Instant::now() < deadline {
-                waits.push(cycle(&mutex).await?);
+            while waits.len() < cycles && Instant::now() < deadline {
+                waits.push(cycle().await?);
             }
             Ok::<_, BoxError>(waits)
         }));
@@ -241,7 +300,6 @@ pub async fn contended(
         }
     }
     let elapsed = started.elapsed();
-    close_all(sessions).await;
     match failure {
         Some(e) => Err(e),
         None => Ok(Contended::from_waits(clients, &waits, elapsed)),

@@ -69,33 +69,11 @@ impl Report {
             s.handoffs,
             fmt_duration(s.limit)
         );
-        println!(
-            "{:<24} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>8}",
-            "client",
-            "trial",
-            "handoffs",
-            "handoffs/s",
-            "wait p50",
-            "wait p99",
-            "wait max",
-            "max/mean"
-        );
+        println!("{}", Contended::table_header(24));
     }
 
     pub fn add_contended(&mut self, combo: Combo, trial: u32, result: Result<Contended, BoxError>) {
-        let row = |c: &Contended| {
-            format!(
-                "{:<24} {:>5} {:>8} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
-                combo.label(),
-                trial + 1,
-                c.handoffs,
-                c.per_sec(),
-                fmt_duration(c.wait_quantile(0.5)),
-                fmt_duration(c.wait_quantile(0.99)),
-                fmt_duration(c.max_wait),
-                c.fairness().map_or("-".into(), |f| format!("{f:.1}"))
-            )
-        };
+        let row = |c: &Contended| c.table_row(&combo.label(), trial, 24);
         let trials = &mut self.contended;
         (self.record).add(trials, "contended", (combo, trial), result, row);
     }
