@@ -108,6 +108,8 @@ async fn bad_settings_and_names_are_refused() {
     );
     invalid(mutex.clone().lock_delay(Duration::ZERO), "lock_delay");
     invalid(mutex.lock_timeout(Duration::ZERO).await, "timeout");
+    invalid(session.inspect("", None).await, "lock name");
+    invalid(session.inspect("pool", Some(0)).await, "\"pool\"");
     // Nothing was left behind by the refusals.
     let guard = mutex.try_lock().await.expect("try_lock").expect("free");
     guard.release().await.expect("release");
