@@ -169,6 +169,17 @@ async fn a_commit_vote_that_vanishes_aborts() {
             Err(Error::InvalidArgument(m)) if m.contains("\"a\"")
         ));
         support::wait_children(&coordinator, "/2pc/died/tx-1/votes", 1).await;
+        // "Died" needs the coordinator to have seen the vote before it went. Give it the
+        // notification of the vote (none comes if its first listing already had it: then the
+        // bound passes) and a moment to list again, so a loaded machine does not turn the
+        // vote into one never cast.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while coordinator.notifications() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         doomed.close().await;
         let outcome = proposing.await.unwrap();
         assert_eq!(outcome, Outcome::Abort(AbortReason::Died("a".into())));
