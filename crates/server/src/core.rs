@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! dispatch -> prep -> log -> apply -> reply        (a write, at one zxid)
-//! dispatch -> read -> reply                        (anything else, at the last zxid)
+//! dispatch -> read -> reply                        (anything else, at the last zxid;
+//!                                                   a listing at an earlier point)
 //! ```
 //!
 //! with `sessions` (connect, attach, expiry), `durability` (snapshots, the disk fault) and
@@ -17,6 +18,7 @@
 mod apply;
 mod dispatch;
 mod durability;
+mod listing;
 mod log;
 mod prep;
 mod read;
@@ -89,6 +91,9 @@ pub(crate) struct Connection {
     pub session: Option<i64>,
     pub auth: AuthIds,
     pub received: u64,
+    /// The newest zxid any message queued for this connection reveals: a later reply never
+    /// reveals less (see `listing`).
+    pub seen: i64,
 }
 
 /// Request counters and latency, for `srvr`, `stat` and `mntr`.
@@ -109,6 +114,8 @@ pub struct Core {
     /// [`crate::apply::apply`], and (in place) by a reload after a disk fault.
     state: State,
     watches: Watches,
+    /// What listings must not leave out (see `listing`).
+    unhidable: listing::Unhidable,
     conns: HashMap<ConnId, Connection>,
     /// The epoch of zxids this run hands out (one more than the newest recovered).
     epoch: i64,
@@ -198,6 +205,7 @@ impl Core {
             config,
             state,
             watches: Watches::default(),
+            unhidable: listing::Unhidable::default(),
             conns: HashMap::new(),
             epoch,
             log,

@@ -13,6 +13,8 @@ impl Core {
     /// Applies a logged txn, fires its watches, returns what it did.
     pub(super) fn apply_at(&mut self, zxid: i64, time: i64, txn: &Txn) -> TxnResult {
         let Applied { result, triggers } = apply::apply(&mut self.state, txn, zxid, time);
+        let durable = self.durable_rx.borrow().zxid;
+        self.unhidable.note(zxid, txn, &triggers, durable);
         if matches!(txn, Txn::CloseSession { .. }) {
             self.after_burst.departed(Instant::now());
         }

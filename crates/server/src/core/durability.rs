@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::Core;
+use super::{Core, listing};
 use crate::log::LogEvent;
 use crate::recovery;
 use crate::snapshot::{Capture, SessionRecord, SnapshotMsg};
@@ -110,6 +110,8 @@ impl Core {
         );
         self.conns.clear();
         self.watches = Watches::default();
+        // What it noted was about txns the reload has just undone.
+        self.unhidable = listing::Unhidable::default();
         self.txns_since_snapshot = 0;
         self.epoch += 1;
         self.read_only = Some((self.epoch << 32 | 1, Instant::now()));

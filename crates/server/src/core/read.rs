@@ -1,6 +1,6 @@
 //! Reads: every request that does not change the tree (reads, watch registration, auth,
-//! pings). Reads see all writes before them (they run in the same
-//! task) and their replies wait for durability like any other.
+//! pings). Reads see all writes before them (they run in the same task) and their replies wait
+//! for durability like any other; getChildren is answered in `listing`, at an earlier point.
 
 use bytes::Bytes;
 use lockkeeper_proto::*;
@@ -21,6 +21,7 @@ impl Core {
                 self.set_watches(conn, set);
                 self.reply(conn, xid, zxid, ErrorCode::Ok, Body::Empty);
             }
+            Request::GetChildren(req) => self.list_children(conn, xid, req),
             other => {
                 let (err, body) = match self.read(conn, other) {
                     Ok(body) => (ErrorCode::Ok, body),
@@ -54,14 +55,6 @@ impl Core {
                 };
                 if req.watch {
                     self.watches.add_data(&req.path, conn);
-                }
-                Ok(body)
-            }
-            Request::GetChildren(req) => {
-                self.readable(conn, &req.path, perms::READ)?;
-                let body = Body::Children(children(&self.state.tree, &req.path));
-                if req.watch {
-                    self.watches.add_child(&req.path, conn);
                 }
                 Ok(body)
             }
@@ -154,13 +147,13 @@ impl Core {
                 ))
             }
             Request::Unsupported(_) => Err(ErrorCode::Unimplemented),
-            // Writes, pings, auth and setWatches are dispatched before reaching here.
+            // Writes, pings, auth, setWatches and getChildren are dispatched before reaching here.
             _ => Err(ErrorCode::Unimplemented),
         }
     }
 
     /// The node at `path` if it exists and this connection may `perm` it.
-    fn readable(&self, conn: ConnId, path: &str, perm: i32) -> Result<&Node, ErrorCode> {
+    pub(super) fn readable(&self, conn: ConnId, path: &str, perm: i32) -> Result<&Node, ErrorCode> {
         let node = self.state.tree.get(path).ok_or(ErrorCode::NoNode)?;
         if let Some(c) = self.conns.get(&conn) {
             c.auth.check(&node.acl, perm)?;

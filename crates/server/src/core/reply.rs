@@ -19,10 +19,16 @@ impl Core {
     /// would pass `max_queued_bytes` is closed (its writer drops what is queued and ends, and
     /// its Disconnected follows); its session is left alone.
     pub(super) fn send(&mut self, conn: ConnId, message: Message, close: bool) {
+        self.send_at(conn, message, close, self.state.last_zxid);
+    }
+
+    /// [`Core::send`] for a message that reveals the state at `visible_at`, which is at most the
+    /// last zxid and at least what this connection has already been shown.
+    pub(super) fn send_at(&mut self, conn: ConnId, message: Message, close: bool, visible_at: i64) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        let visible_at = self.state.last_zxid;
+        c.seen = c.seen.max(visible_at);
         let durable = *self.durable_rx.borrow();
         // Only what must wait for the log is traced: the rest never meets the log's stages.
         let stamps =

@@ -32,6 +32,7 @@ impl Core {
                 session: None,
                 auth: AuthIds::for_peer(peer.ip()),
                 received: 1,
+                seen: 0,
             },
         );
         // A client that has seen newer state than ours must go elsewhere, as ZooKeeper says.

@@ -1,0 +1,416 @@
+//! Listing, the core's side: a getChildren that does not wait for creates nobody has seen.
+//!
+//! Keeper applies a write before its log sync, and every message waits in the writer until the
+//! log is durable past what it reveals. A plain read reveals the whole state at the last zxid,
+//! so it waits for every write applied before it. For a lock's queue that is the slow part of
+//! a handoff: the holder deletes its node and, once that is durable, queues again at once; the
+//! next waiter hears of the deletion and lists the queue, and its listing then waits for the
+//! sync of that new create, a node behind it that it does not care about.
+//!
+//! So a getChildren (opcode 8: names only, no stat) answers with the children as they were at
+//! a *point*, the latest of:
+//! - the durable zxid: everything any client has been told about is at or below it;
+//! - the last zxid this connection has been shown or has queued (`Connection::seen`), so a
+//!   client always sees its own writes and never sees the tree go back;
+//! - the parent's own creation, and the last pending change of its child list that cannot be
+//!   hidden (a child's deletion) or of its ACL ([`Unhidable`]).
+//!
+//! Children created after the point are left out: nobody has been told of them, so the listing
+//! is ordered before their creation, and the reply waits for the point only. The listing is
+//! the child list at the point exactly, because after it the list changed only by those
+//! creates. A watch set by such a listing fires at once (after the creates are durable), since
+//! the creates it missed happened before it was registered.
+//!
+//! Everything else (getChildren2, whose stat would have to be rebuilt, and every other read)
+//! reveals the last zxid, as before.
+
+use std::collections::HashMap;
+
+use lockkeeper_proto::*;
+
+use super::Core;
+use crate::path;
+use crate::reply::{Body, Message};
+use crate::txn::{Trigger, Txn};
+use crate::watch::{ConnId, Fired};
+
+/// Paths whose child list lost a child, or whose ACL was set, at a zxid that may not be durable
+/// yet: a listing of such a path is answered no earlier than that zxid. An entry at or below the
+/// durable zxid has no effect, so old ones are dropped only to bound the map.
+#[derive(Default)]
+pub(super) struct Unhidable {
+    last_change: HashMap<Box<str>, i64>,
+}
+
+/// Entries kept before the durable ones are swept out.
+const SWEEP_AT: usize = 1024;
+
+impl Unhidable {
+    /// Notes what `txn`, applied at `zxid` with `triggers`, changed that a listing must show.
+    pub(super) fn note(&mut self, zxid: i64, txn: &Txn, triggers: &[Trigger], durable: i64) {
+        if self.last_change.len() >= SWEEP_AT {
+            self.last_change.retain(|_, z| *z > durable);
+        }
+        for t in triggers {
+            if t.event == EventType::NodeDeleted
+                && let Some(parent) = path::parent(&t.path)
+            {
+                self.last_change.insert(parent.into(), zxid);
+            }
+        }
+        acls_set(txn, &mut |p| {
+            self.last_change.insert(p.into(), zxid);
+        });
+    }
+
+    fn last_change(&self, path: &str) -> i64 {
+        self.last_change.get(path).copied().unwrap_or(0)
+    }
+}
+
+fn acls_set(txn: &Txn, each: &mut impl FnMut(&str)) {
+    match txn {
+        Txn::SetAcl { path, .. } => each(path),
+        Txn::Multi(txns) => txns.iter().for_each(|t| acls_set(t, each)),
+        _ => {}
+    }
+}
+
+/// The children a listing at `point` shows, from `(name, czxid)` in order, and how many it
+/// leaves out (created after the point).
+fn at_point<'a>(
+    children: impl Iterator<Item = (&'a str, i64)>,
+    point: i64,
+) -> (Vec<String>, usize) {
+    let mut shown = Vec::new();
+    let mut hidden = 0;
+    for (name, czxid) in children {
+        if czxid <= point {
+            shown.push(name.to_string());
+        } else {
+            hidden += 1;
+        }
+    }
+    (shown, hidden)
+}
+
+impl Core {
+    /// Answers getChildren (see the module doc).
+    pub(super) fn list_children(&mut self, conn: ConnId, xid: i32, req: PathWatchRequest) {
+        let node = match self.readable(conn, &req.path, perms::READ) {
+            Ok(node) => node,
+            Err(err) => {
+                let zxid = self.state.last_zxid;
+                return self.reply(conn, xid, zxid, err, Body::Empty);
+            }
+        };
+        let seen = self.conns.get(&conn).map_or(0, |c| c.seen);
+        let point = self
+            .durable_rx
+            .borrow()
+            .zxid
+            .max(seen)
+            .max(node.czxid)
+            .max(self.unhidable.last_change(&req.path))
+            .min(self.state.last_zxid);
+        let tree = &self.state.tree;
+        let (children, hidden) = at_point(
+            tree.children(&req.path).map(|name| {
+                let czxid = tree
+                    .get(&path::child(&req.path, name))
+                    .map_or(i64::MAX, |n| n.czxid);
+                (name, czxid)
+            }),
+            point,
+        );
+        let header = ReplyHeader {
+            xid,
+            zxid: point,
+            err: 0,
+        };
+        let reply = Message::Reply {
+            header,
+            body: Body::Children(children),
+        };
+        self.send_at(conn, reply, false, point);
+        if req.watch {
+            if hidden > 0 {
+                self.deliver(vec![Fired {
+                    conn,
+                    event: EventType::NodeChildrenChanged,
+                    path: req.path,
+                }]);
+            } else {
+                self.watches.add_child(&req.path, conn);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use crate::config::Config;
+    use crate::core::CoreMsg;
+    use crate::datadir_lock::DataDirLock;
+    use crate::outbox::{self, Inbox};
+    use crate::reply::Outgoing;
+    use lockkeeper_proto::request::CreateOp;
+
+    /// A core on an empty data dir, driven by hand: nothing it logs is handed to the log
+    /// threads (that happens between batches of `run`), so nothing becomes durable.
+    struct Driven {
+        core: Core,
+        inboxes: HashMap<ConnId, Inbox>,
+        xid: i32,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Driven {
+        fn new() -> Driven {
+            let dir = tempfile::tempdir().expect("a data dir");
+            let config = Arc::new(Config {
+                data_dir: dir.path().to_path_buf(),
+                ..Config::default()
+            });
+            let lock = DataDirLock::exclusive(dir.path()).expect("lock the data dir");
+            let core = Core::recover(config, lock).expect("recover an empty data dir");
+            Driven {
+                core,
+                inboxes: HashMap::new(),
+                xid: 0,
+                _dir: dir,
+            }
+        }
+
+        fn connect(&mut self, conn: ConnId) {
+            let (outbox, inbox) = outbox::channel(1 << 20, Arc::default());
+            self.inboxes.insert(conn, inbox);
+            self.core.handle(CoreMsg::Connect {
+                conn,
+                peer: "127.0.0.1:1".parse().unwrap(),
+                request: ConnectRequest {
+                    protocol_version: 0,
+                    last_zxid_seen: 0,
+                    timeout: 10_000,
+                    session_id: 0,
+                    passwd: vec![0; 16].into(),
+                    read_only: None,
+                },
+                outbox,
+            });
+            self.take(conn);
+        }
+
+        fn request(&mut self, conn: ConnId, request: Request) -> Vec<Outgoing> {
+            self.xid += 1;
+            self.core.handle(CoreMsg::Request {
+                conn,
+                xid: self.xid,
+                request,
+                received: Instant::now(),
+            });
+            self.take(conn)
+        }
+
+        fn take(&mut self, conn: ConnId) -> Vec<Outgoing> {
+            let inbox = self.inboxes.get_mut(&conn).expect("connected");
+            std::iter::from_fn(|| inbox.try_recv().map(|q| q.outgoing)).collect()
+        }
+
+        /// Creates `path` from `conn`; returns its zxid.
+        fn create(&mut self, conn: ConnId, path: &str) -> i64 {
+            let request = Request::Create(CreateOp {
+                op: OpCode::Create,
+                path: path.into(),
+                data: None,
+                acl: vec![Acl {
+                    perms: perms::ALL,
+                    id: Id {
+                        scheme: "world".into(),
+                        id: "anyone".into(),
+                    },
+                }],
+                flags: 0,
+                ttl: 0,
+            });
+            let [reply] = &self.request(conn, request)[..] else {
+                panic!("one reply to a create");
+            };
+            match &reply.message {
+                Message::Reply { header, .. } if header.err == 0 => header.zxid,
+                other => panic!("create {path} failed: {other:?}"),
+            }
+        }
+
+        fn delete(&mut self, conn: ConnId, path: &str) {
+            let request = Request::Delete(PathVersionRequest {
+                path: path.into(),
+                version: -1,
+            });
+            self.request(conn, request);
+        }
+
+        /// Lists `path` from `conn`: the names, the reply's zxid and the zxid it waits for,
+        /// and whatever else was queued with it.
+        fn list(
+            &mut self,
+            conn: ConnId,
+            path: &str,
+            watch: bool,
+        ) -> (Vec<String>, i64, i64, Vec<Outgoing>) {
+            let request = Request::GetChildren(PathWatchRequest {
+                path: path.into(),
+                watch,
+            });
+            let mut out = self.request(conn, request).into_iter();
+            let reply = out.next().expect("a reply");
+            match reply.message {
+                Message::Reply {
+                    header,
+                    body: Body::Children(names),
+                } => (names, header.zxid, reply.visible_at, out.collect()),
+                other => panic!("list {path}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_listing_leaves_out_what_others_created_and_nobody_was_shown() {
+        let mut d = Driven::new();
+        d.connect(1);
+        d.connect(2);
+        let parent = d.create(2, "/q");
+        let before = d.create(2, "/q/a");
+        // Connection 1 has been shown nothing past its session yet; nothing is durable.
+        let (names, zxid, visible_at, _) = d.list(1, "/q", false);
+        assert_eq!(
+            names,
+            Vec::<String>::new(),
+            "/q/a is not durable and nobody was told of it"
+        );
+        assert_eq!((zxid, visible_at), (parent, parent));
+        // The creator sees its own write.
+        let (names, _, visible_at, _) = d.list(2, "/q", false);
+        assert_eq!(names, ["a"]);
+        assert_eq!(visible_at, before);
+
+        // A deletion cannot be hidden: the listing waits for it, and shows what came before.
+        let b = d.create(2, "/q/b");
+        d.delete(2, "/q/a");
+        let deleted = d.core.state.last_zxid;
+        d.create(2, "/q/c");
+        let (names, zxid, visible_at, _) = d.list(1, "/q", false);
+        assert_eq!(names, ["b"], "b ({b}) came before the deletion; c after it");
+        assert_eq!((zxid, visible_at), (deleted, deleted));
+
+        // A listing never goes back: the next one is at least where the last one was.
+        let (names, zxid, _, _) = d.list(1, "/q", false);
+        assert_eq!((names, zxid), (vec!["b".to_string()], deleted));
+    }
+
+    #[test]
+    fn a_watch_set_by_a_listing_that_left_a_child_out_fires_at_once() {
+        let mut d = Driven::new();
+        d.connect(1);
+        d.connect(2);
+        d.create(2, "/q");
+        let hidden = d.create(2, "/q/a");
+        let (names, _, _, after) = d.list(1, "/q", true);
+        assert!(names.is_empty());
+        let [event] = &after[..] else {
+            panic!("one event after the reply, got {}", after.len());
+        };
+        match &event.message {
+            Message::Reply {
+                body: Body::Event(e),
+                ..
+            } => {
+                assert_eq!(e.event_type, EventType::NodeChildrenChanged.code());
+                assert_eq!(e.path, "/q");
+            }
+            other => panic!("expected an event, got {other:?}"),
+        }
+        assert!(
+            event.visible_at >= hidden,
+            "the event waits for the create it reports"
+        );
+
+        // With nothing left out, the watch is registered and fires on the next change.
+        let (names, _, _, after) = d.list(2, "/q", true);
+        assert_eq!((names.len(), after.len()), (1, 0));
+        d.create(1, "/q/b");
+        assert_eq!(d.take(2).len(), 1, "the registered watch fired on /q/b");
+    }
+
+    fn deleted(path: &str) -> Trigger {
+        Trigger {
+            path: path.into(),
+            event: EventType::NodeDeleted,
+            acl: Arc::from(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn children_created_after_the_point_are_left_out() {
+        let children = [("a", 5), ("b", 9), ("c", 12), ("d", 13)];
+        let (shown, hidden) = at_point(children.into_iter(), 9);
+        assert_eq!(shown, ["a", "b"]);
+        assert_eq!(hidden, 2);
+        let (shown, hidden) = at_point(children.into_iter(), 13);
+        assert_eq!(shown, ["a", "b", "c", "d"]);
+        assert_eq!(hidden, 0);
+    }
+
+    #[test]
+    fn a_child_deletion_and_an_acl_set_are_noted_on_the_parent() {
+        let mut unhidable = Unhidable::default();
+        unhidable.note(
+            7,
+            &Txn::Delete {
+                path: "/q/x".into(),
+            },
+            &[deleted("/q/x")],
+            0,
+        );
+        unhidable.note(
+            8,
+            &Txn::Multi(vec![Txn::SetAcl {
+                path: "/r".into(),
+                acl: Vec::new(),
+                aversion: 1,
+            }]),
+            &[],
+            0,
+        );
+        assert_eq!(unhidable.last_change("/q"), 7);
+        assert_eq!(unhidable.last_change("/r"), 8);
+        assert_eq!(unhidable.last_change("/q/x"), 0);
+        assert_eq!(unhidable.last_change("/"), 0);
+    }
+
+    #[test]
+    fn the_map_keeps_what_is_not_durable_when_swept() {
+        let mut unhidable = Unhidable::default();
+        for i in 0..SWEEP_AT as i64 {
+            let p = format!("/p{i}/x");
+            unhidable.note(i + 1, &Txn::Delete { path: p.clone() }, &[deleted(&p)], 0);
+        }
+        // Everything up to 1000 is durable: the sweep keeps the 24 above it, then adds one.
+        unhidable.note(
+            2000,
+            &Txn::Delete {
+                path: "/z/x".into(),
+            },
+            &[deleted("/z/x")],
+            1000,
+        );
+        assert_eq!(unhidable.last_change.len(), SWEEP_AT - 1000 + 1);
+        assert_eq!(unhidable.last_change("/p1023"), 1024);
+        assert_eq!(unhidable.last_change("/p5"), 0);
+        assert_eq!(unhidable.last_change("/z"), 2000);
+    }
+}
