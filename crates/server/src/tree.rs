@@ -316,6 +316,11 @@ impl DataTree {
 
     /// The names of `path`'s children, sorted ("" is the root, as in [`DataTree::get`]).
     pub fn children(&self, path: &str) -> impl Iterator<Item = &str> + '_ {
+        self.children_nodes(path).map(|(name, _)| name)
+    }
+
+    /// [`DataTree::children`] with each child's node.
+    pub fn children_nodes(&self, path: &str) -> impl Iterator<Item = (&str, &Node)> + '_ {
         let path = if path.is_empty() { "/" } else { path };
         let prefix = if path == "/" {
             String::from("/")
@@ -333,9 +338,8 @@ impl DataTree {
         let len = prefix.len();
         self.nodes
             .range::<PathKey, _>((start, Bound::Unbounded))
-            .map(|(k, _)| &**k)
-            .take_while(move |k| depth(k) == child_depth && k.starts_with(prefix.as_str()))
-            .map(move |k| &k[len..])
+            .take_while(move |(k, _)| depth(k) == child_depth && k.starts_with(prefix.as_str()))
+            .map(move |(k, node)| (&k[len..], &**node))
     }
 
     pub fn len(&self) -> usize {

@@ -55,12 +55,20 @@ impl Unhidable {
             if t.event == EventType::NodeDeleted
                 && let Some(parent) = path::parent(&t.path)
             {
-                self.last_change.insert(parent.into(), zxid);
+                self.set(parent, zxid);
             }
         }
-        acls_set(txn, &mut |p| {
-            self.last_change.insert(p.into(), zxid);
-        });
+        acls_set(txn, &mut |p| self.set(p, zxid));
+    }
+
+    /// Without allocating a key when the path is already there (a busy queue's parent).
+    fn set(&mut self, path: &str, zxid: i64) {
+        match self.last_change.get_mut(path) {
+            Some(z) => *z = zxid,
+            None => {
+                self.last_change.insert(path.into(), zxid);
+            }
+        }
     }
 
     fn last_change(&self, path: &str) -> i64 {
@@ -113,14 +121,11 @@ impl Core {
             .max(node.czxid)
             .max(self.unhidable.last_change(&req.path))
             .min(self.state.last_zxid);
-        let tree = &self.state.tree;
         let (children, hidden) = at_point(
-            tree.children(&req.path).map(|name| {
-                let czxid = tree
-                    .get(&path::child(&req.path, name))
-                    .map_or(i64::MAX, |n| n.czxid);
-                (name, czxid)
-            }),
+            self.state
+                .tree
+                .children_nodes(&req.path)
+                .map(|(name, node)| (name, node.czxid)),
             point,
         );
         let header = ReplyHeader {
