@@ -218,6 +218,34 @@ async fn a_handoff_after_a_stale_listing_costs_one_listing() {
     .await;
 }
 
+/// An uncontended lock and release cost three requests, sent in two round trips: the create
+/// and the listing together, then the delete (Curator's cost three round trips).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_uncontended_lock_and_release_cost_three_requests() {
+    for_each_backend(|connect| async move {
+        let session = Session::builder(&connect)
+            .session_timeout(Duration::from_secs(30))
+            .connect()
+            .await
+            .expect("connect");
+        let mutex = session.mutex("/locks/uncontended-cost").unwrap();
+        // The first lock also creates the lock's parent nodes.
+        mutex.lock().await.unwrap().release().await.unwrap();
+        let before = requests_received(&connect, &session);
+        for _ in 0..3 {
+            mutex.lock().await.unwrap().release().await.unwrap();
+        }
+        let after = requests_received(&connect, &session);
+        assert_eq!(
+            after - before,
+            9,
+            "three uncontended lock+release cycles took {} requests, not 3 each",
+            after - before
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn try_lock_and_timeout_leave_no_node_behind() {
     for_each_backend(|connect| async move {
