@@ -23,6 +23,7 @@ pub mod etcd;
 pub mod fence;
 pub mod fencing;
 pub mod redis;
+mod sync;
 mod wait;
 pub mod zk;
 

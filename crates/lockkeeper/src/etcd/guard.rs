@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::etcd::delay;
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::fencing::FencingToken;
+use crate::sync::lock;
 
 /// How often a release is sent in all when its answers are lost with the connection.
 const RELEASE_ATTEMPTS: u32 = 4;
@@ -367,11 +368,4 @@ impl std::fmt::Debug for LockGuard {
             .field("is_held", &self.held.is_held())
             .finish()
     }
-}
-
-/// These std mutexes guard a few instructions, never an await.
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use crate::connect::{combine, dial};
 use crate::deadline::trusted_until;
 use crate::error::{ConnectCause, Error, Result};
+use crate::sync::lock;
 
 /// The session TTL when none is given: Go's `concurrency.DefaultTTL` (60 s).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
@@ -447,13 +448,6 @@ pub(crate) fn is_transient(err: &etcd_client::Error) -> bool {
         }
         _ => false,
     }
-}
-
-/// These std mutexes guard a few instructions, never an await.
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

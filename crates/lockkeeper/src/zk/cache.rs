@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use zookeeper_client::Stat;
 
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::zk::path::validate_path;
 use crate::zk::session::Session;
 use task::Spec;
@@ -278,14 +279,6 @@ impl CacheEvents {
     pub fn try_next(&mut self) -> Option<CacheEvent> {
         self.receiver.try_recv().ok()
     }
-}
-
-/// Locks a std mutex that is never held across an await; a panic elsewhere does not make the
-/// view unusable.
-fn lock<T>(mutex: &StdMutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn take(task: &StdMutex<Option<JoinHandle<()>>>) -> Option<JoinHandle<()>> {

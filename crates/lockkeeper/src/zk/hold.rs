@@ -36,6 +36,7 @@ use zookeeper_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::sync::lock;
 use crate::zk::node::{delete_if_ours, delete_node};
 use crate::zk::session::{Generation, Health, is_connection_loss};
 
@@ -469,11 +470,4 @@ impl Drop for Held {
             });
         }
     }
-}
-
-/// These std mutexes guard a few instructions, never an await.
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::zk::cache::{Cache, CacheEvent, CacheEvents};
 use crate::zk::node::create_parents;
 use crate::zk::path::validate_node_path;
@@ -335,10 +336,4 @@ fn validate_address(path: &str, address: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

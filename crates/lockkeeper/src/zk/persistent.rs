@@ -38,6 +38,7 @@ use tokio::task::JoinHandle;
 use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, Stat};
 
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::zk::node::{create_parents, look};
 use crate::zk::session::{Generation, Health, Session, is_connection_loss};
 
@@ -493,12 +494,6 @@ fn parent(path: &str) -> &str {
         Some(0) | None => "/",
         Some(i) => &path[..i],
     }
-}
-
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
