@@ -245,34 +245,9 @@ pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
 mod tests {
     use super::super::process::ChildServer;
     use super::super::startup::first_session;
-    use super::super::tests::{launcher, parse};
+    use super::super::tests::{field, launcher, number, parse, rows};
     use super::*;
     use lockkeeper_testkit::{Keeper, TestServer};
-
-    fn field<'a>(json: &'a Json, key: &str) -> &'a Json {
-        match json {
-            Json::Obj(fields) => fields
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v)
-                .unwrap_or_else(|| panic!("no `{key}` in {}", json.render())),
-            other => panic!("`{key}` asked of a non-object: {}", other.render()),
-        }
-    }
-
-    fn number(json: &Json, key: &str) -> f64 {
-        match field(json, key) {
-            Json::Num(n) => *n,
-            other => panic!("`{key}` is not a number: {}", other.render()),
-        }
-    }
-
-    fn rows<'a>(json: &'a Json, key: &str) -> &'a [Json] {
-        match field(json, key) {
-            Json::Arr(rows) => rows,
-            other => panic!("`{key}` is not a list: {}", other.render()),
-        }
-    }
 
     #[test]
     fn lock_flags_parse_and_exclude_the_other_modes() {

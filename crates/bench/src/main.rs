@@ -405,6 +405,32 @@ mod tests {
         BenchArgs::try_parse_from(std::iter::once("lockkeeper-bench").chain(args.iter().copied()))
     }
 
+    /// The JSON report's field `key`, number and list (tests of every mode's report use them).
+    pub(super) fn field<'a>(json: &'a Json, key: &str) -> &'a Json {
+        match json {
+            Json::Obj(fields) => fields
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v)
+                .unwrap_or_else(|| panic!("no `{key}` in {}", json.render())),
+            other => panic!("`{key}` asked of a non-object: {}", other.render()),
+        }
+    }
+
+    pub(super) fn number(json: &Json, key: &str) -> f64 {
+        match field(json, key) {
+            Json::Num(n) => *n,
+            other => panic!("`{key}` is not a number: {}", other.render()),
+        }
+    }
+
+    pub(super) fn rows<'a>(json: &'a Json, key: &str) -> &'a [Json] {
+        match field(json, key) {
+            Json::Arr(rows) => rows,
+            other => panic!("`{key}` is not a list: {}", other.render()),
+        }
+    }
+
     /// A launcher for tests that start Apache ZooKeeper from Debian's jar and never Keeper.
     pub(super) fn launcher() -> Launcher {
         Launcher {

@@ -3,32 +3,7 @@ use std::time::Duration;
 use lockkeeper_testkit::Etcd;
 
 use super::*;
-use crate::tests::parse;
-
-fn field<'a>(json: &'a Json, key: &str) -> &'a Json {
-    match json {
-        Json::Obj(fields) => fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| panic!("no `{key}` in {}", json.render())),
-        other => panic!("`{key}` asked of a non-object: {}", other.render()),
-    }
-}
-
-fn number(json: &Json, key: &str) -> f64 {
-    match field(json, key) {
-        Json::Num(n) => *n,
-        other => panic!("`{key}` is not a number: {}", other.render()),
-    }
-}
-
-fn rows<'a>(json: &'a Json, key: &str) -> &'a [Json] {
-    match field(json, key) {
-        Json::Arr(rows) => rows,
-        other => panic!("`{key}` is not a list: {}", other.render()),
-    }
-}
+use crate::tests::{field, number, parse, rows};
 
 #[test]
 fn etcd_flags_parse_and_exclude_the_other_modes() {
