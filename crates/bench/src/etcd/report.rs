@@ -188,7 +188,7 @@ impl Report {
         let contended = self
             .contended
             .iter()
-            .map(|t| row(t.side, t.trial, t.result.as_ref().map(contended_json)))
+            .map(|t| row(t.side, t.trial, t.result.as_ref().map(Contended::json)))
             .collect();
         let best = Side::ALL
             .into_iter()
@@ -260,19 +260,5 @@ fn uncontended_json(u: &Uncontended) -> Vec<(&'static str, Json)> {
         ("cycles_per_sec", Json::num(u.per_sec())),
         ("p50_us", Json::num(u.quantile(0.5).as_micros() as f64)),
         ("p99_us", Json::num(u.quantile(0.99).as_micros() as f64)),
-    ]
-}
-
-fn contended_json(c: &Contended) -> Vec<(&'static str, Json)> {
-    let us = |d: Duration| Json::num(d.as_secs_f64() * 1e6);
-    vec![
-        ("clients", Json::num(c.clients as u32)),
-        ("handoffs", Json::Num(c.handoffs as f64)),
-        ("elapsed_s", Json::num(c.elapsed.as_secs_f64())),
-        ("handoffs_per_sec", Json::num(c.per_sec())),
-        ("wait_p50_us", us(c.wait_quantile(0.5))),
-        ("wait_p99_us", us(c.wait_quantile(0.99))),
-        ("wait_max_us", us(c.max_wait)),
-        ("fairness", Json::opt_num(c.fairness())),
     ]
 }

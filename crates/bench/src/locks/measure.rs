@@ -13,7 +13,7 @@ use lockkeeper::zk::{Mutex, Session, SimpleLock};
 use tokio::sync::Barrier;
 
 use crate::BoxError;
-use crate::stats::{self, rate};
+use crate::stats::{self, Json, rate};
 
 /// Bound on one acquisition: far beyond any wait a healthy run sees.
 pub const ACQUIRE_LIMIT: Duration = Duration::from_secs(60);
@@ -78,6 +78,22 @@ impl Contended {
             stats::fmt_duration(self.max_wait),
             self.fairness().map_or("-".into(), |f| format!("{f:.1}"))
         )
+    }
+
+    /// The figures of the run for a JSON report, wait times in microseconds.
+    pub fn json(&self) -> Vec<(&'static str, Json)> {
+        let us = |d: Duration| Json::num(d.as_secs_f64() * 1e6);
+        vec![
+            ("sessions", Json::num(self.clients as u32)),
+            ("handoffs", Json::Num(self.handoffs as f64)),
+            ("elapsed_s", Json::num(self.elapsed.as_secs_f64())),
+            ("handoffs_per_sec", Json::num(self.per_sec())),
+            ("wait_p50_us", us(self.wait_quantile(0.5))),
+            ("wait_p99_us", us(self.wait_quantile(0.99))),
+            ("wait_max_us", us(self.max_wait)),
+            ("wait_mean_us", us(self.mean_wait)),
+            ("fairness", Json::opt_num(self.fairness())),
+        ]
     }
 
     pub fn from_waits(clients: usize, waits: &[Duration], elapsed: Duration) -> Contended {

@@ -215,7 +215,7 @@ impl Report {
                 })
             })
             .collect();
-        let contended = self.contended.iter().map(|t| t.json(contended_json));
+        let contended = self.contended.iter().map(|t| t.json(Contended::json));
         let herd = self
             .herd
             .iter()
@@ -277,22 +277,6 @@ impl Report {
             ]
         })
     }
-}
-
-/// The figures of one contended run, wait times in microseconds.
-fn contended_json(c: &Contended) -> Vec<(&'static str, Json)> {
-    let us = |d: std::time::Duration| Json::num(d.as_secs_f64() * 1e6);
-    vec![
-        ("sessions", Json::num(c.clients as u32)),
-        ("handoffs", Json::Num(c.handoffs as f64)),
-        ("elapsed_s", Json::num(c.elapsed.as_secs_f64())),
-        ("handoffs_per_sec", Json::num(c.per_sec())),
-        ("wait_p50_us", us(c.wait_quantile(0.5))),
-        ("wait_p99_us", us(c.wait_quantile(0.99))),
-        ("wait_max_us", us(c.max_wait)),
-        ("wait_mean_us", us(c.mean_wait)),
-        ("fairness", Json::opt_num(c.fairness())),
-    ]
 }
 
 #[cfg(test)]
