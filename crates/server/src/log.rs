@@ -4,10 +4,10 @@
 //! every batch of requests. Two log threads take turns at the segment files: the one holding the
 //! writer drains every batch that is queued, writes them as one group, lets go, syncs the group
 //! and publishes the durable zxid; meanwhile the other can write the next group and, if it is
-//! small (`OVERLAP_MAX`), start its sync. Batches that arrive while both syncs are in flight wait for the next group, so many
-//! writes share one fdatasync (group commit). Marks are published in the order the groups were
-//! written, and never past a failed sync, so the durable zxid means what it did with one thread:
-//! everything up to it is on disk.
+//! small (`OVERLAP_MAX`), start its sync. Batches that arrive while both syncs are in flight
+//! wait for the next group, so many writes share one fdatasync (group commit). Marks are
+//! published in the order the groups were written, and never past a failed sync, so the durable
+//! zxid means what it did with one thread: everything up to it is on disk.
 //! Connection writers hold every reply and watch event until the durable zxid reaches the state
 //! it reveals.
 //!
