@@ -287,6 +287,43 @@ async fn lock_delay_waits_after_a_failed_holder_only() {
     got.release().await.expect("release");
 }
 
+/// A lock-delay waiter that gives up leaves the holder's `held` entry alone: after that
+/// holder fails, a late arrival still waits out the delay.
+#[tokio::test]
+async fn a_waiter_giving_up_keeps_the_delay_after_the_holder_fails() {
+    let etcd = Etcd::start();
+    let delay = Duration::from_millis(1500);
+    let mutex = |s: &Session| {
+        s.mutex("till")
+            .expect("mutex")
+            .lock_delay(delay)
+            .expect("delay")
+    };
+    let holder = session(&etcd).await;
+    let guard = mutex(&holder).lock().await.expect("lock");
+    let quitter = session(&etcd).await;
+    let gave_up = mutex(&quitter)
+        .lock_timeout(Duration::from_millis(300))
+        .await
+        .expect("lock_timeout");
+    assert!(gave_up.is_none(), "the lock is held");
+    etcdctl(
+        &[etcd.endpoint()],
+        &["lease", "revoke", &format!("{:x}", holder.lease_id())],
+    )
+    .expect("revoke");
+    drop(guard);
+    let late = session(&etcd).await;
+    let arrived = Instant::now();
+    let got = mutex(&late).lock().await.expect("lock");
+    assert!(
+        arrived.elapsed() >= delay - Duration::from_millis(100),
+        "the late arrival waited only {:?}: the waiter that gave up erased the holder's entry",
+        arrived.elapsed()
+    );
+    got.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn a_waiter_whose_key_is_deleted_takes_a_new_place() {
     let etcd = Etcd::start();

@@ -37,7 +37,9 @@ pub(crate) struct Held {
     deleted: AtomicBool,
     max_hold_until: Option<Instant>,
     /// The lock-delay record a clean release writes (see [`delay`]), when the lock has one.
-    pub(crate) record: Option<Vec<u8>>,
+    /// Set only at the grant: a waiter that gives up must not overwrite the holder's `held`
+    /// entry, or a late arrival would miss the delay after that holder fails.
+    record: Option<Arc<[u8]>>,
     /// The session-local lock of a key named the same for every acquisition, held until the
     /// key is deleted.
     permit: StdMutex<Option<OwnedMutexGuard<()>>>,
@@ -62,19 +64,15 @@ impl Held {
         }
     }
 
-    /// Sets what the lock's options make of this key: where a clean release records itself,
-    /// and when the grant (now) ends at the latest.
-    pub(crate) fn with_options(mut self, options: &HoldOptions) -> Held {
+    /// Sets what the lock's options make of the granted key: where a clean release records
+    /// itself, and when the grant (now) ends at the latest, with a timer that releases (cleanly)
+    /// at that end. The timer holds a weak reference: a guard released earlier leaves it nothing
+    /// to do.
+    fn granted(mut self, options: &HoldOptions) -> Arc<Held> {
         self.record = options
             .lock_delay
             .as_ref()
-            .map(|(_, record)| record.to_vec());
-        self
-    }
-
-    /// Starts the maximum hold time at the grant, with a timer that releases (cleanly) at its
-    /// end. The timer holds a weak reference: a guard released earlier leaves it nothing to do.
-    fn granted(mut self, options: &HoldOptions) -> Arc<Held> {
+            .map(|(_, record)| record.clone());
         self.max_hold_until = options.max_hold.map(|max| Instant::now() + max);
         let held = Arc::new(self);
         if let (Some(until), Ok(runtime)) =

@@ -71,7 +71,6 @@ pub(crate) async fn acquire(
             None
         };
         let (held, at_once) = enter(session, place, permit).await?;
-        let held = held.with_options(options);
         let earlier = Earlier {
             own: &place.key,
             prefix: &place.wait_on,
