@@ -134,24 +134,6 @@ pub async fn connection_back(
     }
 }
 
-/// Refuses an `etcd://` backend for a command that does not support etcd yet (`inspect`,
-/// `revoke`): a usage error, before anything is dialled, naming the backend and what to use
-/// instead.
-pub fn refuse_etcd(url: &str, command: &str) -> Result<(), Failure> {
-    match Backend::parse(url)? {
-        etcd @ Backend::Etcd { .. } => Err(not_on_etcd(&etcd, command)),
-        _ => Ok(()),
-    }
-}
-
-/// The usage error of [`refuse_etcd`].
-pub fn not_on_etcd(backend: &Backend, command: &str) -> Failure {
-    Failure::usage(format!(
-        "`lockkeeper {command}` is not supported on etcd backends yet ({backend}); \
-         `lockkeeper inspect` names a holder's key and `etcdctl del KEY` deletes it"
-    ))
-}
-
 /// What connecting may take and what the connection promises.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectOptions {

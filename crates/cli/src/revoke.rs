@@ -24,9 +24,7 @@ use futures::future::join_all;
 use lockkeeper::zk::{NodeKind, Participant, Revoked, Session};
 use tokio::time::Instant;
 
-use crate::backend::{
-    Backend, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration, refuse_etcd,
-};
+use crate::backend::{Backend, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration};
 use crate::inspect::{LockTarget, redis};
 
 const AFTER_HELP: &str = "\
@@ -70,15 +68,12 @@ pub async fn run(args: RevokeArgs) -> ExitCode {
 }
 
 async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
-    refuse_etcd(&args.target.backend.backend, "revoke")?;
-    // Refused before dialling: a usage error, whether or not the Redis answers.
-    if !args.force
-        && !matches!(
-            Backend::parse(&args.target.backend.backend)?,
-            Backend::Zk { .. }
-        )
-    {
-        return Err(Failure::usage(NO_COOPERATIVE_ON_REDIS));
+    // Refused before dialling: a usage error, whether or not the server answers.
+    match Backend::parse(&args.target.backend.backend)? {
+        etcd @ Backend::Etcd { .. } => return Err(not_on_etcd(&etcd)),
+        Backend::Zk { .. } => {}
+        _ if !args.force => return Err(Failure::usage(NO_COOPERATIVE_ON_REDIS)),
+        _ => {}
     }
     let (backend, handle) = args.target.backend.connect(DEFAULT_SESSION_TIMEOUT).await?;
     let what = format!("{} on {backend}", args.target.name);
@@ -103,11 +98,17 @@ async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::from_lib(&what, e))
         }
         #[cfg(feature = "etcd")]
-        Handle::Etcd(session) => {
-            let _ = session.close().await;
-            Err(crate::backend::not_on_etcd(&backend, "revoke"))
-        }
+        Handle::Etcd(_) => unreachable!("etcd backends are refused before connecting"),
     }
+}
+
+/// The usage error for an etcd backend: etcd has no request-to-release protocol to send, and
+/// a forced release is one `etcdctl del` away.
+fn not_on_etcd(backend: &Backend) -> Failure {
+    Failure::usage(format!(
+        "`lockkeeper revoke` is not supported on etcd backends yet ({backend}); \
+         `lockkeeper inspect` names a holder's key and `etcdctl del KEY` deletes it"
+    ))
 }
 
 async fn zk(session: &Session, args: &RevokeArgs, what: &str) -> Result<(), Failure> {

@@ -386,6 +386,26 @@ async fn watch_through_restart(name: &str, connect: &str, restart: impl FnOnce()
     session.close().await;
 }
 
+/// `revoke` on etcd is a usage error (64) before anything is dialled, naming the backend and
+/// the way to do it by hand; nothing listens at the address.
+#[tokio::test]
+async fn revoke_on_etcd_is_a_usage_error_naming_the_manual_way() {
+    let backend = format!("etcd://127.0.0.1:{}", lockkeeper_testkit::free_port());
+    for force in [false, true] {
+        let mut args = vec!["revoke", "--backend", &backend, "orders"];
+        if force {
+            args.push("--force");
+        }
+        let run = lockkeeper(&args).await;
+        assert_eq!(run.code, Some(64), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&backend[7..]) && run.stderr.contains("etcdctl del"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
 /// On etcd, `inspect` lists the keys under `NAME/` in queue order: the holder and the waiter of
 /// a mutex, each with its fencing token, lease and remaining TTL, as the sessions know them.
 #[cfg(feature = "etcd")]
