@@ -22,6 +22,7 @@ pub mod error;
 pub mod etcd;
 pub mod fence;
 pub mod fencing;
+mod hold_time;
 pub mod redis;
 mod sync;
 mod wait;

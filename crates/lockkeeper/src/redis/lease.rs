@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use super::conn::unexpected_reply;
 use crate::deadline::trusted_until;
+use crate::hold_time;
 use crate::{Error, FencingToken, Result};
 
 /// How often a release is sent in all when its answers are lost with the connection.
@@ -98,27 +99,14 @@ impl LeaseSpec {
         check_ttl("watchdog lease", self.watchdog)?;
         if let Some(max_hold) = self.max_hold {
             check_ttl("max_hold (the maximum hold time)", max_hold)?;
-            check_longest("max_hold (the maximum hold time)", max_hold)?;
+            hold_time::at_most_longest("max_hold (the maximum hold time)", max_hold)?;
         }
         if let Some(delay) = self.lock_delay {
             check_ttl("lock_delay", delay)?;
-            check_longest("lock_delay", delay)?;
+            hold_time::at_most_longest("lock_delay", delay)?;
         }
         Ok(())
     }
-}
-
-/// The longest maximum hold time or lock-delay taken: far beyond any real use, and short
-/// enough that adding it to an instant or a lease cannot overflow.
-const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-fn check_longest(what: &str, duration: Duration) -> Result<()> {
-    if duration > LONGEST {
-        return Err(Error::InvalidArgument(format!(
-            "{what} must be at most 100 years, got {duration:?}"
-        )));
-    }
-    Ok(())
 }
 
 /// A TTL must be at least one millisecond: Redis counts leases in milliseconds.

@@ -36,6 +36,7 @@ use zookeeper_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::hold_time;
 use crate::sync::lock;
 use crate::zk::node::{delete_if_ours, delete_node};
 use crate::zk::session::{Generation, Health, is_connection_loss};
@@ -101,24 +102,9 @@ impl HoldOptions {
     }
 }
 
-/// The longest maximum hold time or lock-delay taken: far beyond any real use, and short
-/// enough that adding it to an instant cannot overflow.
-const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// A zero duration would silently mean "never hold" or "no delay": refused, naming the option,
-/// as is one too long to add to an instant.
+/// [`hold_time::positive`] for an option of the lock at `path`.
 fn positive(option: &str, path: &str, duration: Duration) -> Result<Duration> {
-    if duration.is_zero() {
-        return Err(Error::InvalidArgument(format!(
-            "{option} for the lock {path:?} must be greater than zero"
-        )));
-    }
-    if duration > LONGEST {
-        return Err(Error::InvalidArgument(format!(
-            "{option} for the lock {path:?} must be at most 100 years, got {duration:?}"
-        )));
-    }
-    Ok(duration)
+    hold_time::positive(option, &format!("the lock {path:?}"), duration)
 }
 
 /// What a revoker writes to a holder's node to ask it to give the lock up: Curator's
