@@ -11,6 +11,7 @@ use crate::etcd::check_name;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
+use crate::etcd::token;
 use crate::fencing::FencingToken;
 use crate::wait::Deadline;
 
@@ -118,7 +119,7 @@ impl Election {
         Ok(found.kvs().first().map(|kv| Leader {
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             value: kv.value().to_vec(),
-            token: FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+            token: token(kv.create_revision()),
             mod_revision: kv.mod_revision(),
         }))
     }
@@ -176,7 +177,7 @@ impl Observer {
                 return Ok(Some(Leader {
                     key: seen.0,
                     value: kv.value().to_vec(),
-                    token: FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+                    token: token(kv.create_revision()),
                     mod_revision: seen.1,
                 }));
             }

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::etcd::delay;
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
+use crate::etcd::token;
 use crate::fencing::FencingToken;
 use crate::sync::lock;
 
@@ -314,7 +315,7 @@ impl LockGuard {
     /// cluster and never goes back, so each grant of this lock gets a higher token than every
     /// earlier grant, across members, leader changes and restarts.
     pub fn fencing_token(&self) -> FencingToken {
-        FencingToken::new(u64::try_from(self.held.rev).unwrap_or(0))
+        token(self.held.rev)
     }
 
     /// Whether the holder can still be sure it holds the lock: not released, key not seen

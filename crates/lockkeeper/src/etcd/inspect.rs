@@ -20,6 +20,7 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use crate::error::{Error, Result};
 use crate::etcd::Session;
+use crate::etcd::token;
 use crate::fencing::FencingToken;
 
 /// What a key under the lock's prefix is, by its layout.
@@ -225,7 +226,7 @@ impl Session {
                 key: String::from_utf8_lossy(kv.key()).into_owned(),
                 kind,
                 state,
-                fencing_token: FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+                fencing_token: token(kv.create_revision()),
                 lease: kv.lease(),
                 ttl_left,
                 value: kv.value().to_vec(),

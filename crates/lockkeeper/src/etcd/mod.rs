@@ -64,6 +64,8 @@ pub use session::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TTL, Session, SessionBuilder}
 pub(crate) use session::is_transient;
 
 use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::hold_time;
 
 /// An empty name would put the keys at the root (`/…`), shared with every other empty-named
 /// user: refused, naming the kind of recipe.
@@ -84,24 +86,15 @@ fn unique_suffix() -> String {
     id
 }
 
-/// The longest maximum hold time or lock-delay taken: far beyond any real use, and short
-/// enough that adding it to an instant cannot overflow.
-const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// The fencing token of a key: its create revision. etcd's revision counter is one for the
+/// whole cluster and starts at 1, so every real revision converts.
+fn token(create_revision: i64) -> FencingToken {
+    FencingToken::new(u64::try_from(create_revision).unwrap_or(0))
+}
 
-/// A zero duration would silently mean "never hold" or "no delay": refused, naming the option
-/// and the lock.
+/// [`hold_time::positive`] for an option of the etcd lock `name`.
 fn positive(option: &str, name: &str, duration: Duration) -> Result<Duration> {
-    if duration.is_zero() {
-        return Err(Error::InvalidArgument(format!(
-            "{option} for the etcd lock {name:?} must be greater than zero"
-        )));
-    }
-    if duration > LONGEST {
-        return Err(Error::InvalidArgument(format!(
-            "{option} for the etcd lock {name:?} must be at most 100 years, got {duration:?}"
-        )));
-    }
-    Ok(duration)
+    hold_time::positive(option, &format!("the etcd lock {name:?}"), duration)
 }
 
 /// The lock-delay option of the lock `name`: the delay and its record key.
