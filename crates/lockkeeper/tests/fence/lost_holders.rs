@@ -2,6 +2,7 @@
 //! while the new holder's is accepted. The pauses are real: a network cut until the server
 //! expired the session, a child process stopped with SIGSTOP.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,15 +117,16 @@ async fn a_zookeeper_holder_past_its_session_is_fenced_off() {
     .await;
 }
 
-const REDIS_LOCK: &str = "fenced";
+/// The lock the stopped holders take (a Redis lease lock, an etcd Mutex).
+const LOCK_NAME: &str = "fenced";
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("child needs {name}"))
 }
 
 /// The child's late write through the fences it can reach from another process, each outcome
-/// stored as `outcome:<fence>` in the lock's Redis for the parent to read.
-async fn child_late_writes(redis: &Redis, token: u64) {
+/// stored as `outcome:<fence>` in the coordinating Redis for the parent to read.
+async fn child_late_writes(coord: &Redis, token: u64) {
     let targets = vec![
         Target::Redis(env("LK_RESOURCE_REDIS")),
         #[cfg(feature = "sqlite")]
@@ -134,7 +136,7 @@ async fn child_late_writes(redis: &Redis, token: u64) {
     ];
     for target in targets {
         let outcome = target.writer().await.write("orders", token, b"late").await;
-        let _: () = redis
+        let _: () = coord
             .command(
                 redis::cmd("SET")
                     .arg(format!("outcome:{}", target.name()))
@@ -145,59 +147,50 @@ async fn child_late_writes(redis: &Redis, token: u64) {
     }
 }
 
-/// A Redis lease lock holder in a child process, stopped with SIGSTOP until its lease ran out
-/// and the parent took the lock and wrote; once continued, its late writes with the older
-/// token are refused by the Redis, SQLite and PostgreSQL fences.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_redis_holder_stopped_past_its_lease_is_fenced_off() {
-    if child::role().is_some() {
-        let redis = Redis::connect_with(
-            &env("LK_REDIS"),
-            RedisOptions::new().watchdog_timeout(Duration::from_secs(1)),
-        )
+/// The child's part once it holds the lock with `token`: report it on `coord` (the Redis at
+/// `LK_COORD`), be stopped there by the parent, carry on once let go (as a paused process does,
+/// without looking at its guard) and make the late writes.
+async fn child_holds_then_writes_late(coord: &Redis, token: u64) {
+    let _: () = coord
+        .command(redis::cmd("SET").arg("child-token").arg(token))
         .await
-        .expect("child connects");
-        let guard = redis.lease_lock(REDIS_LOCK).lock().await.expect("lock");
-        let token = guard.fencing_token().get();
-        let _: () = redis
-            .command(redis::cmd("SET").arg("child-token").arg(token))
+        .expect("report the token");
+    loop {
+        let go: bool = coord
+            .command(redis::cmd("EXISTS").arg("go"))
             .await
-            .expect("report the token");
-        // Stopped here by the parent; carries on once let go, as a paused process does,
-        // without looking at its guard.
-        loop {
-            let go: bool = redis
-                .command(redis::cmd("EXISTS").arg("go"))
-                .await
-                .unwrap_or(false);
-            if go {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            .unwrap_or(false);
+        if go {
+            break;
         }
-        child_late_writes(&redis, token).await;
-        std::mem::forget(guard);
-        return;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let lock_server = RedisServer::start();
-    let resources = Resources::start().await;
-    let vars = vec![
-        ("LK_REDIS", lock_server.url()),
-        ("LK_RESOURCE_REDIS", resources.redis.url()),
-        #[cfg(feature = "sqlite")]
-        ("LK_SQLITE", resources.sqlite_path().display().to_string()),
-        #[cfg(feature = "postgres")]
-        ("LK_POSTGRES", resources.postgres.config()),
-    ];
-    let redis = Redis::connect(&lock_server.url()).await.expect("connect");
-    let mut paused = ChildProcess::spawn(
-        "lost_holders::a_redis_holder_stopped_past_its_lease_is_fenced_off",
-        "holder",
-        &vars,
-    );
+    child_late_writes(coord, token).await;
+}
+
+/// The parent's part: spawn the child test `test` (with `vars`, and `LK_COORD` naming
+/// `coord_url`), wait for its token, stop it, take the lock over with `take_over` (its token
+/// and guard), write with the new token through every fence reachable from both processes, let
+/// the child go and check that each of its late writes was refused and the new value stayed.
+/// Returns the guard, still held.
+async fn stopped_holder_is_fenced_off<G>(
+    test: &str,
+    mut vars: Vec<(&'static str, String)>,
+    coord_url: String,
+    resources: &Resources,
+    take_over: impl Future<Output = (u64, G)>,
+) -> G {
+    let coord = Redis::connect(&coord_url).await.expect("connect");
+    vars.push(("LK_COORD", coord_url));
+    vars.push(("LK_RESOURCE_REDIS", resources.redis.url()));
+    #[cfg(feature = "sqlite")]
+    vars.push(("LK_SQLITE", resources.sqlite_path().display().to_string()));
+    #[cfg(feature = "postgres")]
+    vars.push(("LK_POSTGRES", resources.postgres.config()));
+    let mut paused = ChildProcess::spawn(test, "holder", &vars);
     let mut child_token = None;
     for _ in 0..3000 {
-        let token: Option<u64> = redis
+        let token: Option<u64> = coord
             .command(redis::cmd("GET").arg("child-token"))
             .await
             .unwrap();
@@ -209,13 +202,7 @@ async fn a_redis_holder_stopped_past_its_lease_is_fenced_off() {
     }
     let child_token = child_token.expect("the child took the lock within a minute");
     paused.signal("STOP");
-    let guard = redis
-        .lease_lock(REDIS_LOCK)
-        .lock_timeout(Duration::from_secs(30))
-        .await
-        .expect("lock_timeout")
-        .expect("acquired once the stopped holder's lease ran out");
-    let token = guard.fencing_token().get();
+    let (token, guard) = take_over.await;
     assert!(token > child_token);
     let targets: Vec<Target> = resources
         .targets()
@@ -231,7 +218,7 @@ async fn a_redis_holder_stopped_past_its_lease_is_fenced_off() {
             target.name()
         );
     }
-    let _: () = redis
+    let _: () = coord
         .command(redis::cmd("SET").arg("go").arg(1))
         .await
         .unwrap();
@@ -239,7 +226,7 @@ async fn a_redis_holder_stopped_past_its_lease_is_fenced_off() {
     assert!(paused.wait_success(Duration::from_secs(60)), "child failed");
     for target in &targets {
         let name = target.name();
-        let outcome: Option<String> = redis
+        let outcome: Option<String> = coord
             .command(redis::cmd("GET").arg(format!("outcome:{name}")))
             .await
             .unwrap();
@@ -260,5 +247,97 @@ async fn a_redis_holder_stopped_past_its_lease_is_fenced_off() {
             "{name}"
         );
     }
+    guard
+}
+
+/// A Redis lease lock holder in a child process, stopped with SIGSTOP until its lease ran out
+/// and the parent took the lock and wrote; once continued, its late writes with the older
+/// token are refused by the Redis, SQLite and PostgreSQL fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_holder_stopped_past_its_lease_is_fenced_off() {
+    if child::role().is_some() {
+        let redis = Redis::connect_with(
+            &env("LK_REDIS"),
+            RedisOptions::new().watchdog_timeout(Duration::from_secs(1)),
+        )
+        .await
+        .expect("child connects");
+        let guard = redis.lease_lock(LOCK_NAME).lock().await.expect("lock");
+        let coord = Redis::connect(&env("LK_COORD")).await.expect("connect");
+        child_holds_then_writes_late(&coord, guard.fencing_token().get()).await;
+        std::mem::forget(guard);
+        return;
+    }
+    let lock_server = RedisServer::start();
+    let resources = Resources::start().await;
+    let redis = Redis::connect(&lock_server.url()).await.expect("connect");
+    let guard = stopped_holder_is_fenced_off(
+        "lost_holders::a_redis_holder_stopped_past_its_lease_is_fenced_off",
+        vec![("LK_REDIS", lock_server.url())],
+        lock_server.url(),
+        &resources,
+        async {
+            let guard = redis
+                .lease_lock(LOCK_NAME)
+                .lock_timeout(Duration::from_secs(30))
+                .await
+                .expect("lock_timeout")
+                .expect("acquired once the stopped holder's lease ran out");
+            (guard.fencing_token().get(), guard)
+        },
+    )
+    .await;
+    guard.release().await.expect("release");
+}
+
+/// An etcd Mutex holder in a child process, stopped with SIGSTOP until its lease (2 s TTL) ran
+/// out and the parent took the lock (a higher create revision) and wrote; once continued, its
+/// late writes with the older token are refused by the Redis, SQLite and PostgreSQL fences.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_etcd_holder_stopped_past_its_lease_is_fenced_off() {
+    use lockkeeper::etcd::Session as EtcdSession;
+
+    const TTL: Duration = Duration::from_secs(2);
+    let connect = |endpoint: String| async move {
+        EtcdSession::builder(&endpoint)
+            .ttl(TTL)
+            .connect()
+            .await
+            .expect("connect")
+    };
+    if child::role().is_some() {
+        let session = connect(env("LK_ETCD")).await;
+        let guard = session
+            .mutex(LOCK_NAME)
+            .unwrap()
+            .lock()
+            .await
+            .expect("lock");
+        let coord = Redis::connect(&env("LK_COORD")).await.expect("connect");
+        child_holds_then_writes_late(&coord, guard.fencing_token().get()).await;
+        std::mem::forget(guard);
+        return;
+    }
+    let etcd = lockkeeper_testkit::Etcd::start();
+    let resources = Resources::start().await;
+    let session = connect(etcd.addr().to_string()).await;
+    let guard = stopped_holder_is_fenced_off(
+        "lost_holders::an_etcd_holder_stopped_past_its_lease_is_fenced_off",
+        vec![("LK_ETCD", etcd.addr().to_string())],
+        resources.redis.url(),
+        &resources,
+        async {
+            let guard = session
+                .mutex(LOCK_NAME)
+                .unwrap()
+                .lock_timeout(Duration::from_secs(30))
+                .await
+                .expect("lock_timeout")
+                .expect("acquired once the stopped holder's lease ran out");
+            (guard.fencing_token().get(), guard)
+        },
+    )
+    .await;
     guard.release().await.expect("release");
 }
