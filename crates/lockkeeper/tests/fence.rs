@@ -5,8 +5,8 @@
 //! write under concurrent writers (no lost update), and name a bad argument.
 //! `fence/targets.rs`: each fence seen through one writer type; `fence/lost_holders.rs`: the
 //! late write of a holder paused past its session or lease is refused while the new holder's
-//! is accepted (a ZooKeeper holder behind a cut network until its session expired, a Redis
-//! holder in a child process stopped with SIGSTOP past its lease).
+//! is accepted (a ZooKeeper holder behind a cut network until its session expired, a Redis or
+//! etcd holder in a child process stopped with SIGSTOP past its lease).
 
 mod support;
 
