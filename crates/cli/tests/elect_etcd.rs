@@ -6,97 +6,24 @@
 //! Every wait is bounded; every process is SIGKILLed on drop if it still runs.
 #![cfg(feature = "etcd")]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use lockkeeper_testkit::{Etcd, die_with_parent, find_on_path};
+use lockkeeper_testkit::{Etcd, LinePeer, die_with_parent, find_on_path};
 
 const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
 /// Bound on any one expected line or exit.
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// A process with its stdout as lines; SIGKILLed on drop if still running.
-struct Proc {
-    child: Child,
-    lines: Receiver<String>,
-    label: String,
-}
-
-impl Proc {
-    fn spawn(mut command: Command, label: &str) -> Proc {
-        die_with_parent(&mut command);
-        let mut child = command
-            .env_remove("LOCKKEEPER_BACKEND")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {label}: {e}"));
-        let (sender, lines) = channel();
-        let stdout = child.stdout.take().expect("piped stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if sender.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Proc {
-            child,
-            lines,
-            label: label.to_owned(),
-        }
-    }
-
-    fn elect(url: &str, args: &[&str], label: &str) -> Proc {
-        let mut command = Command::new(LOCKKEEPER);
-        command.args(["elect", "--backend", url]).args(args);
-        Proc::spawn(command, label)
-    }
-
-    /// The next line, within [`LIMIT`].
-    fn line(&self) -> String {
-        self.lines
-            .recv_timeout(LIMIT)
-            .unwrap_or_else(|_| panic!("{}: no line within {LIMIT:?}", self.label))
-    }
-
-    /// Whether a line comes within `wait`.
-    fn quiet_for(&self, wait: Duration) -> bool {
-        self.lines.recv_timeout(wait).is_err()
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) with plain integers, to a process this test started.
-        unsafe {
-            libc::kill(self.child.id() as i32, sig);
-        }
-    }
-
-    /// Its exit code, waiting at most [`LIMIT`].
-    fn exit_code(&mut self) -> i32 {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: still running after {LIMIT:?}",
-                self.label
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `lockkeeper elect --backend URL ARGS`, its stdout read as lines; SIGKILLed on drop.
+fn elect(url: &str, args: &[&str], label: &str) -> LinePeer {
+    let mut command = Command::new(LOCKKEEPER);
+    die_with_parent(&mut command);
+    command
+        .args(["elect", "--backend", url])
+        .args(args)
+        .env_remove("LOCKKEEPER_BACKEND");
+    LinePeer::spawn(&mut command, label)
 }
 
 /// `leader ID token N` split into its id and token.
@@ -117,21 +44,27 @@ fn leader_line(line: &str) -> (String, u64) {
 fn one_leader_at_a_time_and_the_next_takes_over_with_a_higher_token() {
     let etcd = Etcd::start();
     let url = format!("etcd://{}", etcd.addr());
-    let alpha = Proc::elect(&url, &["--id", "alpha", "svc"], "alpha");
-    let (id, first) = leader_line(&alpha.line());
+    let mut alpha = elect(&url, &["--id", "alpha", "svc"], "alpha");
+    let (id, first) = leader_line(&alpha.next_line(LIMIT));
     assert_eq!(id, "alpha");
-    let listener = Proc::elect(&url, &["--listen", "svc"], "listener");
-    assert_eq!(leader_line(&listener.line()), ("alpha".to_owned(), first));
-    let beta = Proc::elect(&url, &["--id", "beta", "svc"], "beta");
+    let mut listener = elect(&url, &["--listen", "svc"], "listener");
+    assert_eq!(
+        leader_line(&listener.next_line(LIMIT)),
+        ("alpha".to_owned(), first)
+    );
+    let mut beta = elect(&url, &["--id", "beta", "svc"], "beta");
     assert!(
-        beta.quiet_for(Duration::from_secs(1)),
+        beta.line_within(Duration::from_secs(1)).is_none(),
         "beta led while alpha did"
     );
-    alpha.signal(libc::SIGTERM);
-    let (id, second) = leader_line(&beta.line());
+    alpha.signal("TERM");
+    let (id, second) = leader_line(&beta.next_line(LIMIT));
     assert_eq!(id, "beta");
     assert!(second > first, "tokens grow: {second} after {first}");
-    assert_eq!(leader_line(&listener.line()), ("beta".to_owned(), second));
+    assert_eq!(
+        leader_line(&listener.next_line(LIMIT)),
+        ("beta".to_owned(), second)
+    );
 }
 
 #[test]
@@ -150,13 +83,17 @@ fn etcdctl_elect_and_lockkeeper_share_one_election() {
         "shared",
         "gamma",
     ]);
-    let gamma = Proc::spawn(command, "etcdctl elect");
-    assert!(gamma.line().starts_with("shared/"), "etcdctl was elected");
-    let listener = Proc::elect(&url, &["--listen", "shared"], "listener");
-    let (id, token) = leader_line(&listener.line());
+    die_with_parent(&mut command);
+    let mut gamma = LinePeer::spawn(&mut command, "etcdctl elect");
+    assert!(
+        gamma.next_line(LIMIT).starts_with("shared/"),
+        "etcdctl was elected"
+    );
+    let mut listener = elect(&url, &["--listen", "shared"], "listener");
+    let (id, token) = leader_line(&listener.next_line(LIMIT));
     assert_eq!(id, "gamma", "--listen names etcdctl's leader");
     // A lockkeeper participant waits behind etcdctl's leader, runs once it is gone.
-    let mut delta = Proc::elect(
+    let mut delta = elect(
         &url,
         &[
             "--id",
@@ -170,11 +107,11 @@ fn etcdctl_elect_and_lockkeeper_share_one_election() {
         "delta",
     );
     assert!(
-        delta.quiet_for(Duration::from_secs(1)),
+        delta.line_within(Duration::from_secs(1)).is_none(),
         "delta ran while etcdctl led"
     );
-    gamma.signal(libc::SIGINT); // etcdctl resigns on SIGINT
-    let ran = delta.line();
+    gamma.signal("INT"); // etcdctl resigns on SIGINT
+    let ran = delta.next_line(LIMIT);
     let ran_with: u64 = ran
         .strip_prefix("ran ")
         .and_then(|t| t.parse().ok())
@@ -183,9 +120,13 @@ fn etcdctl_elect_and_lockkeeper_share_one_election() {
         ran_with > token,
         "delta's token {ran_with} after etcdctl's {token}"
     );
-    assert_eq!(delta.exit_code(), 0, "the command's own exit code");
     assert_eq!(
-        leader_line(&listener.line()),
+        delta.wait_exit(LIMIT).code(),
+        Some(0),
+        "the command's own exit code"
+    );
+    assert_eq!(
+        leader_line(&listener.next_line(LIMIT)),
         ("delta".to_owned(), ran_with)
     );
 }
@@ -194,7 +135,7 @@ fn etcdctl_elect_and_lockkeeper_share_one_election() {
 fn once_exits_76_when_the_lease_is_lost_under_the_leader() {
     let etcd = Etcd::start();
     let url = format!("etcd://{}", etcd.addr());
-    let mut leader = Proc::elect(
+    let mut leader = elect(
         &url,
         &[
             "--id",
@@ -212,10 +153,10 @@ fn once_exits_76_when_the_lease_is_lost_under_the_leader() {
         ],
         "leader",
     );
-    assert_eq!(leader.line(), "leading");
+    assert_eq!(leader.next_line(LIMIT), "leading");
     // Frozen past its 2 s lease: etcd expires it; thawed, the participant finds it lost.
-    leader.signal(libc::SIGSTOP);
+    leader.signal("STOP");
     std::thread::sleep(Duration::from_secs(4));
-    leader.signal(libc::SIGCONT);
-    assert_eq!(leader.exit_code(), 76);
+    leader.signal("CONT");
+    assert_eq!(leader.wait_exit(LIMIT).code(), Some(76));
 }

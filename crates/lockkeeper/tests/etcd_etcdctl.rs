@@ -9,74 +9,31 @@
 
 mod support_etcd;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lockkeeper_testkit::{Etcd, die_with_parent};
+use lockkeeper_testkit::{Etcd, LinePeer, die_with_parent};
 use support_etcd::session;
 
-/// A running etcdctl whose stdout lines arrive on a channel; killed (by PID) when dropped.
-struct Etcdctl {
-    child: Child,
-    lines: Receiver<String>,
+/// A running etcdctl (API v3) on `endpoint`, its stdout lines read as they come; killed (by
+/// PID) when dropped.
+fn etcdctl(endpoint: &str, args: &[&str]) -> LinePeer {
+    let mut command = Command::new("etcdctl");
+    die_with_parent(&mut command);
+    command
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(endpoint)
+        .args(args);
+    LinePeer::spawn(&mut command, format!("etcdctl {}", args.join(" ")))
 }
 
-impl Etcdctl {
-    fn spawn(endpoint: &str, args: &[&str]) -> Etcdctl {
-        let mut command = Command::new("etcdctl");
-        die_with_parent(&mut command);
-        let mut child = command
-            .env("ETCDCTL_API", "3")
-            .arg("--endpoints")
-            .arg(endpoint)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn etcdctl (Debian package etcd-client)");
-        let stdout = child.stdout.take().expect("stdout");
-        let (send, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Etcdctl { child, lines }
-    }
-
-    /// The next line of output within `limit`; `None` if none came.
-    fn line(&self, limit: Duration) -> Option<String> {
-        self.lines.recv_timeout(limit).ok()
-    }
-
-    /// SIGINT (etcdctl unlocks or resigns, then exits), and waits for the exit (bounded).
-    fn interrupt(&mut self) {
-        let status = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().expect("try_wait").is_none() {
-            assert!(Instant::now() < deadline, "etcdctl did not exit on SIGINT");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Etcdctl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// SIGINT (etcdctl unlocks or resigns, then exits), and waits for the exit (bounded).
+fn interrupt(ctl: &mut LinePeer) {
+    ctl.signal("INT");
+    ctl.wait_exit(Duration::from_secs(10));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,17 +49,11 @@ async fn etcdctl_lock_and_lockkeeper_exclude_each_other() {
         .lock()
         .await
         .expect("lock");
-    let ctl = Etcdctl::spawn(&endpoint, &["lock", "shared"]);
-    let waited = tokio::task::spawn_blocking(move || {
-        let early = ctl.line(Duration::from_millis(700));
-        (ctl, early)
-    })
-    .await
-    .expect("join");
-    let (mut ctl, early) = waited;
+    let mut ctl = etcdctl(&endpoint, &["lock", "shared"]);
+    let early = ctl.line_within_async(Duration::from_millis(700)).await;
     assert_eq!(early, None, "etcdctl must wait while lockkeeper holds");
     guard.release().await.expect("release");
-    let key = ctl.line(Duration::from_secs(10)).expect("etcdctl granted");
+    let key = ctl.next_line_async(Duration::from_secs(10)).await;
     assert!(key.starts_with("shared/"), "{key}");
     // Held by etcdctl: lockkeeper's try_lock is refused; its lock() waits for the SIGINT.
     let mutex = a.mutex("shared").expect("mutex");
@@ -113,7 +64,7 @@ async fn etcdctl_lock_and_lockkeeper_exclude_each_other() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished());
-    tokio::task::spawn_blocking(move || ctl.interrupt())
+    tokio::task::spawn_blocking(move || interrupt(&mut ctl))
         .await
         .expect("join");
     let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
@@ -136,8 +87,8 @@ async fn etcdctl_lock_and_lockkeeper_exclude_each_other() {
         tokio::task::spawn_blocking(move || {
             let mut rounds = 0;
             for _ in 0..6 {
-                let mut ctl = Etcdctl::spawn(&endpoint, &["lock", "shared"]);
-                let key = ctl.line(Duration::from_secs(30)).expect("etcdctl granted");
+                let mut ctl = etcdctl(&endpoint, &["lock", "shared"]);
+                let key = ctl.next_line(Duration::from_secs(30));
                 assert!(key.starts_with("shared/"));
                 enter(&inside, &overlaps);
                 std::thread::sleep(Duration::from_millis(30));
@@ -146,7 +97,7 @@ async fn etcdctl_lock_and_lockkeeper_exclude_each_other() {
                 // etcdctl's hold, as [lock() returned, release()] within lockkeeper's: an
                 // overlap of those is an overlap of the holds.
                 inside.fetch_sub(1, Ordering::SeqCst);
-                ctl.interrupt();
+                interrupt(&mut ctl);
                 rounds += 1;
             }
             rounds
@@ -186,57 +137,30 @@ async fn etcdctl_elect_and_lockkeeper_agree_on_the_leader() {
     let leadership = election.campaign("lockkeeper-a").await.expect("campaign");
 
     // etcdctl's observer names lockkeeper's leader, and follows a proclamation.
-    let listen = Etcdctl::spawn(&endpoint, &["elect", "--listen", "leader"]);
-    let (listen, seen) = tokio::task::spawn_blocking(move || {
-        let seen = (
-            listen.line(Duration::from_secs(10)),
-            listen.line(Duration::from_secs(10)),
-        );
-        (listen, seen)
-    })
-    .await
-    .expect("join");
-    assert_eq!(seen.0.as_deref(), Some(leadership.key().as_str()));
-    assert_eq!(seen.1.as_deref(), Some("lockkeeper-a"));
+    let mut listen = etcdctl(&endpoint, &["elect", "--listen", "leader"]);
+    let line = Duration::from_secs(10);
+    assert_eq!(listen.next_line_async(line).await, leadership.key());
+    assert_eq!(listen.next_line_async(line).await, "lockkeeper-a");
     leadership
         .proclaim("lockkeeper-a2")
         .await
         .expect("proclaim");
-    let (listen, seen) = tokio::task::spawn_blocking(move || {
-        let seen = (
-            listen.line(Duration::from_secs(10)),
-            listen.line(Duration::from_secs(10)),
-        );
-        (listen, seen)
-    })
-    .await
-    .expect("join");
-    assert_eq!(seen.1.as_deref(), Some("lockkeeper-a2"), "{seen:?}");
+    listen.next_line_async(line).await; // the key again
+    assert_eq!(listen.next_line_async(line).await, "lockkeeper-a2");
 
     // An etcdctl candidate waits behind lockkeeper's leader and wins when it resigns.
-    let candidate = Etcdctl::spawn(&endpoint, &["elect", "leader", "etcdctl-b"]);
-    let (candidate, early) = tokio::task::spawn_blocking(move || {
-        let early = candidate.line(Duration::from_millis(700));
-        (candidate, early)
-    })
-    .await
-    .expect("join");
+    let mut candidate = etcdctl(&endpoint, &["elect", "leader", "etcdctl-b"]);
+    let early = candidate
+        .line_within_async(Duration::from_millis(700))
+        .await;
     assert_eq!(
         early, None,
         "etcdctl must not be elected while lockkeeper leads"
     );
     let token_a = leadership.fencing_token();
     leadership.resign().await.expect("resign");
-    let (mut candidate, elected) = tokio::task::spawn_blocking(move || {
-        let elected = (
-            candidate.line(Duration::from_secs(10)),
-            candidate.line(Duration::from_secs(10)),
-        );
-        (candidate, elected)
-    })
-    .await
-    .expect("join");
-    assert_eq!(elected.1.as_deref(), Some("etcdctl-b"), "{elected:?}");
+    let elected_key = candidate.next_line_async(line).await;
+    assert_eq!(candidate.next_line_async(line).await, "etcdctl-b");
 
     // lockkeeper's leader() and observer name etcdctl's leader.
     let leader = election
@@ -245,7 +169,7 @@ async fn etcdctl_elect_and_lockkeeper_agree_on_the_leader() {
         .expect("leader")
         .expect("someone leads");
     assert_eq!(leader.value, b"etcdctl-b");
-    assert_eq!(Some(leader.key.clone()), elected.0);
+    assert_eq!(leader.key, elected_key);
     assert!(leader.token > token_a);
     let mut observer = election.observe();
     let observed = observer.next().await.expect("observe");
@@ -258,7 +182,7 @@ async fn etcdctl_elect_and_lockkeeper_agree_on_the_leader() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!campaign.is_finished());
-    tokio::task::spawn_blocking(move || candidate.interrupt())
+    tokio::task::spawn_blocking(move || interrupt(&mut candidate))
         .await
         .expect("join");
     let won = tokio::time::timeout(Duration::from_secs(10), campaign)
@@ -271,19 +195,14 @@ async fn etcdctl_elect_and_lockkeeper_agree_on_the_leader() {
         .expect("observe");
     assert_eq!(next.value, b"lockkeeper-b");
     assert_eq!(next.key, won.key());
-    let (_listen, last) = tokio::task::spawn_blocking(move || {
-        let mut last = None;
-        while let Some(line) = listen.line(Duration::from_secs(5)) {
-            let done = line == "lockkeeper-b";
-            last = Some(line);
-            if done {
-                break;
-            }
+    let mut last = None;
+    while let Some(line) = listen.line_within_async(Duration::from_secs(5)).await {
+        let done = line == "lockkeeper-b";
+        last = Some(line);
+        if done {
+            break;
         }
-        (listen, last)
-    })
-    .await
-    .expect("join");
+    }
     assert_eq!(
         last.as_deref(),
         Some("lockkeeper-b"),

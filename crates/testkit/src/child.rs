@@ -9,7 +9,8 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
 
 /// Kills the server if the test process dies without dropping its handle (a test killed by a
 /// timeout, say), so that no ZooKeeper outlives its test run. A watcher polls every second that
@@ -68,6 +69,30 @@ pub fn die_with_parent(command: &mut Command) {
 /// Does nothing off Linux (there is no parent-death signal); drop handlers still kill.
 #[cfg(not(target_os = "linux"))]
 pub fn die_with_parent(_command: &mut Command) {}
+
+/// Sends the signal named `signal` (`STOP`, `INT`, ...) to the process `pid` only, with
+/// kill(1); panics if it cannot.
+pub(crate) fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Waits at most `limit` for `child` to exit, polling; its status, `None` if it still runs.
+pub(crate) fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait child") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
 
 pub(crate) fn kill_and_reap(child: &mut Child) {
     // `Child::kill` signals exactly this PID; an already-exited child is not an error here.

@@ -70,6 +70,27 @@ impl LinePeer {
             .unwrap_or_else(|e| panic!("write {line:?} to {}: {e}", self.label));
     }
 
+    /// Sends the signal named `signal` (`INT`, `TERM`, `STOP`, ...) to the peer only.
+    pub fn signal(&self, signal: &str) {
+        crate::child::send_signal(self.pid(), signal);
+    }
+
+    /// Waits at most `limit` for the peer to end (blocking this thread); its status.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        crate::child::wait_bounded(&mut self.child, limit)
+            .unwrap_or_else(|| panic!("{}: still running after {limit:?}", self.label))
+    }
+
+    /// The next line if the peer prints one within `limit`, `None` if it stays quiet that long
+    /// (blocking this thread). Panics if the peer has ended.
+    pub fn line_within(&mut self, limit: Duration) -> Option<String> {
+        match self.lines.recv_timeout(limit) {
+            Ok(line) => Some(line),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => panic!("{}: ended", self.label),
+        }
+    }
+
     /// The next line the peer prints, waiting at most `limit` (blocking this thread).
     pub fn next_line(&mut self, limit: Duration) -> String {
         match self.lines.recv_timeout(limit) {
@@ -93,18 +114,23 @@ impl LinePeer {
     /// [`LinePeer::next_line`] for async tests: polls instead of blocking, so the runtime's
     /// other tasks (a session's heartbeats, say) run meanwhile.
     pub async fn next_line_async(&mut self, limit: Duration) -> String {
+        self.line_within_async(limit)
+            .await
+            .unwrap_or_else(|| panic!("{}: no line within {limit:?}", self.label))
+    }
+
+    /// [`LinePeer::line_within`] for async tests (polls, as [`LinePeer::next_line_async`]).
+    pub async fn line_within_async(&mut self, limit: Duration) -> Option<String> {
         let deadline = Instant::now() + limit;
         loop {
             match self.lines.try_recv() {
-                Ok(line) => return line,
+                Ok(line) => return Some(line),
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => panic!("{}: ended", self.label),
             }
-            assert!(
-                Instant::now() < deadline,
-                "{}: no line within {limit:?}",
-                self.label
-            );
+            if Instant::now() >= deadline {
+                return None;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -42,13 +42,9 @@ impl ChildProcess {
         self.child.id()
     }
 
-    /// Sends `signal` (e.g. `SIGSTOP`) to this child only.
+    /// Sends `signal` (e.g. `STOP`) to this child only.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.pid().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {}", self.pid());
+        crate::child::send_signal(self.pid(), signal);
     }
 
     /// Kills the child at once (SIGKILL) and reaps it.
@@ -59,16 +55,12 @@ impl ChildProcess {
 
     /// Waits (bounded) for the child to exit; its success.
     pub fn wait_success(&mut self, limit: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait child") {
-                return status.success();
-            }
-            if std::time::Instant::now() > deadline {
+        match crate::child::wait_bounded(&mut self.child, limit) {
+            Some(status) => status.success(),
+            None => {
                 self.kill();
                 panic!("child {} did not exit within {limit:?}", self.pid());
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 }
