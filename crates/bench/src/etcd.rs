@@ -29,7 +29,7 @@ use hdrhistogram::Histogram;
 use lockkeeper_testkit::Etcd;
 
 use crate::BoxError;
-use crate::locks::{ACQUIRE_LIMIT, Contended, contend};
+use crate::locks::{ACQUIRE_LIMIT, Contended, contend, open_all};
 use crate::stats::{self, Json, rate};
 use report::Report;
 use v3lock::V3Lock;
@@ -304,24 +304,12 @@ async fn open_many(
     name: &str,
     n: usize,
 ) -> Result<Vec<Client>, BoxError> {
-    let opened =
-        futures::future::join_all((0..n).map(|_| Client::open(settings, endpoint, side, name)))
-            .await;
-    let mut clients = Vec::with_capacity(n);
-    let mut failure = None;
-    for result in opened {
-        match result {
-            Ok(client) => clients.push(client),
-            Err(e) => failure = failure.or(Some(e)),
-        }
-    }
-    match failure {
-        None => Ok(clients),
-        Some(e) => {
-            close_all(clients).await;
-            Err(e)
-        }
-    }
+    open_all(
+        n,
+        || Client::open(settings, endpoint, side, name),
+        close_all,
+    )
+    .await
 }
 
 async fn close_all(clients: Vec<Client>) {

@@ -5,6 +5,7 @@
 //! [`ACQUIRE_LIMIT`], so a lock that is never granted fails the run instead of stalling it.
 //! Sessions are opened before the clock starts and closed after it stops.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -176,19 +177,33 @@ pub async fn open(connect: &str, limit: Duration) -> Result<Session, BoxError> {
 
 /// Opens `n` sessions (see [`open`]); on any failure closes those that opened.
 pub async fn open_many(connect: &str, n: usize, limit: Duration) -> Result<Vec<Session>, BoxError> {
-    let opened = futures::future::join_all((0..n).map(|_| open(connect, limit))).await;
-    let mut sessions = Vec::with_capacity(n);
+    open_all(n, || open(connect, limit), close_all).await
+}
+
+/// Opens `n` clients at once with `open`; on any failure closes those that opened with
+/// `close` and returns the first error. For every backend's contenders.
+pub async fn open_all<T, Opened, Closed>(
+    n: usize,
+    open: impl Fn() -> Opened,
+    close: impl FnOnce(Vec<T>) -> Closed,
+) -> Result<Vec<T>, BoxError>
+where
+    Opened: Future<Output = Result<T, BoxError>>,
+    Closed: Future<Output = ()>,
+{
+    let opened = futures::future::join_all((0..n).map(|_| open())).await;
+    let mut clients = Vec::with_capacity(n);
     let mut first_error = None;
     for result in opened {
         match result {
-            Ok(s) => sessions.push(s),
+            Ok(client) => clients.push(client),
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
     match first_error {
-        None => Ok(sessions),
+        None => Ok(clients),
         Some(e) => {
-            close_all(sessions).await;
+            close(clients).await;
             Err(e)
         }
     }
