@@ -26,7 +26,7 @@ use crate::etcd::wait::{Earlier, Waited, wait_for_earlier};
 use crate::wait::Deadline;
 
 /// How often a stale key of ours is cleared before the acquisition gives up.
-const ENTER_ATTEMPTS: u32 = 4;
+const STALE_CLEARINGS: u32 = 16;
 
 /// What one acquisition puts and waits on.
 #[derive(Clone, Debug)]
@@ -147,14 +147,26 @@ async fn enter(
     // Spawned so that a caller going away cannot leave a key behind (see the module docs).
     let task = tokio::spawn(async move {
         let mut permit = permit;
-        let mut failures = 0;
+        // Transient errors (a leader change) are retried for as long as the session lives, as
+        // while waiting; only a key that keeps coming back is given up on.
+        let mut stale = 0;
         loop {
+            if !session.is_alive() {
+                return Err(Error::SessionLost);
+            }
             match try_enter(&session, &place).await {
                 Ok(Entered::Put { rev, at_once }) => {
                     let held = Held::new(session.clone(), place.key.clone(), rev, permit.take());
                     return Ok((held, at_once));
                 }
+                Ok(Entered::Stale(_)) if stale >= STALE_CLEARINGS => {
+                    return Err(Error::Etcd(etcd_client::Error::Internal(format!(
+                        "could not create the key {:?}: it kept existing",
+                        String::from_utf8_lossy(&place.key)
+                    ))));
+                }
                 Ok(Entered::Stale(rev)) => {
+                    stale += 1;
                     crate::etcd::guard::delete(&session, &place.key, rev, None)
                         .await
                         .or_else(|err| match err {
@@ -162,20 +174,8 @@ async fn enter(
                             other => Err(other),
                         })?;
                 }
-                Err(err) if is_transient(&err) && session.is_alive() => {
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                }
+                Err(err) if is_transient(&err) => tokio::time::sleep(RETRY_PAUSE).await,
                 Err(err) => return Err(Error::Etcd(err)),
-            }
-            failures += 1;
-            if failures >= ENTER_ATTEMPTS && !session.is_alive() {
-                return Err(Error::SessionLost);
-            }
-            if failures >= ENTER_ATTEMPTS * 4 {
-                return Err(Error::Etcd(etcd_client::Error::Internal(format!(
-                    "could not create the key {:?}: it kept existing",
-                    String::from_utf8_lossy(&place.key)
-                ))));
             }
         }
     });
