@@ -32,8 +32,9 @@ async fn unreachable_endpoints_fail_in_bounded_time_naming_the_address() {
         .connect()
         .await
         .expect_err("nothing listens");
+    // The diagnosis included: within the timeout, with a little slack for scheduling.
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < Duration::from_millis(2300),
         "took {:?}",
         started.elapsed()
     );
@@ -57,7 +58,7 @@ async fn unreachable_endpoints_fail_in_bounded_time_naming_the_address() {
         .await
         .expect_err("nobody answers");
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < Duration::from_millis(1300),
         "took {:?}",
         started.elapsed()
     );

@@ -124,11 +124,13 @@ impl SessionBuilder {
         }
         let limit = self.connect_timeout;
         let deadline = Instant::now() + limit;
+        // A failure is diagnosed within the timeout too: the attempt leaves the probes a share.
+        let attempt_deadline = deadline - (limit / 5).min(Duration::from_secs(1));
         let urls: Vec<String> = addresses.iter().map(|a| format!("http://{a}")).collect();
         let options = ConnectOptions::new()
             .with_connect_timeout(limit)
             .with_timeout(limit);
-        let granted = tokio::time::timeout_at(deadline, async {
+        let granted = tokio::time::timeout_at(attempt_deadline, async {
             let client = Client::connect(&urls, Some(options)).await?;
             let sent = Instant::now();
             let grant = client.lease_client().grant(ttl_secs, None).await?;
@@ -137,8 +139,8 @@ impl SessionBuilder {
         .await;
         let (client, sent, grant) = match granted {
             Ok(Ok(granted)) => granted,
-            Ok(Err(err)) => return Err(diagnose(&addresses, limit, Some(err)).await),
-            Err(_) => return Err(diagnose(&addresses, limit, None).await),
+            Ok(Err(err)) => return Err(diagnose(&addresses, deadline, limit, Some(err)).await),
+            Err(_) => return Err(diagnose(&addresses, deadline, limit, None).await),
         };
         let granted_ttl = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
         if granted_ttl.is_zero() {
@@ -408,13 +410,17 @@ fn whole_seconds(ttl: Duration) -> Result<i64> {
         .map_err(|_| Error::InvalidArgument(format!("ttl of an etcd session is too long: {ttl:?}")))
 }
 
-/// Why no member granted the lease: each address dialled to tell a dead port from a live one
-/// that would not answer in time.
-async fn diagnose(addresses: &[String], limit: Duration, err: Option<etcd_client::Error>) -> Error {
-    let probe_deadline = Instant::now() + limit.min(Duration::from_secs(1));
+/// Why no member granted the lease: each address dialled, by `deadline` (the connect
+/// timeout's end), to tell a dead port from a live one that would not answer in time.
+async fn diagnose(
+    addresses: &[String],
+    deadline: Instant,
+    limit: Duration,
+    err: Option<etcd_client::Error>,
+) -> Error {
     let mut causes = Vec::new();
     for address in addresses {
-        let cause = match dial(address, probe_deadline, limit).await {
+        let cause = match dial(address, deadline, limit).await {
             Err(cause) => cause,
             Ok(_) => match &err {
                 Some(etcd_client::Error::GRpcStatus(status)) => {
