@@ -45,8 +45,28 @@ pub struct Leader {
     pub value: Vec<u8>,
     /// The key's create revision: the leadership's fencing token.
     pub token: FencingToken,
-    /// The key's last modification (a proclamation changes it).
+    /// The key's last modification (a proclamation changes it): with the key, what tells one
+    /// leadership-and-value from the next.
     mod_revision: i64,
+}
+
+impl Leader {
+    fn from_kv(kv: &etcd_client::KeyValue) -> Leader {
+        Leader {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+            token: token(kv.create_revision()),
+            mod_revision: kv.mod_revision(),
+        }
+    }
+}
+
+/// The read of an election's leader: the key under the prefix with the lowest create revision.
+fn first_by_creation() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
 }
 
 impl Session {
@@ -107,21 +127,12 @@ impl Election {
 
     /// The current leader, `None` when nobody campaigns.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
         let found = self
             .session
             .client()
-            .get(format!("{}/", self.name), Some(options))
+            .get(format!("{}/", self.name), Some(first_by_creation()))
             .await?;
-        Ok(found.kvs().first().map(|kv| Leader {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            value: kv.value().to_vec(),
-            token: token(kv.create_revision()),
-            mod_revision: kv.mod_revision(),
-        }))
+        Ok(found.kvs().first().map(Leader::from_kv))
     }
 
     /// A stream of leaders: [`Observer::next`] answers the current leader at once, then each
@@ -138,7 +149,8 @@ impl Election {
 #[derive(Debug)]
 pub struct Observer {
     election: Election,
-    last: Option<(String, i64)>,
+    /// The leader last answered.
+    last: Option<Leader>,
 }
 
 impl Observer {
@@ -161,25 +173,14 @@ impl Observer {
     /// A new leader if there is one, else a watch until anything under the prefix changes.
     async fn look(&mut self) -> Result<Option<Leader>> {
         let prefix = format!("{}/", self.election.name);
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
         let mut client = self.election.session.client();
-        let found = client.get(prefix.clone(), Some(options)).await?;
-        if let Some(kv) = found.kvs().first() {
-            let seen = (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                kv.mod_revision(),
-            );
-            if self.last.as_ref() != Some(&seen) {
-                self.last = Some(seen.clone());
-                return Ok(Some(Leader {
-                    key: seen.0,
-                    value: kv.value().to_vec(),
-                    token: token(kv.create_revision()),
-                    mod_revision: seen.1,
-                }));
+        let found = client
+            .get(prefix.clone(), Some(first_by_creation()))
+            .await?;
+        if let Some(leader) = found.kvs().first().map(Leader::from_kv) {
+            if self.last.as_ref() != Some(&leader) {
+                self.last = Some(leader.clone());
+                return Ok(Some(leader));
             }
         }
         let revision = found.header().map_or(0, |h| h.revision()) + 1;
