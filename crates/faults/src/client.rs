@@ -264,22 +264,6 @@ impl Locker {
     }
 
     async fn acquire(&mut self) -> lockkeeper::Result<Option<Held>> {
-        if let Locker::Etcd {
-            session,
-            lock,
-            endpoints,
-            kind,
-            name,
-            id,
-        } = self
-        {
-            if !session.is_alive() {
-                let fresh = etcd_session(endpoints).await?;
-                *lock = EtcdLock::new(&fresh, *kind, name)?;
-                *session = fresh;
-            }
-            return lock.acquire(id).await;
-        }
         Ok(match self {
             Locker::Mutex(m) => m.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
             Locker::RwWrite(rw) => rw.write_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
@@ -288,7 +272,22 @@ impl Locker {
             Locker::Lease(l) => l.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Lease),
             Locker::Reentrant(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Reentrant),
             Locker::Redlock(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Redlock),
-            Locker::Etcd { .. } => unreachable!("acquired above"),
+            Locker::Etcd {
+                session,
+                lock,
+                endpoints,
+                kind,
+                name,
+                id,
+            } => {
+                // A lease that ran out (a paused or cut-off holder) takes a new session.
+                if !session.is_alive() {
+                    let fresh = etcd_session(endpoints).await?;
+                    *lock = EtcdLock::new(&fresh, *kind, name)?;
+                    *session = fresh;
+                }
+                return lock.acquire(id).await;
+            }
         })
     }
 }
