@@ -32,6 +32,8 @@ use lockkeeper_server::trace::Stage;
 use tokio::sync::Barrier;
 use zookeeper_client::{Acls, Client, CreateMode};
 
+mod wire;
+
 use super::locks::{close_all, open_many};
 use super::process::{ChildServer, Launcher, ServerKind};
 use super::startup::first_session;
@@ -97,7 +99,15 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         settings.launcher.describe(ServerKind::Keeper),
         fmt_duration(ready)
     );
-    let data_dir = server.data_dir().to_path_buf();
+    let json = measure(server.addr(), server.data_dir(), settings).await;
+    drop(server);
+    json
+}
+
+/// Every figure of the mode, on a Keeper (syncing every write) at `addr` whose data dir is
+/// `data_dir`.
+async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Result<Json, BoxError> {
+    let data_dir = data_dir.to_path_buf();
     let sync_p50 = tokio::task::spawn_blocking(move || fdatasync_p50(&data_dir))
         .await
         .map_err(|e| format!("fdatasync measurement: {e}"))??;
@@ -105,25 +115,29 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         "fdatasync of a 4 KiB overwrite in Keeper's data dir: p50 {} ({SYNC_SAMPLES} samples at most)",
         fmt_us(sync_p50)
     );
-    let addr = server.addr();
-    let pairs = pairs_run(addr, settings).await?;
-    println!(
-        "{}",
-        target_line(
-            Duration::from_micros(pairs.per_pair.value_at_quantile(0.5)),
-            sync_p50
-        )
-    );
+    let library = library_pairs(addr, settings).await?;
+    let mut wire = tokio::task::spawn_blocking(move || wire::warmed_up(addr, OP_LIMIT))
+        .await
+        .map_err(|e| format!("library-free client: {e}"))??;
+    let before = totals(addr).await?;
+    let (pairs, limit) = (settings.pairs, settings.limit);
+    let times = tokio::task::spawn_blocking(move || wire.pairs(pairs, limit))
+        .await
+        .map_err(|e| format!("library-free client: {e}"))??;
+    let bare = Pairs::of(times, delta(&before, &totals(addr).await?));
+    print_pairs(&library, &bare);
+    println!("{}", target_line(library.p50(), bare.p50(), sync_p50));
     println!();
     let handoff = handoff_run(addr, settings).await?;
-    drop(server);
     Ok(Json::obj(vec![
         (
             "command",
             Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
         ),
         ("fdatasync_p50_us", Json::num(micros(sync_p50))),
-        ("durable_pairs", pairs.json(sync_p50)),
+        ("target_us", Json::num(micros(target(sync_p50)))),
+        ("durable_pairs", library.json()),
+        ("durable_pairs_no_library", bare.json()),
         ("contended_handoff", handoff),
     ]))
 }
@@ -164,28 +178,84 @@ fn fdatasync_p50(dir: &Path) -> Result<Duration, BoxError> {
         .ok_or_else(|| "no fdatasync sample".into())
 }
 
-/// The synchronous client's figures.
-struct Pairs {
+/// A synchronous client's times: each pair, and each op of it.
+pub struct PairTimes {
     pairs: u64,
     per_pair: Histogram<u64>,
     per_op: Histogram<u64>,
-    /// Mean client-observed time per op.
-    op_mean: Duration,
-    /// Stage deltas over the run.
+    op_total: Duration,
+}
+
+impl PairTimes {
+    pub fn new() -> PairTimes {
+        PairTimes {
+            pairs: 0,
+            per_pair: new_histogram(),
+            per_op: new_histogram(),
+            op_total: Duration::ZERO,
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.pairs
+    }
+
+    /// One pair: the create sent at `t0` and answered at `t1`, the delete answered at `t2`.
+    pub fn record(&mut self, t0: Instant, t1: Instant, t2: Instant) {
+        record(&mut self.per_op, t1 - t0);
+        record(&mut self.per_op, t2 - t1);
+        record(&mut self.per_pair, t2 - t0);
+        self.op_total += t2 - t0;
+        self.pairs += 1;
+    }
+}
+
+/// A synchronous client's figures: its times and Keeper's stage deltas over its run.
+struct Pairs {
+    times: PairTimes,
     stages: Totals,
 }
 
 impl Pairs {
-    fn json(&self, sync_p50: Duration) -> Json {
+    fn of(times: PairTimes, stages: Totals) -> Pairs {
+        Pairs { times, stages }
+    }
+
+    fn p50(&self) -> Duration {
+        Duration::from_micros(self.times.per_pair.value_at_quantile(0.5))
+    }
+
+    /// Mean client-observed time per op, in µs.
+    fn op_mean_us(&self) -> f64 {
+        micros(self.times.op_total) / (2 * self.times.pairs.max(1)) as f64
+    }
+
+    fn syncs_per_op(&self) -> f64 {
+        let syncs = self.stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
+        syncs / (2 * self.times.pairs.max(1)) as f64
+    }
+
+    /// What the client, its library and the loopback took of a mean op: what Keeper's stages
+    /// do not account for.
+    fn outside_us(&self) -> f64 {
+        self.op_mean_us()
+            - pipeline()
+                .map(|stage| mean_of(&self.stages, stage))
+                .sum::<f64>()
+    }
+
+    fn json(&self) -> Json {
         let q = |h: &Histogram<u64>, q: f64| Json::num(h.value_at_quantile(q) as f64);
+        let t = &self.times;
         Json::obj(vec![
-            ("pairs", Json::num(self.pairs as f64)),
-            ("pair_p50_us", q(&self.per_pair, 0.5)),
-            ("pair_p99_us", q(&self.per_pair, 0.99)),
-            ("op_p50_us", q(&self.per_op, 0.5)),
-            ("op_p99_us", q(&self.per_op, 0.99)),
-            ("op_mean_us", Json::num(micros(self.op_mean))),
-            ("target_us", Json::num(micros(target(sync_p50)))),
+            ("pairs", Json::num(t.pairs as f64)),
+            ("pair_p50_us", q(&t.per_pair, 0.5)),
+            ("pair_p99_us", q(&t.per_pair, 0.99)),
+            ("op_p50_us", q(&t.per_op, 0.5)),
+            ("op_p99_us", q(&t.per_op, 0.99)),
+            ("op_mean_us", Json::num(self.op_mean_us())),
+            ("log_syncs_per_op", Json::num(self.syncs_per_op())),
+            ("client_and_loopback_us", Json::num(self.outside_us())),
             ("stages_mean_us_per_reply", stage_json(&self.stages, None)),
         ])
     }
@@ -195,8 +265,9 @@ fn target(sync_p50: Duration) -> Duration {
     2 * sync_p50 + TARGET_SLACK
 }
 
-/// One synchronous client: create+delete pairs, each op awaited before the next.
-async fn pairs_run(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
+/// One synchronous client on `zookeeper-client` (the library lockkeeper's recipes use):
+/// create+delete pairs, each op awaited before the next.
+async fn library_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
     let connect = addr.to_string();
     let zk = within("connect", Client::connect(&connect)).await??;
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
@@ -206,70 +277,59 @@ async fn pairs_run(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxEr
         zk.delete("/trace-warm", None).await?;
     }
     let before = totals(addr).await?;
-    let mut per_pair = new_histogram();
-    let mut per_op = new_histogram();
-    let mut op_total = Duration::ZERO;
+    let mut times = PairTimes::new();
     let started = Instant::now();
-    let mut pairs = 0u64;
-    while pairs < u64::from(settings.pairs) && started.elapsed() < settings.limit {
+    while times.count() < u64::from(settings.pairs) && started.elapsed() < settings.limit {
         let t0 = Instant::now();
         within("create", zk.create("/trace-pair", b"x", &persistent)).await??;
         let t1 = Instant::now();
         within("delete", zk.delete("/trace-pair", None)).await??;
-        let t2 = Instant::now();
-        record(&mut per_op, t1 - t0);
-        record(&mut per_op, t2 - t1);
-        record(&mut per_pair, t2 - t0);
-        op_total += t2 - t0;
-        pairs += 1;
+        times.record(t0, t1, Instant::now());
     }
-    let after = totals(addr).await?;
-    let result = Pairs {
-        pairs,
-        op_mean: op_total / (2 * pairs.max(1)) as u32,
-        per_pair,
-        per_op,
-        stages: delta(&before, &after),
-    };
-    print_pairs(&result);
-    Ok(result)
+    Ok(Pairs::of(times, delta(&before, &totals(addr).await?)))
 }
 
-fn print_pairs(p: &Pairs) {
-    let q = |h: &Histogram<u64>, q: f64| fmt_us(Duration::from_micros(h.value_at_quantile(q)));
-    println!(
-        "(a) one synchronous client, {} durable create+delete pairs: per pair p50 {} p99 {}; \
-         per op p50 {} p99 {} mean {}",
-        p.pairs,
-        q(&p.per_pair, 0.5),
-        q(&p.per_pair, 0.99),
-        q(&p.per_op, 0.5),
-        q(&p.per_op, 0.99),
-        fmt_us(p.op_mean),
-    );
-    let op_us = micros(p.op_mean);
-    let syncs = p.stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
-    println!(
-        "log syncs per op: {:.2}",
-        syncs / (2 * p.pairs.max(1)) as f64
-    );
-    println!("{:<18} {:>9} {:>7}", "stage", "mean µs", "share");
-    let mut inside = 0.0;
-    for stage in pipeline() {
-        let mean = mean_of(&p.stages, stage);
-        inside += mean;
+/// Both synchronous clients' figures, and Keeper's stages of each, side by side.
+fn print_pairs(library: &Pairs, bare: &Pairs) {
+    for (name, p) in [
+        ("(a) zookeeper-client", library),
+        ("(a') no client library", bare),
+    ] {
+        let q = |h: &Histogram<u64>, q: f64| fmt_us(Duration::from_micros(h.value_at_quantile(q)));
+        let t = &p.times;
         println!(
-            "{stage:<18} {mean:>9.1} {:>6.1}%",
-            100.0 * mean / op_us.max(f64::MIN_POSITIVE)
+            "{name}, one synchronous client, {} durable create+delete pairs: per pair p50 {} \
+             p99 {}; per op p50 {} p99 {} mean {}; log syncs per op {:.2}",
+            t.pairs,
+            q(&t.per_pair, 0.5),
+            q(&t.per_pair, 0.99),
+            q(&t.per_op, 0.5),
+            q(&t.per_op, 0.99),
+            fmt_us(t.op_total / (2 * t.pairs.max(1)) as u32),
+            p.syncs_per_op(),
         );
     }
-    let rest = op_us - inside;
     println!(
-        "{:<18} {rest:>9.1} {:>6.1}%",
-        "client + loopback",
-        100.0 * rest / op_us.max(f64::MIN_POSITIVE)
+        "{:<18} {:>18} {:>7} {:>18} {:>7}",
+        "mean µs per op", "(a) zookeeper-client", "share", "(a') no library", "share"
     );
-    println!("{:<18} {op_us:>9.1} {:>6.1}%", "client-observed", 100.0);
+    let row = |name: &str, a: f64, b: f64| {
+        let share = |v: f64, p: &Pairs| 100.0 * v / p.op_mean_us().max(f64::MIN_POSITIVE);
+        println!(
+            "{name:<18} {a:>18.1} {:>6.1}% {b:>18.1} {:>6.1}%",
+            share(a, library),
+            share(b, bare)
+        );
+    };
+    for stage in pipeline() {
+        row(
+            stage,
+            mean_of(&library.stages, stage),
+            mean_of(&bare.stages, stage),
+        );
+    }
+    row("client + loopback", library.outside_us(), bare.outside_us());
+    row("client-observed", library.op_mean_us(), bare.op_mean_us());
 }
 
 /// Several sessions looping lock -> release on one Mutex; stage time per handoff.
@@ -493,11 +553,14 @@ fn fmt_us(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-/// The target line: the pair's p50 beside two fdatasyncs + 0.15 ms.
-pub fn target_line(pair_p50: Duration, sync_p50: Duration) -> String {
+/// The target line: the pair's p50 through the library and with none, beside two fdatasyncs
+/// + 0.15 ms.
+pub fn target_line(library_p50: Duration, bare_p50: Duration, sync_p50: Duration) -> String {
     format!(
-        "durable create+delete p50: {}; 2 x fdatasync + 0.15 ms = {}",
-        fmt_us(pair_p50),
+        "durable create+delete p50: {} through zookeeper-client, {} with no client library; \
+         2 x fdatasync + 0.15 ms = {}",
+        fmt_us(library_p50),
+        fmt_us(bare_p50),
         fmt_us(target(sync_p50))
     )
 }
@@ -534,9 +597,64 @@ mod tests {
         assert_eq!(mean_of(&d, "write"), 20.0);
         assert_eq!(mean_of(&d, "reaction"), 0.0, "no division by zero");
         assert_eq!(
-            target_line(Duration::from_micros(480), Duration::from_micros(100)),
-            "durable create+delete p50: 0.480 ms; 2 x fdatasync + 0.15 ms = 0.350 ms"
+            target_line(
+                Duration::from_micros(480),
+                Duration::from_micros(400),
+                Duration::from_micros(100)
+            ),
+            "durable create+delete p50: 0.480 ms through zookeeper-client, 0.400 ms with no \
+             client library; 2 x fdatasync + 0.15 ms = 0.350 ms"
         );
+    }
+
+    /// The whole mode in a tiny configuration, on an in-process Keeper that syncs every write:
+    /// both synchronous clients ran every pair, each synced once per op, Keeper traced their
+    /// writes, and the handoff run took its figures. Speed is not asserted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn measures_both_clients_and_the_handoff_in_a_tiny_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keeper = lockkeeper_testkit::Keeper::start_with(lockkeeper_server::config::Config {
+            sync: lockkeeper_server::config::SyncMode::Always,
+            ..lockkeeper_testkit::Keeper::test_config(dir.path())
+        });
+        let settings = Settings {
+            launcher: super::super::tests::launcher(),
+            pairs: 20,
+            clients: 3,
+            limit: Duration::from_secs(30),
+            connect_limit: Duration::from_secs(30),
+        };
+        use lockkeeper_testkit::TestServer;
+        let json = measure(keeper.addr(), keeper.data_dir(), &settings)
+            .await
+            .expect("measured");
+        let (field, number) = (super::super::tests::field, super::super::tests::number);
+        assert!(number(&json, "fdatasync_p50_us") > 0.0, "{}", json.render());
+        for key in ["durable_pairs", "durable_pairs_no_library"] {
+            let pairs = field(&json, key);
+            assert_eq!(number(pairs, "pairs"), 20.0, "{key}: {}", pairs.render());
+            assert!(
+                number(pairs, "pair_p50_us") > 0.0,
+                "{key}: {}",
+                pairs.render()
+            );
+            // Twenty creates and twenty deletes, each synced before its reply: a sync per op
+            // (groups of one, as nothing else writes), whichever client sent them.
+            assert!(
+                (number(pairs, "log_syncs_per_op") - 1.0).abs() < 0.05,
+                "{key}: {}",
+                pairs.render()
+            );
+            let stages = field(pairs, "stages_mean_us_per_reply");
+            assert!(
+                number(stages, "fdatasync") > 0.0,
+                "{key}: {}",
+                pairs.render()
+            );
+        }
+        let handoff = field(&json, "contended_handoff");
+        assert_eq!(number(handoff, "handoffs"), 21.0, "{}", handoff.render());
+        assert!(number(handoff, "handoffs_per_sec") > 0.0);
     }
 
     #[test]
