@@ -42,7 +42,7 @@ pub struct EtcdArgs {
     /// Lock/Unlock RPCs through etcd-client, one lease per client), on one etcd member started
     /// on a free loopback port unless --etcd-endpoint is given: uncontended cycles/s and
     /// handoffs/s with --etcd-clients contending, best of --etcd-trials; prints the ratios.
-    #[arg(long, conflicts_with_all = ["compare", "recovery", "snapshot_latency"])]
+    #[arg(long)]
     pub etcd: bool,
 
     /// With --etcd: use this etcd (HOST:PORT) instead of starting one (only keys under

@@ -38,7 +38,7 @@ pub struct LockArgs {
     /// Apache ZooKeeper (both started here): uncontended cycles/s, contended handoffs/s with
     /// wait latency and fairness, and watch notifications per release (Mutex vs SimpleLock).
     /// Each measured run lasts at most --duration.
-    #[arg(long, conflicts_with_all = ["compare", "recovery", "snapshot_latency"])]
+    #[arg(long)]
     pub locks: bool,
 
     /// With --locks: lock+release cycles of the uncontended run (and at most as many warm-up

@@ -81,8 +81,7 @@ pub struct BenchArgs {
     pub compare: bool,
 
     /// With --compare, measure only this server.
-    #[arg(long, value_enum, requires = "compare",
-          conflicts_with_all = ["locks", "recipes", "redis", "recovery", "snapshot_latency"])]
+    #[arg(long, value_enum, requires = "compare")]
     pub only: Option<ServerKind>,
 
     /// The workload flags, shared with `lockkeeper bench --connect`.
@@ -126,7 +125,7 @@ pub struct BenchArgs {
     /// Crash-recovery benchmark: start Keeper (`--sync always`, a snapshot every 3/4 of N txns),
     /// create N znodes, wait for the snapshot, SIGKILL it, restart it on the same data dir, and
     /// report the time to the first session and any znode that did not come back.
-    #[arg(long, value_name = "N", conflicts_with = "compare",
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub recovery: Option<u64>,
 
@@ -138,7 +137,7 @@ pub struct BenchArgs {
     /// Snapshot benchmark: start Keeper with N znodes, run a paced getData/setData mix, and
     /// compare p99 latency while Keeper writes a snapshot with p99 just before (--warmup, then
     /// --duration of baseline; sessions: the largest of --sessions, at most 8).
-    #[arg(long, value_name = "N", conflicts_with = "compare",
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub snapshot_latency: Option<u64>,
 
@@ -172,8 +171,63 @@ pub struct BenchArgs {
     pub trace: trace::TraceArgs,
 }
 
+impl BenchArgs {
+    /// The mode flags given, as typed.
+    fn modes(&self) -> Vec<&'static str> {
+        [
+            ("--compare", self.compare),
+            ("--locks", self.locks.locks),
+            ("--recipes", self.recipes.recipes),
+            ("--redis", self.redis_args.redis),
+            ("--etcd", self.etcd_args.etcd),
+            ("--trace", self.trace.trace),
+            ("--recovery", self.recovery.is_some()),
+            ("--snapshot-latency", self.snapshot_latency.is_some()),
+            (
+                "--election-participant",
+                self.recipes.election_participant.is_some(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
+    /// One mode per run, except that --recovery and --snapshot-latency may share one (a JSON
+    /// document with a section for each). Checked here rather than by clap conflicts: clap
+    /// lets a flag's `requires` go unchecked when what it requires conflicts with a flag given,
+    /// so `--locks --recovery-peer` would parse.
+    fn check_one_mode(&self) -> Result<(), clap::Error> {
+        let modes = self.modes();
+        if modes.len() < 2 || modes == ["--recovery", "--snapshot-latency"] {
+            return Ok(());
+        }
+        Err(<BenchArgs as clap::CommandFactory>::command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "{} cannot be used with {}: one mode per run (only --recovery and \
+                 --snapshot-latency may share one)",
+                modes[0],
+                modes[1..].join(", ")
+            ),
+        ))
+    }
+
+    /// Parses a command line as [`clap::Parser::try_parse_from`] does, then holds it to one
+    /// mode per run.
+    fn try_parse_checked<I, T>(args: I) -> Result<BenchArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args = BenchArgs::try_parse_from(args)?;
+        args.check_one_mode()?;
+        Ok(args)
+    }
+}
+
 fn main() -> ExitCode {
-    let args = BenchArgs::parse();
+    let args = BenchArgs::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -402,7 +456,9 @@ mod tests {
 
     /// `lockkeeper-bench <args>` parsed as the command line would be.
     pub(super) fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
-        BenchArgs::try_parse_from(std::iter::once("lockkeeper-bench").chain(args.iter().copied()))
+        BenchArgs::try_parse_checked(
+            std::iter::once("lockkeeper-bench").chain(args.iter().copied()),
+        )
     }
 
     /// The JSON report's field `key`, number and list (tests of every mode's report use them).
@@ -469,13 +525,62 @@ mod tests {
 
     #[test]
     fn contradictory_or_out_of_range_flags_are_refused() {
-        assert!(
-            parse(&["--redis", "--only", "keeper"]).is_err(),
-            "--only needs --compare"
-        );
+        // A flag of one mode with another mode.
+        for (flags, why) in [
+            (
+                &["--redis", "--only", "keeper"][..],
+                "--only needs --compare",
+            ),
+            (
+                &["--locks", "--recovery-peer"],
+                "--recovery-peer needs --recovery",
+            ),
+            (
+                &["--locks", "--redis-url", "redis://127.0.0.1:1"],
+                "--redis-url needs --redis",
+            ),
+            (
+                &["--redis", "--etcd-endpoint", "127.0.0.1:1"],
+                "--etcd-endpoint needs --etcd",
+            ),
+        ] {
+            let err = parse(flags).expect_err(why);
+            assert!(err.to_string().contains("required"), "{why}: {err}");
+        }
         // Loading a running server is `lockkeeper bench --connect`'s job.
         assert!(parse(&["--compare", "--connect", "127.0.0.1:1"]).is_err());
         assert!(parse(&["--compare", "--sessions", "0"]).is_err());
+    }
+
+    #[test]
+    fn one_mode_per_run_except_recovery_with_snapshot_latency() {
+        let modes: [&[&str]; 8] = [
+            &["--compare"],
+            &["--locks"],
+            &["--recipes"],
+            &["--redis"],
+            &["--etcd"],
+            &["--trace"],
+            &["--recovery", "10"],
+            &["--snapshot-latency", "10"],
+        ];
+        for (i, a) in modes.iter().enumerate() {
+            assert!(parse(a).is_ok(), "{a:?} alone");
+            for b in &modes[i + 1..] {
+                let both: Vec<&str> = a.iter().chain(b.iter()).copied().collect();
+                let pair = (a[0], b[0]);
+                if pair == ("--recovery", "--snapshot-latency") {
+                    assert!(parse(&both).is_ok(), "{both:?} share a run");
+                } else {
+                    let err = parse(&both).expect_err(&format!("{both:?} is two modes"));
+                    assert!(
+                        err.to_string()
+                            .contains(&format!("{} cannot be used with {}", a[0], b[0])),
+                        "{both:?}: {err}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub struct RecipeArgs {
     /// on resign, and election failover after SIGKILL of the leader's process. Each measured
     /// counter, queue or handoff run lasts at most --duration (a queue run then drains what was
     /// produced).
-    #[arg(long, conflicts_with_all = ["compare", "recovery", "snapshot_latency", "locks", "redis"])]
+    #[arg(long)]
     pub recipes: bool,
 
     /// With --recipes: session timeout asked for by every election participant, on both sides.
@@ -124,7 +124,7 @@ pub struct RecipeArgs {
     /// to close.
     #[arg(long, hide = true, num_args = 4,
           value_names = ["CONNECT", "PATH", "ID", "WATCHDOG_SECS"],
-          conflicts_with_all = ["compare", "recovery", "snapshot_latency", "locks", "redis", "recipes"])]
+          )]
     pub election_participant: Option<Vec<String>>,
 }
 

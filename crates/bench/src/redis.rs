@@ -44,7 +44,7 @@ pub struct RedisArgs {
     /// Redis lock benchmark: lockkeeper's LeaseLock against redis-py's Lock on one redis-server
     /// (started on a free loopback port unless --redis-url is given), uncontended and with
     /// --redis-clients contending for one lock; prints the ratios.
-    #[arg(long, conflicts_with_all = ["compare", "recovery", "snapshot_latency"])]
+    #[arg(long)]
     pub redis: bool,
 
     /// With --redis: use this Redis instead of starting one (only keys under

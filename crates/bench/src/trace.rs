@@ -64,7 +64,7 @@ pub struct TraceArgs {
     /// Trace benchmark: start Keeper (`--sync always`), measure fdatasync on its data dir, then
     /// trace a synchronous client's create+delete pairs and a contended Mutex handoff through
     /// Keeper's write path, stage by stage (each run at most --duration).
-    #[arg(long, conflicts_with_all = ["compare", "locks", "recipes", "redis", "recovery", "snapshot_latency"])]
+    #[arg(long)]
     pub trace: bool,
 
     /// With --trace: create+delete pairs of the synchronous client.
