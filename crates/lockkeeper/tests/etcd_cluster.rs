@@ -5,9 +5,9 @@
 
 mod support_etcd;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use lockkeeper_testkit::EtcdCluster;
+use lockkeeper_testkit::{EtcdCluster, etcdctl};
 use support_etcd::session_on;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,4 +71,59 @@ async fn member_and_leader_kills_keep_locks_and_tokens_increasing() {
         .expect("lock");
     assert!(again.fencing_token() > granted_token);
     again.release().await.expect("release");
+}
+
+/// A release sent through a follower just as the leader dies is forwarded to the dead leader
+/// and never answered: etcd answers it only at its own request timeout, after the library's
+/// (5 s by default). The release sends it again after a second instead (the delete is
+/// conditional on the key's create revision, so a second copy is harmless), and the waiter is
+/// granted about one leader election after the kill rather than a request timeout after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_flight_at_a_leader_kill_is_sent_again_within_a_second() {
+    let cluster = EtcdCluster::start(3);
+    let leader = cluster.leader();
+    let (follower, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    // Each session on one follower only, so the release is a forwarded proposal.
+    let a = session_on(&cluster.addr(follower).to_string()).await;
+    let b = session_on(&cluster.addr(other).to_string()).await;
+    let holding = a.mutex("jobs").expect("mutex").lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let mutex = b.mutex("jobs").expect("mutex");
+        async move { mutex.lock().await.expect("lock after the release") }
+    });
+    // The waiter's key is in line before the leader dies.
+    let queued = Instant::now();
+    while etcdctl(
+        &cluster.endpoints(),
+        &["get", "--prefix", "--keys-only", "jobs/"],
+    )
+    .expect("etcdctl get")
+    .lines()
+    .filter(|line| !line.is_empty())
+    .count()
+        < 2
+    {
+        assert!(
+            queued.elapsed() < Duration::from_secs(10),
+            "the waiter never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    cluster.kill(leader);
+    let released = Instant::now();
+    holding
+        .release()
+        .await
+        .expect("release through the surviving follower");
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the release waited {took:?}: a request timeout, not a leader election"
+    );
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is granted after the release")
+        .expect("task");
+    granted.release().await.expect("release");
 }

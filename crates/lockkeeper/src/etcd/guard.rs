@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, EventType, TxnOp, WatchOptions};
 use tokio::sync::OwnedMutexGuard;
@@ -25,8 +26,16 @@ use crate::etcd::token;
 use crate::fencing::FencingToken;
 use crate::sync::lock;
 
-/// How often a release is sent in all when its answers are lost with the connection.
-const RELEASE_ATTEMPTS: u32 = 4;
+/// How long one release waits for its answer before it is sent again: about what electing a
+/// new leader takes. A write that a follower has forwarded to a leader that then dies is never
+/// answered; etcd gives up on it only at its own request timeout, later than the session's
+/// (5 s by default), and everyone in line would wait that long. The delete is conditional on
+/// the key's create revision, so a second copy of it is harmless.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(1);
+/// How long a release is sent again while its answers are lost: past etcd's own request
+/// timeout (5 s plus two election timeouts by default), so a release outlasts a leader change
+/// and a slow disk, and then gives up with the last error.
+const RELEASE_BUDGET: Duration = Duration::from_secs(10);
 
 /// One key of a waiter or holder, deleted (compare-and-delete) when dropped unreleased.
 pub(crate) struct Held {
@@ -235,17 +244,18 @@ impl Drop for Held {
 }
 
 /// Compare-and-delete of `key` at create revision `rev`, writing the lock-delay `record` in the
-/// same transaction. Sent again when the answer is lost; a retry that finds the key gone after
-/// such a loss counts as released (the lost attempt may have deleted it).
+/// same transaction. Sent again when the answer is lost or late ([`RELEASE_PATIENCE`], for up
+/// to [`RELEASE_BUDGET`]); a retry that finds the key gone after such a loss counts as
+/// released (the lost attempt may have deleted it).
 pub(crate) async fn delete(
     session: &Session,
     key: &[u8],
     rev: i64,
     record: Option<&[u8]>,
 ) -> Result<()> {
+    let give_up = tokio::time::Instant::now() + RELEASE_BUDGET;
     let mut unanswered = false;
-    let mut last = None;
-    for _ in 0..RELEASE_ATTEMPTS {
+    loop {
         let mut ops = vec![TxnOp::delete(key, None)];
         if let Some(record) = record {
             ops.push(delay::released_op(record, rev));
@@ -253,29 +263,35 @@ pub(crate) async fn delete(
         let txn = etcd_client::Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, rev)])
             .and_then(ops);
-        match session.client().txn(txn).await {
+        let answer = tokio::time::timeout(RELEASE_PATIENCE, session.client().txn(txn))
+            .await
+            .unwrap_or_else(|_| {
+                Err(etcd_client::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer to the release within {RELEASE_PATIENCE:?}"),
+                )))
+            });
+        match answer {
             Ok(answer) if answer.succeeded() => return Ok(()),
             Ok(_) if unanswered => return Ok(()),
             Ok(_) => return Err(Error::NotHeld),
-            Err(err) if is_transient(&err) => {
+            Err(err) if is_transient(&err) && tokio::time::Instant::now() < give_up => {
                 unanswered = true;
-                last = Some(err);
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
             Err(err) => return Err(Error::Etcd(err)),
         }
     }
-    Err(last.map_or(Error::NotHeld, Error::Etcd))
 }
 
 /// The options every etcd lock gives its holds.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct HoldOptions {
     /// Give the lock up this long after the grant.
-    pub max_hold: Option<std::time::Duration>,
+    pub max_hold: Option<Duration>,
     /// After a holder failed, grant nobody until this long after the failure was seen; with
     /// the key of the lock's release record.
-    pub lock_delay: Option<(std::time::Duration, Arc<[u8]>)>,
+    pub lock_delay: Option<(Duration, Arc<[u8]>)>,
 }
 
 /// Proof of holding an etcd lock ([`Mutex`], a side of an [`RwLock`], a [`Semaphore`] permit).
