@@ -164,6 +164,80 @@ async fn tasks_and_handles_of_one_session_exclude_each_other() {
     assert_eq!(all.len(), count, "every grant has its own token");
 }
 
+/// Handoffs while another client writes without pause: the store moves on between a waiter's
+/// watch being opened and its check, so waits take the paths for watches in doubt (opened
+/// again, then backed by reads). Every grant still comes, one holder at a time, each with its
+/// own token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoffs_under_a_stream_of_other_writes_keep_one_holder() {
+    let etcd = Etcd::start();
+    let sessions = [
+        session(&etcd).await,
+        session(&etcd).await,
+        session(&etcd).await,
+    ];
+    let endpoint = etcd.endpoint();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let stop = Arc::clone(&stop);
+        async move {
+            let mut client = etcd_client::Client::connect([endpoint], None)
+                .await
+                .expect("noise client");
+            let started = Instant::now();
+            let mut writes = 0u32;
+            // Bounded by a count and a time, whatever the handoffs do.
+            while !stop.load(Ordering::SeqCst)
+                && writes < 100_000
+                && started.elapsed() < Duration::from_secs(60)
+            {
+                client
+                    .put("noise", writes.to_string(), None)
+                    .await
+                    .expect("noise put");
+                writes += 1;
+            }
+            writes
+        }
+    });
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for session in &sessions {
+        let mutex = session.mutex("busy").expect("mutex");
+        let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for _ in 0..15 {
+                let guard = tokio::time::timeout(Duration::from_secs(20), mutex.lock())
+                    .await
+                    .expect("a grant within 20 s")
+                    .expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                tokens.push(guard.fencing_token());
+                guard.release().await.expect("release");
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("task"));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let writes = writer.await.expect("writer");
+    assert!(writes > 0, "the other client wrote meanwhile");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "no two holders at once");
+    let count = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), count, "every grant has its own token");
+}
+
 #[tokio::test]
 async fn a_waiter_whose_session_is_lost_stops_waiting() {
     let etcd = Etcd::start();

@@ -19,8 +19,11 @@
 //! (its key is gone or going with the lease: waiting on would be etcd #19597), and with
 //! "not granted" at the caller's deadline.
 
+use std::time::Duration;
+
 use etcd_client::{
     Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    WatchResponse,
 };
 use tokio::time::Instant;
 
@@ -176,6 +179,15 @@ async fn look_and_watch(
 /// listing and the watches is caught instead by checking, once every watch is in place, that
 /// the keys are still there. Such a deletion is not added to `gone`: lock-delay then judges
 /// the holder by the current record, as for a waiter that saw nothing.
+///
+/// "The current revision" is not atomic on etcd's side either: the server reads its revision
+/// (the one the watch's `created` answer carries), then registers the watch, and a write in
+/// between files the watch with the catch-up loop after all. The check after the watches
+/// tells: if the store is still at the revision every `created` answer carried, no write came
+/// in between and every watch is live. If it has moved on, the watches are opened again (at
+/// most [`WATCH_ATTEMPTS`] times in all); if the last ones are still in doubt, the check is
+/// repeated every [`DOUBT_POLL`] until an event comes or the catch-up loop has normally run
+/// ([`CATCH_UP`] after the watches were opened), so a handoff waits about a poll, not 100 ms.
 async fn wait_for_a_deletion(
     session: &Session,
     keys: &[(Vec<u8>, i64)],
@@ -185,54 +197,102 @@ async fn wait_for_a_deletion(
     let Some(((first, _), rest)) = keys.split_first() else {
         return Ok(());
     };
-    let mut stream = client.watch(first.clone(), None).await?;
-    for (key, _) in rest {
-        stream.watch(key.clone(), None).await?;
-    }
-    let mut uncreated = keys.len();
-    while let Some(answer) = stream.message().await? {
-        if answer.canceled() || answer.compact_revision() != 0 {
-            // Compacted past our revision, or cancelled by the server: read again.
-            return Ok(());
+    let mut attempts = 0;
+    'watch: loop {
+        attempts += 1;
+        let mut stream = client.watch(first.clone(), None).await?;
+        for (key, _) in rest {
+            stream.watch(key.clone(), None).await?;
         }
-        if answer.created() {
-            uncreated = uncreated.saturating_sub(1);
-            if uncreated == 0 && !all_still_there(&mut client, keys).await? {
+        let opened = Instant::now();
+        let mut uncreated = keys.len();
+        // The oldest revision a watch was registered at.
+        let mut registered_at = i64::MAX;
+        // Whether the last watches may have been filed with the catch-up loop.
+        let mut in_doubt = false;
+        loop {
+            let answer = if in_doubt && opened.elapsed() < CATCH_UP {
+                match tokio::time::timeout(DOUBT_POLL, stream.message()).await {
+                    Ok(answer) => answer?,
+                    Err(_) => {
+                        if still_there(&mut client, keys).await?.is_none() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                stream.message().await?
+            };
+            let Some(answer) = answer else { break };
+            if answer.canceled() || answer.compact_revision() != 0 {
+                // Compacted past our revision, or cancelled by the server: read again.
+                return Ok(());
+            }
+            if answer.created() {
+                uncreated = uncreated.saturating_sub(1);
+                let revision = answer.header().map_or(0, |h| h.revision());
+                registered_at = registered_at.min(revision);
+                if uncreated == 0 {
+                    match still_there(&mut client, keys).await? {
+                        None => return Ok(()),
+                        Some(now) if now > registered_at && attempts < WATCH_ATTEMPTS => {
+                            continue 'watch;
+                        }
+                        Some(now) => in_doubt = now > registered_at,
+                    }
+                }
+            }
+            if record_deletions(&answer, keys, gone) {
                 return Ok(());
             }
         }
-        let mut deleted = false;
-        for event in answer.events() {
-            let Some(kv) = event.kv() else { continue };
-            if event.event_type() != EventType::Delete {
-                continue;
-            }
-            if let Some((_, rev)) = keys.iter().find(|(key, _)| key == kv.key()) {
-                deleted = true;
-                gone.push(Gone {
-                    create_rev: *rev,
-                    deleted_at: kv.mod_revision(),
-                    seen: Instant::now(),
-                });
-            }
-        }
-        if deleted {
-            return Ok(());
-        }
+        // The stream ended (a member went away): read again, on another member if need be.
+        tokio::time::sleep(RETRY_PAUSE).await;
+        return Ok(());
     }
-    // The stream ended (a member went away): read again, on another member if need be.
-    tokio::time::sleep(RETRY_PAUSE).await;
-    Ok(())
 }
 
-/// Whether every key is still there with its create revision (one read, after the watches).
-async fn all_still_there(
+/// Adds to `gone` each deletion of one of `keys` in `answer`; whether there was one.
+fn record_deletions(answer: &WatchResponse, keys: &[(Vec<u8>, i64)], gone: &mut Vec<Gone>) -> bool {
+    let mut deleted = false;
+    for event in answer.events() {
+        let Some(kv) = event.kv() else { continue };
+        if event.event_type() != EventType::Delete {
+            continue;
+        }
+        if let Some((_, rev)) = keys.iter().find(|(key, _)| key == kv.key()) {
+            deleted = true;
+            gone.push(Gone {
+                create_rev: *rev,
+                deleted_at: kv.mod_revision(),
+                seen: Instant::now(),
+            });
+        }
+    }
+    deleted
+}
+
+/// How many times the watches of one wait are opened while the store moves on under them.
+const WATCH_ATTEMPTS: u32 = 2;
+/// How often watches in doubt are backed by a read.
+const DOUBT_POLL: Duration = Duration::from_millis(5);
+/// How long after watches are opened etcd's catch-up loop (every 100 ms) has normally brought
+/// them up to date; a watch still behind after that delivers its events late, never loses them.
+const CATCH_UP: Duration = Duration::from_millis(110);
+
+/// The store's revision if every key is still there with its create revision, `None` if one
+/// is gone (one read, after the watches).
+async fn still_there(
     client: &mut etcd_client::Client,
     keys: &[(Vec<u8>, i64)],
-) -> std::result::Result<bool, etcd_client::Error> {
+) -> std::result::Result<Option<i64>, etcd_client::Error> {
     let compares: Vec<Compare> = keys
         .iter()
         .map(|(key, rev)| Compare::create_revision(key.clone(), CompareOp::Equal, *rev))
         .collect();
-    Ok(client.txn(Txn::new().when(compares)).await?.succeeded())
+    let answer = client.txn(Txn::new().when(compares)).await?;
+    Ok(answer
+        .succeeded()
+        .then(|| answer.header().map_or(0, |h| h.revision())))
 }
