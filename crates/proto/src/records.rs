@@ -17,6 +17,18 @@ record! {
     pub struct Acl { pub perms: i32, pub id: Id }
 }
 
+/// `world:anyone` with every permission: ZooKeeper's `OPEN_ACL_UNSAFE`, what clients give
+/// nodes when they ask for no protection.
+pub fn open_acl() -> Vec<Acl> {
+    vec![Acl {
+        perms: crate::codes::perms::ALL,
+        id: Id {
+            scheme: "world".into(),
+            id: "anyone".into(),
+        },
+    }]
+}
+
 record! {
     /// Node metadata as clients see it.
     pub struct Stat {
@@ -44,6 +56,21 @@ pub struct ConnectRequest {
     pub session_id: i64,
     pub passwd: Bytes,
     pub read_only: Option<bool>,
+}
+
+impl ConnectRequest {
+    /// What a client sends to start a new session: no session id, a zero password, nothing
+    /// seen yet, and (as current clients send) not read-only.
+    pub fn new_session(timeout_ms: i32) -> ConnectRequest {
+        ConnectRequest {
+            protocol_version: 0,
+            last_zxid_seen: 0,
+            timeout: timeout_ms,
+            session_id: 0,
+            passwd: Bytes::from_static(&[0; 16]),
+            read_only: Some(false),
+        }
+    }
 }
 
 impl Jute for ConnectRequest {

@@ -174,15 +174,7 @@ fn ip_in(addr: IpAddr, net: IpAddr, bits: u32) -> bool {
 }
 
 /// The ACL a client gets for `world:anyone` with every permission.
-pub fn open_acl() -> Vec<Acl> {
-    vec![Acl {
-        perms: lockkeeper_proto::perms::ALL,
-        id: Id {
-            scheme: "world".into(),
-            id: "anyone".into(),
-        },
-    }]
-}
+pub use lockkeeper_proto::open_acl;
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use lockkeeper_proto::{
-    Acl, ConnectRequest, ConnectResponse, Id, Jute, ReplyHeader, Request, RequestHeader,
-    decode_frame, encode_frame, perms,
+    ConnectRequest, ConnectResponse, Jute, ReplyHeader, Request, RequestHeader, decode_frame,
+    encode_frame,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -202,15 +202,8 @@ impl Raw {
     /// Sends a connect request for a new session and reads the answer; `None` if the server
     /// closed the connection instead.
     pub async fn handshake(&mut self, timeout_ms: i32) -> Option<ConnectResponse> {
-        let request = ConnectRequest {
-            protocol_version: 0,
-            last_zxid_seen: 0,
-            timeout: timeout_ms,
-            session_id: 0,
-            passwd: Bytes::from_static(&[0; 16]),
-            read_only: Some(false),
-        };
-        self.connect_with(&request).await
+        self.connect_with(&ConnectRequest::new_session(timeout_ms))
+            .await
     }
 
     /// Sends `request` as the connection's first frame and reads the connect response; `None`
@@ -380,12 +373,4 @@ pub fn request_frame(xid: i32, op: i32, body: &[u8]) -> Vec<u8> {
 }
 
 /// The ACL `world:anyone` with every permission, ZooKeeper's OPEN_ACL_UNSAFE.
-pub fn open_acl() -> Vec<Acl> {
-    vec![Acl {
-        perms: perms::ALL,
-        id: Id {
-            scheme: "world".into(),
-            id: "anyone".into(),
-        },
-    }]
-}
+pub use lockkeeper_proto::open_acl;

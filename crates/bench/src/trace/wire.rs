@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use lockkeeper_load::BoxError;
 use lockkeeper_proto::{
-    Acl, ConnectRequest, CreateRequest, Id, Jute, OpCode, PathVersionRequest, Reader, ReplyHeader,
-    RequestHeader, decode_frame, encode_frame, perms,
+    ConnectRequest, CreateRequest, Jute, OpCode, PathVersionRequest, Reader, ReplyHeader,
+    RequestHeader, decode_frame, encode_frame, open_acl,
 };
 
 use super::PairTimes;
@@ -103,13 +103,7 @@ impl Wire {
             create: CreateRequest {
                 path: PATH.into(),
                 data: Some(Bytes::from_static(b"x")),
-                acl: vec![Acl {
-                    perms: perms::ALL,
-                    id: Id {
-                        scheme: "world".into(),
-                        id: "anyone".into(),
-                    },
-                }],
+                acl: open_acl(),
                 flags: 0,
             },
             delete: PathVersionRequest {
@@ -117,16 +111,10 @@ impl Wire {
                 version: -1,
             },
         };
-        let request = ConnectRequest {
-            protocol_version: 0,
-            last_zxid_seen: 0,
-            timeout: SESSION_TIMEOUT_MS,
-            session_id: 0,
-            passwd: Bytes::from_static(&[0; 16]),
-            read_only: Some(false),
-        };
         wire.out.clear();
-        encode_frame(&mut wire.out, |out| request.write(out));
+        encode_frame(&mut wire.out, |out| {
+            ConnectRequest::new_session(SESSION_TIMEOUT_MS).write(out)
+        });
         wire.send()?;
         wire.frame()?;
         Ok(wire)

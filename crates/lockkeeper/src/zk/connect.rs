@@ -175,15 +175,7 @@ impl Attempt<'_> {
         let mut question = Vec::with_capacity(64);
         let timeout = i32::try_from(self.session_timeout.as_millis()).unwrap_or(i32::MAX);
         encode_frame(&mut question, |out| {
-            ConnectRequest {
-                protocol_version: 0,
-                last_zxid_seen: 0,
-                timeout,
-                session_id: 0,
-                passwd: Bytes::from_static(&[0; 16]),
-                read_only: Some(false),
-            }
-            .write(out)
+            ConnectRequest::new_session(timeout).write(out)
         });
         // A connect response is 4 bytes of length and 36 or 37 of record.
         let answer = match ask(&mut stream, &question, 41, deadline, limit).await {

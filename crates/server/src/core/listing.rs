@@ -232,13 +232,7 @@ mod tests {
                 op: OpCode::Create,
                 path: path.into(),
                 data: None,
-                acl: vec![Acl {
-                    perms: perms::ALL,
-                    id: Id {
-                        scheme: "world".into(),
-                        id: "anyone".into(),
-                    },
-                }],
+                acl: crate::acl::open_acl(),
                 flags: 0,
                 ttl: 0,
             });
