@@ -282,7 +282,10 @@ const DOUBT_POLL: Duration = Duration::from_millis(5);
 const CATCH_UP: Duration = Duration::from_millis(110);
 
 /// The store's revision if every key is still there with its create revision, `None` if one
-/// is gone (one read, after the watches).
+/// is gone (one read, after the watches). Linearizable: a transaction of compares alone is
+/// answered from the local store of whichever member gets it, which may not have applied a
+/// deletion the watches (perhaps on another member) started after; the count it carries makes
+/// etcd confirm with the leader first. No header counts as the highest revision: in doubt.
 async fn still_there(
     client: &mut etcd_client::Client,
     keys: &[(Vec<u8>, i64)],
@@ -291,8 +294,15 @@ async fn still_there(
         .iter()
         .map(|(key, rev)| Compare::create_revision(key.clone(), CompareOp::Equal, *rev))
         .collect();
-    let answer = client.txn(Txn::new().when(compares)).await?;
+    let mut txn = Txn::new().when(compares);
+    if let Some((key, _)) = keys.first() {
+        txn = txn.and_then([TxnOp::get(
+            key.clone(),
+            Some(GetOptions::new().with_count_only()),
+        )]);
+    }
+    let answer = client.txn(txn).await?;
     Ok(answer
         .succeeded()
-        .then(|| answer.header().map_or(0, |h| h.revision())))
+        .then(|| answer.header().map_or(i64::MAX, |h| h.revision())))
 }
