@@ -32,9 +32,9 @@ use crate::sync::lock;
 /// (5 s by default), and everyone in line would wait that long. The delete is conditional on
 /// the key's create revision, so a second copy of it is harmless.
 const RELEASE_PATIENCE: Duration = Duration::from_secs(1);
-/// How long a release is sent again while its answers are lost: past etcd's own request
-/// timeout (5 s plus two election timeouts by default), so a release outlasts a leader change
-/// and a slow disk, and then gives up with the last error.
+/// How long a release is sent again while its answers are lost or late: past etcd's own
+/// request timeout (5 s plus two election timeouts by default), so a release outlasts a leader
+/// change. The last attempt then waits a whole request timeout, and its error is the answer.
 const RELEASE_BUDGET: Duration = Duration::from_secs(10);
 
 /// One key of a waiter or holder, deleted (compare-and-delete) when dropped unreleased.
@@ -263,19 +263,26 @@ pub(crate) async fn delete(
         let txn = etcd_client::Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, rev)])
             .and_then(ops);
-        let answer = tokio::time::timeout(RELEASE_PATIENCE, session.client().txn(txn))
-            .await
-            .unwrap_or_else(|_| {
-                Err(etcd_client::Error::IoError(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer to the release within {RELEASE_PATIENCE:?}"),
-                )))
-            });
+        // The last attempt waits as long as any request (the session's request timeout), so a
+        // cluster that answers everything slowly still gets its answer through.
+        let last = tokio::time::Instant::now() + RELEASE_PATIENCE >= give_up;
+        let answer = if last {
+            session.client().txn(txn).await
+        } else {
+            tokio::time::timeout(RELEASE_PATIENCE, session.client().txn(txn))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(etcd_client::Error::IoError(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer to the release within {RELEASE_PATIENCE:?}"),
+                    )))
+                })
+        };
         match answer {
             Ok(answer) if answer.succeeded() => return Ok(()),
             Ok(_) if unanswered => return Ok(()),
             Ok(_) => return Err(Error::NotHeld),
-            Err(err) if is_transient(&err) && tokio::time::Instant::now() < give_up => {
+            Err(err) if is_transient(&err) && !last => {
                 unanswered = true;
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
