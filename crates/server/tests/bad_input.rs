@@ -172,15 +172,7 @@ async fn negative_frame_lengths_close_the_connection() {
 /// A first frame that is not a connect request: closed, no session, no answer.
 #[tokio::test]
 async fn a_garbage_connect_request_closes_the_connection() {
-    let valid = ConnectRequest {
-        protocol_version: 0,
-        last_zxid_seen: 0,
-        timeout: 30_000,
-        session_id: 0,
-        passwd: Bytes::from_static(&[0; 16]),
-        read_only: Some(false),
-    }
-    .encode();
+    let valid = ConnectRequest::new_session(30_000).encode();
     let with_passwd_len = |len: i32| {
         let mut body = valid[..24].to_vec(); // protocol version, zxid, timeout, session id
         body.extend_from_slice(&len.to_be_bytes());
