@@ -173,10 +173,10 @@ async fn take_turns_one_at_a_time(mutexes: Vec<Mutex>, turns: usize, hold: Durat
     assert_eq!(all.len(), count, "every grant has its own token");
 }
 
-/// Handoffs while another client writes without pause: the store moves on between a waiter's
-/// watch being opened and its check, so waits take the paths for watches in doubt (opened
-/// again, then backed by reads). Every grant still comes, one holder at a time, each with its
-/// own token.
+/// Handoffs while another client writes without pause, which is what puts a waiter's watches
+/// in doubt (the store moves on between their opening and the check after them, so they are
+/// opened again, then backed by reads): every grant still comes, one holder at a time, each
+/// with its own token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoffs_under_a_stream_of_other_writes_keep_one_holder() {
     let etcd = Etcd::start();
