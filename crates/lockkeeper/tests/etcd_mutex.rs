@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockkeeper::Error;
 use lockkeeper::etcd::{Mutex, Session};
 use lockkeeper_testkit::{Etcd, etcdctl};
-use support_etcd::{keys, session};
+use support_etcd::{keys, revoke_lease, session};
 
 /// The create revision of `key`, as etcdctl shows it.
 fn create_revision(etcd: &Etcd, key: &str) -> Option<u64> {
@@ -228,11 +228,7 @@ async fn a_waiter_whose_session_is_lost_stops_waiting() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Revoking the lease behind the session's back: its keep-alive finds the lease gone.
-    etcdctl(
-        &[etcd.endpoint()],
-        &["lease", "revoke", &format!("{:x}", b.lease_id())],
-    )
-    .expect("etcdctl lease revoke");
+    revoke_lease(&etcd, &b);
     let ended = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("the waiter stops within the TTL")
@@ -308,11 +304,7 @@ async fn lock_delay_waits_after_a_failed_holder_only() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let failed = Instant::now();
-    etcdctl(
-        &[etcd.endpoint()],
-        &["lease", "revoke", &format!("{:x}", a.lease_id())],
-    )
-    .expect("revoke");
+    revoke_lease(&etcd, &a);
     let next = waiter.await.expect("waiter");
     assert!(failed.elapsed() >= delay, "waited {:?}", failed.elapsed());
     assert!(next.fencing_token() > held.fencing_token());
@@ -323,11 +315,7 @@ async fn lock_delay_waits_after_a_failed_holder_only() {
     let c = session(&etcd).await;
     let guard = mutex(&c).lock().await.expect("lock");
     let d = session(&etcd).await;
-    etcdctl(
-        &[etcd.endpoint()],
-        &["lease", "revoke", &format!("{:x}", c.lease_id())],
-    )
-    .expect("revoke");
+    revoke_lease(&etcd, &c);
     drop(guard);
     let late = Instant::now();
     let got = mutex(&d).lock().await.expect("lock");
@@ -359,11 +347,7 @@ async fn a_waiter_giving_up_keeps_the_delay_after_the_holder_fails() {
         .await
         .expect("lock_timeout");
     assert!(gave_up.is_none(), "the lock is held");
-    etcdctl(
-        &[etcd.endpoint()],
-        &["lease", "revoke", &format!("{:x}", holder.lease_id())],
-    )
-    .expect("revoke");
+    revoke_lease(&etcd, &holder);
     drop(guard);
     let late = session(&etcd).await;
     let arrived = Instant::now();

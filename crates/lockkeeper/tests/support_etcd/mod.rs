@@ -34,3 +34,13 @@ pub fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
     .map(str::to_owned)
     .collect()
 }
+
+/// Revokes `session`'s lease with etcdctl, behind the session's back: its keys go at once, as
+/// when a holder's process dies and its lease runs out.
+pub fn revoke_lease(etcd: &Etcd, session: &Session) {
+    etcdctl(
+        &[etcd.endpoint()],
+        &["lease", "revoke", &format!("{:x}", session.lease_id())],
+    )
+    .unwrap_or_else(|e| panic!("etcdctl lease revoke {:x}: {e}", session.lease_id()));
+}
