@@ -127,3 +127,43 @@ async fn a_release_in_flight_at_a_leader_kill_is_sent_again_within_a_second() {
         .expect("task");
     granted.release().await.expect("release");
 }
+
+/// With two members of three gone there is no quorum: every write fails for as long as that
+/// lasts. A `lock_timeout` returns "not granted" at its timeout and a `try_lock` reports the
+/// failure after one attempt, instead of both retrying until the session's lease is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_quorum_timed_and_try_acquisitions_end_on_time() {
+    let cluster = EtcdCluster::start(3);
+    let survivor = 0;
+    // A lease that outlives the test: what ends the acquisitions must be their own bounds.
+    let a = lockkeeper::etcd::Session::builder(&cluster.addr(survivor).to_string())
+        .ttl(Duration::from_secs(30))
+        .connect()
+        .await
+        .expect("connect");
+    let mutex = a.mutex("jobs").expect("mutex");
+    cluster.kill(1);
+    cluster.kill(2);
+    // Past an election timeout: the survivor knows it has no leader.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let started = Instant::now();
+    let tried = mutex.try_lock().await;
+    let took = started.elapsed();
+    match tried {
+        Err(err) => assert!(err.is_connection_loss(), "{err}"),
+        Ok(got) => panic!("no write can succeed without a quorum: {:?}", got.is_some()),
+    }
+    // One attempt: bounded by the session's request timeout (5 s), not its lease. (First: a
+    // timed acquisition's transaction still in flight holds the session's key name.)
+    assert!(took < Duration::from_secs(6), "try_lock took {took:?}");
+
+    let started = Instant::now();
+    let timed = mutex.lock_timeout(Duration::from_millis(500)).await;
+    let took = started.elapsed();
+    assert!(matches!(timed, Ok(None)), "{timed:?}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "lock_timeout(500 ms) took {took:?}"
+    );
+}

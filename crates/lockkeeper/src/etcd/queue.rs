@@ -70,7 +70,17 @@ pub(crate) async fn acquire(
         } else {
             None
         };
-        let (held, at_once) = enter(session, place, permit).await?;
+        // A leader change or a lost quorum keeps the transaction failing for a while: a timed
+        // acquisition gives up at its deadline (the key, if one lands, is deleted then), and
+        // `try_` makes one attempt and reports a transient error as it is.
+        let entering = enter(session, place, permit, !matches!(deadline, Deadline::Now));
+        let (held, at_once) = match deadline {
+            Deadline::Now => entering.await?,
+            Deadline::At(_) | Deadline::Never => tokio::select! {
+                entered = entering => entered?,
+                () = deadline.sleep() => return Ok(None),
+            },
+        };
         let earlier = Earlier {
             own: &place.key,
             prefix: &place.wait_on,
@@ -137,11 +147,13 @@ async fn withdraw(held: Held) {
     let _ = withdrawn.await;
 }
 
-/// Step 2: the key, and whether the transaction's read already grants it.
+/// Step 2: the key, and whether the transaction's read already grants it. Transient errors
+/// are tried again while the session lives when `retry`, else returned.
 async fn enter(
     session: &Session,
     place: &Place,
     permit: Option<tokio::sync::OwnedMutexGuard<()>>,
+    retry: bool,
 ) -> Result<(Held, bool)> {
     let (session, place) = (session.clone(), place.clone());
     // Spawned so that a caller going away cannot leave a key behind (see the module docs).
@@ -174,7 +186,7 @@ async fn enter(
                             other => Err(other),
                         })?;
                 }
-                Err(err) if is_transient(&err) => tokio::time::sleep(RETRY_PAUSE).await,
+                Err(err) if retry && is_transient(&err) => tokio::time::sleep(RETRY_PAUSE).await,
                 Err(err) => return Err(Error::Etcd(err)),
             }
         }
