@@ -222,10 +222,7 @@ impl SentinelConn {
 
     fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
         // The cache is a plain Option: a panic elsewhere cannot leave it half-written.
-        self.shared
-            .current
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.shared.current)
     }
 
     fn forget_on(&self, error: &RedisError) {

@@ -58,9 +58,7 @@ struct Holding {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Option<Holding>> {
         // Critical sections only move values in and out; a panic cannot leave them torn.
-        self.holding
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.holding)
     }
 }
 

@@ -82,9 +82,7 @@ struct Channel {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         // Every critical section below leaves the map consistent before it can panic.
-        self.channels
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.channels)
     }
 }
 

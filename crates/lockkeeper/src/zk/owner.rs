@@ -135,9 +135,7 @@ impl Owner {
     }
 
     fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<Reentry>> {
-        self.current
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.current)
     }
 }
 

@@ -92,10 +92,7 @@ impl Generation {
             return Err(Error::SessionLost);
         }
         // The lock only guards an Option swap: a std mutex, never held across an await.
-        let client = self
-            .client
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let client = crate::sync::lock(&self.client);
         client.clone().ok_or(Error::SessionLost)
     }
 
@@ -225,11 +222,7 @@ impl Generation {
 
     fn end(&self) {
         self.health.send_replace(Health::Ended);
-        let mut client = self
-            .client
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        client.take();
+        crate::sync::lock(&self.client).take();
     }
 }
 
@@ -502,10 +495,7 @@ impl std::fmt::Debug for Session {
 
 impl Inner {
     fn take_monitor(&self) -> Option<JoinHandle<()>> {
-        self.monitor
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
+        crate::sync::lock(&self.monitor).take()
     }
 }
 

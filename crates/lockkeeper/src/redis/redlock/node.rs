@@ -158,10 +158,7 @@ impl Node {
         if let Some(conn) = self.lock_current().clone() {
             return Ok(conn);
         }
-        let why = self
-            .last_connect_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let why = crate::sync::lock(&self.last_connect_error)
             .clone()
             .unwrap_or_else(|| "connection lost".to_string());
         Err(RedisError::from(std::io::Error::new(
@@ -184,10 +181,7 @@ impl Node {
         match outcome {
             Ok(conn) => *self.lock_current() = Some(conn),
             Err(error) => {
-                *self
-                    .last_connect_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+                *crate::sync::lock(&self.last_connect_error) = Some(error.to_string());
             }
         }
         self.connecting.store(false, Ordering::Release);
@@ -196,7 +190,7 @@ impl Node {
 
     fn lock_current(&self) -> MutexGuard<'_, Option<MultiplexedConnection>> {
         // A plain Option: a panic elsewhere cannot leave it half-written.
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.current)
     }
 }
 

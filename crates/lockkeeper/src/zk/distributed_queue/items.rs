@@ -176,7 +176,7 @@ impl Items {
             let client = generation.client()?;
             let (items, queue_watch, lock_watch) = self.list(&client, delivery).await?;
             if !items.is_empty() {
-                *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = items;
+                *crate::sync::lock(&self.cached) = items;
                 continue;
             }
             if deadline.passed() {
@@ -192,17 +192,14 @@ impl Items {
     }
 
     fn next_cached(&self) -> Option<String> {
-        self.cached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
+        crate::sync::lock(&self.cached).pop_front()
     }
 
     /// After losing a race for an item, jump ahead: consumers that listed the same children
     /// would otherwise trail each other down the listing, the one behind finding every item
     /// gone. A lone consumer never loses a race, so it still takes items in queue order.
     fn skip_ahead(&self) {
-        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cached = crate::sync::lock(&self.cached);
         let window = cached.len().min(32);
         if window > 0 {
             let skip = rand::thread_rng().gen_range(0..window);
@@ -232,7 +229,7 @@ impl Items {
             Some((locks, watch)) => (locks.into_iter().collect(), Some(watch)),
             None => (HashSet::new(), None),
         };
-        let corrupt = self.corrupt.lock().unwrap_or_else(|p| p.into_inner());
+        let corrupt = crate::sync::lock(&self.corrupt);
         children.retain(|name| {
             name.starts_with(ITEM_PREFIX) && !locked.contains(name) && !corrupt.contains(name)
         });
@@ -254,10 +251,7 @@ impl Items {
             && let Err(why) = &taken.decoded
         {
             tracing::warn!(item = %taken.item, why, "not a queue item envelope: left in place");
-            self.corrupt
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(name.to_owned());
+            crate::sync::lock(&self.corrupt).insert(name.to_owned());
             return Ok(Claim::Gone);
         }
         Ok(claim)
