@@ -93,11 +93,8 @@ impl LinePeer {
 
     /// The next line the peer prints, waiting at most `limit` (blocking this thread).
     pub fn next_line(&mut self, limit: Duration) -> String {
-        match self.lines.recv_timeout(limit) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => panic!("{}: no line within {limit:?}", self.label),
-            Err(RecvTimeoutError::Disconnected) => panic!("{}: ended", self.label),
-        }
+        self.line_within(limit)
+            .unwrap_or_else(|| panic!("{}: no line within {limit:?}", self.label))
     }
 
     /// The next line, which must start with `prefix`, waiting at most `limit`.

@@ -197,14 +197,7 @@ mod tests {
             self.core.handle(CoreMsg::Connect {
                 conn,
                 peer: "127.0.0.1:1".parse().unwrap(),
-                request: ConnectRequest {
-                    protocol_version: 0,
-                    last_zxid_seen: 0,
-                    timeout: 10_000,
-                    session_id: 0,
-                    passwd: vec![0; 16].into(),
-                    read_only: None,
-                },
+                request: ConnectRequest::new_session(10_000),
                 outbox,
             });
             self.take(conn);
