@@ -40,6 +40,9 @@ use crate::watch::{ConnId, Fired};
 #[derive(Default)]
 pub(super) struct Unhidable {
     last_change: HashMap<Box<str>, i64>,
+    /// The durable zxid of the last sweep: sweeping again before it moves frees nothing, and a
+    /// batch of deletes under many parents would sweep the whole map at every one of them.
+    swept_at: i64,
 }
 
 /// Entries kept before the durable ones are swept out.
@@ -48,8 +51,9 @@ const SWEEP_AT: usize = 1024;
 impl Unhidable {
     /// Notes what `txn`, applied at `zxid` with `triggers`, changed that a listing must show.
     pub(super) fn note(&mut self, zxid: i64, txn: &Txn, triggers: &[Trigger], durable: i64) {
-        if self.last_change.len() >= SWEEP_AT {
+        if self.last_change.len() >= SWEEP_AT && durable > self.swept_at {
             self.last_change.retain(|_, z| *z > durable);
+            self.swept_at = durable;
         }
         for t in triggers {
             if t.event == EventType::NodeDeleted
@@ -404,5 +408,32 @@ mod tests {
         assert_eq!(unhidable.last_change("/p1023"), 1024);
         assert_eq!(unhidable.last_change("/p5"), 0);
         assert_eq!(unhidable.last_change("/z"), 2000);
+    }
+
+    #[test]
+    fn the_map_is_swept_again_only_once_more_is_durable() {
+        let mut unhidable = Unhidable::default();
+        let mut note = |zxid: i64, durable: i64| {
+            let p = format!("/p{zxid}/x");
+            unhidable.note(
+                zxid,
+                &Txn::Delete { path: p.clone() },
+                &[deleted(&p)],
+                durable,
+            );
+            (unhidable.last_change.len(), unhidable.swept_at)
+        };
+        for i in 1..=SWEEP_AT as i64 {
+            note(i, 0);
+        }
+        // Durable at 10: one sweep drops ten entries (and the note adds one).
+        assert_eq!(note(5000, 10), (SWEEP_AT - 10 + 1, 10));
+        // Full again, durable still at 10: a sweep would free nothing, so none runs.
+        for i in 0..10 {
+            note(6000 + i, 10);
+        }
+        assert_eq!(note(6010, 10), (SWEEP_AT + 2, 10));
+        // Durable at 20: swept again.
+        assert_eq!(note(7000, 20), (SWEEP_AT + 2 - 10 + 1, 20));
     }
 }
