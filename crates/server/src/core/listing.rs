@@ -298,7 +298,7 @@ mod tests {
         let b = d.create(2, "/q/b");
         d.delete(2, "/q/a");
         let deleted = d.core.state.last_zxid;
-        d.create(2, "/q/c");
+        let c = d.create(2, "/q/c");
         let (names, zxid, visible_at, _) = d.list(1, "/q", false);
         assert_eq!(names, ["b"], "b ({b}) came before the deletion; c after it");
         assert_eq!((zxid, visible_at), (deleted, deleted));
@@ -306,6 +306,21 @@ mod tests {
         // A listing never goes back: the next one is at least where the last one was.
         let (names, zxid, _, _) = d.list(1, "/q", false);
         assert_eq!((names, zxid), (vec!["b".to_string()], deleted));
+
+        // Any other read reveals the last zxid; a listing after it shows everything up to there.
+        d.request(
+            1,
+            Request::Exists(PathWatchRequest {
+                path: "/q/c".into(),
+                watch: false,
+            }),
+        );
+        let (names, zxid, _, _) = d.list(1, "/q", false);
+        assert_eq!(
+            (names, zxid),
+            (vec!["b".to_string(), "c".to_string()], c),
+            "the exists of /q/c showed connection 1 the state with c"
+        );
     }
 
     #[test]
