@@ -1,0 +1,636 @@
+//! The client handle: one method per ZooKeeper operation.
+//!
+//! Every operation is *sent when called*, not when its future is first polled: the request is
+//! written before the method returns, so two calls made one after the other reach the server in
+//! that order even if their futures are awaited together (or the second first). The futures
+//! own what they need (`'static`), so they can be spawned or dropped freely; dropping one only
+//! discards the answer.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use lockkeeper_proto::{
+    Acl, AddWatchMode, AddWatchRequest, Create2Response, CreateMode, GetAclResponse,
+    GetAllChildrenNumberResponse, GetChildren2Response, GetDataResponse, Jute, OpCode, PathRequest,
+    PathVersionRequest, PathWatchRequest, Reader, Request, SetAclRequest, SetDataRequest, Stat,
+    StatResponse, StringsResponse, request::CreateOp,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::path::{ConnectString, check};
+use crate::session::{self, Reply, Settings, Shared};
+use crate::watch::{Kind, OneshotWatcher, PersistentWatcher, Registration, Removal, SessionState};
+
+/// How a node is created: its mode, its ACL and, for the TTL modes, its time to live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateOptions {
+    pub mode: CreateMode,
+    pub acl: Vec<Acl>,
+    /// Required by (and only allowed for) the `...WithTtl` modes.
+    pub ttl: Option<Duration>,
+}
+
+impl CreateOptions {
+    /// `mode`, open to everyone (`world:anyone`, all permissions).
+    pub fn new(mode: CreateMode) -> CreateOptions {
+        CreateOptions {
+            mode,
+            acl: lockkeeper_proto::open_acl(),
+            ttl: None,
+        }
+    }
+
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> CreateOptions {
+        self.acl = acl;
+        self
+    }
+
+    pub fn with_ttl(mut self, ttl: Duration) -> CreateOptions {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The create request for `path` (the server's path), or why these options are invalid.
+    pub(crate) fn request(&self, path: String, data: &[u8]) -> Result<CreateOp> {
+        if self.acl.is_empty() {
+            return Err(Error::InvalidAcl);
+        }
+        let op = match (self.mode, self.ttl) {
+            (mode, Some(ttl)) if mode.is_ttl() => {
+                if ttl.is_zero() {
+                    return Err(Error::BadArguments(format!(
+                        "{path:?}: a TTL must be at least 1 ms"
+                    )));
+                }
+                OpCode::CreateTtl
+            }
+            (mode, None) if mode.is_ttl() => {
+                return Err(Error::BadArguments(format!(
+                    "{path:?}: mode {mode:?} needs a TTL"
+                )));
+            }
+            (mode, Some(_)) => {
+                return Err(Error::BadArguments(format!(
+                    "{path:?}: a TTL is only for the ...WithTtl modes, not {mode:?}"
+                )));
+            }
+            (CreateMode::Container, None) => OpCode::CreateContainer,
+            (_, None) => OpCode::Create2,
+        };
+        Ok(CreateOp {
+            op,
+            path,
+            data: Some(Bytes::copy_from_slice(data)),
+            acl: self.acl.clone(),
+            flags: self.mode.code(),
+            ttl: self
+                .ttl
+                .map_or(0, |ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+        })
+    }
+}
+
+/// Settings for [`Client::connect_with`].
+#[derive(Clone, Debug)]
+pub struct Connector {
+    session_timeout: Duration,
+    connection_timeout: Duration,
+    auth: Vec<(String, Vec<u8>)>,
+}
+
+impl Default for Connector {
+    fn default() -> Self {
+        Connector {
+            session_timeout: Duration::from_secs(10),
+            connection_timeout: Duration::from_secs(5),
+            auth: Vec::new(),
+        }
+    }
+}
+
+impl Connector {
+    /// The session timeout asked for (the server may grant another within its bounds).
+    /// Default 10 s.
+    pub fn session_timeout(mut self, timeout: Duration) -> Connector {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long the first connection may take, over all hosts. Default 5 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Connector {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// Credentials sent on every connection (`addauth`), e.g. `("digest", b"user:password")`.
+    pub fn auth(mut self, scheme: &str, auth: &[u8]) -> Connector {
+        self.auth.push((scheme.to_owned(), auth.to_vec()));
+        self
+    }
+
+    /// Establishes a session on one of the hosts of `connect_string`
+    /// (`host:port,host:port[/chroot]`).
+    pub async fn connect(self, connect_string: &str) -> Result<Client> {
+        let connect = ConnectString::parse(connect_string)?;
+        let shared = Arc::new(Shared::new(Settings {
+            connect,
+            session_timeout: self.session_timeout,
+            connection_timeout: self.connection_timeout,
+            auth: self.auth,
+        }));
+        let connection = session::first_connection(&shared).await?;
+        session::install(&shared, &connection, true);
+        tokio::spawn(session::run(shared.clone(), connection));
+        Ok(Client {
+            handle: Arc::new(Handle { shared }),
+        })
+    }
+}
+
+/// A ZooKeeper session. Clones share it; it is closed when [`close`](Client::close) is called
+/// or the last clone is dropped.
+#[derive(Clone)]
+pub struct Client {
+    handle: Arc<Handle>,
+}
+
+/// Ends the session when the last [`Client`] clone goes.
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.request_close();
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("session_id", &format_args!("0x{:x}", self.session_id()))
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// The states a session goes through, from the moment [`Client::state_watcher`] was called.
+#[derive(Debug)]
+pub struct StateWatcher {
+    last: SessionState,
+    rx: mpsc::UnboundedReceiver<SessionState>,
+}
+
+impl StateWatcher {
+    /// The state last reported by [`changed`](StateWatcher::changed) (at first, the state when
+    /// the watcher was made).
+    pub fn state(&self) -> SessionState {
+        self.last
+    }
+
+    /// The next state. Once the session is over, its final state every time.
+    pub async fn changed(&mut self) -> SessionState {
+        if !self.last.is_terminated() {
+            self.last = self.rx.recv().await.unwrap_or(SessionState::Closed);
+        }
+        self.last
+    }
+}
+
+/// A node's data and stat.
+pub type DataAndStat = (Vec<u8>, Stat);
+
+impl Client {
+    /// Connects with the default settings (10 s session timeout, 5 s to connect).
+    pub async fn connect(connect_string: &str) -> Result<Client> {
+        Connector::default().connect(connect_string).await
+    }
+
+    /// Settings for a connection.
+    pub fn connector() -> Connector {
+        Connector::default()
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.handle.shared
+    }
+
+    fn connect_string(&self) -> &ConnectString {
+        &self.shared().settings.connect
+    }
+
+    /// The session id the server assigned.
+    pub fn session_id(&self) -> i64 {
+        self.shared()
+            .identity
+            .lock()
+            .map_or(0, |identity| identity.id)
+    }
+
+    /// The session's password, with [`session_id`](Client::session_id) enough to resume it.
+    pub fn session_password(&self) -> Vec<u8> {
+        self.shared()
+            .identity
+            .lock()
+            .map_or_else(|_| Vec::new(), |identity| identity.password.to_vec())
+    }
+
+    /// The session timeout the server granted.
+    pub fn session_timeout(&self) -> Duration {
+        self.shared().negotiated_timeout()
+    }
+
+    /// The state of the session now.
+    pub fn state(&self) -> SessionState {
+        self.shared().state()
+    }
+
+    /// The session's states from now on.
+    pub fn state_watcher(&self) -> StateWatcher {
+        let (last, rx) = self.shared().subscribe();
+        StateWatcher { last, rx }
+    }
+
+    /// Ends the session: the server deletes its ephemeral nodes. Returns once the server has
+    /// answered, or after 2 s without an answer; every clone is closed with it.
+    pub async fn close(&self) {
+        let mut states = self.state_watcher();
+        self.shared().request_close();
+        while !states.state().is_terminated() {
+            states.changed().await;
+        }
+    }
+
+    /// Sends `request` now and returns its reply's future; an error answer is an `Err`.
+    fn send(
+        &self,
+        request: Result<Request>,
+        registration: Option<Registration>,
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
+        let reply = self.send_keeping_errors(request, registration);
+        async move {
+            let reply = reply.await?;
+            match reply.error {
+                None => Ok(reply),
+                Some(err) => Err(err),
+            }
+        }
+    }
+
+    /// [`send`](Client::send), with an error answer returned as a reply (its body may matter).
+    fn send_keeping_errors(
+        &self,
+        request: Result<Request>,
+        registration: Option<Registration>,
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
+        let rx = request.map(|request| self.shared().submit(&request, registration));
+        async move {
+            match rx {
+                Ok(rx) => rx.await.unwrap_or(Err(Error::ClientClosed)),
+                Err(err) => Err(err),
+            }
+        }
+    }
+
+    fn server_path(&self, path: &str) -> Result<String> {
+        check(path, false)?;
+        Ok(self.connect_string().server_path(path))
+    }
+
+    /// Creates a node; returns its stat and its path (with the sequence number, for a
+    /// sequential mode).
+    pub fn create(
+        &self,
+        path: &str,
+        data: &[u8],
+        options: &CreateOptions,
+    ) -> impl Future<Output = Result<(Stat, String)>> + Send + 'static {
+        let request = check(path, options.mode.is_sequential())
+            .and_then(|()| options.request(self.connect_string().server_path(path), data))
+            .map(Request::Create);
+        let reply = self.send(request, None);
+        let connect = self.connect_string().clone();
+        async move {
+            let created: Create2Response = decode(reply.await?)?;
+            Ok((created.stat, connect.client_path(&created.path)))
+        }
+    }
+
+    /// Deletes a node, if its version is `version` (any version for `None`).
+    pub fn delete(
+        &self,
+        path: &str,
+        version: Option<i32>,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let request = self.server_path(path).map(|path| {
+            Request::Delete(PathVersionRequest {
+                path,
+                version: version.unwrap_or(-1),
+            })
+        });
+        let reply = self.send(request, None);
+        async move { reply.await.map(drop) }
+    }
+
+    /// A node's data and stat.
+    pub fn get_data(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<DataAndStat>> + Send + 'static {
+        let reply = self.read(path, OpCode::GetData, None);
+        async move { data_and_stat(reply.await?) }
+    }
+
+    /// A node's data and stat, and a watch that fires when the node changes or is deleted.
+    pub fn get_and_watch_data(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<(Vec<u8>, Stat, OneshotWatcher)>> + Send + 'static {
+        let (registration, watcher) = self.oneshot(path, Kind::Data, false);
+        let reply = self.read(path, OpCode::GetData, registration);
+        async move {
+            let (data, stat) = data_and_stat(reply.await?)?;
+            Ok((data, stat, watcher))
+        }
+    }
+
+    /// A node's stat, or `None` if it does not exist.
+    pub fn check_stat(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<Option<Stat>>> + Send + 'static {
+        let reply = self.read(path, OpCode::Exists, None);
+        async move { optional_stat(reply.await) }
+    }
+
+    /// A node's stat (or `None`), and a watch that fires when it is created, changed or
+    /// deleted.
+    pub fn check_and_watch_stat(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<(Option<Stat>, OneshotWatcher)>> + Send + 'static {
+        let (registration, watcher) = self.oneshot(path, Kind::Data, true);
+        let reply = self.read(path, OpCode::Exists, registration);
+        async move { Ok((optional_stat(reply.await)?, watcher)) }
+    }
+
+    /// A node's children (names, unsorted).
+    pub fn list_children(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
+        let reply = self.read(path, OpCode::GetChildren, None);
+        async move { Ok(decode::<StringsResponse>(reply.await?)?.strings) }
+    }
+
+    /// A node's children, and a watch that fires when one is added or removed (or the node is
+    /// deleted).
+    pub fn list_and_watch_children(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<(Vec<String>, OneshotWatcher)>> + Send + 'static {
+        let (registration, watcher) = self.oneshot(path, Kind::Child, false);
+        let reply = self.read(path, OpCode::GetChildren, registration);
+        async move {
+            let children = decode::<StringsResponse>(reply.await?)?.strings;
+            Ok((children, watcher))
+        }
+    }
+
+    /// A node's children and its stat.
+    pub fn get_children(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<(Vec<String>, Stat)>> + Send + 'static {
+        let reply = self.read(path, OpCode::GetChildren2, None);
+        async move {
+            let listed: GetChildren2Response = decode(reply.await?)?;
+            Ok((listed.children, listed.stat))
+        }
+    }
+
+    /// Sets a node's data, if its version is `version` (any for `None`); returns the new stat.
+    pub fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+    ) -> impl Future<Output = Result<Stat>> + Send + 'static {
+        let request = self.server_path(path).map(|path| {
+            Request::SetData(SetDataRequest {
+                path,
+                data: Some(Bytes::copy_from_slice(data)),
+                version: version.unwrap_or(-1),
+            })
+        });
+        let reply = self.send(request, None);
+        async move { Ok(decode::<StatResponse>(reply.await?)?.stat) }
+    }
+
+    /// A node's ACL and stat.
+    pub fn get_acl(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<(Vec<Acl>, Stat)>> + Send + 'static {
+        let request = self
+            .server_path(path)
+            .map(|path| Request::GetAcl(PathRequest { path }));
+        let reply = self.send(request, None);
+        async move {
+            let got: GetAclResponse = decode(reply.await?)?;
+            Ok((got.acl, got.stat))
+        }
+    }
+
+    /// Sets a node's ACL, if its ACL version is `version` (any for `None`).
+    pub fn set_acl(
+        &self,
+        path: &str,
+        acl: &[Acl],
+        version: Option<i32>,
+    ) -> impl Future<Output = Result<Stat>> + Send + 'static {
+        let request = self.server_path(path).map(|path| {
+            Request::SetAcl(SetAclRequest {
+                path,
+                acl: acl.to_vec(),
+                version: version.unwrap_or(-1),
+            })
+        });
+        let reply = self.send(request, None);
+        async move { Ok(decode::<StatResponse>(reply.await?)?.stat) }
+    }
+
+    /// Waits until the server this session is connected to has caught up with the leader.
+    pub fn sync(&self, path: &str) -> impl Future<Output = Result<()>> + Send + 'static {
+        let request = self
+            .server_path(path)
+            .map(|path| Request::Sync(PathRequest { path }));
+        let reply = self.send(request, None);
+        async move { reply.await.map(drop) }
+    }
+
+    /// The number of nodes below `path` (not counting it).
+    pub fn count_descendants(
+        &self,
+        path: &str,
+    ) -> impl Future<Output = Result<i32>> + Send + 'static {
+        let request = self
+            .server_path(path)
+            .map(|path| Request::GetAllChildrenNumber(PathRequest { path }));
+        let reply = self.send(request, None);
+        async move { Ok(decode::<GetAllChildrenNumberResponse>(reply.await?)?.total_number) }
+    }
+
+    /// The ephemeral nodes this session owns whose paths start with `prefix`.
+    pub fn list_ephemerals(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
+        let request = check(prefix, true)
+            .map(|()| self.connect_string().server_path(prefix))
+            .map(|path| Request::GetEphemerals(PathRequest { path }));
+        let reply = self.send(request, None);
+        let connect = self.connect_string().clone();
+        async move {
+            let listed: StringsResponse = decode(reply.await?)?;
+            Ok(listed
+                .strings
+                .iter()
+                .map(|path| connect.client_path(path))
+                .collect())
+        }
+    }
+
+    /// Watches `path` until the watcher is dropped: the node alone (`Persistent`) or its whole
+    /// subtree (`PersistentRecursive`). Needs ZooKeeper 3.6 or later (or Keeper).
+    pub fn watch(
+        &self,
+        path: &str,
+        mode: AddWatchMode,
+    ) -> impl Future<Output = Result<PersistentWatcher>> + Send + 'static {
+        let recursive = mode == AddWatchMode::PersistentRecursive;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let server_path = self.server_path(path);
+        let registration = server_path
+            .as_ref()
+            .ok()
+            .map(|path| Registration::Persistent {
+                recursive,
+                path: path.clone(),
+                tx,
+            });
+        let watcher = server_path.as_ref().ok().map(|path| {
+            PersistentWatcher::new(
+                rx,
+                Removal {
+                    path: path.clone(),
+                    recursive,
+                    client: Arc::downgrade(&self.handle.shared),
+                },
+            )
+        });
+        let request = server_path.map(|path| {
+            Request::AddWatch(AddWatchRequest {
+                path,
+                mode: mode.code(),
+            })
+        });
+        let reply = self.send(request, registration);
+        async move {
+            reply.await?;
+            watcher.ok_or_else(|| Error::Protocol("a watch without a path".into()))
+        }
+    }
+
+    /// A batch of writes applied atomically: all or none.
+    pub fn multi(&self) -> crate::multi::MultiWriter<'_> {
+        crate::multi::MultiWriter::new(self)
+    }
+
+    /// A batch of reads answered together, each on its own.
+    pub fn multi_read(&self) -> crate::multi::MultiReader<'_> {
+        crate::multi::MultiReader::new(self)
+    }
+
+    /// Sends a batch: a failed multi's body names the operation that failed.
+    pub(crate) fn send_batch(
+        &self,
+        request: Result<Request>,
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
+        self.send_keeping_errors(request, None)
+    }
+
+    pub(crate) fn client_path(&self, path: &str) -> String {
+        self.connect_string().client_path(path)
+    }
+
+    pub(crate) fn server_path_of(&self, path: &str, sequential: bool) -> Result<String> {
+        check(path, sequential)?;
+        Ok(self.connect_string().server_path(path))
+    }
+
+    /// A read request of `op` on `path`, carrying `registration` if it leaves a watch.
+    fn read(
+        &self,
+        path: &str,
+        op: OpCode,
+        registration: Option<Registration>,
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
+        let watch = registration.is_some();
+        let request = self.server_path(path).map(|path| {
+            let body = PathWatchRequest { path, watch };
+            match op {
+                OpCode::GetData => Request::GetData(body),
+                OpCode::Exists => Request::Exists(body),
+                OpCode::GetChildren2 => Request::GetChildren2(body),
+                _ => Request::GetChildren(body),
+            }
+        });
+        self.send(request, registration)
+    }
+
+    /// A one-shot registration for `path` and the watcher it will wake.
+    fn oneshot(
+        &self,
+        path: &str,
+        kind: Kind,
+        exists: bool,
+    ) -> (Option<Registration>, OneshotWatcher) {
+        let (tx, rx) = oneshot::channel();
+        let registration = self
+            .server_path(path)
+            .ok()
+            .map(|path| Registration::Oneshot {
+                kind,
+                exists,
+                path,
+                tx,
+            });
+        (registration, OneshotWatcher::new(rx))
+    }
+}
+
+/// Reads a reply body as `T`.
+pub(crate) fn decode<T: Jute>(reply: Reply) -> Result<T> {
+    T::read(&mut Reader::new(reply.body))
+        .map_err(|err| Error::Protocol(format!("an unreadable reply: {err}")))
+}
+
+fn data_and_stat(reply: Reply) -> Result<DataAndStat> {
+    let got: GetDataResponse = decode(reply)?;
+    Ok((
+        got.data.map(|data| data.to_vec()).unwrap_or_default(),
+        got.stat,
+    ))
+}
+
+fn optional_stat(reply: Result<Reply>) -> Result<Option<Stat>> {
+    match reply {
+        Ok(reply) => Ok(Some(decode::<StatResponse>(reply)?.stat)),
+        Err(Error::NoNode) => Ok(None),
+        Err(err) => Err(err),
+    }
+}

@@ -1,0 +1,100 @@
+//! What a request can fail with: the server's answer, or the connection's fate.
+//!
+//! Server answers keep ZooKeeper's names (`NoNode`, `BadVersion`, ...), so code written against
+//! ZooKeeper's documentation reads the same here. The client's own outcomes say whether the
+//! request may still have been applied: [`Error::ConnectionLoss`] (it may), or
+//! [`Error::SessionExpired`] and [`Error::ClientClosed`] (nothing more will be).
+
+use lockkeeper_proto::ErrorCode;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("no node")]
+    NoNode,
+    #[error("node exists")]
+    NodeExists,
+    #[error("bad version")]
+    BadVersion,
+    #[error("node has children")]
+    NotEmpty,
+    #[error("ephemeral nodes may not have children")]
+    NoChildrenForEphemerals,
+    #[error("invalid ACL")]
+    InvalidAcl,
+    #[error("not authorized")]
+    NoAuth,
+    #[error("authentication failed")]
+    AuthFailed,
+    #[error("no such watcher")]
+    NoWatcher,
+    #[error("operation not implemented by the server")]
+    Unimplemented,
+    #[error("session moved to another server")]
+    SessionMoved,
+    #[error("bad arguments: {0}")]
+    BadArguments(String),
+    /// The connection broke (or was never there) before the answer came: the request may or
+    /// may not have been applied.
+    #[error("connection lost: {0}")]
+    ConnectionLoss(String),
+    /// No server of the connect string established a session in time: each host and why.
+    #[error("{0}")]
+    Connect(String),
+    /// The server ended the session; its ephemeral nodes are gone.
+    #[error("session expired")]
+    SessionExpired,
+    /// [`Client::close`](crate::Client::close) was called, or every handle was dropped.
+    #[error("client closed")]
+    ClientClosed,
+    /// The server answered something this client cannot read: the connection is dropped.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Any other error code from the server.
+    #[error("server error {0:?}")]
+    Server(ErrorCode),
+    /// An error code ZooKeeper does not define.
+    #[error("unknown server error code {0}")]
+    UnknownCode(i32),
+}
+
+impl Error {
+    /// The error for a reply header's `err`, or `None` for `Ok`.
+    pub(crate) fn from_code(code: i32) -> Option<Error> {
+        let Ok(code) = ErrorCode::try_from(code) else {
+            return Some(Error::UnknownCode(code));
+        };
+        Some(match code {
+            ErrorCode::Ok => return None,
+            ErrorCode::NoNode => Error::NoNode,
+            ErrorCode::NodeExists => Error::NodeExists,
+            ErrorCode::BadVersion => Error::BadVersion,
+            ErrorCode::NotEmpty => Error::NotEmpty,
+            ErrorCode::NoChildrenForEphemerals => Error::NoChildrenForEphemerals,
+            ErrorCode::InvalidAcl => Error::InvalidAcl,
+            ErrorCode::NoAuth => Error::NoAuth,
+            ErrorCode::AuthFailed => Error::AuthFailed,
+            ErrorCode::NoWatcher => Error::NoWatcher,
+            ErrorCode::Unimplemented => Error::Unimplemented,
+            ErrorCode::SessionMoved => Error::SessionMoved,
+            ErrorCode::SessionExpired => Error::SessionExpired,
+            ErrorCode::BadArguments => Error::BadArguments("refused by the server".into()),
+            ErrorCode::ConnectionLoss => Error::ConnectionLoss("reported by the server".into()),
+            other => Error::Server(other),
+        })
+    }
+
+    /// Whether the request may have been applied although no answer said so.
+    pub fn is_connection_loss(&self) -> bool {
+        matches!(self, Error::ConnectionLoss(_))
+    }
+
+    /// Whether the session is over: nothing will succeed on this client again.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Error::SessionExpired | Error::ClientClosed | Error::AuthFailed
+        )
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

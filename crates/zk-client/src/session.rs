@@ -1,0 +1,741 @@
+//! One ZooKeeper session: the requests in flight, the connection they go out on, and the task
+//! that reads the replies and keeps the session connected.
+//!
+//! The request path has no thread hop: a caller encodes its request, takes the next xid,
+//! queues its reply slot and writes the frame to the socket itself, all under one lock, so
+//! frames leave in xid order whoever sends them. Only bytes the socket would not take at once
+//! are left for the session task to write when the socket is writable again.
+//!
+//! The session task owns everything else: it reads frames and answers the oldest reply slot
+//! with each (ZooKeeper answers one session's requests in order, so a reply for any other xid
+//! is a protocol error that drops the connection), registers the watch a read asked for before
+//! reading the next frame, delivers notifications, pings when the connection is idle, drops a
+//! connection that has been silent for two thirds of the session timeout, and reconnects.
+//!
+//! Invariants:
+//! - every reply slot is answered exactly once: by its reply, or with `ConnectionLoss` when
+//!   its connection (or a connection attempt it waited for) ends, or with the session's end;
+//! - a request made while disconnected waits for the next connection attempt, as ZooKeeper's
+//!   own client queues it, and is sent after the watches are re-registered;
+//! - after the session ends (expired, closed, authentication refused) every request fails at
+//!   once with that end, and every watcher has been told.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use lockkeeper_proto::{
+    AuthPacket, ConnectRequest, ConnectResponse, EventType as WireEventType, Jute, Reader,
+    ReplyHeader, Request, RequestHeader, SetWatches2, WatcherEvent, XID_AUTH, XID_NOTIFICATION,
+    XID_PING, XID_SET_WATCHES, decode_frame, encode_frame,
+};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::path::ConnectString;
+use crate::watch::{EventType, Registration, SessionState, Table};
+
+/// The largest frame read (ZooKeeper's default `jute.maxbuffer`, plus room for the header).
+const MAX_FRAME: usize = 0xfffff + 1024;
+/// How long a close waits for the server to end the session.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The server's answer: its error code (if not Ok) and the body after the header. A failed
+/// multi's body still says which operation failed.
+pub(crate) struct Reply {
+    pub error: Option<Error>,
+    pub body: Bytes,
+}
+
+/// The session's settings, fixed at connect time.
+pub(crate) struct Settings {
+    pub connect: ConnectString,
+    pub session_timeout: Duration,
+    pub connection_timeout: Duration,
+    pub auth: Vec<(String, Vec<u8>)>,
+}
+
+/// What the server gave the session at its first handshake.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Identity {
+    pub id: i64,
+    pub password: Bytes,
+    pub timeout: Duration,
+}
+
+/// Everything the client handles and the session task share.
+pub(crate) struct Shared {
+    pub settings: Settings,
+    pub identity: Mutex<Identity>,
+    out: Mutex<Outbox>,
+    watches: Mutex<Table>,
+    states: Mutex<States>,
+    /// The newest zxid seen in any reply: a reconnection must reach a server at least this
+    /// current.
+    last_zxid: AtomicI64,
+    /// Wakes the session task: bytes left to write, or a close asked for.
+    wake: Notify,
+}
+
+struct Outbox {
+    next_xid: i32,
+    pending: VecDeque<Pending>,
+    /// Encoded frames not written yet.
+    unsent: Vec<u8>,
+    /// The connection requests go out on; `None` while (re)connecting.
+    stream: Option<Arc<TcpStream>>,
+    /// Set when the session has ended: the error every new request gets.
+    ended: Option<Error>,
+    /// When bytes last went out: pings are sent only on an idle connection.
+    last_sent: Instant,
+    close_asked: bool,
+}
+
+struct Pending {
+    xid: i32,
+    tx: oneshot::Sender<Result<Reply>>,
+    registration: Option<Registration>,
+}
+
+struct States {
+    current: SessionState,
+    listeners: Vec<mpsc::UnboundedSender<SessionState>>,
+}
+
+/// Takes a std mutex, which is only ever held for a few non-blocking steps: a panic while
+/// holding one leaves data that is still consistent, so poisoning is ignored.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Outbox {
+    /// Writes what the socket takes now. `Ok(true)` when everything went out.
+    fn flush(&mut self) -> io::Result<bool> {
+        let Some(stream) = &self.stream else {
+            return Ok(false);
+        };
+        while !self.unsent.is_empty() {
+            match stream.try_write(&self.unsent) {
+                Ok(n) => {
+                    self.unsent.drain(..n);
+                    self.last_sent = Instant::now();
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(true)
+    }
+
+    fn push_frame(&mut self, xid: i32, request: &Request) {
+        encode_frame(&mut self.unsent, |body| {
+            RequestHeader {
+                xid,
+                op: request.op_code().code(),
+            }
+            .write(body);
+            request.encode_body(body);
+        });
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(settings: Settings) -> Shared {
+        Shared {
+            settings,
+            identity: Mutex::new(Identity::default()),
+            out: Mutex::new(Outbox {
+                next_xid: 0,
+                pending: VecDeque::new(),
+                unsent: Vec::new(),
+                stream: None,
+                ended: None,
+                last_sent: Instant::now(),
+                close_asked: false,
+            }),
+            watches: Mutex::new(Table::default()),
+            states: Mutex::new(States {
+                current: SessionState::Disconnected,
+                listeners: Vec::new(),
+            }),
+            last_zxid: AtomicI64::new(0),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Sends `request` (or queues it until connected) and returns where its reply will come.
+    pub(crate) fn submit(
+        &self,
+        request: &Request,
+        registration: Option<Registration>,
+    ) -> oneshot::Receiver<Result<Reply>> {
+        let (tx, rx) = oneshot::channel();
+        let mut out = lock(&self.out);
+        if let Some(ended) = &out.ended {
+            let _ = tx.send(Err(ended.clone()));
+            return rx;
+        }
+        out.next_xid = if out.next_xid == i32::MAX {
+            1
+        } else {
+            out.next_xid + 1
+        };
+        let xid = out.next_xid;
+        out.push_frame(xid, request);
+        out.pending.push_back(Pending {
+            xid,
+            tx,
+            registration,
+        });
+        // Whatever the socket does not take (or an error writing) is the task's to handle.
+        if !matches!(out.flush(), Ok(true)) {
+            self.wake.notify_one();
+        }
+        rx
+    }
+
+    /// Asks the session task to end the session (once).
+    pub(crate) fn request_close(&self) {
+        lock(&self.out).close_asked = true;
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn state(&self) -> SessionState {
+        lock(&self.states).current
+    }
+
+    /// A receiver of every state from now on, and the state now.
+    pub(crate) fn subscribe(&self) -> (SessionState, mpsc::UnboundedReceiver<SessionState>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut states = lock(&self.states);
+        if !states.current.is_terminated() {
+            states.listeners.push(tx);
+        }
+        (states.current, rx)
+    }
+
+    fn set_state(&self, state: SessionState) {
+        {
+            let mut states = lock(&self.states);
+            if states.current == state {
+                return;
+            }
+            states.current = state;
+            states.listeners.retain(|tx| tx.send(state).is_ok());
+            if state.is_terminated() {
+                states.listeners.clear();
+            }
+        }
+        lock(&self.watches).session(state);
+    }
+
+    /// The last persistent watcher of `path` was dropped: forget it, and remove the watch
+    /// from the server if no other watcher of this client needs it.
+    pub(crate) fn unwatch(&self, path: &str, recursive: bool) {
+        if !lock(&self.watches).prune_persistent(path, recursive) {
+            return;
+        }
+        let watcher_type = if recursive {
+            lockkeeper_proto::WatcherType::PersistentRecursive
+        } else {
+            lockkeeper_proto::WatcherType::Persistent
+        };
+        // The answer does not matter: a watch the server no longer has is as good as removed.
+        drop(self.submit(
+            &Request::RemoveWatches(lockkeeper_proto::PathWatcherTypeRequest {
+                path: path.to_owned(),
+                watcher_type: watcher_type.code(),
+            }),
+            None,
+        ));
+    }
+
+    pub(crate) fn negotiated_timeout(&self) -> Duration {
+        lock(&self.identity).timeout
+    }
+
+    /// Fails every request waiting in the outbox with `why` and forgets the connection.
+    fn drop_connection(&self, why: &Error) {
+        let pending = {
+            let mut out = lock(&self.out);
+            out.stream = None;
+            out.unsent.clear();
+            std::mem::take(&mut out.pending)
+        };
+        for pending in pending {
+            let _ = pending.tx.send(Err(why.clone()));
+        }
+    }
+
+    /// Ends the session for good with `why` (`state` is what watchers are told).
+    fn end(&self, why: Error, state: SessionState) {
+        lock(&self.out).ended = Some(why.clone());
+        self.drop_connection(&why);
+        self.set_state(state);
+    }
+
+    /// Reads one frame from the server.
+    fn on_frame(&self, frame: Bytes) -> Result<()> {
+        let mut r = Reader::new(frame);
+        let header = ReplyHeader::read(&mut r).map_err(protocol)?;
+        if header.zxid > 0 {
+            self.last_zxid.fetch_max(header.zxid, Ordering::Relaxed);
+        }
+        match header.xid {
+            XID_NOTIFICATION => {
+                let event = WatcherEvent::read(&mut r).map_err(protocol)?;
+                let event_type = match WireEventType::try_from(event.event_type) {
+                    Ok(WireEventType::NodeCreated) => EventType::NodeCreated,
+                    Ok(WireEventType::NodeDeleted) => EventType::NodeDeleted,
+                    Ok(WireEventType::NodeDataChanged) => EventType::NodeDataChanged,
+                    Ok(WireEventType::NodeChildrenChanged) => EventType::NodeChildrenChanged,
+                    // Session events and watch removals are the client's own business.
+                    _ => return Ok(()),
+                };
+                let shown = self.settings.connect.client_path(&event.path);
+                lock(&self.watches).fire(event_type, &event.path, &shown);
+                Ok(())
+            }
+            XID_PING => Ok(()),
+            XID_AUTH => match Error::from_code(header.err) {
+                None => Ok(()),
+                Some(_) => Err(Error::AuthFailed),
+            },
+            XID_SET_WATCHES => {
+                if let Some(err) = Error::from_code(header.err) {
+                    tracing::warn!(%err, "the server refused to restore this session's watches");
+                }
+                Ok(())
+            }
+            xid => {
+                let pending = {
+                    let mut out = lock(&self.out);
+                    match out.pending.front() {
+                        Some(front) if front.xid == xid => out.pending.pop_front(),
+                        _ => None,
+                    }
+                };
+                let Some(pending) = pending else {
+                    return Err(Error::Protocol(format!(
+                        "a reply to xid {xid}, which is not the oldest request in flight"
+                    )));
+                };
+                let error = Error::from_code(header.err);
+                if let Some(registration) = pending.registration {
+                    lock(&self.watches).register(
+                        registration,
+                        error.is_none(),
+                        error == Some(Error::NoNode),
+                    );
+                }
+                let _ = pending.tx.send(Ok(Reply {
+                    error,
+                    body: r.rest(),
+                }));
+                Ok(())
+            }
+        }
+    }
+}
+
+fn protocol(err: lockkeeper_proto::DecodeError) -> Error {
+    Error::Protocol(format!("an unreadable reply: {err}"))
+}
+
+/// An established connection, handshake done.
+pub(crate) struct Connection {
+    stream: Arc<TcpStream>,
+    host: String,
+    /// Bytes read after the handshake's reply.
+    buf: BytesMut,
+}
+
+/// How one connection ended.
+enum End {
+    /// The connection broke; the session may live on.
+    Lost(Error),
+    /// The session is over.
+    Over(Error, SessionState),
+}
+
+/// Connects the first time: every host in turn until one establishes a session or the
+/// connection timeout passes. The error names each host tried and why it failed.
+pub(crate) async fn first_connection(shared: &Shared) -> Result<Connection> {
+    let settings = &shared.settings;
+    let deadline = Instant::now() + settings.connection_timeout;
+    let mut failures: Vec<(String, String)> = Vec::new();
+    let mut hosts = settings.connect.hosts.clone();
+    shuffle(&mut hosts);
+    let mut round = 0u32;
+    loop {
+        for host in &hosts {
+            if Instant::now() >= deadline {
+                return Err(connect_error(settings, &failures));
+            }
+            match handshake(shared, host, deadline).await {
+                Ok(connection) => return Ok(connection),
+                Err(Failure::Refused(err)) => return Err(err),
+                Err(Failure::Host(why)) => {
+                    failures.retain(|(h, _)| h != host);
+                    failures.push((host.clone(), why));
+                }
+            }
+        }
+        round += 1;
+        let pause = Duration::from_millis(50 * u64::from(round.min(10)));
+        if Instant::now() + pause >= deadline {
+            return Err(connect_error(settings, &failures));
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+fn connect_error(settings: &Settings, failures: &[(String, String)]) -> Error {
+    let causes: Vec<String> = failures
+        .iter()
+        .map(|(host, why)| format!("{host}: {why}"))
+        .collect();
+    Error::Connect(format!(
+        "no ZooKeeper server of {:?} established a session within {:?} ({})",
+        settings.connect.hosts.join(","),
+        settings.connection_timeout,
+        if causes.is_empty() {
+            "no host was tried".to_owned()
+        } else {
+            causes.join("; ")
+        }
+    ))
+}
+
+/// Why a connection attempt failed.
+enum Failure {
+    /// This host, for this reason; another may do.
+    Host(String),
+    /// The session itself was refused (expired): no host will do.
+    Refused(Error),
+}
+
+/// Opens a connection to `host` and establishes (or resumes) the session on it.
+async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Connection, Failure> {
+    let limit = deadline.saturating_duration_since(Instant::now());
+    let attempt = async {
+        let stream = TcpStream::connect(host)
+            .await
+            .map_err(|err| Failure::Host(err.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let identity = lock(&shared.identity).clone();
+        let request = ConnectRequest {
+            protocol_version: 0,
+            last_zxid_seen: shared.last_zxid.load(Ordering::Relaxed),
+            timeout: i32::try_from(shared.settings.session_timeout.as_millis()).unwrap_or(i32::MAX),
+            session_id: identity.id,
+            passwd: if identity.id == 0 {
+                Bytes::from_static(&[0; 16])
+            } else {
+                identity.password.clone()
+            },
+            read_only: Some(false),
+        };
+        let mut frame = Vec::new();
+        encode_frame(&mut frame, |body| request.write(body));
+        write_all(&stream, &frame)
+            .await
+            .map_err(|err| Failure::Host(format!("sending the session request: {err}")))?;
+        let mut buf = BytesMut::with_capacity(4096);
+        let body = loop {
+            match decode_frame(&mut buf, MAX_FRAME) {
+                Ok(Some(body)) => break body,
+                Ok(None) => {}
+                Err(err) => return Err(Failure::Host(format!("not a ZooKeeper server: {err}"))),
+            }
+            stream
+                .readable()
+                .await
+                .map_err(|err| Failure::Host(err.to_string()))?;
+            match stream.try_read_buf(&mut buf) {
+                Ok(0) => {
+                    return Err(Failure::Host(
+                        "the server closed the connection during the handshake".into(),
+                    ));
+                }
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(err) => return Err(Failure::Host(err.to_string())),
+            }
+        };
+        let response = ConnectResponse::read(&mut Reader::new(body))
+            .map_err(|err| Failure::Host(format!("an unreadable session reply: {err}")))?;
+        if response.timeout <= 0 {
+            return Err(if identity.id == 0 {
+                Failure::Host("the server refused to create a session".into())
+            } else {
+                Failure::Refused(Error::SessionExpired)
+            });
+        }
+        if identity.id != 0 && response.session_id != identity.id {
+            return Err(Failure::Refused(Error::SessionExpired));
+        }
+        *lock(&shared.identity) = Identity {
+            id: response.session_id,
+            password: response.passwd,
+            timeout: Duration::from_millis(u64::try_from(response.timeout).unwrap_or(0)),
+        };
+        Ok(Connection {
+            stream: Arc::new(stream),
+            host: host.to_owned(),
+            buf,
+        })
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(Failure::Host(format!("no session within {limit:?}"))),
+    }
+}
+
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+fn shuffle(hosts: &mut [String]) {
+    use rand::seq::SliceRandom;
+    hosts.shuffle(&mut rand::thread_rng());
+}
+
+/// The session task: serves `connection` (already [`install`]ed), then reconnects whenever
+/// one ends, until the session is over.
+pub(crate) async fn run(shared: Arc<Shared>, mut connection: Connection) {
+    loop {
+        match serve(&shared, &mut connection).await {
+            End::Over(why, state) => {
+                shared.end(why, state);
+                return;
+            }
+            End::Lost(why) => {
+                tracing::debug!(host = connection.host, %why, "connection lost; reconnecting");
+                shared.drop_connection(&why);
+                shared.set_state(SessionState::Disconnected);
+            }
+        }
+        connection = match reconnect(&shared).await {
+            Ok(connection) => connection,
+            Err((why, state)) => {
+                shared.end(why, state);
+                return;
+            }
+        };
+        install(&shared, &connection, false);
+    }
+}
+
+/// Makes `connection` the one requests go out on: the watches and credentials first, then
+/// whatever was queued while disconnected.
+pub(crate) fn install(shared: &Shared, connection: &Connection, first: bool) {
+    let mut preamble = Vec::new();
+    let mut write = |xid: i32, request: &Request| {
+        encode_frame(&mut preamble, |body| {
+            RequestHeader {
+                xid,
+                op: request.op_code().code(),
+            }
+            .write(body);
+            request.encode_body(body);
+        });
+    };
+    for (scheme, auth) in &shared.settings.auth {
+        write(
+            XID_AUTH,
+            &Request::Auth(AuthPacket {
+                auth_type: 0,
+                scheme: scheme.clone(),
+                auth: Bytes::from(auth.clone()),
+            }),
+        );
+    }
+    if !first {
+        let paths = lock(&shared.watches).paths();
+        if !paths.is_empty() {
+            write(
+                XID_SET_WATCHES,
+                &Request::SetWatches(SetWatches2 {
+                    relative_zxid: shared.last_zxid.load(Ordering::Relaxed),
+                    data_watches: paths.data,
+                    exist_watches: paths.exist,
+                    child_watches: paths.child,
+                    persistent_watches: paths.persistent,
+                    persistent_recursive_watches: paths.recursive,
+                }),
+            );
+        }
+    }
+    {
+        let mut out = lock(&shared.out);
+        preamble.append(&mut out.unsent);
+        out.unsent = preamble;
+        out.stream = Some(connection.stream.clone());
+        out.last_sent = Instant::now();
+        if !matches!(out.flush(), Ok(true)) {
+            shared.wake.notify_one();
+        }
+    }
+    shared.set_state(SessionState::SyncConnected);
+}
+
+/// Reads and writes one connection until it breaks or the session ends.
+async fn serve(shared: &Shared, connection: &mut Connection) -> End {
+    let stream = connection.stream.clone();
+    let timeout = shared.negotiated_timeout();
+    // ZooKeeper's own client: silent for 2/3 of the timeout means gone; ping at half that.
+    let read_timeout = timeout * 2 / 3;
+    let ping_after = read_timeout / 2;
+    let mut last_heard = Instant::now();
+    let mut want_write = false;
+    let mut closing: Option<(oneshot::Receiver<Result<Reply>>, Instant)> = None;
+    loop {
+        // Frames already buffered (the handshake may have read some) go first.
+        loop {
+            match decode_frame(&mut connection.buf, MAX_FRAME) {
+                Ok(Some(frame)) => match shared.on_frame(frame) {
+                    Ok(()) => {}
+                    Err(Error::AuthFailed) => {
+                        return End::Over(Error::AuthFailed, SessionState::AuthFailed);
+                    }
+                    Err(err) => return End::Lost(lost(connection, &err.to_string())),
+                },
+                Ok(None) => break,
+                Err(err) => return End::Lost(lost(connection, &err.to_string())),
+            }
+        }
+        let last_sent = lock(&shared.out).last_sent;
+        let ping_at = last_sent + ping_after;
+        let silent_at = last_heard + read_timeout;
+        tokio::select! {
+            readable = stream.readable() => {
+                if let Err(err) = readable {
+                    return End::Lost(lost(connection, &err.to_string()));
+                }
+                match stream.try_read_buf(&mut connection.buf) {
+                    Ok(0) => return End::Lost(lost(connection, "closed by the server")),
+                    Ok(_) => last_heard = Instant::now(),
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(err) => return End::Lost(lost(connection, &err.to_string())),
+                }
+            }
+            () = shared.wake.notified() => {
+                let close_asked = lock(&shared.out).close_asked;
+                if close_asked && closing.is_none() {
+                    let reply = shared.submit(&Request::CloseSession, None);
+                    closing = Some((reply, Instant::now() + CLOSE_WAIT));
+                }
+                want_write = true;
+            }
+            writable = stream.writable(), if want_write => {
+                if let Err(err) = writable {
+                    return End::Lost(lost(connection, &err.to_string()));
+                }
+                match lock(&shared.out).flush() {
+                    Ok(done) => want_write = !done,
+                    Err(err) => return End::Lost(lost(connection, &err.to_string())),
+                }
+            }
+            () = tokio::time::sleep_until(ping_at.min(silent_at)) => {
+                if Instant::now() >= silent_at {
+                    let why = format!("no answer for {read_timeout:?}");
+                    return End::Lost(lost(connection, &why));
+                }
+                let mut out = lock(&shared.out);
+                out.push_frame(XID_PING, &Request::Ping);
+                match out.flush() {
+                    Ok(done) => want_write = !done,
+                    Err(err) => return End::Lost(lost(connection, &err.to_string())),
+                }
+            }
+            () = close_done(&mut closing) => {
+                return End::Over(Error::ClientClosed, SessionState::Closed);
+            }
+        }
+    }
+}
+
+/// Resolves once the close request is answered (either way) or its wait has passed.
+async fn close_done(closing: &mut Option<(oneshot::Receiver<Result<Reply>>, Instant)>) {
+    match closing {
+        Some((reply, until)) => {
+            let until = *until;
+            tokio::select! {
+                _ = reply => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn lost(connection: &Connection, why: &str) -> Error {
+    Error::ConnectionLoss(format!("{}: {why}", connection.host))
+}
+
+/// Connects again after a loss: hosts in turn (each attempt bounded by the session timeout
+/// over the number of hosts, as ZooKeeper's client bounds it), failing the requests queued
+/// meanwhile at each failed attempt, until one resumes the session, the server says it has
+/// expired, or a close is asked for.
+async fn reconnect(shared: &Shared) -> std::result::Result<Connection, (Error, SessionState)> {
+    let settings = &shared.settings;
+    let mut hosts = settings.connect.hosts.clone();
+    shuffle(&mut hosts);
+    let per_host =
+        (shared.negotiated_timeout() / hosts.len().max(1) as u32).max(Duration::from_millis(100));
+    let mut round = 0u32;
+    loop {
+        for host in &hosts {
+            if lock(&shared.out).close_asked {
+                return Err((Error::ClientClosed, SessionState::Closed));
+            }
+            let attempt = handshake(shared, host, Instant::now() + per_host);
+            let outcome = tokio::select! {
+                outcome = attempt => outcome,
+                () = close_asked(shared) => {
+                    return Err((Error::ClientClosed, SessionState::Closed));
+                }
+            };
+            match outcome {
+                Ok(connection) => return Ok(connection),
+                Err(Failure::Refused(err)) => return Err((err, SessionState::Expired)),
+                Err(Failure::Host(why)) => {
+                    tracing::debug!(host, why, "reconnect attempt failed");
+                    shared.drop_connection(&Error::ConnectionLoss(format!("{host}: {why}")));
+                }
+            }
+        }
+        round += 1;
+        let pause = Duration::from_millis(20 * u64::from(round.min(25)));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = close_asked(shared) => return Err((Error::ClientClosed, SessionState::Closed)),
+        }
+    }
+}
+
+/// Resolves once a close has been asked for.
+async fn close_asked(shared: &Shared) {
+    loop {
+        if lock(&shared.out).close_asked {
+            return;
+        }
+        shared.wake.notified().await;
+    }
+}
