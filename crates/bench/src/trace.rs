@@ -5,10 +5,12 @@
 //! durable write cannot go under), then runs two workloads and reads Keeper's write-path trace
 //! (`mntr`'s `lk_write_stage_*` keys, see the server's `trace` module) before and after each:
 //!
-//! 1. **one synchronous client** doing create+delete pairs: the client's p50/p99 per pair and
-//!    per op, each stage's mean per traced reply and its share of the client's mean per op,
-//!    and the rest ("client + loopback": the client library, the kernel's loopback both ways);
-//!    then the target line, the pair's p50 beside two fdatasyncs plus 0.15 ms;
+//! 1. **one synchronous client** doing create+delete pairs, three times: through
+//!    `zookeeper-client`, through `lockkeeper-zk-client` and through a client with no library
+//!    (`wire`). For each: p50/p99 per pair and per op, each stage's mean per traced reply and
+//!    its share of the client's mean per op, and the rest ("client + loopback": the client,
+//!    the kernel's loopback both ways); then the target line, the pairs' p50s beside two
+//!    fdatasyncs plus 0.15 ms;
 //! 2. **a contended handoff**: several sessions of lockkeeper's `zk::Mutex` looping
 //!    lock -> release on one lock, handoffs per second and each stage's time per handoff, with
 //!    `reaction` (a watch event written to the next request on that connection: what the
@@ -19,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -116,6 +119,7 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
         fmt_us(sync_p50)
     );
     let library = library_pairs(addr, settings).await?;
+    let own = own_client_pairs(addr, settings).await?;
     let mut wire = tokio::task::spawn_blocking(move || wire::warmed_up(addr, OP_LIMIT))
         .await
         .map_err(|e| format!("library-free client: {e}"))??;
@@ -125,8 +129,15 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
         .await
         .map_err(|e| format!("library-free client: {e}"))??;
     let bare = Pairs::of(times, delta(&before, &totals(addr).await?));
-    print_pairs(&library, &bare);
-    println!("{}", target_line(library.p50(), bare.p50(), sync_p50));
+    print_pairs(&[
+        ("(a) zookeeper-client", &library),
+        ("(b) lockkeeper-zk-client", &own),
+        ("(c) no client library", &bare),
+    ]);
+    println!(
+        "{}",
+        target_line(library.p50(), own.p50(), bare.p50(), sync_p50)
+    );
     println!();
     let handoff = handoff_run(addr, settings).await?;
     Ok(Json::obj(vec![
@@ -137,6 +148,7 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
         ("fdatasync_p50_us", Json::num(micros(sync_p50))),
         ("target_us", Json::num(micros(target(sync_p50)))),
         ("durable_pairs", library.json()),
+        ("durable_pairs_lockkeeper_zk_client", own.json()),
         ("durable_pairs_no_library", bare.json()),
         ("contended_handoff", handoff),
     ]))
@@ -268,33 +280,70 @@ fn target(sync_p50: Duration) -> Duration {
 /// One synchronous client on `zookeeper-client` (the library lockkeeper's recipes use):
 /// create+delete pairs, each op awaited before the next.
 async fn library_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
-    let connect = addr.to_string();
-    let zk = within("connect", Client::connect(&connect)).await??;
+    let zk = within("connect", Client::connect(&addr.to_string())).await??;
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    // A short warm-up, untraced by the figures (the deltas start after it).
+    timed_pairs(addr, settings, |path, create| {
+        let op = if create {
+            let created = zk.create(path, b"x", &persistent);
+            Box::pin(async move { created.await.map(drop) }) as BoxFuture<'_, _>
+        } else {
+            Box::pin(zk.delete(path, None))
+        };
+        async move { Ok(op.await?) }
+    })
+    .await
+}
+
+/// The same pairs through `lockkeeper-zk-client`, the Tokio-native client.
+async fn own_client_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
+    use lockkeeper_zk_client as own;
+    let zk = within("connect", own::Client::connect(&addr.to_string())).await??;
+    let persistent = own::CreateOptions::new(own::CreateMode::Persistent);
+    timed_pairs(addr, settings, |path, create| {
+        let op = if create {
+            let created = zk.create(path, b"x", &persistent);
+            Box::pin(async move { created.await.map(drop) }) as BoxFuture<'static, _>
+        } else {
+            Box::pin(zk.delete(path, None))
+        };
+        async move { Ok(op.await?) }
+    })
+    .await
+}
+
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A warm-up, then create+delete pairs with `op(path, create)`, each op awaited before the
+/// next; Keeper's stages over the timed pairs alone.
+async fn timed_pairs<F, Fut>(
+    addr: SocketAddr,
+    settings: &Settings,
+    op: F,
+) -> Result<Pairs, BoxError>
+where
+    F: Fn(&'static str, bool) -> Fut,
+    Fut: Future<Output = Result<(), BoxError>>,
+{
     for _ in 0..50 {
-        zk.create("/trace-warm", b"x", &persistent).await?;
-        zk.delete("/trace-warm", None).await?;
+        within("warm-up create", op("/trace-warm", true)).await??;
+        within("warm-up delete", op("/trace-warm", false)).await??;
     }
     let before = totals(addr).await?;
     let mut times = PairTimes::new();
     let started = Instant::now();
     while times.count() < u64::from(settings.pairs) && started.elapsed() < settings.limit {
         let t0 = Instant::now();
-        within("create", zk.create("/trace-pair", b"x", &persistent)).await??;
+        within("create", op("/trace-pair", true)).await??;
         let t1 = Instant::now();
-        within("delete", zk.delete("/trace-pair", None)).await??;
+        within("delete", op("/trace-pair", false)).await??;
         times.record(t0, t1, Instant::now());
     }
     Ok(Pairs::of(times, delta(&before, &totals(addr).await?)))
 }
 
-/// Both synchronous clients' figures, and Keeper's stages of each, side by side.
-fn print_pairs(library: &Pairs, bare: &Pairs) {
-    for (name, p) in [
-        ("(a) zookeeper-client", library),
-        ("(a') no client library", bare),
-    ] {
+/// The synchronous clients' figures, and Keeper's stages of each, side by side.
+fn print_pairs(runs: &[(&str, &Pairs)]) {
+    for (name, p) in runs {
         let q = |h: &Histogram<u64>, q: f64| fmt_us(Duration::from_micros(h.value_at_quantile(q)));
         let t = &p.times;
         println!(
@@ -309,27 +358,25 @@ fn print_pairs(library: &Pairs, bare: &Pairs) {
             p.syncs_per_op(),
         );
     }
-    println!(
-        "{:<18} {:>18} {:>7} {:>18} {:>7}",
-        "mean µs per op", "(a) zookeeper-client", "share", "(a') no library", "share"
-    );
-    let row = |name: &str, a: f64, b: f64| {
-        let share = |v: f64, p: &Pairs| 100.0 * v / p.op_mean_us().max(f64::MIN_POSITIVE);
-        println!(
-            "{name:<18} {a:>18.1} {:>6.1}% {b:>18.1} {:>6.1}%",
-            share(a, library),
-            share(b, bare)
-        );
+    let mut header = format!("{:<18}", "mean µs per op");
+    for (name, _) in runs {
+        header.push_str(&format!(" {:>24} {:>7}", name, "share"));
+    }
+    println!("{header}");
+    let row = |stage: &str, value: &dyn Fn(&Pairs) -> f64| {
+        let mut line = format!("{stage:<18}");
+        for (_, p) in runs {
+            let v = value(p);
+            let share = 100.0 * v / p.op_mean_us().max(f64::MIN_POSITIVE);
+            line.push_str(&format!(" {v:>24.1} {share:>6.1}%"));
+        }
+        println!("{line}");
     };
     for stage in pipeline() {
-        row(
-            stage,
-            mean_of(&library.stages, stage),
-            mean_of(&bare.stages, stage),
-        );
+        row(stage, &|p| mean_of(&p.stages, stage));
     }
-    row("client + loopback", library.outside_us(), bare.outside_us());
-    row("client-observed", library.op_mean_us(), bare.op_mean_us());
+    row("client + loopback", &|p| p.outside_us());
+    row("client-observed", &|p| p.op_mean_us());
 }
 
 /// Several sessions looping lock -> release on one Mutex; stage time per handoff.
@@ -553,13 +600,18 @@ fn fmt_us(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-/// The target line: the pair's p50 through the library and with none, beside two fdatasyncs
-/// + 0.15 ms.
-pub fn target_line(library_p50: Duration, bare_p50: Duration, sync_p50: Duration) -> String {
+/// The target line: the pair's p50 through each client, beside two fdatasyncs + 0.15 ms.
+pub fn target_line(
+    library_p50: Duration,
+    own_p50: Duration,
+    bare_p50: Duration,
+    sync_p50: Duration,
+) -> String {
     format!(
-        "durable create+delete p50: {} through zookeeper-client, {} with no client library; \
-         2 x fdatasync + 0.15 ms = {}",
+        "durable create+delete p50: {} through zookeeper-client, {} through \
+         lockkeeper-zk-client, {} with no client library; 2 x fdatasync + 0.15 ms = {}",
         fmt_us(library_p50),
+        fmt_us(own_p50),
         fmt_us(bare_p50),
         fmt_us(target(sync_p50))
     )
@@ -599,16 +651,18 @@ mod tests {
         assert_eq!(
             target_line(
                 Duration::from_micros(480),
+                Duration::from_micros(420),
                 Duration::from_micros(400),
                 Duration::from_micros(100)
             ),
-            "durable create+delete p50: 0.480 ms through zookeeper-client, 0.400 ms with no \
-             client library; 2 x fdatasync + 0.15 ms = 0.350 ms"
+            "durable create+delete p50: 0.480 ms through zookeeper-client, 0.420 ms through \
+             lockkeeper-zk-client, 0.400 ms with no client library; 2 x fdatasync + 0.15 ms = \
+             0.350 ms"
         );
     }
 
     /// The whole mode in a tiny configuration, on an in-process Keeper that syncs every write:
-    /// both synchronous clients ran every pair, each synced once per op, Keeper traced their
+    /// every synchronous client ran every pair, each synced once per op, Keeper traced their
     /// writes, and the handoff run took its figures. Speed is not asserted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn measures_both_clients_and_the_handoff_in_a_tiny_run() {
@@ -630,7 +684,11 @@ mod tests {
             .expect("measured");
         let (field, number) = (super::super::tests::field, super::super::tests::number);
         assert!(number(&json, "fdatasync_p50_us") > 0.0, "{}", json.render());
-        for key in ["durable_pairs", "durable_pairs_no_library"] {
+        for key in [
+            "durable_pairs",
+            "durable_pairs_lockkeeper_zk_client",
+            "durable_pairs_no_library",
+        ] {
             let pairs = field(&json, key);
             assert_eq!(number(pairs, "pairs"), 20.0, "{key}: {}", pairs.render());
             assert!(
