@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use lockkeeper::FencingToken;
 use lockkeeper::zk::{Candidate, LeaderLatch, Session};
+use lockkeeper_zk_client::{AddWatchMode, EventType};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use zookeeper_client::{AddWatchMode, EventType};
 
 use crate::backend::{Backend, BackendArgs, Failure, Handle, connection_back, parse_duration};
 use crate::exit;
@@ -307,7 +307,8 @@ fn is_connection(err: &lockkeeper::Error) -> bool {
         lockkeeper::Error::SessionLost
             | lockkeeper::Error::RetriesExhausted { .. }
             | lockkeeper::Error::Zk(
-                zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::SessionExpired
+                lockkeeper_zk_client::Error::ConnectionLoss(_)
+                    | lockkeeper_zk_client::Error::SessionExpired
             )
     )
 }

@@ -19,8 +19,8 @@ pub mod redis;
 use std::process::ExitCode;
 
 use lockkeeper::zk::{Inspection, Session};
+use lockkeeper_zk_client::{AddWatchMode, EventType};
 use tokio::signal::unix::{SignalKind, signal};
-use zookeeper_client::{AddWatchMode, EventType};
 
 use crate::backend::{BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, connection_back};
 
@@ -166,7 +166,7 @@ async fn watch(session: &Session, args: &InspectArgs, what: &str) -> Result<(), 
             let beside = client
                 .watch(&sibling, AddWatchMode::PersistentRecursive)
                 .await?;
-            Ok::<_, zookeeper_client::Error>((under, beside))
+            Ok::<_, lockkeeper_zk_client::Error>((under, beside))
         };
         let watches = tokio::select! {
             w = watches => w.ok(),

@@ -61,7 +61,7 @@ pub enum Error {
         /// How many times the operation was tried.
         attempts: u32,
         /// The error of the last attempt.
-        last: zookeeper_client::Error,
+        last: lockkeeper_zk_client::Error,
     },
 
     /// An optimistic update (a shared counter's increment, add or compare-and-set) lost to
@@ -77,7 +77,7 @@ pub enum Error {
 
     /// An error from ZooKeeper (or Keeper) that the recipe does not handle itself.
     #[error("zookeeper: {0}")]
-    Zk(#[from] zookeeper_client::Error),
+    Zk(#[from] lockkeeper_zk_client::Error),
 
     /// An error from Redis: connection, protocol or script.
     #[error("redis: {0}")]
@@ -199,9 +199,8 @@ mod tests {
 
     #[test]
     fn connection_losses_are_told_from_other_failures() {
-        use zookeeper_client::Error as Zk;
-        assert!(Error::Zk(Zk::ConnectionLoss).is_connection_loss());
-        assert!(Error::Zk(Zk::Timeout).is_connection_loss());
+        use lockkeeper_zk_client::Error as Zk;
+        assert!(Error::Zk(Zk::ConnectionLoss("127.0.0.1:2181: reset".into())).is_connection_loss());
         assert!(!Error::Zk(Zk::NoNode).is_connection_loss());
         assert!(!Error::SessionLost.is_connection_loss());
         assert!(!Error::NotHeld.is_connection_loss());

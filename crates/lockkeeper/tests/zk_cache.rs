@@ -11,16 +11,16 @@ use std::time::Duration;
 use lockkeeper::Error;
 use lockkeeper::zk::{Cache, CacheEvent, CacheEvents, CachedNode, ConnectionState, Session};
 use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, backend_enabled};
+use lockkeeper_zk_client::{CreateMode, CreateOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{Partition, for_each_backend, session, wait_state};
 use tokio::time::Instant;
-use zookeeper_client::{Acls, CreateMode};
 
 /// Creates `path` (and its missing parents) holding `data`.
 async fn create(session: &Session, path: &str, data: &[u8]) {
     let client = session.client().expect("client");
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(CreateMode::Persistent);
     if let Some(i) = path.rfind('/').filter(|i| *i > 0) {
         let _ = client.mkdir(&path[..i], &options).await;
     }
@@ -143,7 +143,7 @@ async fn read_tree(session: &Session, root: &str) -> BTreeMap<String, CachedNode
     while let Some(path) = pending.pop() {
         let (data, stat) = match client.get_data(&path).await {
             Ok(found) => found,
-            Err(zookeeper_client::Error::NoNode) => continue,
+            Err(lockkeeper_zk_client::Error::NoNode) => continue,
             Err(err) => panic!("read {path}: {err}"),
         };
         match client.list_children(&path).await {
@@ -154,7 +154,7 @@ async fn read_tree(session: &Session, root: &str) -> BTreeMap<String, CachedNode
                     format!("{path}/{c}")
                 }
             })),
-            Err(zookeeper_client::Error::NoNode) => {}
+            Err(lockkeeper_zk_client::Error::NoNode) => {}
             Err(err) => panic!("list {path}: {err}"),
         }
         tree.insert(path, CachedNode { data, stat });
@@ -233,7 +233,7 @@ fn random_path(rng: &mut StdRng) -> String {
 /// the cache is compared with what the tree holds in the end, not with what was attempted.
 async fn churn(writer: Session, seed: u64, ops: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(CreateMode::Persistent);
     for i in 0..ops {
         let path = random_path(&mut rng);
         let data = format!("{seed}-{i}").into_bytes();
@@ -244,7 +244,7 @@ async fn churn(writer: Session, seed: u64, ops: usize) {
         let op = async {
             match rng.gen_range(0..3) {
                 0 => {
-                    if let Err(zookeeper_client::Error::NoNode) =
+                    if let Err(lockkeeper_zk_client::Error::NoNode) =
                         client.create(&path, &data, &options).await
                     {
                         let _ = client.mkdir(&path, &options).await;
@@ -459,11 +459,7 @@ async fn the_cache_is_rebuilt_in_a_new_session_after_an_expiry() {
         reader
             .client()
             .unwrap()
-            .create(
-                "/t/mine",
-                b"",
-                &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
-            )
+            .create("/t/mine", b"", &CreateOptions::new(CreateMode::Ephemeral))
             .await
             .expect("ephemeral");
         let cache = reader.tree_cache("/t").await.expect("tree cache");
@@ -496,8 +492,8 @@ async fn the_cache_is_rebuilt_in_a_new_session_after_an_expiry() {
     .await;
 }
 
-/// zookeeper-client 0.11 leaves persistent watches out when it reconnects (a plain watcher
-/// hears nothing after a restart): the cache registers its own again.
+/// A restart loses what changed while the client was away (ZOOKEEPER-4698): the cache reads
+/// its view again after reconnecting.
 #[tokio::test]
 async fn changes_after_a_restart_reach_the_cache() {
     for mut server in Restartable::all() {

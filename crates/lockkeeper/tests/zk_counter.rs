@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use lockkeeper::Error;
 use lockkeeper::zk::{RetryPolicy, Session, SharedCount, VersionedCount};
+use lockkeeper_zk_client::{CreateMode, CreateOptions};
 use support::{children, for_each_backend, session};
-use zookeeper_client::{Acls, CreateMode};
 
 /// Bound on anything a test waits for (the machine may be loaded).
 const LIMIT: Duration = Duration::from_secs(60);
@@ -43,13 +43,13 @@ async fn raw_bytes(session: &Session, path: &str) -> Vec<u8> {
 /// Creates (or overwrites) `path` holding exactly `data`, behind the recipes' backs.
 async fn put_raw(session: &Session, path: &str, data: &[u8]) {
     let client = session.client().expect("client");
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(CreateMode::Persistent);
     if let Some(i) = path.rfind('/').filter(|&i| i > 0) {
         let _ = client.mkdir(&path[..i], &options).await;
     }
     match client.create(path, data, &options).await {
         Ok(_) => {}
-        Err(zookeeper_client::Error::NodeExists) => {
+        Err(lockkeeper_zk_client::Error::NodeExists) => {
             client.set_data(path, data, None).await.expect("set raw");
         }
         Err(e) => panic!("create {path}: {e}"),

@@ -322,7 +322,7 @@ async fn a_deleted_latch_path_is_rejoined() {
                 let _ = client.delete(&format!("{path}/{child}"), None).await;
             }
             match client.delete(path, None).await {
-                Ok(()) | Err(zookeeper_client::Error::NoNode) => break,
+                Ok(()) | Err(lockkeeper_zk_client::Error::NoNode) => break,
                 Err(_) => assert!(Instant::now() < deadline, "could not delete {path}"),
             }
         }

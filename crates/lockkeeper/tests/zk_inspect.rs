@@ -1,7 +1,7 @@
 //! Inspection of lock paths against Keeper and Apache ZooKeeper.
 //!
 //! Each test builds a real queue (with lockkeeper's recipes, or with Curator-named nodes
-//! created by plain `zookeeper-client` sessions, the way Curator's read-write lock and
+//! created by plain client sessions, the way Curator's read-write lock and
 //! semaphore lay them out) and checks that inspection lists every participant in queue order,
 //! with the right kind, owner session, fencing token and holds/waits verdict. Bad paths are
 //! refused, a missing path is empty, and nodes vanishing while an inspection runs never fail it.
@@ -14,8 +14,8 @@ use std::time::Duration;
 use lockkeeper::Error;
 use lockkeeper::zk::{Layout, LockGuard, NodeKind, Session, State, inspect, inspect_semaphore};
 use lockkeeper_testkit::both;
+use lockkeeper_zk_client::{Client, CreateMode, CreateOptions};
 use tokio::time::Instant;
-use zookeeper_client::{Acls, Client, CreateMode};
 
 /// The longest any single step may take. Generous: the machine is shared and loaded.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -85,20 +85,20 @@ where
     }
 }
 
-fn persistent() -> zookeeper_client::CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
+fn persistent() -> CreateOptions {
+    CreateOptions::new(CreateMode::Persistent)
 }
 
 /// Creates `{dir}/{prefix}{sequence}` as Curator would (ephemeral, sequential) in `client`'s
 /// session; returns the node's name.
 async fn curator_node(client: &Client, dir: &str, prefix: &str) -> String {
-    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(CreateMode::EphemeralSequential);
     client.mkdir(dir, &persistent()).await.unwrap();
-    let (_, sequence) = client
+    let (_, path) = client
         .create(&format!("{dir}/{prefix}"), b"curator", &options)
         .await
         .unwrap();
-    format!("{prefix}{sequence}")
+    path.rsplit('/').next().unwrap().to_owned()
 }
 
 /// A mutex queue of three sessions: the first holds, the others wait in arrival order, each
@@ -240,7 +240,7 @@ async fn read_write_queue_follows_the_rwlock_rules() {
             .iter()
             .map(|p| (p.name.as_str(), p.kind, p.state, p.session_id))
             .collect();
-        let sid = |i: usize| clients[i].session_id().0;
+        let sid = |i: usize| clients[i].session_id();
         assert_eq!(
             seen,
             [
@@ -352,7 +352,7 @@ async fn semaphore_leases_with_and_without_the_limit() {
             .iter()
             .map(|p| p.session_id)
             .collect();
-        let expected: Vec<i64> = clients.iter().map(|c| c.session_id().0).collect();
+        let expected: Vec<i64> = clients.iter().map(|c| c.session_id()).collect();
         assert_eq!(owners, expected, "{}", b.name);
         assert!(
             known.to_string().contains("semaphore of 2 leases"),
@@ -465,18 +465,15 @@ async fn queue_churn_never_fails_an_inspection() {
         let churner = {
             let client = b.client().await;
             tokio::spawn(async move {
-                let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+                let options = CreateOptions::new(CreateMode::EphemeralSequential);
                 for _ in 0..CHURN {
-                    let (_, sequence) = client
+                    let (_, created) = client
                         .create(&format!("{path}/_c_5-lock-"), b"", &options)
                         .await
                         .unwrap();
                     // Long enough to be listed, short enough to vanish mid-inspection.
                     tokio::time::sleep(Duration::from_millis(1)).await;
-                    client
-                        .delete(&format!("{path}/_c_5-lock-{sequence}"), None)
-                        .await
-                        .unwrap();
+                    client.delete(&created, None).await.unwrap();
                 }
             })
         };

@@ -21,10 +21,10 @@ use lockkeeper::Error;
 use lockkeeper::zk::{ConnectionState, Group, GroupView, MemberEvent, Session};
 use lockkeeper_testkit::both;
 use lockkeeper_testkit::test_child::{self, ChildProcess};
+use lockkeeper_zk_client::{CreateMode, CreateOptions, Stat};
 use support::{Partition, for_each_backend, session};
 use tokio::time::Instant;
 use zk::{JVM_START, STEP, runtime};
-use zookeeper_client::{Acls, CreateMode, Stat};
 
 /// How long a view may take to catch up: a killed member's session must expire first.
 const CATCH_UP: Duration = Duration::from_secs(60);
@@ -89,7 +89,7 @@ fn left(id: &str, data: &str) -> MemberEvent {
 async fn node(observer: &Session, path: &str) -> Option<(Vec<u8>, Stat)> {
     match observer.client().expect("client").get_data(path).await {
         Ok(found) => Some(found),
-        Err(zookeeper_client::Error::NoNode) => None,
+        Err(lockkeeper_zk_client::Error::NoNode) => None,
         Err(err) => panic!("read {path}: {err}"),
     }
 }
@@ -235,13 +235,10 @@ async fn another_sessions_node_with_our_id_is_never_taken_over() {
         let other = session(&connect).await;
         let group = s.group("/groups/taken").unwrap();
         let path = "/groups/taken/x";
-        let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let ephemeral = CreateOptions::new(CreateMode::Ephemeral);
         let client = other.client().unwrap();
         client
-            .mkdir(
-                "/groups/taken",
-                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
-            )
+            .mkdir("/groups/taken", &CreateOptions::new(CreateMode::Persistent))
             .await
             .unwrap();
         client.create(path, b"theirs", &ephemeral).await.unwrap();

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use lockkeeper::Error;
 use lockkeeper::zk::{ConnectionState, NameWatch, Registration};
+use lockkeeper_zk_client::{CreateMode, CreateOptions};
 use support::{Partition, for_each_backend, session, wait_state};
 use tokio::time::Instant;
-use zookeeper_client::{Acls, CreateMode};
 
 /// The next address change, within 20 s.
 async fn next(watch: &mut NameWatch) -> Option<String> {
@@ -222,7 +222,7 @@ async fn bad_input_is_refused_by_name() {
             .create(
                 "/svc-binary",
                 &[0xff, 0xfe],
-                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                &CreateOptions::new(CreateMode::Persistent),
             )
             .await
             .unwrap();

@@ -115,8 +115,9 @@ async fn a_create_whose_answer_is_lost_is_found_again_by_uuid() {
             .unwrap()
             .mkdir(
                 path,
-                &zookeeper_client::CreateMode::Persistent
-                    .with_acls(zookeeper_client::Acls::anyone_all()),
+                &lockkeeper_zk_client::CreateOptions::new(
+                    lockkeeper_zk_client::CreateMode::Persistent,
+                ),
             )
             .await
             .unwrap();

@@ -247,8 +247,8 @@ async fn priority_and_simple_queues_and_bad_input() {
         let queue = s.distributed_queue("/q/mixed").unwrap();
         queue.put(b"").await.unwrap();
         let client = s.client().unwrap();
-        let opts = zookeeper_client::CreateMode::Persistent
-            .with_acls(zookeeper_client::Acls::anyone_all());
+        let opts =
+            &lockkeeper_zk_client::CreateOptions::new(lockkeeper_zk_client::CreateMode::Persistent);
         client
             .create("/q/mixed/foreign", b"not an item", &opts)
             .await

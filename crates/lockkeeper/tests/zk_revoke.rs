@@ -160,12 +160,13 @@ async fn write_fenced(session: &Session, token: FencingToken) -> bool {
                 let bytes: [u8; 8] = data.as_slice().try_into().expect("8-byte token");
                 (u64::from_be_bytes(bytes), stat.version)
             }
-            Err(zookeeper_client::Error::NoNode) => {
-                let options = zookeeper_client::CreateMode::Persistent
-                    .with_acls(zookeeper_client::Acls::anyone_all());
+            Err(lockkeeper_zk_client::Error::NoNode) => {
+                let options = &lockkeeper_zk_client::CreateOptions::new(
+                    lockkeeper_zk_client::CreateMode::Persistent,
+                );
                 match client.create(RESOURCE, &ours, &options).await {
                     Ok(_) => return true,
-                    Err(zookeeper_client::Error::NodeExists) => continue,
+                    Err(lockkeeper_zk_client::Error::NodeExists) => continue,
                     Err(err) => panic!("create the resource: {err}"),
                 }
             }
@@ -176,7 +177,7 @@ async fn write_fenced(session: &Session, token: FencingToken) -> bool {
         }
         match client.set_data(RESOURCE, &ours, Some(version)).await {
             Ok(_) => return true,
-            Err(zookeeper_client::Error::BadVersion) => continue,
+            Err(lockkeeper_zk_client::Error::BadVersion) => continue,
             Err(err) => panic!("write the resource: {err}"),
         }
     }
@@ -206,8 +207,7 @@ async fn paused_holder_child() {
         .create(
             "/revoke-child-wrote",
             &[],
-            &zookeeper_client::CreateMode::Ephemeral
-                .with_acls(zookeeper_client::Acls::anyone_all()),
+            &lockkeeper_zk_client::CreateOptions::new(lockkeeper_zk_client::CreateMode::Ephemeral),
         )
         .await
         .unwrap();

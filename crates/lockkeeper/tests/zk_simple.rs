@@ -18,8 +18,8 @@ use std::time::Duration;
 use lockkeeper::zk::{LockGuard, Mutex, Session, SimpleLock};
 use lockkeeper::{Error, FencingToken};
 use lockkeeper_testkit::{both, four_letter_word};
+use lockkeeper_zk_client::{AddWatchMode, CreateMode, CreateOptions, EventType};
 use tokio::time::Instant;
-use zookeeper_client::{Acls, AddWatchMode, CreateMode, EventType};
 
 /// The longest any single step may take. Generous: the machine is shared and loaded.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -249,8 +249,10 @@ async fn cancelled_acquisitions_leave_no_node() {
         let node = "/simple/cancel/lock";
         // A persistent parent: a container parent emptied by a release could be reaped, and
         // then each acquisition would start with a failed create and miss the point below.
-        let observer = zookeeper_client::Client::connect(&b.connect).await.unwrap();
-        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let observer = lockkeeper_zk_client::Client::connect(&b.connect)
+            .await
+            .unwrap();
+        let persistent = CreateOptions::new(CreateMode::Persistent);
         observer.mkdir("/simple/cancel", &persistent).await.unwrap();
 
         // Cancelled while waiting.
@@ -394,7 +396,9 @@ async fn release_never_deletes_the_next_holders_node() {
         let (a, c) = (b.session().await, b.session().await);
         let first = a.simple_lock("/simple/broken").unwrap();
         let guard = b.within("lock", first.lock()).await.unwrap();
-        let operator = zookeeper_client::Client::connect(&b.connect).await.unwrap();
+        let operator = lockkeeper_zk_client::Client::connect(&b.connect)
+            .await
+            .unwrap();
         operator.delete(guard.node(), None).await.unwrap();
 
         let next = c.simple_lock("/simple/broken").unwrap();

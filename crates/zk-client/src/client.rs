@@ -99,6 +99,7 @@ pub struct Connector {
     session_timeout: Duration,
     connection_timeout: Duration,
     auth: Vec<(String, Vec<u8>)>,
+    create_chroot: bool,
 }
 
 impl Default for Connector {
@@ -107,6 +108,7 @@ impl Default for Connector {
             session_timeout: Duration::from_secs(10),
             connection_timeout: Duration::from_secs(5),
             auth: Vec::new(),
+            create_chroot: false,
         }
     }
 }
@@ -131,6 +133,13 @@ impl Connector {
         self
     }
 
+    /// Creates the connect string's chroot (and its ancestors) if it is missing, as Curator
+    /// creates its namespace: otherwise the first request below it fails with a bare NoNode.
+    pub fn create_chroot(mut self, create: bool) -> Connector {
+        self.create_chroot = create;
+        self
+    }
+
     /// Establishes a session on one of the hosts of `connect_string`
     /// (`host:port,host:port[/chroot]`).
     pub async fn connect(self, connect_string: &str) -> Result<Client> {
@@ -144,9 +153,16 @@ impl Connector {
         let connection = session::first_connection(&shared).await?;
         session::install(&shared, &connection, true);
         tokio::spawn(session::run(shared.clone(), connection));
-        Ok(Client {
+        let client = Client {
             handle: Arc::new(Handle { shared }),
-        })
+        };
+        if let (true, Some(chroot)) = (self.create_chroot, client.connect_string().chroot.clone()) {
+            if let Err(err) = client.create_chroot(&chroot).await {
+                client.close().await;
+                return Err(err);
+            }
+        }
+        Ok(client)
     }
 }
 
@@ -545,6 +561,56 @@ impl Client {
         }
     }
 
+    /// Creates `path` and every missing ancestor with `options`; a node already there (the
+    /// path itself included) is fine. The creates are sent together, ancestors first, so this
+    /// takes one round trip.
+    pub fn mkdir(
+        &self,
+        path: &str,
+        options: &CreateOptions,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let creates = check(path, false).map(|()| {
+            prefixes(path)
+                .map(|prefix| self.create(prefix, &[], options))
+                .collect::<Vec<_>>()
+        });
+        async move {
+            let mut first_error = None;
+            for create in creates? {
+                match create.await {
+                    Ok(_) | Err(Error::NodeExists) => {}
+                    Err(err) => {
+                        first_error.get_or_insert(err);
+                    }
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        }
+    }
+
+    /// Creates `chroot` and its ancestors, by their paths on the server.
+    async fn create_chroot(&self, chroot: &str) -> Result<()> {
+        let options = CreateOptions::new(CreateMode::Persistent);
+        let replies: Vec<_> = prefixes(chroot)
+            .map(|path| {
+                let request = options.request(path.to_owned(), &[]).map(Request::Create);
+                self.send(request, None)
+            })
+            .collect();
+        for reply in replies {
+            match reply.await {
+                Ok(_) | Err(Error::NodeExists) => {}
+                Err(err) if err.is_connection_loss() || err.is_terminal() => return Err(err),
+                Err(err) => {
+                    return Err(Error::BadArguments(format!(
+                        "cannot create the chroot {chroot:?}: {err}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A batch of writes applied atomically: all or none.
     pub fn multi(&self) -> crate::multi::MultiWriter<'_> {
         crate::multi::MultiWriter::new(self)
@@ -611,6 +677,14 @@ impl Client {
             });
         (registration, OneshotWatcher::new(rx))
     }
+}
+
+/// Every ancestor of `path` below the root, then `path`: `/a`, `/a/b`, `/a/b/c`.
+fn prefixes(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/')
+        .skip(1)
+        .map(|(at, _)| &path[..at])
+        .chain((path != "/").then_some(path))
 }
 
 /// Reads a reply body as `T`.

@@ -1,7 +1,8 @@
 //! `multi` (writes applied all or none) and `multiRead` (reads answered together).
 //!
 //! A write batch that fails reports the first operation that failed and why; ZooKeeper rolls
-//! back the ones before it and does not try the ones after.
+//! back the ones before it and does not try the ones after. Each operation's path is checked
+//! as it is added, so a bad one is refused before anything is sent.
 
 use std::future::Future;
 
@@ -36,80 +37,67 @@ pub enum MultiWriteError {
     /// Operation `index` (from 0) failed with `source`; nothing was applied.
     #[error("operation {index} of the batch failed: {source}")]
     OperationFailed { index: usize, source: Error },
-    /// The batch as a whole failed (never sent, or no answer).
-    #[error(transparent)]
-    Request(#[from] Error),
+    /// The batch as a whole failed (no answer, or an answer that cannot be read).
+    #[error("{source}")]
+    RequestFailed { source: Error },
 }
 
 /// A batch of writes; [`commit`](MultiWriter::commit) sends it.
 pub struct MultiWriter<'c> {
     client: &'c Client,
-    ops: Result<Vec<MultiOp>>,
+    ops: Vec<MultiOp>,
 }
 
 impl<'c> MultiWriter<'c> {
     pub(crate) fn new(client: &'c Client) -> MultiWriter<'c> {
         MultiWriter {
             client,
-            ops: Ok(Vec::new()),
+            ops: Vec::new(),
         }
     }
 
-    fn add(&mut self, op: Result<MultiOp>) -> &mut Self {
-        if let Ok(ops) = &mut self.ops {
-            match op {
-                Ok(op) => ops.push(op),
-                Err(err) => self.ops = Err(err),
-            }
-        }
-        self
-    }
-
-    pub fn add_create(&mut self, path: &str, data: &[u8], options: &CreateOptions) -> &mut Self {
-        let op = self
+    /// Adds a create; a bad path or options are refused here, naming the path.
+    pub fn add_create(&mut self, path: &str, data: &[u8], options: &CreateOptions) -> Result<()> {
+        let path = self
             .client
-            .server_path_of(path, options.mode.is_sequential())
-            .and_then(|path| options.request(path, data))
-            .map(MultiOp::Create);
-        self.add(op)
+            .server_path_of(path, options.mode.is_sequential())?;
+        self.ops.push(MultiOp::Create(options.request(path, data)?));
+        Ok(())
     }
 
-    pub fn add_delete(&mut self, path: &str, version: Option<i32>) -> &mut Self {
-        let op = self.client.server_path_of(path, false).map(|path| {
-            MultiOp::Delete(PathVersionRequest {
-                path,
-                version: version.unwrap_or(-1),
-            })
-        });
-        self.add(op)
+    pub fn add_delete(&mut self, path: &str, version: Option<i32>) -> Result<()> {
+        let path = self.client.server_path_of(path, false)?;
+        self.ops.push(MultiOp::Delete(PathVersionRequest {
+            path,
+            version: version.unwrap_or(-1),
+        }));
+        Ok(())
     }
 
-    pub fn add_set_data(&mut self, path: &str, data: &[u8], version: Option<i32>) -> &mut Self {
-        let op = self.client.server_path_of(path, false).map(|path| {
-            MultiOp::SetData(SetDataRequest {
-                path,
-                data: Some(bytes::Bytes::copy_from_slice(data)),
-                version: version.unwrap_or(-1),
-            })
-        });
-        self.add(op)
+    pub fn add_set_data(&mut self, path: &str, data: &[u8], version: Option<i32>) -> Result<()> {
+        let path = self.client.server_path_of(path, false)?;
+        self.ops.push(MultiOp::SetData(SetDataRequest {
+            path,
+            data: Some(bytes::Bytes::copy_from_slice(data)),
+            version: version.unwrap_or(-1),
+        }));
+        Ok(())
     }
 
-    /// Fails the batch unless the node's version is `version`.
-    pub fn add_check_version(&mut self, path: &str, version: i32) -> &mut Self {
-        let op = self
-            .client
-            .server_path_of(path, false)
-            .map(|path| MultiOp::Check(PathVersionRequest { path, version }));
-        self.add(op)
+    /// Fails the batch unless the node's version is `version` (`-1`: unless it exists).
+    pub fn add_check_version(&mut self, path: &str, version: i32) -> Result<()> {
+        let path = self.client.server_path_of(path, false)?;
+        self.ops
+            .push(MultiOp::Check(PathVersionRequest { path, version }));
+        Ok(())
     }
 
     /// Sends the batch now (an empty batch too: the server answers it with no results).
     pub fn commit(
         &mut self,
     ) -> impl Future<Output = Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'static {
-        let ops = std::mem::replace(&mut self.ops, Ok(Vec::new()));
-        let reply = self.client.send_batch(ops.map(Request::Multi));
+        let ops = std::mem::take(&mut self.ops);
+        let reply = self.client.send_batch(Ok(Request::Multi(ops)));
         let client = self.client.clone();
         async move {
             // A failed batch comes back as an error header *and* a body naming the operation.
@@ -177,7 +165,25 @@ fn read_write_results(
 }
 
 fn unreadable(err: impl std::fmt::Display) -> MultiWriteError {
-    MultiWriteError::Request(Error::Protocol(format!("an unreadable multi reply: {err}")))
+    MultiWriteError::RequestFailed {
+        source: Error::Protocol(format!("an unreadable multi reply: {err}")),
+    }
+}
+
+impl From<Error> for MultiWriteError {
+    fn from(source: Error) -> MultiWriteError {
+        MultiWriteError::RequestFailed { source }
+    }
+}
+
+impl From<MultiWriteError> for Error {
+    /// The cause alone: which operation failed is lost.
+    fn from(err: MultiWriteError) -> Error {
+        match err {
+            MultiWriteError::OperationFailed { source, .. }
+            | MultiWriteError::RequestFailed { source } => source,
+        }
+    }
 }
 
 /// What one read of a [`MultiReader`] batch found.
@@ -199,32 +205,28 @@ pub enum MultiReadResult {
 /// A batch of reads; [`commit`](MultiReader::commit) sends it.
 pub struct MultiReader<'c> {
     client: &'c Client,
-    ops: Result<Vec<ReadOp>>,
+    ops: Vec<ReadOp>,
 }
 
 impl<'c> MultiReader<'c> {
     pub(crate) fn new(client: &'c Client) -> MultiReader<'c> {
         MultiReader {
             client,
-            ops: Ok(Vec::new()),
+            ops: Vec::new(),
         }
     }
 
-    fn add(&mut self, path: &str, op: fn(PathWatchRequest) -> ReadOp) -> &mut Self {
-        let next = self.client.server_path_of(path, false);
-        match (&mut self.ops, next) {
-            (Ok(ops), Ok(path)) => ops.push(op(PathWatchRequest { path, watch: false })),
-            (Ok(_), Err(err)) => self.ops = Err(err),
-            (Err(_), _) => {}
-        }
-        self
+    fn add(&mut self, path: &str, op: fn(PathWatchRequest) -> ReadOp) -> Result<()> {
+        let path = self.client.server_path_of(path, false)?;
+        self.ops.push(op(PathWatchRequest { path, watch: false }));
+        Ok(())
     }
 
-    pub fn add_get_data(&mut self, path: &str) -> &mut Self {
+    pub fn add_get_data(&mut self, path: &str) -> Result<()> {
         self.add(path, ReadOp::GetData)
     }
 
-    pub fn add_get_children(&mut self, path: &str) -> &mut Self {
+    pub fn add_get_children(&mut self, path: &str) -> Result<()> {
         self.add(path, ReadOp::GetChildren)
     }
 
@@ -232,8 +234,8 @@ impl<'c> MultiReader<'c> {
     pub fn commit(
         &mut self,
     ) -> impl Future<Output = Result<Vec<MultiReadResult>>> + Send + 'static {
-        let ops = std::mem::replace(&mut self.ops, Ok(Vec::new()));
-        let reply = self.client.send_batch(ops.map(Request::MultiRead));
+        let ops = std::mem::take(&mut self.ops);
+        let reply = self.client.send_batch(Ok(Request::MultiRead(ops)));
         async move {
             let reply = reply.await?;
             if let Some(err) = reply.error {

@@ -160,6 +160,14 @@ async fn reads_writes_versions_and_the_errors_they_answer() {
             .await
             .unwrap();
         assert_eq!(stat.version, 0, "{n}");
+        // mkdir: every missing ancestor, and nothing wrong with what is there already.
+        zk.mkdir("/app/x/y/z", &persistent()).await.unwrap();
+        zk.mkdir("/app/x/y/z", &persistent()).await.unwrap();
+        assert_eq!(
+            zk.list_children("/app/x/y").await,
+            Ok(vec!["z".to_owned()]),
+            "{n}"
+        );
     })
     .await;
 }
@@ -332,16 +340,19 @@ async fn multi_applies_all_or_names_the_operation_that_failed() {
         let zk = b.client().await;
         let n = b.name;
         zk.create("/m", b"", &persistent()).await.unwrap();
-        let results = zk
-            .multi()
-            .add_create("/m/a", b"a", &persistent())
-            .add_create("/m/s-", b"", &CreateOptions::new(CreateMode::PersistentSequential))
-            .add_set_data("/m", b"x", Some(0))
-            .add_check_version("/m/a", 0)
-            .add_delete("/m/a", Some(0))
-            .commit()
-            .await
-            .unwrap();
+        let mut batch = zk.multi();
+        batch.add_create("/m/a", b"a", &persistent()).unwrap();
+        let sequential = CreateOptions::new(CreateMode::PersistentSequential);
+        batch.add_create("/m/s-", b"", &sequential).unwrap();
+        batch.add_set_data("/m", b"x", Some(0)).unwrap();
+        batch.add_check_version("/m/a", 0).unwrap();
+        batch.add_delete("/m/a", Some(0)).unwrap();
+        // A bad path is refused as it is added, naming it; the batch keeps the others.
+        assert!(
+            matches!(batch.add_delete("/m//x", None), Err(Error::BadArguments(why)) if why.contains("/m//x")),
+            "{n}"
+        );
+        let results = batch.commit().await.unwrap();
         assert_eq!(results.len(), 5, "{n}: {results:?}");
         assert!(
             matches!(&results[0], MultiWriteResult::Create { path, .. } if path == "/m/a"),
@@ -354,13 +365,11 @@ async fn multi_applies_all_or_names_the_operation_that_failed() {
         assert!(matches!(&results[2], MultiWriteResult::SetData { stat } if stat.version == 1), "{n}");
         assert_eq!(results[3..], [MultiWriteResult::Check, MultiWriteResult::Delete], "{n}");
 
-        let failed = zk
-            .multi()
-            .add_create("/m/b", b"", &persistent())
-            .add_check_version("/m", 0)
-            .add_create("/m/c", b"", &persistent())
-            .commit()
-            .await;
+        let mut batch = zk.multi();
+        batch.add_create("/m/b", b"", &persistent()).unwrap();
+        batch.add_check_version("/m", 0).unwrap();
+        batch.add_create("/m/c", b"", &persistent()).unwrap();
+        let failed = batch.commit().await;
         assert_eq!(
             failed,
             Err(MultiWriteError::OperationFailed { index: 1, source: Error::BadVersion }),
@@ -368,14 +377,11 @@ async fn multi_applies_all_or_names_the_operation_that_failed() {
         );
         assert_eq!(zk.check_stat("/m/b").await, Ok(None), "{n}: a failed batch applies nothing");
 
-        let read = zk
-            .multi_read()
-            .add_get_data("/m")
-            .add_get_children("/m")
-            .add_get_data("/m/none")
-            .commit()
-            .await
-            .unwrap();
+        let mut reads = zk.multi_read();
+        reads.add_get_data("/m").unwrap();
+        reads.add_get_children("/m").unwrap();
+        reads.add_get_data("/m/none").unwrap();
+        let read = reads.commit().await.unwrap();
         assert!(matches!(&read[0], MultiReadResult::Data { data, .. } if data == b"x"), "{n}: {read:?}");
         assert!(matches!(&read[1], MultiReadResult::Children { children } if children.len() == 1), "{n}");
         assert_eq!(read[2], MultiReadResult::Error { err: Error::NoNode }, "{n}");
@@ -390,6 +396,22 @@ async fn a_chroot_is_invisible_to_the_caller() {
         root.create("/apps", b"", &persistent()).await.unwrap();
         root.create("/apps/one", b"", &persistent()).await.unwrap();
         let zk = b.connect_to(&format!("{}/apps/one", b.connect)).await;
+        // A chroot that is missing is created when asked for, ancestors and all.
+        let made = b
+            .within(
+                "connect with create_chroot",
+                Client::connector()
+                    .create_chroot(true)
+                    .connect(&format!("{}/made/here", b.connect)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(made.list_children("/").await, Ok(Vec::new()), "{}", b.name);
+        assert!(
+            root.check_stat("/made/here").await.unwrap().is_some(),
+            "{}",
+            b.name
+        );
         let (_, path) = zk.create("/job", b"", &persistent()).await.unwrap();
         assert_eq!(path, "/job", "{}", b.name);
         let (_, _, watcher) = zk.get_and_watch_data("/job").await.unwrap();

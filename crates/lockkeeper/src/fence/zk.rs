@@ -18,7 +18,7 @@
 //! attempt took effect before the newer write: the stored state is right, the outcome reports
 //! the later refusal.)
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError};
+use lockkeeper_zk_client::{Client, CreateMode, CreateOptions, Error as ZkError, MultiWriteError};
 
 use super::Outcome;
 use crate::zk::path::validate_node_path;
@@ -111,7 +111,7 @@ impl ZkFence {
                 .retry(|client| {
                     let data = &data;
                     async move {
-                        let create = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                        let create = CreateOptions::new(CreateMode::Persistent);
                         if version.is_none()
                             && let Some((parent, _)) = self.path.rsplit_once('/')
                             && !parent.is_empty()
@@ -121,7 +121,7 @@ impl ZkFence {
                                 Err(err) => return Err(err),
                             }
                         }
-                        let mut multi = client.new_multi_writer();
+                        let mut multi = client.multi();
                         multi.add_check_version(lock_node, -1)?;
                         match version {
                             Some(version) => multi.add_set_data(&self.path, data, Some(version))?,

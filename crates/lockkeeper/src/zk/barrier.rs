@@ -36,7 +36,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, Stat};
+use lockkeeper_zk_client::{CreateMode, CreateOptions, EventType, OneshotWatcher, Stat};
 
 use crate::error::{Error, Result};
 use crate::wait::Deadline;
@@ -443,7 +443,7 @@ async fn list_members(generation: &Generation, path: &str) -> Result<Vec<String>
     let mut members = generation
         .retry(|client| async move {
             match client.list_children(path).await {
-                Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                Err(lockkeeper_zk_client::Error::NoNode) => Ok(Vec::new()),
                 other => other,
             }
         })
@@ -471,15 +471,15 @@ async fn create_persistent(generation: &Generation, node: &str) -> Result<()> {
 /// Creates `node` under `parent` (creating missing parents as containers); NodeExists is
 /// success.
 async fn create(generation: &Generation, parent: &str, node: &str, mode: CreateMode) -> Result<()> {
-    let options = mode.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(mode);
     let options = &options;
     let mut parent_attempts = 0;
     loop {
         let created = generation
             .retry(|client| async move {
                 match client.create(node, b"", options).await {
-                    Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(true),
-                    Err(zookeeper_client::Error::NoNode) => Ok(false),
+                    Ok(_) | Err(lockkeeper_zk_client::Error::NodeExists) => Ok(true),
+                    Err(lockkeeper_zk_client::Error::NoNode) => Ok(false),
                     Err(err) => Err(err),
                 }
             })
@@ -489,7 +489,7 @@ async fn create(generation: &Generation, parent: &str, node: &str, mode: CreateM
         }
         parent_attempts += 1;
         if parent_attempts > MAX_PARENT_ATTEMPTS {
-            return Err(Error::Zk(zookeeper_client::Error::NoNode));
+            return Err(Error::Zk(lockkeeper_zk_client::Error::NoNode));
         }
         create_parents(&generation.client()?, parent).await?;
     }

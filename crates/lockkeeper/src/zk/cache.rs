@@ -13,9 +13,9 @@
 //!   event queued, so the view cannot miss it.
 //! - After every reconnection, and in every new session after `Lost`, the watch is registered
 //!   again and the whole view is read afresh, the difference emitted as events, then
-//!   [`CacheEvent::Rebuilt`]. Events are not delivered while disconnected (ZOOKEEPER-4698),
-//!   and `zookeeper-client` 0.11 does not re-register persistent watches when it reconnects
-//!   (its `SetWatches` leaves them out), so nothing else would notice what changed meanwhile.
+//!   [`CacheEvent::Rebuilt`]. Events are not delivered while disconnected (ZOOKEEPER-4698):
+//!   the client registers persistent watches again when it reconnects, but nothing tells it
+//!   what changed meanwhile.
 //! - Until then the cache serves the last view it read: stale, never inconsistent.
 //! - Dropping the last handle (or [`Cache::close`]) stops the task and removes the watch.
 
@@ -26,9 +26,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use std::time::Duration;
 
+use lockkeeper_zk_client::Stat;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use zookeeper_client::Stat;
 
 use crate::error::{Error, Result};
 use crate::sync::lock;

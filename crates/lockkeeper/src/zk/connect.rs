@@ -1,8 +1,7 @@
 //! Establishing one ZooKeeper session, bounded by the connection timeout, and saying why not.
 //!
-//! `zookeeper-client` keeps cycling through the hosts of a connect string until the *session*
-//! timeout has passed and then reports a bare `Timeout`. Here one attempt lasts at most the
-//! connection timeout. If the session is not established within a short grace period, each
+//! The client tries the hosts of a connect string until the connection timeout and names what
+//! each one answered at the socket. Here one attempt lasts at most the connection timeout. If the session is not established within a short grace period, each
 //! host is probed alongside: a TCP connection, then ZooKeeper's handshake (a connect request
 //! for a new session, closed again at once if the server grants it). So a failure names every
 //! host and what happened there: refused, timed out, silent, or not ZooKeeper at all. A host
@@ -14,8 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use lockkeeper_proto::{ConnectRequest, ConnectResponse, Jute, Reader, encode_frame};
+use lockkeeper_zk_client::Client;
 use tokio::time::Instant;
-use zookeeper_client::Client;
 
 use crate::connect::{Answer, ask, combine, dial, shown};
 use crate::error::{ConnectCause, Error, Result};
@@ -66,8 +65,11 @@ impl Attempt<'_> {
         let limit = self.connection_timeout;
         let deadline = Instant::now() + limit;
         let connecting = Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_connection_timeout(limit)
+            .session_timeout(self.session_timeout)
+            .connection_timeout(limit)
+            // As Curator creates its namespace: otherwise the first lock would fail with a
+            // bare NoNode that names no path.
+            .create_chroot(true)
             .connect(self.connect_string);
         tokio::pin!(connecting);
         // A healthy server answers well within this; only then is a probe worth its cost.
@@ -100,7 +102,7 @@ impl Attempt<'_> {
     /// each host's cause from `probes`, or from probes run now in the time left.
     async fn outcome(
         &self,
-        connected: std::result::Result<Client, zookeeper_client::Error>,
+        connected: std::result::Result<Client, lockkeeper_zk_client::Error>,
         hosts: &[String],
         deadline: Instant,
         probes: Option<Vec<(String, Probe)>>,
@@ -108,7 +110,7 @@ impl Attempt<'_> {
         let err = match connected {
             Ok(client) => return Ok(client),
             // A malformed connect string will not get better by retrying.
-            Err(err @ zookeeper_client::Error::BadArguments(_)) => {
+            Err(err @ lockkeeper_zk_client::Error::BadArguments(_)) => {
                 return Err(Error::InvalidArgument(format!(
                     "connect string {:?}: {err}",
                     self.connect_string
@@ -129,7 +131,7 @@ impl Attempt<'_> {
     fn causes(
         &self,
         probes: Vec<(String, Probe)>,
-        err: Option<&zookeeper_client::Error>,
+        err: Option<&lockkeeper_zk_client::Error>,
     ) -> Vec<(String, ConnectCause)> {
         probes
             .into_iter()

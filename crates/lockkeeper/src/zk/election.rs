@@ -206,7 +206,7 @@ impl LeaderLatch {
             .await
         {
             Ok(children) => children,
-            Err(Error::Zk(zookeeper_client::Error::NoNode)) => return Ok(Vec::new()),
+            Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)) => return Ok(Vec::new()),
             Err(err) => return Err(err),
         };
         let names: Vec<String> = self
@@ -233,7 +233,7 @@ impl LeaderLatch {
                     is_leader: candidates.is_empty(),
                 }),
                 // Left between the listing and the read: no longer a candidate.
-                Err(zookeeper_client::Error::NoNode) => {}
+                Err(lockkeeper_zk_client::Error::NoNode) => {}
                 Err(err) => return Err(Error::Zk(err)),
             }
         }

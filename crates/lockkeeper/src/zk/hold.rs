@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use zookeeper_client::EventType;
+use lockkeeper_zk_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -290,7 +290,7 @@ impl Held {
                         _ => continue,
                     }
                 }
-                Err(zookeeper_client::Error::NoNode) => break,
+                Err(lockkeeper_zk_client::Error::NoNode) => break,
                 // Connection trouble is reported by the health watch; a hold that tolerates
                 // it watches again once the same session is back.
                 Err(err)

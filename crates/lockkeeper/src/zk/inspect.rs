@@ -300,7 +300,7 @@ async fn run(generation: &Generation, path: &str, max_leases: Option<u32>) -> Re
     let listings = list(generation, &[path, &leases_dir, &locks_dir, &kazoo_dir]).await?;
     let [top, leases, locks, kazoo_queue]: [Option<Vec<String>>; 4] =
         listings.try_into().map_err(|listings: Vec<_>| {
-            Error::Zk(zookeeper_client::Error::UnexpectedError(format!(
+            Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
                 "a multi-read of 4 listings answered {}",
                 listings.len()
             )))

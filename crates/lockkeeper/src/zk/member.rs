@@ -99,7 +99,7 @@ impl Group {
             .retry(|client| async move {
                 match client.list_children(path).await {
                     Ok(ids) => Ok(ids),
-                    Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                    Err(lockkeeper_zk_client::Error::NoNode) => Ok(Vec::new()),
                     Err(err) => Err(err),
                 }
             })

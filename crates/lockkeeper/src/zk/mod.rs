@@ -15,6 +15,10 @@
 //! ```
 //!
 //! Node layouts are Curator's, so a lock can be shared with Java services using Curator.
+//!
+//! The recipes speak to the server through [`client`] (the crate `lockkeeper-zk-client`), a
+//! ZooKeeper client on Tokio; [`Session::client`] hands out its `Client` for operations the
+//! recipes do not cover, and [`Error::Zk`](crate::Error::Zk) carries its errors.
 
 mod barrier;
 mod cache;
@@ -41,6 +45,11 @@ mod semaphore;
 pub(crate) mod session;
 mod simple;
 mod two_phase;
+
+/// The ZooKeeper client the recipes run on: `lockkeeper-zk-client`, re-exported so that the
+/// `Client` of [`Session::client`] and the errors in [`Error::Zk`](crate::Error::Zk) need no
+/// dependency of their own.
+pub use lockkeeper_zk_client as client;
 
 pub use barrier::{Barrier, DoubleBarrier, Entered};
 pub use cache::{Cache, CacheEvent, CacheEvents, CachedNode};

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use zookeeper_client::{Acls, CreateMode};
+use lockkeeper_zk_client::{CreateMode, CreateOptions};
 
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -85,7 +85,7 @@ impl Session {
             .retry(|client| async move {
                 match client.get_data(path).await {
                     Ok((data, _)) => Ok(Some(data)),
-                    Err(zookeeper_client::Error::NoNode) => Ok(None),
+                    Err(lockkeeper_zk_client::Error::NoNode) => Ok(None),
                     Err(err) => Err(err),
                 }
             })
@@ -183,7 +183,7 @@ impl Registered {
                 generation
                     .retry(|client| async move {
                         match client.delete(path, None).await {
-                            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+                            Ok(()) | Err(lockkeeper_zk_client::Error::NoNode) => Ok(()),
                             Err(err) => Err(err),
                         }
                     })
@@ -288,18 +288,18 @@ async fn write_persistent(session: &Session, path: &str, address: &str) -> Resul
     let parent = &path[..path.rfind('/').unwrap_or(0)];
     generation
         .retry(|client| async move {
-            let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            let options = CreateOptions::new(CreateMode::Persistent);
             if !parent.is_empty() {
                 match create_parents(&client, parent).await {
                     Ok(()) => {}
                     Err(Error::Zk(err)) => return Err(err),
                     // The session ended: a terminal error ends the retries as SessionLost.
-                    Err(_) => return Err(zookeeper_client::Error::SessionExpired),
+                    Err(_) => return Err(lockkeeper_zk_client::Error::SessionExpired),
                 }
             }
             match client.create(path, data, &options).await {
                 Ok(_) => Ok(()),
-                Err(zookeeper_client::Error::NodeExists) => {
+                Err(lockkeeper_zk_client::Error::NodeExists) => {
                     client.set_data(path, data, None).await.map(|_| ())
                 }
                 Err(err) => Err(err),

@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use zookeeper_client::{Acls, Client, CreateMode, OneshotWatcher, Stat};
+use lockkeeper_zk_client::{Client, CreateMode, CreateOptions, OneshotWatcher, Stat};
 
 use crate::error::{Error, Result};
 use crate::zk::session::{Generation, is_connection_loss, is_terminal};
@@ -39,9 +39,10 @@ async fn delete(generation: &Generation, node: &str, version: Option<i32>) -> Re
             async move {
                 match client.delete(node, version).await {
                     Ok(()) => Ok(Deleted::Now),
-                    Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion) => {
-                        Ok(Deleted::Missing)
-                    }
+                    Err(
+                        lockkeeper_zk_client::Error::NoNode
+                        | lockkeeper_zk_client::Error::BadVersion,
+                    ) => Ok(Deleted::Missing),
                     Err(err) => {
                         if is_connection_loss(&err) {
                             unanswered.store(true, Ordering::Release);
@@ -119,7 +120,7 @@ pub(crate) async fn look(
             };
             match read {
                 Ok(found) => Ok(Some(found)),
-                Err(zookeeper_client::Error::NoNode) => Ok(None),
+                Err(lockkeeper_zk_client::Error::NoNode) => Ok(None),
                 Err(err) => Err(err),
             }
         })
@@ -135,13 +136,13 @@ pub(crate) async fn create_unless_exists(
     data: &[u8],
     mode: CreateMode,
 ) -> Result<bool> {
-    let options = mode.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(mode);
     let options = &options;
     generation
         .retry(|client| async move {
             match client.create(path, data, options).await {
                 Ok(_) => Ok(true),
-                Err(zookeeper_client::Error::NodeExists) => Ok(false),
+                Err(lockkeeper_zk_client::Error::NodeExists) => Ok(false),
                 Err(err) => Err(err),
             }
         })
@@ -151,7 +152,7 @@ pub(crate) async fn create_unless_exists(
 /// Creates the missing ancestors of a lock directory as containers, as Curator does, so the
 /// server removes them once their last lock node is gone.
 pub(crate) async fn create_parents(client: &Client, dir: &str) -> Result<()> {
-    let options = CreateMode::Container.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(CreateMode::Container);
     match client.mkdir(dir, &options).await {
         Ok(()) => Ok(()),
         Err(err) if is_terminal(&err) => Err(Error::SessionLost),

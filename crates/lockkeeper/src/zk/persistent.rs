@@ -33,9 +33,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use lockkeeper_zk_client::{CreateMode, CreateOptions, EventType, OneshotWatcher, Stat};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, Stat};
 
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -300,7 +300,7 @@ impl Shared {
         } else {
             CreateMode::Persistent
         };
-        let options = mode.with_acls(Acls::anyone_all());
+        let options = CreateOptions::new(mode);
         let data = self.data();
         let mut unanswered = false;
         for _ in 0..2 {
@@ -311,7 +311,7 @@ impl Shared {
                     async move {
                         match client.create(&self.path, data, options).await {
                             Ok((stat, _)) => Ok(Some(stat)),
-                            Err(zookeeper_client::Error::NodeExists) => Ok(None),
+                            Err(lockkeeper_zk_client::Error::NodeExists) => Ok(None),
                             Err(err) => {
                                 if is_connection_loss(&err) {
                                     flag.store(true, Ordering::Relaxed);
@@ -330,7 +330,7 @@ impl Shared {
                     return Ok(unanswered);
                 }
                 Ok(None) => return Ok(unanswered),
-                Err(Error::Zk(zookeeper_client::Error::NoNode)) => {
+                Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)) => {
                     create_parents(&generation.client()?, parent(&self.path)).await?;
                 }
                 Err(err) => return Err(err),
@@ -353,7 +353,7 @@ impl Shared {
         match written {
             Ok(_) => Ok(()),
             Err(Error::Zk(
-                zookeeper_client::Error::BadVersion | zookeeper_client::Error::NoNode,
+                lockkeeper_zk_client::Error::BadVersion | lockkeeper_zk_client::Error::NoNode,
             )) => Ok(()),
             Err(err) => Err(err),
         }
@@ -367,7 +367,7 @@ impl Shared {
         match deleted {
             Ok(()) => Ok(()),
             Err(Error::Zk(
-                zookeeper_client::Error::BadVersion | zookeeper_client::Error::NoNode,
+                lockkeeper_zk_client::Error::BadVersion | lockkeeper_zk_client::Error::NoNode,
             )) => Ok(()),
             Err(err) => Err(err),
         }
@@ -417,8 +417,8 @@ impl Shared {
                 .retry(|client| async move { client.delete(&self.path, Some(stat.version)).await })
                 .await
             {
-                Ok(()) | Err(Error::Zk(zookeeper_client::Error::NoNode)) => return Ok(()),
-                Err(Error::Zk(zookeeper_client::Error::BadVersion)) => continue,
+                Ok(()) | Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)) => return Ok(()),
+                Err(Error::Zk(lockkeeper_zk_client::Error::BadVersion)) => continue,
                 Err(Error::SessionLost) if self.ephemeral => return Ok(()),
                 Err(err) => return Err(err),
             }

@@ -26,8 +26,8 @@
 
 use std::sync::Arc;
 
+use lockkeeper_zk_client::{CreateMode, CreateOptions, EventType, Stat};
 use uuid::Uuid;
-use zookeeper_client::{Acls, CreateMode, EventType, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -225,7 +225,9 @@ impl Queue {
                     Ok(children) => self.sort(children),
                     // The whole directory was deleted, our node with it: queue again (the
                     // create makes the directory anew).
-                    Err(Error::Zk(zookeeper_client::Error::NoNode)) => return Ok(Turn::NodeGone),
+                    Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)) => {
+                        return Ok(Turn::NodeGone);
+                    }
                     Err(err) => return Err(err),
                 },
             };
@@ -264,7 +266,7 @@ impl Queue {
                         match client.get_and_watch_data(&path).await {
                             Ok((_, _, watcher)) => Ok(Some(watcher)),
                             // Already gone: no watch was left; look again at once.
-                            Err(zookeeper_client::Error::NoNode) => Ok(None),
+                            Err(lockkeeper_zk_client::Error::NoNode) => Ok(None),
                             Err(err) => Err(err),
                         }
                     }
@@ -382,7 +384,7 @@ impl PendingNode {
         data: &[u8],
     ) -> Result<(String, i64, Option<Vec<String>>)> {
         let prefix = format!("{}/{}{}", self.dir, self.protection, self.marker);
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let options = CreateOptions::new(CreateMode::EphemeralSequential);
         let mut attempt = 1;
         let mut parent_attempts = 0;
         loop {
@@ -392,12 +394,16 @@ impl PendingNode {
             let created = create.await;
             let listed = listing.await;
             match created {
-                Ok((stat, sequence)) => {
-                    let name = format!("{}{}{}", self.protection, self.marker, sequence);
+                Ok((stat, path)) => {
+                    // The server appended the sequence to our prefix: the name is the last
+                    // segment of the path it answered.
+                    let name = path.rsplit('/').next().unwrap_or_default().to_owned();
                     self.created = Some(name.clone());
                     return Ok((name, stat.czxid, listed.ok()));
                 }
-                Err(zookeeper_client::Error::NoNode) if parent_attempts < MAX_PARENT_ATTEMPTS => {
+                Err(lockkeeper_zk_client::Error::NoNode)
+                    if parent_attempts < MAX_PARENT_ATTEMPTS =>
+                {
                     parent_attempts += 1;
                     create_parents(&client, &self.dir).await?;
                 }
@@ -432,7 +438,7 @@ impl PendingNode {
             .await
         {
             Ok(children) => children,
-            Err(Error::Zk(zookeeper_client::Error::NoNode)) => return Ok(None),
+            Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)) => return Ok(None),
             Err(err) => return Err(err),
         };
         let Some(name) = children

@@ -88,7 +88,7 @@ impl Session {
             .retry(|client| async move {
                 match client.delete(node, None).await {
                     Ok(()) => Ok(true),
-                    Err(zookeeper_client::Error::NoNode) => Ok(false),
+                    Err(lockkeeper_zk_client::Error::NoNode) => Ok(false),
                     Err(err) => Err(err),
                 }
             })
@@ -110,13 +110,13 @@ async fn request(generation: &Generation, node: &str) -> Result<bool> {
         .retry(|client| async move {
             match client.set_data(node, REVOKE_MESSAGE, None).await {
                 Ok(_) => Ok(true),
-                Err(zookeeper_client::Error::NoNode) => Ok(false),
+                Err(lockkeeper_zk_client::Error::NoNode) => Ok(false),
                 Err(err) => Err(err),
             }
         })
         .await
         .map_err(|err| match err {
-            Error::Zk(zookeeper_client::Error::NoAuth) => {
+            Error::Zk(lockkeeper_zk_client::Error::NoAuth) => {
                 Error::InvalidArgument(format!("lock node {node:?}: not allowed to write it (ACL)"))
             }
             other => other,

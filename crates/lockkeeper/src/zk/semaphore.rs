@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use zookeeper_client::EventType;
+use lockkeeper_zk_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;

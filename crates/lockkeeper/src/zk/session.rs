@@ -1,6 +1,6 @@
 //! The ZooKeeper session every recipe runs in, and the connection states it reports.
 //!
-//! `zookeeper-client` gives one ZooKeeper session per `Client`: when that session expires the
+//! The client (`lockkeeper-zk-client`) gives one ZooKeeper session per `Client`: when that session expires the
 //! client is dead for good. A service wants its locks to work again afterwards, so a
 //! [`Session`] is a chain of *generations*, each one `Client` and its health; when a generation
 //! ends (expiry, or a suspension longer than the session timeout) the monitor task reports
@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
+use lockkeeper_zk_client::{Client, SessionState};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use zookeeper_client::{Client, SessionState};
 
 use crate::deadline::trusted_until;
 use crate::error::{Error, Result};
@@ -183,7 +183,7 @@ impl Generation {
     pub(crate) async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
-        Fut: Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+        Fut: Future<Output = std::result::Result<T, lockkeeper_zk_client::Error>>,
     {
         let mut attempt = 1;
         loop {
@@ -226,25 +226,18 @@ impl Generation {
     }
 }
 
-/// A connection loss: the request may or may not have been applied. Besides ConnectionLoss,
-/// zookeeper-client fails the requests in flight with the error that ended the connection
-/// (`Custom`: an I/O error, or "no response from connection" when pings went unanswered).
-pub(crate) fn is_connection_loss(err: &zookeeper_client::Error) -> bool {
-    matches!(
-        err,
-        zookeeper_client::Error::ConnectionLoss
-            | zookeeper_client::Error::Timeout
-            | zookeeper_client::Error::Custom(_)
-    )
+/// A connection loss: the request may or may not have been applied.
+pub(crate) fn is_connection_loss(err: &lockkeeper_zk_client::Error) -> bool {
+    err.is_connection_loss()
 }
 
 /// The session is over: nothing will succeed in this generation again.
-pub(crate) fn is_terminal(err: &zookeeper_client::Error) -> bool {
+pub(crate) fn is_terminal(err: &lockkeeper_zk_client::Error) -> bool {
     matches!(
         err,
-        zookeeper_client::Error::SessionExpired
-            | zookeeper_client::Error::ClientClosed
-            | zookeeper_client::Error::SessionMoved
+        lockkeeper_zk_client::Error::SessionExpired
+            | lockkeeper_zk_client::Error::ClientClosed
+            | lockkeeper_zk_client::Error::SessionMoved
     )
 }
 
@@ -447,7 +440,7 @@ impl Session {
         if let Some(mut states) = states {
             let ended = async {
                 while !matches!(
-                    states.peek_state(),
+                    states.state(),
                     SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
                 ) {
                     states.changed().await;
@@ -575,11 +568,10 @@ async fn connect_generation(
             }
         }
     };
-    ensure_chroot(&client).await?;
     let (health, _) = watch::channel(Health::Connected);
     let timeout = client.session_timeout();
     let generation = Arc::new(Generation {
-        session_id: client.session_id().0,
+        session_id: client.session_id(),
         client: StdMutex::new(Some(client)),
         health,
         timeout,
@@ -622,27 +614,6 @@ async fn heartbeat(generation: Weak<Generation>, period: Duration) {
     }
 }
 
-/// Creates the chroot of the connect string if it is missing, as Curator does for its
-/// namespace: otherwise the first lock would fail with a bare NoNode that names no path.
-async fn ensure_chroot(client: &Client) -> Result<()> {
-    let chroot = client.path().to_owned();
-    if chroot == "/" {
-        return Ok(());
-    }
-    let Ok(root) = client.clone().chroot("/") else {
-        return Ok(());
-    };
-    let options =
-        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    match root.mkdir(&chroot, &options).await {
-        Ok(()) => Ok(()),
-        Err(err) if is_connection_loss(&err) || is_terminal(&err) => Err(Error::Zk(err)),
-        Err(err) => Err(Error::InvalidArgument(format!(
-            "cannot create the chroot {chroot:?}: {err}"
-        ))),
-    }
-}
-
 /// Follows the current generation's state; when it ends, reports `Lost` and connects the next.
 async fn monitor(shared: Arc<Shared>, mut generation: Arc<Generation>) {
     loop {
@@ -676,7 +647,7 @@ async fn follow(shared: &Shared, generation: &Generation) {
     let mut state = states.state();
     loop {
         match state {
-            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+            SessionState::SyncConnected => {
                 if generation.health() == Health::Suspended {
                     generation.health.send_replace(Health::Connected);
                     shared.report(ConnectionState::Reconnected);

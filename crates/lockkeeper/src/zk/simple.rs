@@ -16,8 +16,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockkeeper_zk_client::{CreateMode, CreateOptions, EventType};
 use uuid::Uuid;
-use zookeeper_client::{Acls, CreateMode, EventType};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -168,7 +168,7 @@ impl SimpleLock {
             _ => self.session.connected_generation().await?,
         };
         let mut create = PendingCreate::new(&generation, &self.node, self.options);
-        let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let options = CreateOptions::new(CreateMode::Ephemeral);
         let mut parent_attempts = 0;
         let mut losses = 0;
         loop {
@@ -180,7 +180,7 @@ impl SimpleLock {
                 // it: if this future is dropped meanwhile, `PendingCreate` cleans up.
                 create.uncertain = true;
                 match client.create(&self.node, &create.data, &options).await {
-                    Err(zookeeper_client::Error::NoNode)
+                    Err(lockkeeper_zk_client::Error::NoNode)
                         if parent_attempts < MAX_PARENT_ATTEMPTS =>
                     {
                         create.uncertain = false;
@@ -194,7 +194,7 @@ impl SimpleLock {
             match created {
                 Ok((stat, _)) => return Ok(Some(create.granted(stat.czxid))),
                 // Definitely not created: someone else holds the lock.
-                Err(zookeeper_client::Error::NodeExists) => {
+                Err(lockkeeper_zk_client::Error::NodeExists) => {
                     create.uncertain = false;
                     if deadline.passed() {
                         return Ok(None);

@@ -52,7 +52,7 @@ mod coordinator;
 
 use std::time::Duration;
 
-use zookeeper_client::EventType;
+use lockkeeper_zk_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::wait::Deadline;
@@ -432,7 +432,7 @@ impl Proposal {
                 match read_decision(&generation, &self.tx).await {
                     Ok(Some(outcome)) => return Ok(Some(outcome)),
                     // Forgotten between the two reads: nothing more will be written.
-                    Ok(None) => return Err(Error::Zk(zookeeper_client::Error::NoNode)),
+                    Ok(None) => return Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)),
                     Err(Error::SessionLost) => continue,
                     Err(err) => return Err(err),
                 }
@@ -461,7 +461,7 @@ async fn read_decision(generation: &Generation, tx: &str) -> Result<Option<Outco
         return Ok(None);
     };
     Outcome::decode(&data).map(Some).ok_or_else(|| {
-        Error::Zk(zookeeper_client::Error::UnexpectedError(format!(
+        Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
             "{node}: not a two-phase commit decision ({} bytes)",
             data.len()
         )))
@@ -471,7 +471,7 @@ async fn read_decision(generation: &Generation, tx: &str) -> Result<Option<Outco
 /// Parses the `sites` node: the proposal's token, then one site a line.
 fn parse_sites(data: &[u8], tx: &str) -> Result<(String, Vec<String>)> {
     let malformed = || {
-        Error::Zk(zookeeper_client::Error::UnexpectedError(format!(
+        Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
             "{tx}/{SITES}: not a two-phase commit proposal"
         )))
     };

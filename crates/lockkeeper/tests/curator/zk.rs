@@ -28,10 +28,10 @@ pub async fn connect(server: &dyn TestServer) -> Session {
         .unwrap_or_else(|e| panic!("connect to {}: {e}", server.name()))
 }
 
-async fn plain_client(server: &dyn TestServer) -> zookeeper_client::Client {
+async fn plain_client(server: &dyn TestServer) -> lockkeeper_zk_client::Client {
     tokio::time::timeout(
         STEP,
-        zookeeper_client::Client::connect(&server.connect_string()),
+        lockkeeper_zk_client::Client::connect(&server.connect_string()),
     )
     .await
     .expect("plain ZooKeeper client connects in time")
@@ -43,7 +43,7 @@ async fn plain_client(server: &dyn TestServer) -> zookeeper_client::Client {
 pub async fn lock_nodes(server: &dyn TestServer, path: &str) -> Vec<String> {
     match plain_client(server).await.list_children(path).await {
         Ok(children) => children,
-        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(lockkeeper_zk_client::Error::NoNode) => Vec::new(),
         Err(e) => panic!("list {path} on {}: {e}", server.name()),
     }
 }

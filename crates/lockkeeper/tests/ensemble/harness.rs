@@ -33,7 +33,7 @@ pub async fn ensemble() -> Option<Arc<ZkEnsemble>> {
 /// Whether `err` means the operation was cut off by the fault (the connection or the session
 /// went): a caller retries those. Anything else is a failure of the test.
 pub fn cut_off(err: &Error) -> bool {
-    use zookeeper_client::Error as Zk;
+    use lockkeeper_zk_client::Error as Zk;
     err.is_connection_loss()
         || matches!(
             err,

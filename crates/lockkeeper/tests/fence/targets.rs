@@ -12,7 +12,7 @@ use lockkeeper::fence::{LocalFence, Outcome, RedisFence, ZkFence};
 use lockkeeper::redis::Redis;
 use lockkeeper::zk::Session;
 use lockkeeper_testkit::RedisServer;
-use zookeeper_client::{Acls, CreateMode};
+use lockkeeper_zk_client::{CreateMode, CreateOptions};
 
 use crate::support::session;
 
@@ -325,7 +325,7 @@ impl Resources {
 /// Creates an ephemeral node standing for a held lock node, for the ZooKeeper fence's check.
 pub async fn lock_node(session: &Session, node: &str) {
     let client = session.client().unwrap();
-    let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let options = CreateOptions::new(CreateMode::Ephemeral);
     client
         .create(node, b"", &options)
         .await

@@ -43,7 +43,7 @@ pub async fn session(connect: &str) -> Session {
 pub async fn children(session: &Session, path: &str) -> Vec<String> {
     match session.client().expect("client").list_children(path).await {
         Ok(children) => children,
-        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(lockkeeper_zk_client::Error::NoNode) => Vec::new(),
         Err(err) => panic!("list {path}: {err}"),
     }
 }

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
+use lockkeeper_zk_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState};
 
 use super::view::{View, child_prefix};
 use super::{CacheEvent, CachedNode, lock};
@@ -127,13 +127,13 @@ async fn follow(
         };
         let mut watcher = match client.watch(&spec.root, spec.mode()).await {
             Ok(watcher) => watcher,
-            Err(zookeeper_client::Error::Unimplemented) => {
+            Err(lockkeeper_zk_client::Error::Unimplemented) => {
                 tracing::error!(
                     path = spec.root,
                     "the server does not implement AddWatch (opcode 106): a cache needs \
                      persistent watches, Apache ZooKeeper 3.6 or later (or Keeper)"
                 );
-                return Stop::Fatal(Error::Zk(zookeeper_client::Error::Unimplemented));
+                return Stop::Fatal(Error::Zk(lockkeeper_zk_client::Error::Unimplemented));
             }
             Err(err) if is_terminal(&err) => return Stop::Ended,
             Err(err) if is_connection_loss(&err) => {
@@ -179,7 +179,7 @@ async fn follow(
                 match event.session_state {
                     // The watcher must not be polled after a terminal state.
                     state if state.is_terminated() => return Stop::Ended,
-                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                    SessionState::SyncConnected => {
                         _previous = Some(watcher);
                         continue 'connection;
                     }
@@ -273,11 +273,11 @@ async fn read_nodes(
 /// the cache cannot use (no permission: the node is left as it was, with a warning).
 #[allow(clippy::type_complexity)]
 fn classify(
-    answer: std::result::Result<(Vec<u8>, zookeeper_client::Stat), zookeeper_client::Error>,
+    answer: std::result::Result<(Vec<u8>, lockkeeper_zk_client::Stat), lockkeeper_zk_client::Error>,
 ) -> Result<Option<Option<CachedNode>>, Interrupted> {
     match answer {
         Ok((data, stat)) => Ok(Some(Some(CachedNode { data, stat }))),
-        Err(zookeeper_client::Error::NoNode) => Ok(Some(None)),
+        Err(lockkeeper_zk_client::Error::NoNode) => Ok(Some(None)),
         Err(err) if is_terminal(&err) => Err(Interrupted::Ended),
         Err(err) if is_connection_loss(&err) => Err(Interrupted::ConnectionLoss),
         Err(err) => {
@@ -298,7 +298,7 @@ async fn refresh(
     // A new session may be served by a server behind the one the last session used: sync
     // first, so that no read below is older than what the view holds.
     match client.sync(&spec.root).await {
-        Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+        Ok(()) | Err(lockkeeper_zk_client::Error::NoNode) => {}
         Err(err) if is_terminal(&err) => return Err(Interrupted::Ended),
         Err(err) if is_connection_loss(&err) => return Err(Interrupted::ConnectionLoss),
         Err(err) => tracing::debug!(%err, "sync before a cache refresh failed"),
@@ -342,7 +342,7 @@ async fn read_tree(
                         let prefix = child_prefix(parent);
                         next.extend(children.into_iter().map(|child| format!("{prefix}{child}")));
                     }
-                    Err(zookeeper_client::Error::NoNode) => {}
+                    Err(lockkeeper_zk_client::Error::NoNode) => {}
                     Err(err) if is_terminal(&err) => return Err(Interrupted::Ended),
                     Err(err) if is_connection_loss(&err) => {
                         return Err(Interrupted::ConnectionLoss);

@@ -232,7 +232,7 @@ pub(super) fn child_prefix(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zookeeper_client::Stat;
+    use lockkeeper_zk_client::Stat;
 
     fn node(czxid: i64, mzxid: i64, data: &str) -> CachedNode {
         let mut stat: Stat = blank_stat();

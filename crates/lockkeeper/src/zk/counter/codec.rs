@@ -58,7 +58,7 @@ fn corrupt(path: &str, data: &[u8], expected: &str) -> Error {
     if data.len() > SHOWN {
         bytes.push("...".into());
     }
-    Error::Zk(zookeeper_client::Error::UnexpectedError(format!(
+    Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
         "counter node {path:?} holds {} bytes [{}]; {expected}, or none before the first write",
         data.len(),
         bytes.join(", ")

@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
+use lockkeeper_zk_client::{EventType, OneshotWatcher, Stat};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use zookeeper_client::{EventType, OneshotWatcher, Stat};
 
 use crate::error::Result;
 use crate::zk::counter::atomic::validate_counter_path;

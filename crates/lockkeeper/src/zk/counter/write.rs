@@ -12,8 +12,8 @@
 //! fails with the connection-loss error (or `SessionLost`) rather than guess. An update is
 //! therefore applied once or not at all, and the caller is told when it cannot know which.
 
+use lockkeeper_zk_client::{CreateMode, CreateOptions, Stat};
 use tokio::time::Instant;
-use zookeeper_client::{Acls, CreateMode, Stat};
 
 use crate::error::{Error, Result};
 use crate::zk::node::{create_parents, look};
@@ -72,9 +72,9 @@ pub(super) async fn write_if(
                 return Ok(Written::Applied(stat));
             }
             Err(
-                zookeeper_client::Error::BadVersion
-                | zookeeper_client::Error::NodeExists
-                | zookeeper_client::Error::NoNode,
+                lockkeeper_zk_client::Error::BadVersion
+                | lockkeeper_zk_client::Error::NodeExists
+                | lockkeeper_zk_client::Error::NoNode,
             ) => {
                 generation.heard_at(sent);
                 return Ok(Written::Overtaken);
@@ -125,13 +125,13 @@ async fn unchanged(session: &Session, path: &str, base: Base) -> bool {
 /// `creatingParentContainersIfNeeded` does), the node itself persistent. The outer `Result`
 /// is a failure to create the parents; the inner one is the create's own answer.
 async fn create(
-    client: &zookeeper_client::Client,
+    client: &lockkeeper_zk_client::Client,
     path: &str,
     data: &[u8],
-) -> Result<std::result::Result<Stat, zookeeper_client::Error>> {
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+) -> Result<std::result::Result<Stat, lockkeeper_zk_client::Error>> {
+    let options = CreateOptions::new(CreateMode::Persistent);
     match client.create(path, data, &options).await {
-        Err(zookeeper_client::Error::NoNode) => {
+        Err(lockkeeper_zk_client::Error::NoNode) => {
             if let Some(parent) = parent(path) {
                 create_parents(client, parent).await?;
             }

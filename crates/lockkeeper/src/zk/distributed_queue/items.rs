@@ -23,8 +23,8 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex};
 
+use lockkeeper_zk_client::{Client, CreateMode, CreateOptions, MultiWriteError, OneshotWatcher};
 use rand::Rng;
-use zookeeper_client::{Acls, Client, CreateMode, MultiWriteError, OneshotWatcher};
 
 use super::envelope;
 use crate::error::{Error, Result};
@@ -59,19 +59,19 @@ pub(crate) struct Items {
     corrupt: StdMutex<HashSet<String>>,
 }
 
-fn persistent() -> zookeeper_client::CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
+fn persistent() -> CreateOptions {
+    CreateOptions::new(CreateMode::Persistent)
 }
 
-fn sequential() -> zookeeper_client::CreateOptions<'static> {
-    CreateMode::PersistentSequential.with_acls(Acls::anyone_all())
+fn sequential() -> CreateOptions {
+    CreateOptions::new(CreateMode::PersistentSequential)
 }
 
-fn ephemeral() -> zookeeper_client::CreateOptions<'static> {
-    CreateMode::Ephemeral.with_acls(Acls::anyone_all())
+fn ephemeral() -> CreateOptions {
+    CreateOptions::new(CreateMode::Ephemeral)
 }
 
-fn zk_error(err: zookeeper_client::Error) -> Error {
+fn zk_error(err: lockkeeper_zk_client::Error) -> Error {
     if is_terminal(&err) {
         Error::SessionLost
     } else {
@@ -105,7 +105,7 @@ impl Items {
                 let node = format!("{}/{prefix}", self.path);
                 client.create(&node, data, &sequential()).await.map(|_| ())
             } else {
-                let mut multi = client.new_multi_writer();
+                let mut multi = client.multi();
                 for (prefix, data) in nodes {
                     let node = format!("{}/{prefix}", self.path);
                     multi.add_create(&node, data, &sequential())?;
@@ -114,11 +114,11 @@ impl Items {
                     .commit()
                     .await
                     .map(|_| ())
-                    .map_err(zookeeper_client::Error::from)
+                    .map_err(lockkeeper_zk_client::Error::from)
             };
             match outcome {
                 Ok(()) => return Ok(()),
-                Err(zookeeper_client::Error::NoNode) if !created_path => {
+                Err(lockkeeper_zk_client::Error::NoNode) if !created_path => {
                     ensure_dir(&client, &self.path).await?;
                     created_path = true;
                 }
@@ -268,7 +268,10 @@ impl Items {
                 generation.heard_at(sent);
                 Ok(Claim::Taken(Taken::removed(item, data)))
             }
-            (_, Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion)) => {
+            (
+                _,
+                Err(lockkeeper_zk_client::Error::NoNode | lockkeeper_zk_client::Error::BadVersion),
+            ) => {
                 generation.heard_at(sent);
                 Ok(Claim::Contended)
             }
@@ -322,11 +325,11 @@ impl Items {
                     };
                     return Ok(Claim::Taken(taken));
                 }
-                Err(zookeeper_client::Error::NodeExists) => {
+                Err(lockkeeper_zk_client::Error::NodeExists) => {
                     generation.heard_at(sent);
                     return Ok(Claim::Contended);
                 }
-                Err(zookeeper_client::Error::NoNode) if !created_dir => {
+                Err(lockkeeper_zk_client::Error::NoNode) if !created_dir => {
                     ensure_dir(&client, &self.lock_path).await?;
                     created_dir = true;
                 }
@@ -356,7 +359,7 @@ async fn release_lock(generation: &Generation, lock: &str) {
     let released = generation
         .retry(|client| async move {
             match client.delete(lock, None).await {
-                Err(zookeeper_client::Error::NoNode) => Ok(()),
+                Err(lockkeeper_zk_client::Error::NoNode) => Ok(()),
                 other => other,
             }
         })
@@ -370,7 +373,7 @@ async fn list_watched(client: &Client, path: &str) -> Result<(Vec<String>, Onesh
     loop {
         match client.list_and_watch_children(path).await {
             Ok(found) => return Ok(found),
-            Err(zookeeper_client::Error::NoNode) => ensure_dir(client, path).await?,
+            Err(lockkeeper_zk_client::Error::NoNode) => ensure_dir(client, path).await?,
             Err(err) => return Err(zk_error(err)),
         }
     }
@@ -389,7 +392,7 @@ async fn wait_watch(watch: Option<OneshotWatcher>) {
 /// queue and lock paths with `creatingParentsIfNeeded`).
 pub(crate) async fn ensure_dir(client: &Client, path: &str) -> Result<()> {
     match client.mkdir(path, &persistent()).await {
-        Ok(()) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+        Ok(()) | Err(lockkeeper_zk_client::Error::NodeExists) => Ok(()),
         Err(err) => Err(zk_error(err)),
     }
 }
@@ -554,7 +557,7 @@ impl Taken {
                 let unanswered = &unanswered;
                 let again = again.as_deref();
                 async move {
-                    let mut multi = client.new_multi_writer();
+                    let mut multi = client.multi();
                     multi.add_check_version(lock, *version)?;
                     multi.add_delete(item, None)?;
                     if let Some(again) = again {
@@ -565,10 +568,10 @@ impl Taken {
                         Ok(_) => Ok(true),
                         Err(MultiWriteError::OperationFailed {
                             index: 0,
-                            source: zookeeper_client::Error::NoNode,
+                            source: lockkeeper_zk_client::Error::NoNode,
                         }) => Ok(false),
                         Err(err) => {
-                            let err = zookeeper_client::Error::from(err);
+                            let err = lockkeeper_zk_client::Error::from(err);
                             if is_connection_loss(&err) {
                                 unanswered.store(true, std::sync::atomic::Ordering::Release);
                             }

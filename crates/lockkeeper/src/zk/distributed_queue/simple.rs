@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use zookeeper_client::{Acls, CreateMode};
+use lockkeeper_zk_client::{CreateMode, CreateOptions};
 
 use crate::error::{Error, Result};
 use crate::wait::Deadline;
@@ -35,7 +35,7 @@ pub struct SimpleQueue {
     path: String,
 }
 
-fn zk_error(err: zookeeper_client::Error) -> Error {
+fn zk_error(err: lockkeeper_zk_client::Error) -> Error {
     if is_terminal(&err) {
         Error::SessionLost
     } else {
@@ -63,10 +63,10 @@ impl SimpleQueue {
         let generation = self.session.connected_generation().await?;
         let client = generation.client()?;
         let node = format!("{}/{PREFIX}", self.path);
-        let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+        let options = CreateOptions::new(CreateMode::PersistentSequential);
         match client.create(&node, item, &options).await {
             Ok(_) => Ok(()),
-            Err(zookeeper_client::Error::NoNode) => {
+            Err(lockkeeper_zk_client::Error::NoNode) => {
                 self.ensure_path(&client).await?;
                 client
                     .create(&node, item, &options)
@@ -104,13 +104,13 @@ impl SimpleQueue {
             .retry(|client| async move {
                 let children = match client.list_children(path).await {
                     Ok(children) => children,
-                    Err(zookeeper_client::Error::NoNode) => return Ok(None),
+                    Err(lockkeeper_zk_client::Error::NoNode) => return Ok(None),
                     Err(err) => return Err(err),
                 };
                 for name in sorted_items(children) {
                     match client.get_data(&format!("{path}/{name}")).await {
                         Ok((data, _)) => return Ok(Some(data)),
-                        Err(zookeeper_client::Error::NoNode) => continue,
+                        Err(lockkeeper_zk_client::Error::NoNode) => continue,
                         Err(err) => return Err(err),
                     }
                 }
@@ -120,11 +120,11 @@ impl SimpleQueue {
         Ok(found)
     }
 
-    async fn ensure_path(&self, client: &zookeeper_client::Client) -> Result<()> {
+    async fn ensure_path(&self, client: &lockkeeper_zk_client::Client) -> Result<()> {
         // Curator makes the path with containers, which the server removes once empty.
-        let options = CreateMode::Container.with_acls(Acls::anyone_all());
+        let options = CreateOptions::new(CreateMode::Container);
         match client.mkdir(&self.path, &options).await {
-            Ok(()) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+            Ok(()) | Err(lockkeeper_zk_client::Error::NodeExists) => Ok(()),
             Err(err) => Err(zk_error(err)),
         }
     }
@@ -141,7 +141,7 @@ impl SimpleQueue {
             let client = generation.client()?;
             let (children, watch) = match client.list_and_watch_children(&self.path).await {
                 Ok(found) => found,
-                Err(zookeeper_client::Error::NoNode) => {
+                Err(lockkeeper_zk_client::Error::NoNode) => {
                     self.ensure_path(&client).await?;
                     continue;
                 }
@@ -155,7 +155,7 @@ impl SimpleQueue {
                     tokio::join!(client.get_data(&node), client.delete(&node, None));
                 match (read, deleted) {
                     (Ok((data, _)), Ok(())) => return Ok(Some(data)),
-                    (_, Err(zookeeper_client::Error::NoNode)) => continue,
+                    (_, Err(lockkeeper_zk_client::Error::NoNode)) => continue,
                     (_, Err(err)) if is_connection_loss(&err) => {
                         tracing::warn!(node, "delete answer lost: the item may be lost");
                         continue;

@@ -8,7 +8,7 @@
 //! left by a deposed leader names an older token, so followers ignore it, and the next
 //! leader's confirmation replaces it.
 
-use zookeeper_client::{CreateMode, OneshotWatcher};
+use lockkeeper_zk_client::{CreateMode, OneshotWatcher};
 
 use crate::error::{Error, Result};
 use crate::wait::Deadline;
@@ -65,7 +65,9 @@ impl Leadership {
             match outcome {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
-                Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion) => {}
+                Err(
+                    lockkeeper_zk_client::Error::NoNode | lockkeeper_zk_client::Error::BadVersion,
+                ) => {}
                 Err(err) => return Err(Error::Zk(err)),
             }
         }
@@ -133,7 +135,7 @@ async fn watch_node(
         .retry(|client| async move {
             match client.get_and_watch_data(path).await {
                 Ok((data, _, watcher)) => Ok((Some(data), watcher)),
-                Err(zookeeper_client::Error::NoNode) => {
+                Err(lockkeeper_zk_client::Error::NoNode) => {
                     let (_, watcher) = client.check_and_watch_stat(path).await?;
                     Ok((None, watcher))
                 }
@@ -150,7 +152,7 @@ async fn watch_children(generation: &Generation, path: &str) -> Result<OneshotWa
         .retry(|client| async move {
             match client.list_and_watch_children(path).await {
                 Ok((_, watcher)) => Ok(watcher),
-                Err(zookeeper_client::Error::NoNode) => {
+                Err(lockkeeper_zk_client::Error::NoNode) => {
                     let (_, watcher) = client.check_and_watch_stat(path).await?;
                     Ok(watcher)
                 }

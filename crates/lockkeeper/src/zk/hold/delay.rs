@@ -35,8 +35,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use lockkeeper_zk_client::MultiWriteError;
 use tokio::time::Instant;
-use zookeeper_client::MultiWriteError;
 
 use crate::error::{Error, Result};
 use crate::zk::node::look;
@@ -191,7 +191,7 @@ async fn update(
         let unanswered_ref = &unanswered;
         let written = generation
             .retry(|client| async move {
-                let mut multi = client.new_multi_writer();
+                let mut multi = client.multi();
                 if let Some(delete) = delete {
                     multi.add_delete(delete, None)?;
                 }
@@ -199,15 +199,15 @@ async fn update(
                 match multi.commit().await {
                     Ok(_) => Ok(Written::Done),
                     Err(MultiWriteError::OperationFailed {
-                        source: zookeeper_client::Error::NoNode,
+                        source: lockkeeper_zk_client::Error::NoNode,
                         ..
                     }) => Ok(Written::NoNode),
                     Err(MultiWriteError::OperationFailed {
-                        source: zookeeper_client::Error::BadVersion,
+                        source: lockkeeper_zk_client::Error::BadVersion,
                         ..
                     }) => Ok(Written::Raced),
                     Err(err) => {
-                        let err = zookeeper_client::Error::from(err);
+                        let err = lockkeeper_zk_client::Error::from(err);
                         if is_connection_loss(&err) {
                             unanswered_ref.store(true, Ordering::Release);
                         }

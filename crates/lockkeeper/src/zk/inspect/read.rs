@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use zookeeper_client::{Client, MultiReadResult, Stat};
+use lockkeeper_zk_client::{Client, MultiReadResult, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -27,7 +27,7 @@ pub(super) async fn list(
 ) -> Result<Vec<Option<Vec<String>>>> {
     let results = generation
         .retry(|client| async move {
-            let mut reader = client.new_multi_reader();
+            let mut reader = client.multi_read();
             for dir in dirs {
                 reader.add_get_children(dir)?;
             }
@@ -39,7 +39,7 @@ pub(super) async fn list(
         .map(|result| match result {
             MultiReadResult::Children { children } => Ok(Some(children)),
             MultiReadResult::Error {
-                err: zookeeper_client::Error::NoNode,
+                err: lockkeeper_zk_client::Error::NoNode,
             } => Ok(None),
             MultiReadResult::Error { err } => Err(Error::Zk(err)),
             other => Err(unexpected(&other)),
@@ -101,7 +101,7 @@ pub(super) async fn read_chunk(
 ) -> Result<Vec<Option<(Vec<u8>, Stat)>>> {
     let results = generation
         .retry(|client: Client| async move {
-            let mut reader = client.new_multi_reader();
+            let mut reader = client.multi_read();
             for path in paths {
                 reader.add_get_data(path)?;
             }
@@ -109,20 +109,18 @@ pub(super) async fn read_chunk(
         })
         .await?;
     if results.len() != paths.len() {
-        return Err(Error::Zk(zookeeper_client::Error::UnexpectedError(
-            format!(
-                "a multi-read of {} nodes answered {} results",
-                paths.len(),
-                results.len()
-            ),
-        )));
+        return Err(Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
+            "a multi-read of {} nodes answered {} results",
+            paths.len(),
+            results.len()
+        ))));
     }
     results
         .into_iter()
         .map(|result| match result {
             MultiReadResult::Data { data, stat } => Ok(Some((data, stat))),
             MultiReadResult::Error {
-                err: zookeeper_client::Error::NoNode,
+                err: lockkeeper_zk_client::Error::NoNode,
             } => Ok(None),
             MultiReadResult::Error { err } => Err(Error::Zk(err)),
             other => Err(unexpected(&other)),
@@ -131,7 +129,7 @@ pub(super) async fn read_chunk(
 }
 
 fn unexpected(result: &MultiReadResult) -> Error {
-    Error::Zk(zookeeper_client::Error::UnexpectedError(format!(
+    Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
         "unexpected multi-read result {result:?}"
     )))
 }
@@ -151,7 +149,7 @@ mod tests {
     /// not an error: the listing is taken, one of its nodes deleted, then the stats are read.
     #[tokio::test]
     async fn a_node_deleted_after_the_listing_is_skipped() {
-        use zookeeper_client::{Acls, CreateMode};
+        use lockkeeper_zk_client::{CreateMode, CreateOptions};
         for server in lockkeeper_testkit::both() {
             let name = server.name();
             let session = Session::connect(&server.connect_string()).await.unwrap();
@@ -162,12 +160,11 @@ mod tests {
                 .await
                 .unwrap();
             let client = session.client().unwrap();
-            let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-            let (_, sequence) = client
+            let options = CreateOptions::new(CreateMode::EphemeralSequential);
+            let (_, leaving) = client
                 .create("/inspect/gone/_c_x-lock-", b"", &options)
                 .await
                 .unwrap();
-            let leaving = format!("/inspect/gone/_c_x-lock-{sequence}");
             let listing = client.list_children("/inspect/gone").await.unwrap();
             assert_eq!(listing.len(), 2, "{name}: {listing:?}");
             client.delete(&leaving, None).await.unwrap();

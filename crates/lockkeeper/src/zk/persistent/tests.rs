@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use lockkeeper_zk_client::{CreateMode, CreateOptions, Stat};
 use tokio::time::Instant;
-use zookeeper_client::{Acls, CreateMode, Stat};
 
 use super::PersistentNode;
 use crate::zk::Session;
@@ -13,7 +13,7 @@ use crate::zk::Session;
 async fn read(session: &Session, path: &str) -> Option<(Vec<u8>, Stat)> {
     match session.client().unwrap().get_data(path).await {
         Ok(found) => Some(found),
-        Err(zookeeper_client::Error::NoNode) => None,
+        Err(lockkeeper_zk_client::Error::NoNode) => None,
         Err(err) => panic!("read {path}: {err}"),
     }
 }
@@ -51,7 +51,7 @@ async fn a_persistent_node_is_adopted_kept_and_deleted() {
         let s = session(&server.connect_string()).await;
         let other = session(&server.connect_string()).await;
         let path = "/persistent/adopted/node";
-        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let options = CreateOptions::new(CreateMode::Persistent);
         let client = other.client().unwrap();
         client.mkdir("/persistent/adopted", &options).await.unwrap();
         client.create(path, b"left over", &options).await.unwrap();
@@ -109,12 +109,9 @@ async fn a_node_stopped_while_waiting_is_never_created() {
         let other = session(&server.connect_string()).await;
         let path = "/persistent/waiting";
         let client = other.client().unwrap();
-        let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let ephemeral = CreateOptions::new(CreateMode::Ephemeral);
         client
-            .mkdir(
-                "/persistent",
-                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
-            )
+            .mkdir("/persistent", &CreateOptions::new(CreateMode::Persistent))
             .await
             .unwrap();
         client.create(path, b"theirs", &ephemeral).await.unwrap();

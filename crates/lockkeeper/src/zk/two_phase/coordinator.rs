@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use zookeeper_client::{Acls, CreateMode, MultiWriteError};
+use lockkeeper_zk_client::{CreateMode, CreateOptions, MultiWriteError};
 
 use super::{
     AbortReason, DECISION, Outcome, SITES, TwoPhase, VOTES, Vote, count, parse_sites,
@@ -96,13 +96,13 @@ impl TwoPhase {
         listing: &[u8],
         token: &str,
     ) -> Result<()> {
-        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let persistent = CreateOptions::new(CreateMode::Persistent);
         let (sites_node, votes_node) = (format!("{tx}/{SITES}"), format!("{tx}/{VOTES}"));
         let (persistent, sites_node, votes_node) = (&persistent, &sites_node, &votes_node);
         for _ in 0..=MAX_PARENT_ATTEMPTS {
             let written = generation
                 .retry(|client| async move {
-                    let mut multi = client.new_multi_writer();
+                    let mut multi = client.multi();
                     multi.add_create(tx, payload, persistent)?;
                     multi.add_create(sites_node, listing, persistent)?;
                     multi.add_create(votes_node, b"", persistent)?;
@@ -111,7 +111,7 @@ impl TwoPhase {
                 .await?;
             match written {
                 None => return Ok(()),
-                Some(zookeeper_client::Error::NoNode) => {
+                Some(lockkeeper_zk_client::Error::NoNode) => {
                     create_parents(&generation.client()?, &self.path).await?;
                 }
                 Some(_) => {
@@ -130,7 +130,7 @@ impl TwoPhase {
                 }
             }
         }
-        Err(Error::Zk(zookeeper_client::Error::NoNode))
+        Err(Error::Zk(lockkeeper_zk_client::Error::NoNode))
     }
 
     /// The coordinator's wait: one children watch on `votes`, each vote read once.
@@ -166,7 +166,7 @@ impl TwoPhase {
             if decided.is_some() {
                 match read_decision(&generation, tx).await {
                     Ok(Some(outcome)) => return Ok(outcome),
-                    Ok(None) => return Err(Error::Zk(zookeeper_client::Error::NoNode)),
+                    Ok(None) => return Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)),
                     Err(Error::SessionLost) => continue,
                     Err(err) => return Err(err),
                 }
@@ -235,7 +235,8 @@ impl TwoPhase {
                 Err(
                     Error::SessionLost
                     | Error::Zk(
-                        zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion,
+                        lockkeeper_zk_client::Error::NoNode
+                        | lockkeeper_zk_client::Error::BadVersion,
                     ),
                 ) => {}
                 Err(err) => return Err(err),
@@ -251,14 +252,14 @@ impl TwoPhase {
         let tx = self.tx_path(tx_id)?;
         let generation = self.session.connected_generation().await?;
         let outcome = Outcome::Abort(AbortReason::Recovered);
-        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let persistent = CreateOptions::new(CreateMode::Persistent);
         let decision = format!("{tx}/{DECISION}");
         let data = outcome.encode();
         let (tx_ref, persistent, decision_ref, data_ref) = (&tx, &persistent, &decision, &data);
         for _ in 0..=MAX_PARENT_ATTEMPTS {
             let written = generation
                 .retry(|client| async move {
-                    let mut multi = client.new_multi_writer();
+                    let mut multi = client.multi();
                     multi.add_create(tx_ref, b"", persistent)?;
                     multi.add_create(decision_ref, data_ref, persistent)?;
                     first_op_failure(multi.commit().await)
@@ -266,14 +267,14 @@ impl TwoPhase {
                 .await?;
             match written {
                 None => return Ok(outcome),
-                Some(zookeeper_client::Error::NoNode) => {
+                Some(lockkeeper_zk_client::Error::NoNode) => {
                     create_parents(&generation.client()?, &self.path).await?;
                 }
                 // The transaction exists (or a lost attempt of ours made it): decide in it.
                 Some(_) => return decide(&generation, &tx, &outcome, &[]).await,
             }
         }
-        Err(Error::Zk(zookeeper_client::Error::NoNode))
+        Err(Error::Zk(lockkeeper_zk_client::Error::NoNode))
     }
 }
 
@@ -286,13 +287,13 @@ async fn decide(
     outcome: &Outcome,
     checks: &[(String, i32)],
 ) -> Result<Outcome> {
-    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let persistent = CreateOptions::new(CreateMode::Persistent);
     let decision = format!("{tx}/{DECISION}");
     let data = outcome.encode();
     let (persistent, decision_ref, data) = (&persistent, &decision, &data);
     let failure = generation
         .retry(|client| async move {
-            let mut multi = client.new_multi_writer();
+            let mut multi = client.multi();
             for (node, version) in checks {
                 multi.add_check_version(node, *version)?;
             }
@@ -308,11 +309,11 @@ async fn decide(
         .await?;
     match failure {
         None => Ok(outcome.clone()),
-        Some((index, zookeeper_client::Error::NodeExists)) if index == checks.len() => {
+        Some((index, lockkeeper_zk_client::Error::NodeExists)) if index == checks.len() => {
             // Someone decided first (or our lost attempt did): theirs stands.
             read_decision(generation, tx)
                 .await?
-                .ok_or(Error::Zk(zookeeper_client::Error::NoNode))
+                .ok_or(Error::Zk(lockkeeper_zk_client::Error::NoNode))
         }
         Some((_, source)) => Err(Error::Zk(source)),
     }
@@ -322,7 +323,7 @@ async fn decide(
 /// if the server refused one (an answer, not retried), connection losses as errors (retried).
 fn first_op_failure<T>(
     result: std::result::Result<T, MultiWriteError>,
-) -> std::result::Result<Option<zookeeper_client::Error>, zookeeper_client::Error> {
+) -> std::result::Result<Option<lockkeeper_zk_client::Error>, lockkeeper_zk_client::Error> {
     match result {
         Ok(_) => Ok(None),
         Err(MultiWriteError::OperationFailed { source, .. }) => Ok(Some(source)),
@@ -364,7 +365,7 @@ pub(super) async fn remove_tree(generation: &Generation, node: &str) -> Result<(
     let children = generation
         .retry(|client| async move {
             match client.list_children(node).await {
-                Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                Err(lockkeeper_zk_client::Error::NoNode) => Ok(Vec::new()),
                 other => other,
             }
         })
@@ -375,7 +376,7 @@ pub(super) async fn remove_tree(generation: &Generation, node: &str) -> Result<(
     generation
         .retry(|client| async move {
             match client.delete(node, None).await {
-                Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+                Ok(()) | Err(lockkeeper_zk_client::Error::NoNode) => Ok(()),
                 Err(err) => Err(err),
             }
         })
