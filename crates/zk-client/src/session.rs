@@ -605,6 +605,11 @@ async fn serve(shared: &Shared, connection: &mut Connection) -> End {
     let mut last_heard = Instant::now();
     let mut want_write = false;
     let mut closing: Option<(oneshot::Receiver<Result<Reply>>, Instant)> = None;
+    // Armed for the earliest moment a ping or the silence limit could be due, and only moved
+    // when it fires: sends and replies only push those moments later, so a timer that fires
+    // early just looks and re-arms, and no frame pays for a timer of its own.
+    let timer = tokio::time::sleep(ping_after.min(read_timeout));
+    tokio::pin!(timer);
     loop {
         // Frames already buffered (the handshake may have read some) go first.
         loop {
@@ -620,9 +625,6 @@ async fn serve(shared: &Shared, connection: &mut Connection) -> End {
                 Err(err) => return End::Lost(lost(connection, &err.to_string())),
             }
         }
-        let last_sent = lock(&shared.out).last_sent;
-        let ping_at = last_sent + ping_after;
-        let silent_at = last_heard + read_timeout;
         tokio::select! {
             readable = stream.readable() => {
                 if let Err(err) = readable {
@@ -652,17 +654,22 @@ async fn serve(shared: &Shared, connection: &mut Connection) -> End {
                     Err(err) => return End::Lost(lost(connection, &err.to_string())),
                 }
             }
-            () = tokio::time::sleep_until(ping_at.min(silent_at)) => {
-                if Instant::now() >= silent_at {
+            () = &mut timer => {
+                let now = Instant::now();
+                let silent_at = last_heard + read_timeout;
+                if now >= silent_at {
                     let why = format!("no answer for {read_timeout:?}");
                     return End::Lost(lost(connection, &why));
                 }
                 let mut out = lock(&shared.out);
-                out.push_frame(XID_PING, &Request::Ping);
-                match out.flush() {
-                    Ok(done) => want_write = !done,
-                    Err(err) => return End::Lost(lost(connection, &err.to_string())),
+                if now >= out.last_sent + ping_after {
+                    out.push_frame(XID_PING, &Request::Ping);
+                    match out.flush() {
+                        Ok(done) => want_write = !done,
+                        Err(err) => return End::Lost(lost(connection, &err.to_string())),
+                    }
                 }
+                timer.as_mut().reset((out.last_sent + ping_after).min(silent_at));
             }
             () = close_done(&mut closing) => {
                 return End::Over(Error::ClientClosed, SessionState::Closed);
