@@ -250,11 +250,11 @@ async fn priority_and_simple_queues_and_bad_input() {
         let opts =
             &lockkeeper_zk_client::CreateOptions::new(lockkeeper_zk_client::CreateMode::Persistent);
         client
-            .create("/q/mixed/foreign", b"not an item", &opts)
+            .create("/q/mixed/foreign", b"not an item", opts)
             .await
             .unwrap();
         client
-            .create("/q/mixed/queue-bogus", b"no envelope", &opts)
+            .create("/q/mixed/queue-bogus", b"no envelope", opts)
             .await
             .unwrap();
         queue.put_multi(&[b"m1", b"m2"]).await.unwrap();
@@ -310,7 +310,7 @@ async fn priority_and_simple_queues_and_bad_input() {
         simple.offer(b"one").await.unwrap();
         simple.offer(b"").await.unwrap();
         client
-            .create("/q/simple/zz-foreign", b"x", &opts)
+            .create("/q/simple/zz-foreign", b"x", opts)
             .await
             .unwrap();
         let names = children(&s, "/q/simple").await;

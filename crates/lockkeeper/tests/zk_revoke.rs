@@ -164,7 +164,7 @@ async fn write_fenced(session: &Session, token: FencingToken) -> bool {
                 let options = &lockkeeper_zk_client::CreateOptions::new(
                     lockkeeper_zk_client::CreateMode::Persistent,
                 );
-                match client.create(RESOURCE, &ours, &options).await {
+                match client.create(RESOURCE, &ours, options).await {
                     Ok(_) => return true,
                     Err(lockkeeper_zk_client::Error::NodeExists) => continue,
                     Err(err) => panic!("create the resource: {err}"),

@@ -93,7 +93,7 @@ impl CreateOptions {
     }
 }
 
-/// Settings for [`Client::connect_with`].
+/// Settings for a connection, from [`Client::connector`].
 #[derive(Clone, Debug)]
 pub struct Connector {
     session_timeout: Duration,
@@ -156,11 +156,11 @@ impl Connector {
         let client = Client {
             handle: Arc::new(Handle { shared }),
         };
-        if let (true, Some(chroot)) = (self.create_chroot, client.connect_string().chroot.clone()) {
-            if let Err(err) = client.create_chroot(&chroot).await {
-                client.close().await;
-                return Err(err);
-            }
+        if let (true, Some(chroot)) = (self.create_chroot, client.connect_string().chroot.clone())
+            && let Err(err) = client.create_chroot(&chroot).await
+        {
+            client.close().await;
+            return Err(err);
         }
         Ok(client)
     }
