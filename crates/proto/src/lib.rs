@@ -11,6 +11,7 @@
 pub mod codes;
 pub mod frame;
 pub mod jute;
+pub mod path;
 pub mod records;
 pub mod request;
 
