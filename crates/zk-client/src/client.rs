@@ -561,22 +561,56 @@ impl Client {
         }
     }
 
-    /// Creates `path` and every missing ancestor with `options`; a node already there (the
-    /// path itself included) is fine. The creates are sent together, ancestors first, so this
-    /// takes one round trip.
+    /// Creates `path` and every missing ancestor with `options` (a persistent or container
+    /// mode); a node already there, the path itself included, is fine. The path is created
+    /// first; only if its parent is missing are the ancestors sent, all together, so this takes
+    /// one round trip, or two when ancestors are missing.
     pub fn mkdir(
         &self,
         path: &str,
         options: &CreateOptions,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
-        let creates = check(path, false).map(|()| {
-            prefixes(path)
-                .map(|prefix| self.create(prefix, &[], options))
-                .collect::<Vec<_>>()
+        let mode = options.mode;
+        let checked = check(path, false).and_then(|()| {
+            if mode.is_sequential() || mode.is_ephemeral() {
+                return Err(Error::BadArguments(format!(
+                    "mkdir {path:?}: mode {mode:?} cannot make a path of nodes"
+                )));
+            }
+            Ok(self.connect_string().server_path(path))
         });
+        self.make_dirs(checked, options.clone())
+    }
+
+    /// Creates `server_path` (a path on the server, chroot or not) and its missing ancestors.
+    fn make_dirs(
+        &self,
+        server_path: Result<String>,
+        options: CreateOptions,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let create = |path: &str| {
+            let request = options.request(path.to_owned(), &[]).map(Request::Create);
+            self.send(request, None)
+        };
+        let first = server_path.map(|path| {
+            let reply = create(&path);
+            (path, reply)
+        });
+        let client = self.clone();
         async move {
+            let (path, first) = first?;
+            match first.await {
+                Ok(_) | Err(Error::NodeExists) => return Ok(()),
+                Err(Error::NoNode) => {}
+                Err(err) => return Err(err),
+            }
+            let create = |path: &str| {
+                let request = options.request(path.to_owned(), &[]).map(Request::Create);
+                client.send(request, None)
+            };
+            let creates: Vec<_> = prefixes(&path).map(create).collect();
             let mut first_error = None;
-            for create in creates? {
+            for create in creates {
                 match create.await {
                     Ok(_) | Err(Error::NodeExists) => {}
                     Err(err) => {
@@ -590,25 +624,19 @@ impl Client {
 
     /// Creates `chroot` and its ancestors, by their paths on the server.
     async fn create_chroot(&self, chroot: &str) -> Result<()> {
-        let options = CreateOptions::new(CreateMode::Persistent);
-        let replies: Vec<_> = prefixes(chroot)
-            .map(|path| {
-                let request = options.request(path.to_owned(), &[]).map(Request::Create);
-                self.send(request, None)
-            })
-            .collect();
-        for reply in replies {
-            match reply.await {
-                Ok(_) | Err(Error::NodeExists) => {}
-                Err(err) if err.is_connection_loss() || err.is_terminal() => return Err(err),
-                Err(err) => {
-                    return Err(Error::BadArguments(format!(
-                        "cannot create the chroot {chroot:?}: {err}"
-                    )));
-                }
-            }
+        let made = self
+            .make_dirs(
+                Ok(chroot.to_owned()),
+                CreateOptions::new(CreateMode::Persistent),
+            )
+            .await;
+        match made {
+            Ok(()) => Ok(()),
+            Err(err) if err.is_connection_loss() || err.is_terminal() => Err(err),
+            Err(err) => Err(Error::BadArguments(format!(
+                "cannot create the chroot {chroot:?}: {err}"
+            ))),
         }
-        Ok(())
     }
 
     /// A batch of writes applied atomically: all or none.

@@ -39,5 +39,5 @@ pub use client::{Client, Connector, CreateOptions, DataAndStat, StateWatcher};
 pub use error::{Error, Result};
 pub use lockkeeper_proto::{Acl, AddWatchMode, CreateMode, Id, Stat, open_acl, perms};
 pub use multi::{MultiReadResult, MultiReader, MultiWriteError, MultiWriteResult, MultiWriter};
-pub use path::DEFAULT_PORT;
+pub use path::{DEFAULT_PORT, hosts};
 pub use watch::{EventType, OneshotWatcher, PersistentWatcher, SessionState, WatchedEvent};

@@ -101,7 +101,16 @@ impl<'c> MultiWriter<'c> {
         let client = self.client.clone();
         async move {
             // A failed batch comes back as an error header *and* a body naming the operation.
-            read_write_results(&client, reply.await?.body)
+            let reply = reply.await?;
+            let results = read_write_results(&client, reply.body);
+            match (reply.error, results) {
+                // An error the body does not place is the batch's.
+                (Some(source), Ok(_)) => Err(MultiWriteError::RequestFailed { source }),
+                (Some(source), Err(MultiWriteError::RequestFailed { .. })) => {
+                    Err(MultiWriteError::RequestFailed { source })
+                }
+                (_, results) => results,
+            }
         }
     }
 }

@@ -4,6 +4,8 @@
 //! a chroot every path the caller names is below it on the server, and every path the server
 //! reports (a created node, a notification) is given back without it.
 
+use lockkeeper_proto::path::validate;
+
 use crate::error::{Error, Result};
 
 /// ZooKeeper's client port, for hosts named without one.
@@ -27,7 +29,7 @@ impl ConnectString {
         let chroot = match chroot {
             None | Some("/") => None,
             Some(chroot) => {
-                validate(chroot, false).map_err(|why| {
+                validate(chroot).map_err(|why| {
                     Error::BadArguments(format!("connect string {text:?}: chroot {why}"))
                 })?;
                 Some(chroot.to_owned())
@@ -76,42 +78,22 @@ impl ConnectString {
     }
 }
 
-/// Checks `path` as ZooKeeper's clients do before sending it, naming the path on failure.
+/// Checks `path` as ZooKeeper's clients do before sending it, naming the path on failure. A
+/// sequential create's path is checked with a digit appended, as the server will append its
+/// sequence (so `/queue/` is a valid prefix).
 pub(crate) fn check(path: &str, sequential: bool) -> Result<()> {
-    validate(path, sequential).map_err(|why| Error::BadArguments(format!("path {path:?} {why}")))
+    let checked = if sequential {
+        validate(&format!("{path}1"))
+    } else {
+        validate(path)
+    };
+    checked.map_err(|why| Error::BadArguments(format!("path {path:?}: {why}")))
 }
 
-/// Why `path` is not a node path: absolute, no empty, `.` or `..` segment, no trailing slash
-/// (except the root, or a sequential create's prefix), no control characters.
-fn validate(path: &str, sequential: bool) -> std::result::Result<(), &'static str> {
-    if !path.starts_with('/') {
-        return Err("must start with '/'");
-    }
-    if path == "/" {
-        return Ok(());
-    }
-    let body = if sequential && path.ends_with('/') {
-        &path[1..path.len() - 1]
-    } else {
-        &path[1..]
-    };
-    if !sequential && path.ends_with('/') {
-        return Err("must not end with '/'");
-    }
-    if path.chars().any(|c| c == '\0' || c.is_control()) {
-        return Err("contains a control character");
-    }
-    if body.is_empty() {
-        return Ok(());
-    }
-    for segment in body.split('/') {
-        match segment {
-            "" => return Err("contains an empty segment ('//')"),
-            "." | ".." => return Err("contains a relative segment ('.' or '..')"),
-            _ => {}
-        }
-    }
-    Ok(())
+/// The hosts of a connect string (`host:port,host:port/chroot`), each as `host:port` (2181
+/// when none is given): for callers that probe the hosts themselves.
+pub fn hosts(connect_string: &str) -> Result<Vec<String>> {
+    ConnectString::parse(connect_string).map(|parsed| parsed.hosts)
 }
 
 #[cfg(test)]
@@ -137,7 +119,16 @@ mod tests {
         assert!(err.to_string().contains("\"a:1,,b\""), "{err}");
         let err = ConnectString::parse("a:1/app/").unwrap_err();
         assert!(err.to_string().contains("chroot"), "{err}");
-        for bad in ["", "x", "/a/", "/a//b", "/a/./b", "/a/..", "/a\0b"] {
+        for bad in [
+            "",
+            "x",
+            "/a/",
+            "/a//b",
+            "/a/./b",
+            "/a/..",
+            "/a\0b",
+            "/a\u{1f512}",
+        ] {
             let err = check(bad, false).unwrap_err();
             assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
         }

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::path::ConnectString;
-use crate::watch::{EventType, Registration, SessionState, Table};
+use crate::watch::{EventType, Paths, Registration, SessionState, Table};
 
 /// The largest frame read (ZooKeeper's default `jute.maxbuffer`, plus room for the header).
 const MAX_FRAME: usize = 0xfffff + 1024;
@@ -135,16 +135,26 @@ impl Outbox {
     }
 
     fn push_frame(&mut self, xid: i32, request: &Request) {
-        encode_frame(&mut self.unsent, |body| {
-            RequestHeader {
-                xid,
-                op: request.op_code().code(),
-            }
-            .write(body);
-            request.encode_body(body);
-        });
+        encode_request(&mut self.unsent, xid, request);
     }
 }
+
+/// Appends one request frame (header and body) to `out`.
+fn encode_request(out: &mut Vec<u8>, xid: i32, request: &Request) {
+    encode_frame(out, |body| {
+        RequestHeader {
+            xid,
+            op: request.op_code().code(),
+        }
+        .write(body);
+        request.encode_body(body);
+    });
+}
+
+/// The most path bytes one `setWatches2` frame carries, as ZooKeeper's own client splits
+/// them: a session watching more than fits one frame (`jute.maxbuffer`, 1 MiB by default)
+/// would otherwise be refused on every reconnection.
+const SET_WATCHES_MAX_BYTES: usize = 128 * 1024;
 
 impl Shared {
     pub(crate) fn new(settings: Settings) -> Shared {
@@ -242,16 +252,11 @@ impl Shared {
         if !lock(&self.watches).prune_persistent(path, recursive) {
             return;
         }
-        let watcher_type = if recursive {
-            lockkeeper_proto::WatcherType::PersistentRecursive
-        } else {
-            lockkeeper_proto::WatcherType::Persistent
-        };
         // The answer does not matter: a watch the server no longer has is as good as removed.
         drop(self.submit(
             &Request::RemoveWatches(lockkeeper_proto::PathWatcherTypeRequest {
                 path: path.to_owned(),
-                watcher_type: watcher_type.code(),
+                watcher_type: lockkeeper_proto::WatcherType::Any.code(),
             }),
             None,
         ));
@@ -329,11 +334,15 @@ impl Shared {
                 };
                 let error = Error::from_code(header.err);
                 if let Some(registration) = pending.registration {
-                    lock(&self.watches).register(
+                    let abandoned = lock(&self.watches).register(
                         registration,
                         error.is_none(),
                         error == Some(Error::NoNode),
                     );
+                    // Its watcher was dropped before the server answered: take it back.
+                    if let Some((path, recursive)) = abandoned {
+                        self.unwatch(&path, recursive);
+                    }
                 }
                 let _ = pending.tx.send(Ok(Reply {
                     error,
@@ -375,11 +384,16 @@ pub(crate) async fn first_connection(shared: &Shared) -> Result<Connection> {
     shuffle(&mut hosts);
     let mut round = 0u32;
     loop {
-        for host in &hosts {
-            if Instant::now() >= deadline {
+        for (tried, host) in hosts.iter().enumerate() {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(connect_error(settings, &failures));
             }
-            match handshake(shared, host, deadline).await {
+            // A silent host gets its share of the time left, so it cannot keep the others
+            // from being tried; the last host of a round gets all of it.
+            let share = deadline.saturating_duration_since(now) / (hosts.len() - tried) as u32;
+            let until = now + share.max(Duration::from_millis(100).min(deadline - now));
+            match handshake(shared, host, until).await {
                 Ok(connection) => return Ok(connection),
                 Err(Failure::Refused(err)) => return Err(err),
                 Err(Failure::Host(why)) => {
@@ -546,18 +560,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut connection: Connection) {
 /// whatever was queued while disconnected.
 pub(crate) fn install(shared: &Shared, connection: &Connection, first: bool) {
     let mut preamble = Vec::new();
-    let mut write = |xid: i32, request: &Request| {
-        encode_frame(&mut preamble, |body| {
-            RequestHeader {
-                xid,
-                op: request.op_code().code(),
-            }
-            .write(body);
-            request.encode_body(body);
-        });
-    };
     for (scheme, auth) in &shared.settings.auth {
-        write(
+        encode_request(
+            &mut preamble,
             XID_AUTH,
             &Request::Auth(AuthPacket {
                 auth_type: 0,
@@ -568,18 +573,9 @@ pub(crate) fn install(shared: &Shared, connection: &Connection, first: bool) {
     }
     if !first {
         let paths = lock(&shared.watches).paths();
-        if !paths.is_empty() {
-            write(
-                XID_SET_WATCHES,
-                &Request::SetWatches(SetWatches2 {
-                    relative_zxid: shared.last_zxid.load(Ordering::Relaxed),
-                    data_watches: paths.data,
-                    exist_watches: paths.exist,
-                    child_watches: paths.child,
-                    persistent_watches: paths.persistent,
-                    persistent_recursive_watches: paths.recursive,
-                }),
-            );
+        let relative_zxid = shared.last_zxid.load(Ordering::Relaxed);
+        for chunk in set_watches(paths, relative_zxid) {
+            encode_request(&mut preamble, XID_SET_WATCHES, &Request::SetWatches(chunk));
         }
     }
     {
@@ -593,6 +589,39 @@ pub(crate) fn install(shared: &Shared, connection: &Connection, first: bool) {
         }
     }
     shared.set_state(SessionState::SyncConnected);
+}
+
+/// The `setWatches2` requests that restore `paths`, each at most [`SET_WATCHES_MAX_BYTES`] of
+/// paths; none when nothing is watched.
+fn set_watches(paths: Paths, relative_zxid: i64) -> Vec<SetWatches2> {
+    let empty = || SetWatches2 {
+        relative_zxid,
+        ..SetWatches2::default()
+    };
+    let mut chunks = Vec::new();
+    let mut chunk = empty();
+    let mut bytes = 0;
+    let kinds: [(Vec<String>, fn(&mut SetWatches2) -> &mut Vec<String>); 5] = [
+        (paths.data, |c| &mut c.data_watches),
+        (paths.exist, |c| &mut c.exist_watches),
+        (paths.child, |c| &mut c.child_watches),
+        (paths.persistent, |c| &mut c.persistent_watches),
+        (paths.recursive, |c| &mut c.persistent_recursive_watches),
+    ];
+    for (list, field) in kinds {
+        for path in list {
+            if bytes > 0 && bytes + path.len() > SET_WATCHES_MAX_BYTES {
+                chunks.push(std::mem::replace(&mut chunk, empty()));
+                bytes = 0;
+            }
+            bytes += path.len();
+            field(&mut chunk).push(path);
+        }
+    }
+    if bytes > 0 {
+        chunks.push(chunk);
+    }
+    chunks
 }
 
 /// Reads and writes one connection until it breaks or the session ends.
@@ -631,6 +660,10 @@ async fn serve(shared: &Shared, connection: &mut Connection) -> End {
                     return End::Lost(lost(connection, &err.to_string()));
                 }
                 match stream.try_read_buf(&mut connection.buf) {
+                    // The server closes the connection right after answering a close.
+                    Ok(0) if closing.is_some() => {
+                        return End::Over(Error::ClientClosed, SessionState::Closed);
+                    }
                     Ok(0) => return End::Lost(lost(connection, "closed by the server")),
                     Ok(_) => last_heard = Instant::now(),
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
@@ -662,8 +695,12 @@ async fn serve(shared: &Shared, connection: &mut Connection) -> End {
                     return End::Lost(lost(connection, &why));
                 }
                 let mut out = lock(&shared.out);
-                if now >= out.last_sent + ping_after {
+                // Bytes still waiting for the socket make a ping pointless: the silence limit
+                // already covers a server that stopped reading.
+                if now >= out.last_sent + ping_after && out.unsent.is_empty() {
                     out.push_frame(XID_PING, &Request::Ping);
+                    // Counted as sent when queued, so the timer never re-arms in the past.
+                    out.last_sent = now;
                     match out.flush() {
                         Ok(done) => want_write = !done,
                         Err(err) => return End::Lost(lost(connection, &err.to_string())),

@@ -203,6 +203,7 @@ pub(crate) struct Paths {
 }
 
 impl Paths {
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.data.is_empty()
             && self.exist.is_empty()
@@ -214,7 +215,14 @@ impl Paths {
 
 impl Table {
     /// Adds a registration whose request succeeded (`ok`), or for exists, answered either way.
-    pub(crate) fn register(&mut self, registration: Registration, ok: bool, no_node: bool) {
+    /// Returns the path of a persistent watch whose watcher was dropped before the answer
+    /// came: nobody will hear it, so it should be removed from the server again.
+    pub(crate) fn register(
+        &mut self,
+        registration: Registration,
+        ok: bool,
+        no_node: bool,
+    ) -> Option<(String, bool)> {
         match registration {
             Registration::Oneshot {
                 kind,
@@ -226,7 +234,7 @@ impl Table {
                     (true, _, true) => Kind::Exist,
                     (_, true, _) => kind,
                     // A failed read leaves no watch on the server.
-                    _ => return,
+                    _ => return None,
                 };
                 let table = match kind {
                     Kind::Data => &mut self.data,
@@ -234,20 +242,23 @@ impl Table {
                     Kind::Child => &mut self.child,
                 };
                 table.entry(path).or_default().push(tx);
+                None
             }
             Registration::Persistent {
                 recursive,
                 path,
                 tx,
             } if ok => {
+                let abandoned = tx.is_closed();
                 let table = if recursive {
                     &mut self.recursive
                 } else {
                     &mut self.persistent
                 };
-                table.entry(path).or_default().push(tx);
+                table.entry(path.clone()).or_default().push(tx);
+                abandoned.then_some((path, recursive))
             }
-            Registration::Persistent { .. } => {}
+            Registration::Persistent { .. } => None,
         }
     }
 
@@ -310,6 +321,11 @@ impl Table {
     }
 
     /// Forgets dropped persistent watchers of `path`; true if none is left there.
+    ///
+    /// The removal ZooKeeper 3.6–3.8 understands is of *every* watch of the session on a path
+    /// (`WatcherType::Any`; they answer the persistent types with MarshallingError), so `true`
+    /// also needs no other watch of any kind left on `path`: a watch kept for someone else
+    /// stays on the server, and its events for the dropped watcher are ignored here.
     pub(crate) fn prune_persistent(&mut self, path: &str, recursive: bool) -> bool {
         let table = if recursive {
             &mut self.recursive
@@ -320,11 +336,19 @@ impl Table {
             return false;
         };
         senders.retain(|tx| !tx.is_closed());
-        if senders.is_empty() {
-            table.remove(path);
-            return true;
+        if !senders.is_empty() {
+            return false;
         }
-        false
+        table.remove(path);
+        let watched = |senders: Option<&Vec<_>>| senders.is_some_and(|s: &Vec<_>| !s.is_empty());
+        let oneshot = |senders: Option<&Vec<oneshot::Sender<WatchedEvent>>>| {
+            senders.is_some_and(|s| s.iter().any(|tx| !tx.is_closed()))
+        };
+        !(oneshot(self.data.get(path))
+            || oneshot(self.exist.get(path))
+            || oneshot(self.child.get(path))
+            || watched(self.persistent.get(path))
+            || watched(self.recursive.get(path)))
     }
 
     /// Every watched path, for `setWatches2` after a reconnection. Watchers whose receivers
@@ -392,7 +416,7 @@ mod tests {
                 path: "/n".into(),
                 tx,
             };
-            table.register(registration, !no_node, no_node);
+            assert_eq!(table.register(registration, !no_node, no_node), None);
             rx
         };
         let mut data = one(Kind::Data, false, false);

@@ -67,6 +67,17 @@ where
     }
 }
 
+/// The server's count of watches (`wchs`, "Total watches:N").
+fn total_watches(connect: &str) -> u64 {
+    let addr = connect.parse().expect("a single 127.0.0.1:PORT");
+    let summary = lockkeeper_testkit::four_letter_word(addr, "wchs");
+    summary
+        .lines()
+        .find_map(|line| line.strip_prefix("Total watches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no watch count in {summary:?}"))
+}
+
 fn persistent() -> CreateOptions {
     CreateOptions::new(CreateMode::Persistent)
 }
@@ -168,6 +179,11 @@ async fn reads_writes_versions_and_the_errors_they_answer() {
             Ok(vec!["z".to_owned()]),
             "{n}"
         );
+        let sequential = CreateOptions::new(CreateMode::PersistentSequential);
+        assert!(
+            matches!(zk.mkdir("/app/s", &sequential).await, Err(Error::BadArguments(why)) if why.contains("/app/s")),
+            "{n}"
+        );
     })
     .await;
 }
@@ -262,8 +278,12 @@ async fn oneshot_watches_fire_once_with_their_event() {
             (EventType::NodeDeleted, "/w/c"),
             "{n}"
         );
-        // A read that fails leaves no watch: a later create does not fire it.
-        assert!(zk.get_and_watch_data("/w/c").await.is_err(), "{n}");
+        // A read that fails says why, and hands out no watcher.
+        assert_eq!(
+            zk.get_and_watch_data("/w/c").await.map(drop),
+            Err(Error::NoNode),
+            "{n}"
+        );
     })
     .await;
 }
@@ -322,9 +342,16 @@ async fn persistent_watches_fire_until_dropped() {
             (EventType::NodeDataChanged, "/tree/a".into()),
             "{n}"
         );
-        // Dropping sends the removal; the session carries on.
+        // Dropping sends the removal: the server's count of watches goes back to none.
+        assert_ne!(total_watches(&b.connect), 0, "{n}");
         drop(subtree);
         drop(node);
+        b.within("the watches' removal", async {
+            while total_watches(&b.connect) != 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
         assert_eq!(
             zk.check_stat("/tree/a").await.unwrap().map(|s| s.version),
             Some(1),
@@ -651,4 +678,98 @@ async fn a_connect_that_fails_names_every_host_and_why() {
         matches!(&err, Error::BadArguments(why) if why.contains("127.0.0.1:1,,x")),
         "{err:?}"
     );
+}
+
+/// Across a cut: a persistent watch is restored with the session, and its watcher hears the
+/// connection go and come back. An idle session is kept alive by pings alone.
+#[tokio::test]
+async fn persistent_watches_hear_the_connection_and_survive_it() {
+    each_backend(|b| async move {
+        let n = b.name;
+        let proxy = Proxy::start(&b.connect).await;
+        let zk = b
+            .within(
+                "connect through the proxy",
+                Client::connector()
+                    .session_timeout(Duration::from_secs(2))
+                    .connect(&proxy.connect_string()),
+            )
+            .await
+            .unwrap();
+        let other = b.client().await;
+        zk.create("/p", b"", &persistent()).await.unwrap();
+        zk.create("/p/mine", b"", &CreateOptions::new(CreateMode::Ephemeral))
+            .await
+            .unwrap();
+        let mut watcher = zk
+            .watch("/p", AddWatchMode::PersistentRecursive)
+            .await
+            .unwrap();
+        let mut states = zk.state_watcher();
+        // Idle for twice the session timeout: only pings keep it.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(zk.state(), SessionState::SyncConnected, "{n}");
+        assert!(
+            other.check_stat("/p/mine").await.unwrap().is_some(),
+            "{n}: pings kept it"
+        );
+
+        proxy.cut();
+        let event = b.within("disconnected", watcher.changed()).await;
+        assert_eq!(
+            (event.event_type, event.session_state),
+            (EventType::Session, SessionState::Disconnected),
+            "{n}"
+        );
+        proxy.heal();
+        let event = b.within("reconnected", watcher.changed()).await;
+        assert_eq!(
+            (event.event_type, event.session_state),
+            (EventType::Session, SessionState::SyncConnected),
+            "{n}"
+        );
+        assert_eq!(
+            [states.changed().await, states.changed().await],
+            [SessionState::Disconnected, SessionState::SyncConnected],
+            "{n}"
+        );
+        // Restored on the server before any later request of this session is answered: a
+        // change made after such an answer is heard.
+        zk.sync("/p").await.unwrap();
+        other.create("/p/after", b"", &persistent()).await.unwrap();
+        assert_eq!(
+            b.next_node_event(&mut watcher).await,
+            (EventType::NodeCreated, "/p/after".into()),
+            "{n}"
+        );
+    })
+    .await;
+}
+
+/// A host that accepts and never answers gets its share of the connection timeout, not all
+/// of it: the healthy host listed beside it is still reached in time.
+#[tokio::test]
+async fn a_silent_host_does_not_keep_the_others_from_being_tried() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut accepted = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            accepted.push(socket);
+        }
+    });
+    each_backend(|b| async move {
+        // Three silent entries to one good one: most orders try a silent host first.
+        let connect = format!("{silent_addr},{silent_addr},{silent_addr},{}", b.connect);
+        let started = std::time::Instant::now();
+        let zk = Client::connector()
+            .connection_timeout(Duration::from_secs(4))
+            .connect(&connect)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", b.name));
+        assert_eq!(zk.state(), SessionState::SyncConnected, "{}", b.name);
+        assert!(started.elapsed() < Duration::from_secs(4), "{}", b.name);
+    })
+    .await;
+    held.abort();
 }
