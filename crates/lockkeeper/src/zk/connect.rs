@@ -19,36 +19,15 @@ use tokio::time::Instant;
 use crate::connect::{Answer, ask, combine, dial, shown};
 use crate::error::{ConnectCause, Error, Result};
 
-/// ZooKeeper's default client port, for hosts given without one.
-const DEFAULT_PORT: u16 = 2181;
-
 /// The opcode of closeSession, to end the probe's session at once.
 const CLOSE_SESSION: i32 = -11;
 
 /// The hosts of a connect string (`host:port,host:port/chroot`), each as `host:port`.
 pub(crate) fn hosts(connect_string: &str) -> Result<Vec<String>> {
-    let hosts = connect_string
-        .split_once('/')
-        .map_or(connect_string, |(hosts, _)| hosts);
-    let mut list = Vec::new();
-    for host in hosts.split(',').map(str::trim) {
-        if host.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "connect string {connect_string:?}: an empty host"
-            )));
-        }
-        // `[v6]:port`, `host:port`, or a bare host (ZooKeeper's default port).
-        let has_port = match host.rfind(']') {
-            Some(bracket) => host[bracket..].contains(':'),
-            None => host.contains(':'),
-        };
-        list.push(if has_port {
-            host.to_owned()
-        } else {
-            format!("{host}:{DEFAULT_PORT}")
-        });
-    }
-    Ok(list)
+    lockkeeper_zk_client::hosts(connect_string).map_err(|err| match err {
+        lockkeeper_zk_client::Error::BadArguments(why) => Error::InvalidArgument(why),
+        other => Error::Zk(other),
+    })
 }
 
 /// The settings of one attempt.
@@ -78,10 +57,20 @@ impl Attempt<'_> {
             connected = &mut connecting => return self.outcome(connected, &hosts, deadline, None).await,
             () = tokio::time::sleep(grace) => {}
         }
-        // The probes end by the deadline on their own (each step is bounded by it).
+        // The probes end by the deadline on their own (each step is bounded by it). A client
+        // that gives up meanwhile (at the deadline, as the probes do) is answered with what
+        // they find: probes started afresh then would have no time left.
+        let probing = self.probe_all(&hosts, deadline);
+        tokio::pin!(probing);
         let probes = tokio::select! {
-            connected = &mut connecting => return self.outcome(connected, &hosts, deadline, None).await,
-            probes = self.probe_all(&hosts, deadline) => probes,
+            connected = &mut connecting => {
+                let probes = match connected {
+                    Ok(client) => return Ok(client),
+                    Err(_) => (&mut probing).await,
+                };
+                return self.outcome(connected, &hosts, deadline, Some(probes)).await;
+            }
+            probes = &mut probing => probes,
         };
         // A host that answers, but not as ZooKeeper, will not become one by waiting.
         let hopeless = probes

@@ -233,12 +233,8 @@ pub(crate) fn is_connection_loss(err: &lockkeeper_zk_client::Error) -> bool {
 
 /// The session is over: nothing will succeed in this generation again.
 pub(crate) fn is_terminal(err: &lockkeeper_zk_client::Error) -> bool {
-    matches!(
-        err,
-        lockkeeper_zk_client::Error::SessionExpired
-            | lockkeeper_zk_client::Error::ClientClosed
-            | lockkeeper_zk_client::Error::SessionMoved
-    )
+    // A session moved to another connection is as good as gone for this one.
+    err.is_terminal() || matches!(err, lockkeeper_zk_client::Error::SessionMoved)
 }
 
 /// Settings for [`Session::builder`].
@@ -429,24 +425,13 @@ impl Session {
             monitor.abort();
         }
         let generation = self.generation();
-        // The client sends its close request once its last handle is gone: ours goes with
-        // `end()`, the others with the operations that borrowed one.
-        let states = generation
-            .client()
-            .ok()
-            .map(|client| client.state_watcher());
+        // Closing the client ends the session for every handle of it, including those that
+        // operations and caches still hold.
+        let client = generation.client().ok();
         generation.end();
         self.inner.shared.report(ConnectionState::Closed);
-        if let Some(mut states) = states {
-            let ended = async {
-                while !matches!(
-                    states.state(),
-                    SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
-                ) {
-                    states.changed().await;
-                }
-            };
-            let _ = tokio::time::timeout(CLOSE_WAIT, ended).await;
+        if let Some(client) = client {
+            let _ = tokio::time::timeout(CLOSE_WAIT, client.close()).await;
         }
     }
 
