@@ -277,7 +277,7 @@ fn target(sync_p50: Duration) -> Duration {
     2 * sync_p50 + TARGET_SLACK
 }
 
-/// One synchronous client on `zookeeper-client` (the library lockkeeper's recipes use):
+/// One synchronous client on `zookeeper-client` (the Rust ZooKeeper client most services use):
 /// create+delete pairs, each op awaited before the next.
 async fn library_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
     let zk = within("connect", Client::connect(&addr.to_string())).await??;
@@ -438,7 +438,7 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
     let n = handoffs.max(1) as f64;
     let syncs = stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
     println!(
-        "(b) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
+        "(d) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
          {per_sec:.0}/s ({handoff_us:.1} µs each), {:.2} log syncs per handoff",
         fmt_duration(elapsed),
         syncs / n
