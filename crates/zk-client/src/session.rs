@@ -783,3 +783,38 @@ async fn close_asked(shared: &Shared) {
         shared.wake.notified().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_watches_is_split_into_frames_of_at_most_128_kib_of_paths() {
+        assert!(
+            set_watches(Paths::default(), 7).is_empty(),
+            "nothing watched"
+        );
+        let long = |i: usize| format!("/{i:0>1000}");
+        let paths = Paths {
+            data: (0..200).map(long).collect(),
+            recursive: vec!["/r".to_owned()],
+            ..Paths::default()
+        };
+        let chunks = set_watches(paths, 42);
+        assert_eq!(chunks.len(), 2, "200 kB of paths");
+        let mut data = 0;
+        for chunk in &chunks {
+            assert_eq!(chunk.relative_zxid, 42);
+            let bytes: usize = chunk.data_watches.iter().map(String::len).sum::<usize>()
+                + chunk
+                    .persistent_recursive_watches
+                    .iter()
+                    .map(String::len)
+                    .sum::<usize>();
+            assert!(bytes <= SET_WATCHES_MAX_BYTES, "{bytes}");
+            data += chunk.data_watches.len();
+        }
+        assert_eq!(data, 200, "every path sent once");
+        assert_eq!(chunks[1].persistent_recursive_watches, ["/r"]);
+    }
+}
