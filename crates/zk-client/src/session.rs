@@ -601,7 +601,9 @@ fn set_watches(paths: Paths, relative_zxid: i64) -> Vec<SetWatches2> {
     let mut chunks = Vec::new();
     let mut chunk = empty();
     let mut bytes = 0;
-    let kinds: [(Vec<String>, fn(&mut SetWatches2) -> &mut Vec<String>); 5] = [
+    /// Where a kind of watch goes in the request.
+    type Field = fn(&mut SetWatches2) -> &mut Vec<String>;
+    let kinds: [(Vec<String>, Field); 5] = [
         (paths.data, |c| &mut c.data_watches),
         (paths.exist, |c| &mut c.exist_watches),
         (paths.child, |c| &mut c.child_watches),

@@ -41,6 +41,20 @@ impl Backend {
             .unwrap_or_else(|e| panic!("{}: connect to {connect}: {e}", self.name))
     }
 
+    /// A proxy in front of the server, and a session with `session_timeout` through it.
+    async fn through_proxy(&self, session_timeout: Duration) -> (Proxy, Client) {
+        let proxy = Proxy::start(&self.connect).await;
+        let through = proxy.connect_string();
+        let connecting = Client::connector()
+            .session_timeout(session_timeout)
+            .connect(&through);
+        let zk = self
+            .within("connect through the proxy", connecting)
+            .await
+            .unwrap_or_else(|e| panic!("{}: connect through the proxy: {e}", self.name));
+        (proxy, zk)
+    }
+
     async fn next_node_event(&self, watcher: &mut PersistentWatcher) -> (EventType, String) {
         loop {
             let event = self.within("a persistent watch", watcher.changed()).await;
@@ -514,16 +528,7 @@ async fn digest_credentials_are_sent_on_connect() {
 async fn the_session_survives_a_short_cut_and_its_watches_too() {
     each_backend(|b| async move {
         let n = b.name;
-        let proxy = Proxy::start(&b.connect).await;
-        let zk = b
-            .within(
-                "connect through the proxy",
-                Client::connector()
-                    .session_timeout(Duration::from_secs(8))
-                    .connect(&proxy.connect_string()),
-            )
-            .await
-            .unwrap();
+        let (proxy, zk) = b.through_proxy(Duration::from_secs(8)).await;
         let other = b.client().await;
         let mut states = zk.state_watcher();
         let id = zk.session_id();
@@ -571,16 +576,7 @@ async fn the_session_survives_a_short_cut_and_its_watches_too() {
 async fn an_expired_session_ends_requests_and_watches() {
     each_backend(|b| async move {
         let n = b.name;
-        let proxy = Proxy::start(&b.connect).await;
-        let zk = b
-            .within(
-                "connect through the proxy",
-                Client::connector()
-                    .session_timeout(Duration::from_secs(2))
-                    .connect(&proxy.connect_string()),
-            )
-            .await
-            .unwrap();
+        let (proxy, zk) = b.through_proxy(Duration::from_secs(2)).await;
         let other = b.client().await;
         zk.create("/gone", b"", &CreateOptions::new(CreateMode::Ephemeral))
             .await
@@ -686,16 +682,7 @@ async fn a_connect_that_fails_names_every_host_and_why() {
 async fn persistent_watches_hear_the_connection_and_survive_it() {
     each_backend(|b| async move {
         let n = b.name;
-        let proxy = Proxy::start(&b.connect).await;
-        let zk = b
-            .within(
-                "connect through the proxy",
-                Client::connector()
-                    .session_timeout(Duration::from_secs(2))
-                    .connect(&proxy.connect_string()),
-            )
-            .await
-            .unwrap();
+        let (proxy, zk) = b.through_proxy(Duration::from_secs(2)).await;
         let other = b.client().await;
         zk.create("/p", b"", &persistent()).await.unwrap();
         zk.create("/p/mine", b"", &CreateOptions::new(CreateMode::Ephemeral))
