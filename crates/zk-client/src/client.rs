@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::path::{ConnectString, check};
-use crate::session::{self, Reply, Settings, Shared};
+use crate::session::{self, Reply, Settings, Shared, lock};
 use crate::watch::{Kind, OneshotWatcher, PersistentWatcher, Registration, Removal, SessionState};
 
 /// How a node is created: its mode, its ACL and, for the TTL modes, its time to live.
@@ -240,18 +240,12 @@ impl Client {
 
     /// The session id the server assigned.
     pub fn session_id(&self) -> i64 {
-        self.shared()
-            .identity
-            .lock()
-            .map_or(0, |identity| identity.id)
+        lock(&self.shared().identity).id
     }
 
     /// The session's password, with [`session_id`](Client::session_id) enough to resume it.
     pub fn session_password(&self) -> Vec<u8> {
-        self.shared()
-            .identity
-            .lock()
-            .map_or_else(|_| Vec::new(), |identity| identity.password.to_vec())
+        lock(&self.shared().identity).password.to_vec()
     }
 
     /// The session timeout the server granted.
@@ -311,11 +305,6 @@ impl Client {
         }
     }
 
-    fn server_path(&self, path: &str) -> Result<String> {
-        check(path, false)?;
-        Ok(self.connect_string().server_path(path))
-    }
-
     /// Creates a node; returns its stat and its path (with the sequence number, for a
     /// sequential mode).
     pub fn create(
@@ -324,8 +313,9 @@ impl Client {
         data: &[u8],
         options: &CreateOptions,
     ) -> impl Future<Output = Result<(Stat, String)>> + Send + 'static {
-        let request = check(path, options.mode.is_sequential())
-            .and_then(|()| options.request(self.connect_string().server_path(path), data))
+        let request = self
+            .server_path(path, options.mode.is_sequential())
+            .and_then(|path| options.request(path, data))
             .map(Request::Create);
         let reply = self.send(request, None);
         let connect = self.connect_string().clone();
@@ -341,7 +331,7 @@ impl Client {
         path: &str,
         version: Option<i32>,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
-        let request = self.server_path(path).map(|path| {
+        let request = self.server_path(path, false).map(|path| {
             Request::Delete(PathVersionRequest {
                 path,
                 version: version.unwrap_or(-1),
@@ -356,7 +346,7 @@ impl Client {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<DataAndStat>> + Send + 'static {
-        let reply = self.read(path, OpCode::GetData, None);
+        let reply = self.read(path, OpCode::GetData);
         async move { data_and_stat(reply.await?) }
     }
 
@@ -365,8 +355,7 @@ impl Client {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<(Vec<u8>, Stat, OneshotWatcher)>> + Send + 'static {
-        let (registration, watcher) = self.oneshot(path, Kind::Data, false);
-        let reply = self.read(path, OpCode::GetData, registration);
+        let (reply, watcher) = self.watched_read(path, OpCode::GetData, Kind::Data, false);
         async move {
             let (data, stat) = data_and_stat(reply.await?)?;
             Ok((data, stat, watcher))
@@ -378,7 +367,7 @@ impl Client {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<Option<Stat>>> + Send + 'static {
-        let reply = self.read(path, OpCode::Exists, None);
+        let reply = self.read(path, OpCode::Exists);
         async move { optional_stat(reply.await) }
     }
 
@@ -388,8 +377,7 @@ impl Client {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<(Option<Stat>, OneshotWatcher)>> + Send + 'static {
-        let (registration, watcher) = self.oneshot(path, Kind::Data, true);
-        let reply = self.read(path, OpCode::Exists, registration);
+        let (reply, watcher) = self.watched_read(path, OpCode::Exists, Kind::Data, true);
         async move { Ok((optional_stat(reply.await)?, watcher)) }
     }
 
@@ -398,7 +386,7 @@ impl Client {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
-        let reply = self.read(path, OpCode::GetChildren, None);
+        let reply = self.read(path, OpCode::GetChildren);
         async move { Ok(decode::<StringsResponse>(reply.await?)?.strings) }
     }
 
@@ -408,8 +396,7 @@ impl Client {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<(Vec<String>, OneshotWatcher)>> + Send + 'static {
-        let (registration, watcher) = self.oneshot(path, Kind::Child, false);
-        let reply = self.read(path, OpCode::GetChildren, registration);
+        let (reply, watcher) = self.watched_read(path, OpCode::GetChildren, Kind::Child, false);
         async move {
             let children = decode::<StringsResponse>(reply.await?)?.strings;
             Ok((children, watcher))
@@ -421,7 +408,7 @@ impl Client {
         &self,
         path: &str,
     ) -> impl Future<Output = Result<(Vec<String>, Stat)>> + Send + 'static {
-        let reply = self.read(path, OpCode::GetChildren2, None);
+        let reply = self.read(path, OpCode::GetChildren2);
         async move {
             let listed: GetChildren2Response = decode(reply.await?)?;
             Ok((listed.children, listed.stat))
@@ -435,7 +422,7 @@ impl Client {
         data: &[u8],
         version: Option<i32>,
     ) -> impl Future<Output = Result<Stat>> + Send + 'static {
-        let request = self.server_path(path).map(|path| {
+        let request = self.server_path(path, false).map(|path| {
             Request::SetData(SetDataRequest {
                 path,
                 data: Some(Bytes::copy_from_slice(data)),
@@ -452,7 +439,7 @@ impl Client {
         path: &str,
     ) -> impl Future<Output = Result<(Vec<Acl>, Stat)>> + Send + 'static {
         let request = self
-            .server_path(path)
+            .server_path(path, false)
             .map(|path| Request::GetAcl(PathRequest { path }));
         let reply = self.send(request, None);
         async move {
@@ -468,7 +455,7 @@ impl Client {
         acl: &[Acl],
         version: Option<i32>,
     ) -> impl Future<Output = Result<Stat>> + Send + 'static {
-        let request = self.server_path(path).map(|path| {
+        let request = self.server_path(path, false).map(|path| {
             Request::SetAcl(SetAclRequest {
                 path,
                 acl: acl.to_vec(),
@@ -482,7 +469,7 @@ impl Client {
     /// Waits until the server this session is connected to has caught up with the leader.
     pub fn sync(&self, path: &str) -> impl Future<Output = Result<()>> + Send + 'static {
         let request = self
-            .server_path(path)
+            .server_path(path, false)
             .map(|path| Request::Sync(PathRequest { path }));
         let reply = self.send(request, None);
         async move { reply.await.map(drop) }
@@ -494,7 +481,7 @@ impl Client {
         path: &str,
     ) -> impl Future<Output = Result<i32>> + Send + 'static {
         let request = self
-            .server_path(path)
+            .server_path(path, false)
             .map(|path| Request::GetAllChildrenNumber(PathRequest { path }));
         let reply = self.send(request, None);
         async move { Ok(decode::<GetAllChildrenNumberResponse>(reply.await?)?.total_number) }
@@ -505,8 +492,8 @@ impl Client {
         &self,
         prefix: &str,
     ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
-        let request = check(prefix, true)
-            .map(|()| self.connect_string().server_path(prefix))
+        let request = self
+            .server_path(prefix, true)
             .map(|path| Request::GetEphemerals(PathRequest { path }));
         let reply = self.send(request, None);
         let connect = self.connect_string().clone();
@@ -528,36 +515,33 @@ impl Client {
         mode: AddWatchMode,
     ) -> impl Future<Output = Result<PersistentWatcher>> + Send + 'static {
         let recursive = mode == AddWatchMode::PersistentRecursive;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let server_path = self.server_path(path);
-        let registration = server_path
-            .as_ref()
-            .ok()
-            .map(|path| Registration::Persistent {
-                recursive,
-                path: path.clone(),
-                tx,
-            });
-        let watcher = server_path.as_ref().ok().map(|path| {
-            PersistentWatcher::new(
-                rx,
-                Removal {
+        let client = Arc::downgrade(&self.handle.shared);
+        let (request, registration, watcher) = match self.server_path(path, false) {
+            Ok(path) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let request = Request::AddWatch(AddWatchRequest {
                     path: path.clone(),
+                    mode: mode.code(),
+                });
+                let registration = Registration::Persistent {
                     recursive,
-                    client: Arc::downgrade(&self.handle.shared),
-                },
-            )
-        });
-        let request = server_path.map(|path| {
-            Request::AddWatch(AddWatchRequest {
-                path,
-                mode: mode.code(),
-            })
-        });
+                    path: path.clone(),
+                    tx,
+                };
+                let removal = Removal {
+                    path,
+                    recursive,
+                    client,
+                };
+                let watcher = PersistentWatcher::new(rx, removal);
+                (Ok(request), Some(registration), Ok(watcher))
+            }
+            Err(err) => (Err(err.clone()), None, Err(err)),
+        };
         let reply = self.send(request, registration);
         async move {
             reply.await?;
-            watcher.ok_or_else(|| Error::Protocol("a watch without a path".into()))
+            watcher
         }
     }
 
@@ -571,13 +555,13 @@ impl Client {
         options: &CreateOptions,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let mode = options.mode;
-        let checked = check(path, false).and_then(|()| {
+        let checked = self.server_path(path, false).and_then(|server_path| {
             if mode.is_sequential() || mode.is_ephemeral() {
                 return Err(Error::BadArguments(format!(
                     "mkdir {path:?}: mode {mode:?} cannot make a path of nodes"
                 )));
             }
-            Ok(self.connect_string().server_path(path))
+            Ok(server_path)
         });
         self.make_dirs(checked, options.clone())
     }
@@ -661,49 +645,59 @@ impl Client {
         self.connect_string().client_path(path)
     }
 
-    pub(crate) fn server_path_of(&self, path: &str, sequential: bool) -> Result<String> {
+    /// The server's path for the caller's `path`, once it is checked (`sequential`: as the
+    /// prefix of a sequential create).
+    pub(crate) fn server_path(&self, path: &str, sequential: bool) -> Result<String> {
         check(path, sequential)?;
         Ok(self.connect_string().server_path(path))
     }
 
-    /// A read request of `op` on `path`, carrying `registration` if it leaves a watch.
-    fn read(
+    /// A read of `op` on `path`, leaving no watch.
+    fn read(&self, path: &str, op: OpCode) -> impl Future<Output = Result<Reply>> + Send + 'static {
+        let request = self
+            .server_path(path, false)
+            .map(|path| read_request(op, path, false));
+        self.send(request, None)
+    }
+
+    /// A read of `op` on `path` that leaves a one-shot watch of `kind` (for exists, `exists`:
+    /// on a missing node too), and the watcher it will wake.
+    fn watched_read(
         &self,
         path: &str,
         op: OpCode,
-        registration: Option<Registration>,
-    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
-        let watch = registration.is_some();
-        let request = self.server_path(path).map(|path| {
-            let body = PathWatchRequest { path, watch };
-            match op {
-                OpCode::GetData => Request::GetData(body),
-                OpCode::Exists => Request::Exists(body),
-                OpCode::GetChildren2 => Request::GetChildren2(body),
-                _ => Request::GetChildren(body),
-            }
-        });
-        self.send(request, registration)
-    }
-
-    /// A one-shot registration for `path` and the watcher it will wake.
-    fn oneshot(
-        &self,
-        path: &str,
         kind: Kind,
         exists: bool,
-    ) -> (Option<Registration>, OneshotWatcher) {
+    ) -> (
+        impl Future<Output = Result<Reply>> + Send + 'static,
+        OneshotWatcher,
+    ) {
         let (tx, rx) = oneshot::channel();
-        let registration = self
-            .server_path(path)
-            .ok()
-            .map(|path| Registration::Oneshot {
-                kind,
-                exists,
-                path,
-                tx,
-            });
-        (registration, OneshotWatcher::new(rx))
+        let (request, registration) = match self.server_path(path, false) {
+            Ok(path) => {
+                let request = read_request(op, path.clone(), true);
+                let registration = Registration::Oneshot {
+                    kind,
+                    exists,
+                    path,
+                    tx,
+                };
+                (Ok(request), Some(registration))
+            }
+            Err(err) => (Err(err), None),
+        };
+        (self.send(request, registration), OneshotWatcher::new(rx))
+    }
+}
+
+/// The request of a read of `op` (getData, exists, getChildren or getChildren2) on `path`.
+fn read_request(op: OpCode, path: String, watch: bool) -> Request {
+    let body = PathWatchRequest { path, watch };
+    match op {
+        OpCode::GetData => Request::GetData(body),
+        OpCode::Exists => Request::Exists(body),
+        OpCode::GetChildren2 => Request::GetChildren2(body),
+        _ => Request::GetChildren(body),
     }
 }
 

@@ -60,13 +60,13 @@ impl<'c> MultiWriter<'c> {
     pub fn add_create(&mut self, path: &str, data: &[u8], options: &CreateOptions) -> Result<()> {
         let path = self
             .client
-            .server_path_of(path, options.mode.is_sequential())?;
+            .server_path(path, options.mode.is_sequential())?;
         self.ops.push(MultiOp::Create(options.request(path, data)?));
         Ok(())
     }
 
     pub fn add_delete(&mut self, path: &str, version: Option<i32>) -> Result<()> {
-        let path = self.client.server_path_of(path, false)?;
+        let path = self.client.server_path(path, false)?;
         self.ops.push(MultiOp::Delete(PathVersionRequest {
             path,
             version: version.unwrap_or(-1),
@@ -75,7 +75,7 @@ impl<'c> MultiWriter<'c> {
     }
 
     pub fn add_set_data(&mut self, path: &str, data: &[u8], version: Option<i32>) -> Result<()> {
-        let path = self.client.server_path_of(path, false)?;
+        let path = self.client.server_path(path, false)?;
         self.ops.push(MultiOp::SetData(SetDataRequest {
             path,
             data: Some(bytes::Bytes::copy_from_slice(data)),
@@ -86,7 +86,7 @@ impl<'c> MultiWriter<'c> {
 
     /// Fails the batch unless the node's version is `version` (`-1`: unless it exists).
     pub fn add_check_version(&mut self, path: &str, version: i32) -> Result<()> {
-        let path = self.client.server_path_of(path, false)?;
+        let path = self.client.server_path(path, false)?;
         self.ops
             .push(MultiOp::Check(PathVersionRequest { path, version }));
         Ok(())
@@ -226,7 +226,7 @@ impl<'c> MultiReader<'c> {
     }
 
     fn add(&mut self, path: &str, op: fn(PathWatchRequest) -> ReadOp) -> Result<()> {
-        let path = self.client.server_path_of(path, false)?;
+        let path = self.client.server_path(path, false)?;
         self.ops.push(op(PathWatchRequest { path, watch: false }));
         Ok(())
     }

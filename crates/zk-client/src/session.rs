@@ -32,6 +32,7 @@ use lockkeeper_proto::{
     ReplyHeader, Request, RequestHeader, SetWatches2, WatcherEvent, XID_AUTH, XID_NOTIFICATION,
     XID_PING, XID_SET_WATCHES, decode_frame, encode_frame,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
@@ -109,7 +110,7 @@ struct States {
 
 /// Takes a std mutex, which is only ever held for a few non-blocking steps: a panic while
 /// holding one leaves data that is still consistent, so poisoning is ignored.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -440,26 +441,23 @@ enum Failure {
 async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Connection, Failure> {
     let limit = deadline.saturating_duration_since(Instant::now());
     let attempt = async {
-        let stream = TcpStream::connect(host)
+        let mut stream = TcpStream::connect(host)
             .await
             .map_err(|err| Failure::Host(err.to_string()))?;
         let _ = stream.set_nodelay(true);
         let identity = lock(&shared.identity).clone();
-        let request = ConnectRequest {
-            protocol_version: 0,
-            last_zxid_seen: shared.last_zxid.load(Ordering::Relaxed),
-            timeout: i32::try_from(shared.settings.session_timeout.as_millis()).unwrap_or(i32::MAX),
-            session_id: identity.id,
-            passwd: if identity.id == 0 {
-                Bytes::from_static(&[0; 16])
-            } else {
-                identity.password.clone()
-            },
-            read_only: Some(false),
-        };
+        let timeout =
+            i32::try_from(shared.settings.session_timeout.as_millis()).unwrap_or(i32::MAX);
+        let mut request = ConnectRequest::new_session(timeout);
+        request.last_zxid_seen = shared.last_zxid.load(Ordering::Relaxed);
+        if identity.id != 0 {
+            request.session_id = identity.id;
+            request.passwd = identity.password.clone();
+        }
         let mut frame = Vec::new();
         encode_frame(&mut frame, |body| request.write(body));
-        write_all(&stream, &frame)
+        stream
+            .write_all(&frame)
             .await
             .map_err(|err| Failure::Host(format!("sending the session request: {err}")))?;
         let mut buf = BytesMut::with_capacity(4096);
@@ -469,18 +467,13 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
                 Ok(None) => {}
                 Err(err) => return Err(Failure::Host(format!("not a ZooKeeper server: {err}"))),
             }
-            stream
-                .readable()
-                .await
-                .map_err(|err| Failure::Host(err.to_string()))?;
-            match stream.try_read_buf(&mut buf) {
+            match stream.read_buf(&mut buf).await {
                 Ok(0) => {
                     return Err(Failure::Host(
                         "the server closed the connection during the handshake".into(),
                     ));
                 }
                 Ok(_) => {}
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
                 Err(err) => return Err(Failure::Host(err.to_string())),
             }
         };
@@ -511,18 +504,6 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
         Ok(outcome) => outcome,
         Err(_) => Err(Failure::Host(format!("no session within {limit:?}"))),
     }
-}
-
-async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        stream.writable().await?;
-        match stream.try_write(bytes) {
-            Ok(n) => bytes = &bytes[n..],
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(())
 }
 
 fn shuffle(hosts: &mut [String]) {
