@@ -1,15 +1,15 @@
 //! Connection: the first and last stage of the pipeline for one client socket.
 //!
 //! The reader half peeks at the first four bytes (a four-letter word or a frame length), reads
-//! the connect request, then decodes frames into requests for the core. The writer half takes
-//! the core's replies in order, holds each until the state it reveals is durable, encodes them
-//! and writes them in batches. Bad input closes this connection only; the core and every other
-//! session carry on.
+//! the connect request, then decodes frames into requests for the core. Replies leave through
+//! the connection's [`Outbox`], written by whoever made them sendable (the core, or the log
+//! thread whose sync made them durable); the connection's writer task only does what needs
+//! waiting: it finishes a write the full socket did not take, shuts the socket down after a
+//! close, and resets a connection the core gave up on (its queue passed the bound). Bad input
+//! closes this connection only; the core and every other session carry on.
 //!
-//! The core never waits for the writer: replies wait in the connection's [`Outbox`], bounded in
-//! bytes. When the core finds the bound passed, the writer stops wherever it is (typically
-//! blocked on a full socket), drops everything queued and resets the connection; the reader then
-//! sees the writer gone and reports the disconnect, so the session stays and may re-attach.
+//! When the writer task ends, the reader sees it gone and reports the disconnect, so the session
+//! stays and may re-attach.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,15 +24,14 @@ use lockkeeper_proto::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
 use crate::core::CoreMsg;
+use crate::durable::DurableMark;
 use crate::four_letter;
-use crate::log::Durable;
-use crate::outbox::{self, Batch, Inbox, Outbox};
-use crate::reply::Outgoing;
-use crate::trace::{Reaction, RequestStamps, StageTimes, SyncStamps};
+use crate::outbox::{self, Next, WriterEnd};
+use crate::trace::{Reaction, SendTrace, StageTimes};
 use crate::watch::ConnId;
 
 /// Why a connection ended early; logged, never sent.
@@ -58,7 +57,8 @@ pub struct ConnectionCtx {
     pub id: ConnId,
     pub peer: SocketAddr,
     pub core: mpsc::Sender<CoreMsg>,
-    pub durable: watch::Receiver<Durable>,
+    /// The log's durable mark, which releases this connection's replies.
+    pub durable: Arc<DurableMark>,
     pub max_frame: usize,
     pub handshake_timeout: std::time::Duration,
     pub max_queued_bytes: u64,
@@ -76,7 +76,7 @@ impl ConnectionCtx {
         id: ConnId,
         peer: SocketAddr,
         core: mpsc::Sender<CoreMsg>,
-        durable: watch::Receiver<Durable>,
+        durable: Arc<DurableMark>,
         packets_sent: Arc<AtomicU64>,
         stages: Arc<StageTimes>,
         config: &Config,
@@ -157,19 +157,17 @@ async fn handshake(
     let frame = next_frame(reader, buf, ctx.max_frame).await?;
     // Read, not decode: bytes after the record are ignored, as ZooKeeper ignores them.
     let request = ConnectRequest::read(&mut Reader::new(frame)).map_err(Closed::Connect)?;
-    let (outbox, inbox): (Outbox, Inbox) =
-        outbox::channel(ctx.max_queued_bytes, ctx.packets_sent.clone());
+    let (outbox, writer) = outbox::new(
+        writer,
+        ctx.durable.clone(),
+        ctx.max_queued_bytes,
+        ctx.packets_sent.clone(),
+        SendTrace::new(ctx.stages.clone(), ctx.reaction.clone()),
+    );
     let (done_tx, done_rx) = oneshot::channel();
-    let durable = ctx.durable.clone();
     let peer = ctx.peer;
-    let tracer = Tracer {
-        stages: ctx.stages.clone(),
-        reaction: ctx.reaction.clone(),
-        waited: None,
-        event: false,
-    };
     tokio::spawn(async move {
-        if let Err(e) = write_replies(writer, inbox, durable, tracer).await {
+        if let Err(e) = write_replies(writer).await {
             tracing::debug!(%peer, error = %e, "writer ended");
         }
         let _ = done_tx.send(());
@@ -255,136 +253,28 @@ async fn read_requests(
     }
 }
 
-/// Runs the writer until the queue ends or the core gives up on this connection (its queue
-/// passed the bound): then it stops at once, even in the middle of a write to a full socket,
-/// and resets the connection, so what was queued is freed here and in the kernel.
-async fn write_replies(
-    mut writer: OwnedWriteHalf,
-    mut inbox: Inbox,
-    durable: watch::Receiver<Durable>,
-    mut tracer: Tracer,
-) -> std::io::Result<()> {
-    let stats = inbox.stats();
-    tokio::select! {
-        written = write_in_order(&mut writer, &mut inbox, durable, &mut tracer) => written,
-        () = stats.overflowed() => {
-            // A reset rather than a FIN: the peer is not reading, and a FIN would wait behind
-            // the unsent bytes in the socket buffer for as long as it keeps not reading.
-            let _ = writer.as_ref().set_zero_linger();
-            Ok(())
-        }
-    }
-}
-
-/// Writes replies in order, in batches, each only once the zxid it reveals is durable.
-async fn write_in_order(
-    writer: &mut OwnedWriteHalf,
-    inbox: &mut Inbox,
-    mut durable: watch::Receiver<Durable>,
-    tracer: &mut Tracer,
-) -> std::io::Result<()> {
-    // Grown on first use: an idle connection holds no buffer.
-    let mut out = Vec::new();
-    let mut batch = Batch::default();
-    while let Some(first) = inbox.recv().await {
-        let mut next = Some(first);
-        while let Some(queued) = next.take().or_else(|| inbox.try_recv()) {
-            let msg = &queued.outgoing;
-            if durable.borrow().zxid < msg.visible_at {
-                // Send what is already allowed out, then wait for the log to catch up.
-                flush(writer, &mut out, inbox, &mut batch, tracer).await?;
-                let reached = durable
-                    .wait_for(|d| d.zxid >= msg.visible_at || d.faults != msg.faults)
-                    .await
-                    .map(|d| *d);
-                if !matches!(reached, Ok(d) if d.zxid >= msg.visible_at) {
-                    // The disk failed first: this may reveal state that never became durable.
-                    return Ok(());
+/// The connection's writer task: does what the outbox's writers could not do without waiting,
+/// until the connection ends. Ends at once, even in the middle of a write to a full socket, when
+/// the core gives up on the connection, and resets it, so what was queued is freed here and in
+/// the kernel.
+async fn write_replies(outbox: WriterEnd) -> std::io::Result<()> {
+    loop {
+        match outbox.pump() {
+            Next::Idle => outbox.woken().await,
+            Next::More => tokio::task::yield_now().await,
+            Next::SocketFull => {
+                tokio::select! {
+                    writable = outbox.writable() => writable?,
+                    // The core gave up on the connection meanwhile: the next pump says so.
+                    () = outbox.woken() => {}
                 }
             }
-            if msg.stamps.is_some() {
-                tracer.took(msg, &durable.borrow());
-            }
-            tracer.event |= msg.is_event();
-            msg.message.encode(&mut out);
-            batch.add(&queued);
-            if msg.close {
-                flush(writer, &mut out, inbox, &mut batch, tracer).await?;
-                writer.shutdown().await?;
+            Next::Shutdown => return outbox.shutdown(),
+            Next::Stop(result) => return result,
+            Next::Reset => {
+                outbox.reset();
                 return Ok(());
             }
-            if out.len() >= WRITE_BATCH {
-                flush(writer, &mut out, inbox, &mut batch, tracer).await?;
-            }
-        }
-        flush(writer, &mut out, inbox, &mut batch, tracer).await?;
-        if out.capacity() > 4 * WRITE_BATCH {
-            // One huge reply must not pin its buffer for the connection's whole life.
-            out = Vec::new();
-        }
-    }
-    Ok(())
-}
-
-/// Bytes encoded before they are written out, unless the queue runs dry first.
-const WRITE_BATCH: usize = 64 * 1024;
-
-/// Writes what is encoded and counts its messages as sent.
-async fn flush(
-    writer: &mut OwnedWriteHalf,
-    out: &mut Vec<u8>,
-    inbox: &Inbox,
-    batch: &mut Batch,
-    tracer: &mut Tracer,
-) -> std::io::Result<()> {
-    if !out.is_empty() {
-        tracer.sending(Instant::now());
-        writer.write_all(out).await?;
-        out.clear();
-    }
-    inbox.written(std::mem::take(batch));
-    tracer.written(Instant::now());
-    Ok(())
-}
-
-/// The writer's part of the `trace` module: the reply that last waited for the log, until the
-/// write that sends it, and whether a watch event is among what is being written.
-struct Tracer {
-    stages: Arc<StageTimes>,
-    reaction: Arc<Reaction>,
-    /// The stamps of the reply that waited, the log's sync that released it, when it woke.
-    waited: Option<(RequestStamps, SyncStamps, Instant)>,
-    /// A watch event is encoded and not yet written.
-    event: bool,
-}
-
-impl Tracer {
-    /// The writer took `msg`, which was queued before the log was durable that far, and sees
-    /// `durable` (now past it, whether the writer had to wait or not). Keeps its stamps, the
-    /// first such message's of a write, if that sync is the one that covered it: a later mark
-    /// would charge this reply for another batch's stages.
-    fn took(&mut self, msg: &Outgoing, durable: &Durable) {
-        let woke = Instant::now();
-        if let (None, Some(request), Some(sync)) = (self.waited, msg.stamps, durable.sync)
-            && sync.after < msg.visible_at
-        {
-            self.waited = Some((request, sync, woke));
-        }
-    }
-
-    /// What was encoded goes to the socket now. A watch event among it is noted before the
-    /// write: the client may read it and send its next request before the write returns here,
-    /// and the reader must then find the note.
-    fn sending(&mut self, at: Instant) {
-        if std::mem::take(&mut self.event) {
-            self.reaction.event_written(&self.stages, at);
-        }
-    }
-
-    /// What was encoded is on the socket at `at`.
-    fn written(&mut self, at: Instant) {
-        if let Some((request, sync, woke)) = self.waited.take() {
-            self.stages.record_reply(&request, &sync, woke, at);
         }
     }
 }

@@ -41,7 +41,8 @@ use crate::acl::AuthIds;
 use crate::apply::State;
 use crate::config::Config;
 use crate::datadir_lock::DataDirLock;
-use crate::log::{Durable, LogEvent, TxnLog};
+use crate::durable::{Durable, DurableMark};
+use crate::log::{LogEvent, TxnLog};
 use crate::memory::AfterBurst;
 use crate::metrics::{Stats, Timings};
 use crate::outbox::Outbox;
@@ -94,6 +95,8 @@ pub(crate) struct Connection {
     /// The newest zxid any message queued for this connection reveals: a later reply never
     /// reveals less (see `listing`).
     pub seen: i64,
+    /// Something was queued for it since the core last flushed its outbox.
+    pub unflushed: bool,
 }
 
 /// Request counters and latency, for `srvr`, `stat` and `mntr`.
@@ -117,6 +120,8 @@ pub struct Core {
     /// What listings must not leave out (see `listing`).
     unhidable: listing::Unhidable,
     conns: HashMap<ConnId, Connection>,
+    /// Connections with messages queued since the end of the last batch, flushed after it.
+    unflushed: Vec<ConnId>,
     /// The epoch of zxids this run hands out (one more than the newest recovered).
     epoch: i64,
     log: TxnLog,
@@ -140,6 +145,11 @@ pub struct Core {
     /// after the log writer and the snapshot writer above have finished with the directory.
     _data_dir_lock: DataDirLock,
 }
+
+/// A batch of more requests than this means the core has a backlog: it leaves the writing of
+/// the replies it made sendable to the connections' writer tasks, which run beside it, rather
+/// than write them itself (see `reply`).
+const BUSY_BATCH: usize = 32;
 
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -199,7 +209,7 @@ impl Core {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered data dir"
         );
-        let durable_rx = log.durable();
+        let durable_rx = log.durable().subscribe();
         let timings = Timings::new(log.fsync_time(), snapshots.snapshot_time());
         Ok(Core {
             config,
@@ -207,6 +217,7 @@ impl Core {
             watches: Watches::default(),
             unhidable: listing::Unhidable::default(),
             conns: HashMap::new(),
+            unflushed: Vec::new(),
             epoch,
             log,
             durable_rx,
@@ -223,7 +234,8 @@ impl Core {
         })
     }
 
-    pub fn durable(&self) -> watch::Receiver<Durable> {
+    /// The log's durable mark, which releases every connection's replies.
+    pub fn durable(&self) -> Arc<DurableMark> {
         self.log.durable()
     }
 
@@ -249,6 +261,7 @@ impl Core {
         pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(256);
         loop {
+            let mut handled = 0;
             let walking = self.state.tree.capturing() && !self.state.tree.capture_walked();
             let finishing = self.state.tree.capture_walked();
             tokio::select! {
@@ -256,6 +269,7 @@ impl Core {
                     if n == 0 {
                         break;
                     }
+                    handled = n;
                     for msg in batch.drain(..) {
                         self.handle(msg);
                     }
@@ -274,6 +288,7 @@ impl Core {
             }
             self.maybe_start_snapshot();
             self.log.flush();
+            self.flush_outboxes(handled > BUSY_BATCH);
         }
     }
 

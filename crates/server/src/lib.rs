@@ -9,16 +9,19 @@
 //!            two groups' syncs in flight)
 //!            -> apply (tree and sessions, fire watches) -> reply (queued on the outbox,
 //!            stamped with the zxid it reveals)
-//!   -> connection's writer (holds each message until the log is durable that far; encodes and
-//!      writes in request order)
+//!   -> outbox (holds each message until the log is durable that far, then encodes it and
+//!      writes it in request order: the log thread whose sync released it writes it, or the
+//!      core at the end of its batch when it was sendable already; the connection's writer
+//!      task only finishes what a full socket did not take)
 //! ```
 //!
 //! Each stage of that path is timed for every reply that waits for the log ([`trace`]; `mntr`'s
 //! `lk_write_stage_*` keys).
 //!
 //! The connection task runs per client; dispatch, prep, log and apply run in the single core
-//! task, which owns all state, so nothing waits for the disk there: only the writers wait. The
-//! state changes only through [`apply::apply`], which recovery replays the log with.
+//! task, which owns all state, so nothing waits for the disk there: replies wait in their
+//! outboxes, and the durable mark ([`durable`]) lets them out. The state changes only through
+//! [`apply::apply`], which recovery replays the log with.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -35,6 +38,7 @@ pub mod config;
 mod connection;
 mod core;
 pub mod datadir_lock;
+pub mod durable;
 pub mod four_letter;
 pub mod log;
 mod memory;
@@ -245,10 +249,10 @@ impl Drop for IpSlot {
     }
 }
 
-/// What every connection gets a handle on: the durable mark its writer waits for, and the
+/// What every connection gets a handle on: the durable mark that releases its replies, and the
 /// server's count of packets written.
 struct Shared {
-    durable: signal::Receiver<log::Durable>,
+    durable: Arc<durable::DurableMark>,
     packets_sent: Arc<AtomicU64>,
     /// Where the connections record the write path's stages.
     stages: Arc<trace::StageTimes>,

@@ -8,8 +8,9 @@
 //! wait for the next group, so many writes share one fdatasync (group commit). Marks are
 //! published in the order the groups were written, and never past a failed sync, so the durable
 //! zxid means what it did with one thread: everything up to it is on disk.
-//! Connection writers hold every reply and watch event until the durable zxid reaches the state
-//! it reveals.
+//! Every reply and watch event is held until the durable zxid reaches the state it reveals; the
+//! thread that publishes a mark writes what it released to the sockets itself (see
+//! [`crate::durable`]), after letting go of the log's locks.
 //!
 //! A segment is `log.<zxid of its first record, 16 hex digits>`: a 16-byte header (`LKTXNLOG`,
 //! version, zero), then records `u32 len | u32 crc32c(payload) | payload`, payload =
@@ -33,9 +34,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use tokio::sync::{mpsc as tokio_mpsc, watch};
+use tokio::sync::mpsc as tokio_mpsc;
 
 use crate::config::SyncMode;
+use crate::durable::DurableMark;
 use crate::metrics::Summary;
 use crate::trace::SyncStamps;
 use crate::txn::Txn;
@@ -62,17 +64,6 @@ const FIRST_ZEROS: u64 = 64 << 10;
 
 pub fn segment_name(first_zxid: i64) -> String {
     format!("log.{first_zxid:016x}")
-}
-
-/// What connection writers wait on: the newest durable zxid, and how many disk faults have
-/// happened (a reply queued before a fault is dropped, never sent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Durable {
-    pub zxid: i64,
-    pub faults: u64,
-    /// When the sync that reached `zxid` went through each stage, for [`crate::trace`]; `None`
-    /// before the first sync of this run.
-    pub sync: Option<SyncStamps>,
 }
 
 /// What the writer thread tells the core.
@@ -103,7 +94,7 @@ pub struct TxnLog {
     batch_last: i64,
     sent_last: i64,
     tx: Option<mpsc::Sender<WriterMsg>>,
-    durable: Arc<watch::Sender<Durable>>,
+    durable: Arc<DurableMark>,
     threads: Vec<JoinHandle<()>>,
     /// Every fdatasync of the writer, for `/metrics`' `fsynctime`.
     fsync_time: Arc<Summary>,
@@ -118,11 +109,7 @@ impl TxnLog {
         last_zxid: i64,
         events: tokio_mpsc::UnboundedSender<LogEvent>,
     ) -> io::Result<TxnLog> {
-        let durable = Arc::new(watch::Sender::new(Durable {
-            zxid: last_zxid,
-            faults: 0,
-            sync: None,
-        }));
+        let durable = DurableMark::new(last_zxid);
         let (tx, rx) = mpsc::channel();
         let fsync_time = Summary::fsync_time();
         let shared = Arc::new(Shared {
@@ -222,18 +209,19 @@ impl TxnLog {
         }
     }
 
-    pub fn durable(&self) -> watch::Receiver<Durable> {
-        self.durable.subscribe()
+    /// The durable mark this log moves.
+    pub fn durable(&self) -> Arc<DurableMark> {
+        self.durable.clone()
     }
 
     pub fn durable_zxid(&self) -> i64 {
-        self.durable.borrow().zxid
+        self.durable.get().zxid
     }
 
     /// Drops every reply still waiting for durability (after a fault, the state they reveal
     /// may never become durable): their connections close instead.
     pub fn abandon_pending(&self) {
-        self.durable.send_modify(|d| d.faults += 1);
+        self.durable.publish(|d| d.faults += 1).write();
     }
 }
 
@@ -245,6 +233,8 @@ impl Drop for TxnLog {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+        // What still waits for the mark waits for nothing now: its connections close.
+        self.durable.publish(|d| d.stopped = true).write();
     }
 }
 
@@ -291,7 +281,7 @@ struct Shared {
     syncing: Mutex<usize>,
     synced: Condvar,
     sync: SyncMode,
-    durable: Arc<watch::Sender<Durable>>,
+    durable: Arc<DurableMark>,
     events: tokio_mpsc::UnboundedSender<LogEvent>,
     fsync_time: Arc<Summary>,
 }
@@ -431,10 +421,13 @@ impl Shared {
             job.synced = Instant::now();
             self.fsync_time.observe(job.synced - job.written);
         }
-        let mut publish = lock(&self.publish);
-        let newest = publish.finish(job);
-        if let Some(job) = newest {
-            self.durable.send_modify(|d| {
+        let released = {
+            let mut publish = lock(&self.publish);
+            let Some(job) = publish.finish(job) else {
+                return;
+            };
+            // Under the publish lock, so marks go out in the order their groups were written.
+            self.durable.publish(|d| {
                 d.sync = Some(SyncStamps {
                     after: d.zxid,
                     flushed: job.flushed,
@@ -443,8 +436,10 @@ impl Shared {
                     synced: job.synced,
                 });
                 d.zxid = d.zxid.max(job.zxid);
-            });
-        }
+            })
+        };
+        // The replies this sync made durable leave from here, with no other thread to wake.
+        released.write();
     }
 
     /// Stops all publishing until a resume: the groups in flight may never reach the disk.
@@ -455,7 +450,7 @@ impl Shared {
         }
         let file = path.display().to_string();
         tracing::error!(%error, file, "transaction log write failed: no more writes are accepted until the disk recovers");
-        self.durable.send_modify(|d| d.faults += 1);
+        self.durable.publish(|d| d.faults += 1).write();
         let _ = self.events.send(LogEvent::Failed(error.to_string()));
     }
 }

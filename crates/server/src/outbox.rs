@@ -1,75 +1,136 @@
-//! Outbox: the queue of messages from the core to one connection's writer, bounded in bytes.
+//! Outbox: one connection's messages on their way from the core to its socket, held until the
+//! log is durable as far as each reveals, bounded in bytes.
+//!
+//! Whoever makes a message sendable writes it, with a non-blocking write on the socket:
+//! - the core, at the end of each batch, writes what was sendable when it was queued (a read's
+//!   reply, an event that reveals nothing new), unless it has a backlog: then the connection's
+//!   writer task writes it, beside the core;
+//! - a log thread, when it publishes a durable mark, writes what that mark released (a write's
+//!   reply, the events the write fired; see [`crate::durable`]).
+//!
+//! So a reply leaves on the thread that last held it back, and no other thread is woken to send
+//! it. Only what would need waiting is left to the connection's writer task: a full socket, the
+//! shutdown after a close, a connection the core gave up on, a write that failed.
 //!
 //! The core must never wait for a connection: it owns every session, and one client that stops
-//! reading its socket would stall them all. So the core never blocks on a queue; instead each
+//! reading its socket would stall them all. So the core never waits on a socket; instead each
 //! connection may hold at most `max_queued_bytes` (see [`crate::Config::max_queued_bytes`]) of
 //! messages queued but not yet written. A message that would pass the bound closes the
-//! connection instead: its writer stops at once, without writing what is queued, and everything
-//! queued is freed. The session behind it is left alone and may re-attach on a new connection,
-//! as after any disconnect; its pending replies are lost like on any connection loss.
+//! connection instead: its writer stops at once, without writing what is queued, and resets the
+//! connection. The session behind it is left alone and may re-attach on a new connection, as
+//! after any disconnect; its pending replies are lost like on any connection loss.
 //!
 //! Invariants:
-//! - `queued_*` counts what the core has queued and the writer has not yet written to the
-//!   socket (including what waits for the log to become durable); `sent_*` what was written.
-//!   Both are counted in packets (close markers are not packets) and in [`Outgoing::memory`]
-//!   bytes, so `cons` and `mntr` say what really happened, and the bound applies to memory.
-//! - The core is the only one that adds to `queued_*`, the writer the only one that moves counts
-//!   from `queued_*` to `sent_*`: the check against the bound is exact up to what the writer has
-//!   just written (which only makes it err toward letting a message through).
+//! - **In order, whole, once**: messages are encoded and written under the outbox's lock, in
+//!   the order queued; one the mark does not yet release holds back every message behind it.
+//! - **Never ahead of the disk**: a message is written only once the durable mark reaches its
+//!   `visible_at`. If a disk fault came first, the state it reveals may never be durable: the
+//!   connection ends instead, and nothing queued is written.
+//! - **Never forgotten**: an outbox whose first message waits for the mark is on the mark's
+//!   waiting list, so the publication that releases it writes it.
+//! - **Counted**: `queued_*` counts what the core has queued and nobody has yet written to the
+//!   socket (including what waits for the log and what is encoded but not yet written);
+//!   `sent_*` what was written. Both are counted in packets (close markers are not packets) and
+//!   in [`Outgoing::memory`] bytes, so `cons` and `mntr` say what really happened, and the
+//!   bound applies to memory.
 //! - A connection always accepts one message whatever its size when nothing else is queued, so
 //!   a bound smaller than the largest reply never makes a connection unusable.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
-use tokio::sync::{Notify, mpsc};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::Notify;
 
-use crate::reply::Outgoing;
+use crate::durable::{DurableMark, Verdict, lock};
+use crate::reply::{Message, Outgoing};
+use crate::trace::SendTrace;
 
-/// What is counted for one connection, shared by the core (`cons`) and the writer.
+/// Bytes encoded before they are written out, unless the queue runs dry first.
+const WRITE_BATCH: usize = 64 * 1024;
+/// Bytes the core or a log thread writes to one connection at a time; the writer task writes
+/// the rest, so a big backlog on one connection does not hold up the core or the log.
+const INLINE_BYTES: usize = 4 * WRITE_BATCH;
+
+/// What is counted for one connection, read by `cons` without taking the outbox's lock.
 #[derive(Debug, Default)]
 pub struct ConnStats {
     pub queued_packets: AtomicU64,
     pub queued_bytes: AtomicU64,
     pub sent_packets: AtomicU64,
     pub sent_bytes: AtomicU64,
-    overflowed: AtomicBool,
-    overflow: Notify,
 }
 
-impl ConnStats {
-    /// Waits until the core has given up on this connection.
-    pub async fn overflowed(&self) {
-        loop {
-            // Notify keeps one permit for a notify_one that came first, so this cannot miss it.
-            if self.overflowed.load(Ordering::Acquire) {
-                return;
-            }
-            self.overflow.notified().await;
-        }
-    }
+/// The core's end of one connection's outbox. Dropping it (the core let go of the connection,
+/// or the core itself is gone) closes the connection once what is queued has been written.
+pub struct Outbox(Arc<Shared>);
+
+/// The connection's writer task's end: what needs waiting for.
+pub struct WriterEnd(Arc<Shared>);
+
+/// The durable mark's hold on an outbox whose next message waits for it. Weak: a connection
+/// nobody else holds any more has nothing left to send.
+pub(crate) struct Waiting(Weak<Shared>);
+
+struct Shared {
+    socket: OwnedWriteHalf,
+    mark: Arc<DurableMark>,
+    limit: u64,
+    stats: ConnStats,
+    /// Packets written by every connection of the server (`mntr`'s zk_packets_sent).
+    server_sent: Arc<AtomicU64>,
+    /// Wakes the connection's writer task: something needs waiting for, or the connection ends.
+    writer: Notify,
+    state: Mutex<State>,
+}
+
+struct State {
+    queue: VecDeque<Queued>,
+    /// Encoded messages not yet written: `out[written..]` is still to go.
+    out: Vec<u8>,
+    written: usize,
+    /// What the messages in `out` were counted as.
+    encoded: Counted,
+    /// On the mark's waiting list.
+    waiting: bool,
+    /// Set once nothing more will be written after `out`.
+    end: Option<End>,
+    trace: SendTrace,
 }
 
 /// A message with what it was counted as.
-pub struct Queued {
-    pub outgoing: Outgoing,
+struct Queued {
+    outgoing: Outgoing,
+    counted: Counted,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counted {
     bytes: u64,
     packets: u64,
 }
 
-/// The core's end.
-pub struct Outbox {
-    tx: mpsc::UnboundedSender<Queued>,
-    stats: Arc<ConnStats>,
-    limit: u64,
+impl Counted {
+    fn add(&mut self, other: Counted) {
+        self.bytes += other.bytes;
+        self.packets += other.packets;
+    }
 }
 
-/// The writer's end.
-pub struct Inbox {
-    rx: mpsc::UnboundedReceiver<Queued>,
-    stats: Arc<ConnStats>,
-    /// Packets written by every connection of the server (`mntr`'s zk_packets_sent).
-    server_sent: Arc<AtomicU64>,
+/// Why nothing more is written.
+#[derive(Debug, Clone)]
+enum End {
+    /// A close was taken: once `out` is written, the connection's write side shuts.
+    Close,
+    /// What the next message reveals may never be durable (a disk fault, or the log stopped).
+    Lost,
+    /// A write to the socket failed.
+    Broken(io::ErrorKind, String),
+    /// The core gave up on the connection (its queue passed the bound).
+    Overflow,
 }
 
 /// Why a message was not queued.
@@ -80,136 +141,383 @@ pub enum Refused {
         queued_bytes: u64,
         message_bytes: u64,
     },
-    /// The connection was already being closed for that (or its writer has ended).
+    /// The connection is being closed (or its writer has ended).
     Closing,
 }
 
-/// A queue for one connection that holds at most `limit` bytes; `server_sent` counts the
-/// packets every writer of the server has written.
-pub fn channel(limit: u64, server_sent: Arc<AtomicU64>) -> (Outbox, Inbox) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let stats = Arc::new(ConnStats::default());
-    (
-        Outbox {
-            tx,
-            stats: stats.clone(),
-            limit,
-        },
-        Inbox {
-            rx,
-            stats,
-            server_sent,
-        },
-    )
+/// What the writer task does next, after [`WriterEnd::pump`].
+#[derive(Debug)]
+pub enum Next {
+    /// Nothing sendable is left to write: wait to be woken.
+    Idle,
+    /// More is sendable than one pump of the core or a log thread writes: pump again.
+    More,
+    /// The socket took no more: wait until it is writable, then pump again.
+    SocketFull,
+    /// Everything up to a close is written: shut the write side down and end.
+    Shutdown,
+    /// End now, writing nothing more: `Ok` after a disk fault, the error of a failed write.
+    Stop(io::Result<()>),
+    /// The core gave up on the connection: reset it and end.
+    Reset,
+}
+
+/// An outbox writing to `socket`, releasing messages as `mark` moves, holding at most `limit`
+/// bytes: the core's end and the writer task's. `trace` records the stages of what it writes,
+/// `server_sent` counts the packets every outbox of the server has written.
+pub fn new(
+    socket: OwnedWriteHalf,
+    mark: Arc<DurableMark>,
+    limit: u64,
+    server_sent: Arc<AtomicU64>,
+    trace: SendTrace,
+) -> (Outbox, WriterEnd) {
+    let shared = Arc::new(Shared {
+        socket,
+        mark,
+        limit,
+        stats: ConnStats::default(),
+        server_sent,
+        writer: Notify::new(),
+        state: Mutex::new(State {
+            queue: VecDeque::new(),
+            // Grown on first use: an idle connection holds no buffer.
+            out: Vec::new(),
+            written: 0,
+            encoded: Counted::default(),
+            waiting: false,
+            end: None,
+            trace,
+        }),
+    });
+    (Outbox(shared.clone()), WriterEnd(shared))
 }
 
 impl Outbox {
-    /// Queues `outgoing` unless that would pass the bound; never waits.
+    pub fn stats(&self) -> &ConnStats {
+        &self.0.stats
+    }
+
+    /// Queues `outgoing` unless that would pass the bound; never waits for the socket (at
+    /// most for another thread's non-blocking write to it). What is queued is written by the
+    /// next [`Outbox::flush`] or by the publication of the durable mark that releases it.
     pub fn push(&self, outgoing: Outgoing) -> Result<(), Refused> {
-        let stats = &self.stats;
-        if stats.overflowed.load(Ordering::Acquire) {
+        let shared = &*self.0;
+        let mut state = lock(&shared.state);
+        if state.end.is_some() {
             return Err(Refused::Closing);
         }
+        let stats = &shared.stats;
         let bytes = outgoing.memory() as u64;
         let queued_bytes = stats.queued_bytes.load(Ordering::Acquire);
-        if queued_bytes > 0 && queued_bytes + bytes > self.limit {
-            stats.overflowed.store(true, Ordering::Release);
-            stats.overflow.notify_one();
+        if queued_bytes > 0 && queued_bytes + bytes > shared.limit {
+            state.end = Some(End::Overflow);
+            drop_encoded(&mut state, stats);
+            drop_queue(&mut state, stats);
+            drop(state);
+            shared.writer.notify_one();
             return Err(Refused::Overflow {
                 queued_bytes,
                 message_bytes: bytes,
             });
         }
-        let packets = u64::from(outgoing.is_packet());
-        // Counted before it is sent, so the writer never takes off more than was put on.
-        stats.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        stats.queued_packets.fetch_add(packets, Ordering::AcqRel);
-        let queued = Queued {
-            outgoing,
+        let counted = Counted {
             bytes,
-            packets,
+            packets: u64::from(outgoing.is_packet()),
         };
-        self.tx.send(queued).map_err(|_| {
-            // The writer has ended: it will not take this one off.
-            stats.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            stats.queued_packets.fetch_sub(packets, Ordering::AcqRel);
-            Refused::Closing
-        })
-    }
-
-    pub fn stats(&self) -> &ConnStats {
-        &self.stats
-    }
-}
-
-/// What the writer has taken off the queue but not yet written.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Batch {
-    bytes: u64,
-    packets: u64,
-}
-
-impl Batch {
-    pub fn add(&mut self, queued: &Queued) {
-        self.bytes += queued.bytes;
-        self.packets += queued.packets;
-    }
-}
-
-impl Inbox {
-    pub async fn recv(&mut self) -> Option<Queued> {
-        self.rx.recv().await
-    }
-
-    pub fn try_recv(&mut self) -> Option<Queued> {
-        self.rx.try_recv().ok()
-    }
-
-    /// The stats, to wait for an overflow while the writer works.
-    pub fn stats(&self) -> Arc<ConnStats> {
-        self.stats.clone()
-    }
-
-    /// Moves a batch the writer has written to the socket from queued to sent.
-    pub fn written(&self, batch: Batch) {
-        let stats = &self.stats;
-        stats.queued_bytes.fetch_sub(batch.bytes, Ordering::AcqRel);
+        stats.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
         stats
             .queued_packets
-            .fetch_sub(batch.packets, Ordering::AcqRel);
-        stats.sent_bytes.fetch_add(batch.bytes, Ordering::AcqRel);
-        stats
-            .sent_packets
-            .fetch_add(batch.packets, Ordering::AcqRel);
-        self.server_sent.fetch_add(batch.packets, Ordering::Relaxed);
+            .fetch_add(counted.packets, Ordering::AcqRel);
+        state.queue.push_back(Queued { outgoing, counted });
+        Ok(())
+    }
+
+    /// Writes what is sendable now; leaves to the writer task what needs waiting for.
+    pub fn flush(&self) {
+        self.0.flush();
+    }
+
+    /// Has the connection's writer task write what is sendable, on its own thread.
+    pub fn hand_to_writer(&self) {
+        self.0.writer.notify_one();
     }
 }
 
-impl Drop for Inbox {
-    /// Whatever is still queued is dropped with the queue: it no longer counts as queued.
+impl Drop for Outbox {
+    /// The core sends nothing more: close after what is queued, whatever the bound.
     fn drop(&mut self) {
-        self.rx.close();
-        let mut dropped = Batch::default();
-        while let Ok(queued) = self.rx.try_recv() {
-            dropped.add(&queued);
+        let mut state = lock(&self.0.state);
+        if state.end.is_none() {
+            let mark = self.0.mark.get();
+            let outgoing = Outgoing {
+                message: Message::Text(String::new()),
+                // Behind everything queued, so at most what they reveal.
+                visible_at: 0,
+                faults: mark.faults,
+                close: true,
+                stamps: None,
+            };
+            let counted = Counted {
+                bytes: outgoing.memory() as u64,
+                packets: 0,
+            };
+            let stats = &self.0.stats;
+            stats
+                .queued_bytes
+                .fetch_add(counted.bytes, Ordering::AcqRel);
+            state.queue.push_back(Queued { outgoing, counted });
         }
+        drop(state);
+        self.0.flush();
+    }
+}
+
+impl WriterEnd {
+    /// Writes what is sendable (see [`Shared::pump`]) and says what to wait for next.
+    pub fn pump(&self) -> Next {
+        self.0.pump(usize::MAX)
+    }
+
+    /// Waits until the writer task is woken: by a pump that left it something to wait for, or
+    /// by the core giving up on the connection.
+    pub async fn woken(&self) {
+        self.0.writer.notified().await
+    }
+
+    /// Waits until the socket may take more.
+    pub async fn writable(&self) -> io::Result<()> {
+        self.0.socket.writable().await
+    }
+
+    /// Shuts the write side down after the last message (the peer reads an end of stream).
+    pub fn shutdown(&self) -> io::Result<()> {
+        socket2::SockRef::from(self.0.socket.as_ref()).shutdown(std::net::Shutdown::Write)
+    }
+
+    /// Resets the connection: the peer is not reading, and a FIN would wait behind the unsent
+    /// bytes in the socket buffer for as long as it keeps not reading.
+    pub fn reset(&self) {
+        let socket = socket2::SockRef::from(self.0.socket.as_ref());
+        let _ = socket.set_linger(Some(std::time::Duration::ZERO));
+        let _ = socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl Waiting {
+    /// The durable mark took this outbox off its waiting list: write what it released.
+    pub(crate) fn released(self) {
+        if let Some(shared) = self.0.upgrade() {
+            lock(&shared.state).waiting = false;
+            shared.flush();
+        }
+    }
+}
+
+impl Shared {
+    fn flush(self: &Arc<Self>) {
+        match self.pump(INLINE_BYTES) {
+            Next::Idle => {}
+            _ => self.writer.notify_one(),
+        }
+    }
+
+    /// Encodes and writes every message the durable mark lets out, in order, until none is
+    /// left, the socket is full or about `budget` bytes are written; puts the outbox on the
+    /// mark's waiting list when the next message waits for the log. Never waits.
+    fn pump(self: &Arc<Self>, budget: usize) -> Next {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let mut spent = 0;
+        loop {
+            if spent >= budget && state.end.is_none() {
+                return Next::More;
+            }
+            match &state.end {
+                None => self.encode_sendable(state),
+                Some(End::Overflow) => return Next::Reset,
+                Some(_) => {}
+            }
+            if state.written == state.out.len() {
+                return match &state.end {
+                    None => Next::Idle,
+                    Some(End::Close) => Next::Shutdown,
+                    Some(End::Lost) => Next::Stop(Ok(())),
+                    Some(End::Broken(kind, error)) => {
+                        Next::Stop(Err(io::Error::new(*kind, error.clone())))
+                    }
+                    Some(End::Overflow) => Next::Reset,
+                };
+            }
+            state.trace.sending(Instant::now());
+            match self.socket.try_write(&state.out[state.written..]) {
+                Ok(n) => {
+                    state.written += n;
+                    spent += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::SocketFull,
+                Err(e) => {
+                    state.end = Some(End::Broken(e.kind(), e.to_string()));
+                    drop_encoded(state, &self.stats);
+                    drop_queue(state, &self.stats);
+                    continue;
+                }
+            }
+            if state.written == state.out.len() {
+                self.sent(state);
+            }
+        }
+    }
+
+    /// Moves messages the mark lets out from the queue into `out`, up to a write's worth.
+    fn encode_sendable(self: &Arc<Self>, state: &mut State) {
+        let mut mark = self.mark.get();
+        while state.out.len() < WRITE_BATCH {
+            let Some(next) = state.queue.front() else {
+                return;
+            };
+            let (visible_at, faults) = (next.outgoing.visible_at, next.outgoing.faults);
+            let mut verdict = mark.verdict(visible_at, faults);
+            if verdict == Verdict::Wait && !state.waiting {
+                // Checked again under the mark's lock, which the publisher takes too.
+                verdict = self
+                    .mark
+                    .wait(Waiting(Arc::downgrade(self)), visible_at, faults);
+                state.waiting = verdict == Verdict::Wait;
+                mark = self.mark.get();
+            }
+            match verdict {
+                Verdict::Send => {}
+                Verdict::Wait => return,
+                Verdict::Drop => {
+                    state.end = Some(End::Lost);
+                    drop_queue(state, &self.stats);
+                    return;
+                }
+            }
+            let Some(Queued { outgoing, counted }) = state.queue.pop_front() else {
+                return;
+            };
+            state.trace.took(
+                outgoing.stamps,
+                outgoing.visible_at,
+                mark.sync,
+                outgoing.is_event(),
+            );
+            outgoing.message.encode(&mut state.out);
+            state.encoded.add(counted);
+            if outgoing.close {
+                state.end = Some(End::Close);
+                drop_queue(state, &self.stats);
+                return;
+            }
+        }
+    }
+
+    /// Everything in `out` is on the socket: count it as sent.
+    fn sent(&self, state: &mut State) {
         let stats = &self.stats;
+        let counted = std::mem::take(&mut state.encoded);
         stats
             .queued_bytes
-            .fetch_sub(dropped.bytes, Ordering::AcqRel);
+            .fetch_sub(counted.bytes, Ordering::AcqRel);
         stats
             .queued_packets
-            .fetch_sub(dropped.packets, Ordering::AcqRel);
+            .fetch_sub(counted.packets, Ordering::AcqRel);
+        stats.sent_bytes.fetch_add(counted.bytes, Ordering::AcqRel);
+        stats
+            .sent_packets
+            .fetch_add(counted.packets, Ordering::AcqRel);
+        self.server_sent
+            .fetch_add(counted.packets, Ordering::Relaxed);
+        state.trace.written(Instant::now());
+        state.written = 0;
+        if state.out.capacity() > 4 * WRITE_BATCH {
+            // One huge reply must not pin its buffer for the connection's whole life.
+            state.out = Vec::new();
+        } else {
+            state.out.clear();
+        }
+    }
+}
+
+/// Drops every message still queued (nothing more is written): they no longer count as queued.
+fn drop_queue(state: &mut State, stats: &ConnStats) {
+    let mut dropped = Counted::default();
+    for queued in state.queue.drain(..) {
+        dropped.add(queued.counted);
+    }
+    uncount(stats, dropped);
+}
+
+/// Drops what is encoded and not yet written (the connection ends without writing it).
+fn drop_encoded(state: &mut State, stats: &ConnStats) {
+    state.out = Vec::new();
+    state.written = 0;
+    uncount(stats, std::mem::take(&mut state.encoded));
+}
+
+fn uncount(stats: &ConnStats, dropped: Counted) {
+    stats
+        .queued_bytes
+        .fetch_sub(dropped.bytes, Ordering::AcqRel);
+    stats
+        .queued_packets
+        .fetch_sub(dropped.packets, Ordering::AcqRel);
+}
+
+#[cfg(test)]
+impl WriterEnd {
+    /// Takes every queued message off without writing it (tests that drive the core by hand).
+    pub fn take_queued(&self) -> Vec<Outgoing> {
+        let mut state = lock(&self.0.state);
+        let mut taken = Counted::default();
+        let messages = state
+            .queue
+            .drain(..)
+            .map(|q| {
+                taken.add(q.counted);
+                q.outgoing
+            })
+            .collect();
+        uncount(&self.0.stats, taken);
+        messages
+    }
+}
+
+/// Outboxes on real loopback connections, for tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// An outbox writing to one end of a new loopback connection (its two ends), and the
+    /// client's end of the connection.
+    pub async fn pair(mark: Arc<DurableMark>, limit: u64) -> (Outbox, WriterEnd, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("address"))
+            .await
+            .expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let (_, write) = server.into_split();
+        let trace = SendTrace::new(Arc::default(), Arc::default());
+        let (outbox, writer) = new(write, mark, limit, Arc::default(), trace);
+        (outbox, writer, client)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::testing::pair;
     use super::*;
     use crate::reply::{Body, Message};
     use lockkeeper_proto::ReplyHeader;
+    use std::time::Duration;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpStream;
 
-    fn event(path_len: usize) -> Outgoing {
+    /// A watch event on `path`, revealing the state at `visible_at`.
+    fn event(path: &str, visible_at: i64) -> Outgoing {
         Outgoing {
             message: Message::Reply {
                 header: ReplyHeader {
@@ -217,68 +525,228 @@ mod tests {
                     zxid: -1,
                     err: 0,
                 },
-                body: Body::Path("x".repeat(path_len)),
+                body: Body::Path(path.to_string()),
             },
-            visible_at: 0,
+            visible_at,
             faults: 0,
             close: false,
             stamps: None,
         }
     }
 
-    #[test]
-    fn counts_move_from_queued_to_sent_and_the_bound_closes() {
-        let one = event(100).memory() as u64;
-        assert!(one > 100, "the estimate counts more than the path: {one}");
-        let (outbox, mut inbox) = channel(3 * one, Arc::default());
-        for _ in 0..3 {
-            outbox.push(event(100)).unwrap();
+    fn encoded(messages: &[Outgoing]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for m in messages {
+            m.message.encode(&mut out);
         }
-        assert_eq!(outbox.stats().queued_packets.load(Ordering::Acquire), 3);
-        assert_eq!(outbox.stats().queued_bytes.load(Ordering::Acquire), 3 * one);
+        out
+    }
 
-        let mut batch = Batch::default();
-        batch.add(&inbox.try_recv().unwrap());
-        inbox.written(batch);
-        let stats = inbox.stats();
-        assert_eq!(stats.queued_packets.load(Ordering::Acquire), 2);
-        assert_eq!(stats.sent_packets.load(Ordering::Acquire), 1);
-        assert_eq!(stats.sent_bytes.load(Ordering::Acquire), one);
+    /// Reads exactly `n` bytes, or fails after a few seconds.
+    async fn read_n(client: &mut TcpStream, n: usize) -> Vec<u8> {
+        let mut got = vec![0; n];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got))
+            .await
+            .expect("the bytes arrive in time")
+            .expect("read");
+        got
+    }
 
-        outbox.push(event(100)).unwrap();
-        match outbox.push(event(100)) {
+    /// Whether anything arrives within 100 ms.
+    async fn nothing_arrives(client: &mut TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(Duration::from_millis(100), client.read(&mut byte))
+            .await
+            .is_err()
+    }
+
+    fn queued_packets(outbox: &Outbox) -> u64 {
+        outbox.stats().queued_packets.load(Ordering::Acquire)
+    }
+
+    fn sent_packets(outbox: &Outbox) -> u64 {
+        outbox.stats().sent_packets.load(Ordering::Acquire)
+    }
+
+    #[tokio::test]
+    async fn a_flush_writes_what_the_mark_lets_out_and_counts_it_sent() {
+        let mark = DurableMark::new(10);
+        let (outbox, _writer, mut client) = pair(mark, 1 << 20).await;
+        let messages = [event("/a", 5), event("/b", 10)];
+        let one = messages[0].memory() as u64;
+        for m in [event("/a", 5), event("/b", 10)] {
+            outbox.push(m).unwrap();
+        }
+        assert_eq!(queued_packets(&outbox), 2);
+        assert_eq!(outbox.stats().queued_bytes.load(Ordering::Acquire), 2 * one);
+        outbox.flush();
+        let want = encoded(&messages);
+        assert_eq!(read_n(&mut client, want.len()).await, want);
+        assert_eq!(queued_packets(&outbox), 0);
+        assert_eq!(outbox.stats().queued_bytes.load(Ordering::Acquire), 0);
+        assert_eq!(sent_packets(&outbox), 2);
+        assert_eq!(outbox.stats().sent_bytes.load(Ordering::Acquire), 2 * one);
+    }
+
+    #[tokio::test]
+    async fn a_message_waits_for_the_mark_and_holds_back_what_follows_until_its_publication() {
+        let mark = DurableMark::new(10);
+        let (outbox, _writer, mut client) = pair(mark.clone(), 1 << 20).await;
+        let messages = [event("/a", 10), event("/b", 12), event("/c", 11)];
+        for m in [event("/a", 10), event("/b", 12), event("/c", 11)] {
+            outbox.push(m).unwrap();
+        }
+        outbox.flush();
+        let first = encoded(&messages[..1]);
+        assert_eq!(read_n(&mut client, first.len()).await, first);
+        assert!(
+            nothing_arrives(&mut client).await,
+            "/b waits for 12, /c behind it"
+        );
+        assert_eq!(queued_packets(&outbox), 2);
+
+        mark.publish(|d| d.zxid = 11).write();
+        assert!(nothing_arrives(&mut client).await, "11 releases neither");
+        mark.publish(|d| d.zxid = 12).write();
+        let rest = encoded(&messages[1..]);
+        assert_eq!(read_n(&mut client, rest.len()).await, rest);
+        assert_eq!((queued_packets(&outbox), sent_packets(&outbox)), (0, 3));
+    }
+
+    #[tokio::test]
+    async fn a_disk_fault_before_the_mark_drops_what_waits_and_ends_the_connection() {
+        let mark = DurableMark::new(10);
+        let (outbox, writer, mut client) = pair(mark.clone(), 1 << 20).await;
+        outbox.push(event("/a", 10)).unwrap();
+        outbox.push(event("/b", 11)).unwrap();
+        outbox.flush();
+        mark.publish(|d| d.faults += 1).write();
+        let first = encoded(&[event("/a", 10)]);
+        assert_eq!(read_n(&mut client, first.len()).await, first);
+        assert!(matches!(writer.pump(), Next::Stop(Ok(()))));
+        assert!(
+            nothing_arrives(&mut client).await,
+            "/b may reveal lost state"
+        );
+        assert_eq!(queued_packets(&outbox), 0, "what was dropped is not queued");
+        assert_eq!(outbox.push(event("/c", 10)), Err(Refused::Closing));
+    }
+
+    #[tokio::test]
+    async fn the_bound_refuses_a_message_and_resets_but_one_big_message_always_fits() {
+        let mark = DurableMark::new(0);
+        let one = event("/x", 1).memory() as u64;
+        let (outbox, _writer, _client) = pair(mark.clone(), 16).await;
+        outbox.push(event(&"x".repeat(1000), 1)).unwrap();
+        assert!(one > 16, "the estimate counts more than the path: {one}");
+
+        let (outbox, writer, _client) = pair(mark, 3 * one).await;
+        for _ in 0..3 {
+            outbox.push(event("/x", 1)).unwrap();
+        }
+        match outbox.push(event("/x", 1)) {
             Err(Refused::Overflow {
                 queued_bytes,
                 message_bytes,
             }) => assert_eq!((queued_bytes, message_bytes), (3 * one, one)),
             other => panic!("expected an overflow, got {other:?}"),
         }
-        assert_eq!(outbox.push(event(1)), Err(Refused::Closing));
-        drop(inbox);
-        assert_eq!(stats.queued_packets.load(Ordering::Acquire), 0);
-        assert_eq!(stats.queued_bytes.load(Ordering::Acquire), 0);
-    }
-
-    #[test]
-    fn one_message_larger_than_the_bound_still_goes_through_an_empty_queue() {
-        let (outbox, _inbox) = channel(16, Arc::default());
-        outbox.push(event(1000)).unwrap();
-        assert!(matches!(
-            outbox.push(event(1)),
-            Err(Refused::Overflow { .. })
-        ));
+        assert_eq!(outbox.push(event("/y", 1)), Err(Refused::Closing));
+        assert_eq!(queued_packets(&outbox), 0, "everything queued is dropped");
+        assert!(matches!(writer.pump(), Next::Reset));
+        tokio::time::timeout(Duration::from_secs(5), writer.woken())
+            .await
+            .expect("the writer task is woken for the reset");
     }
 
     #[tokio::test]
-    async fn the_writer_hears_of_an_overflow_that_came_before_it_waited() {
-        let (outbox, inbox) = channel(1, Arc::default());
-        outbox.push(event(10)).unwrap();
-        assert!(outbox.push(event(10)).is_err());
-        tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            inbox.stats().overflowed(),
-        )
-        .await
-        .expect("overflowed() returns at once");
+    async fn a_full_socket_is_left_to_the_writer_task_and_everything_arrives_in_order() {
+        let mark = DurableMark::new(0);
+        let (outbox, writer, mut client) = pair(mark, 64 << 20).await;
+        let big = "x".repeat(60_000);
+        let messages: Vec<Outgoing> = (0..200).map(|_| event(&big, 0)).collect();
+        let want = encoded(&messages);
+        for m in messages {
+            outbox.push(m).unwrap();
+        }
+        assert!(
+            matches!(writer.pump(), Next::SocketFull),
+            "12 MB do not fit in a socket nobody reads"
+        );
+        let task = tokio::spawn(async move {
+            loop {
+                match writer.pump() {
+                    Next::Idle => return,
+                    Next::SocketFull => writer.writable().await.expect("writable"),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        });
+        assert_eq!(read_n(&mut client, want.len()).await, want);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the writer finishes")
+            .expect("no panic");
+        assert_eq!((queued_packets(&outbox), sent_packets(&outbox)), (0, 200));
+    }
+
+    #[tokio::test]
+    async fn a_close_writes_what_came_before_then_shuts_down() {
+        let mark = DurableMark::new(0);
+        let (outbox, writer, mut client) = pair(mark, 1 << 20).await;
+        outbox.push(event("/a", 0)).unwrap();
+        let mut close = event("/b", 0);
+        close.close = true;
+        outbox.push(close).unwrap();
+        assert!(matches!(writer.pump(), Next::Shutdown));
+        writer.shutdown().expect("shutdown");
+        let want = encoded(&[event("/a", 0), event("/b", 0)]);
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got))
+            .await
+            .expect("end of stream in time")
+            .expect("read");
+        assert_eq!(got, want);
+        assert_eq!(outbox.push(event("/c", 0)), Err(Refused::Closing));
+    }
+
+    #[tokio::test]
+    async fn dropping_the_core_end_closes_after_what_is_queued_even_when_it_waits_for_the_mark() {
+        let mark = DurableMark::new(10);
+        let (outbox, writer, mut client) = pair(mark.clone(), 1 << 20).await;
+        outbox.push(event("/a", 11)).unwrap();
+        drop(outbox);
+        assert!(
+            matches!(writer.pump(), Next::Idle),
+            "/a and the close wait for 11"
+        );
+        assert!(nothing_arrives(&mut client).await);
+        mark.publish(|d| d.zxid = 11).write();
+        assert!(matches!(writer.pump(), Next::Shutdown));
+        writer.shutdown().expect("shutdown");
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got))
+            .await
+            .expect("end of stream in time")
+            .expect("read");
+        assert_eq!(got, encoded(&[event("/a", 11)]));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_log_ends_what_waits_for_it_and_the_mark_does_not_keep_it_alive() {
+        let mark = DurableMark::new(10);
+        let (outbox, writer, mut client) = pair(mark.clone(), 1 << 20).await;
+        outbox.push(event("/a", 11)).unwrap();
+        outbox.flush();
+        mark.publish(|d| d.stopped = true).write();
+        assert!(matches!(writer.pump(), Next::Stop(Ok(()))));
+        assert!(nothing_arrives(&mut client).await);
+
+        let (outbox, writer, _client) = pair(mark.clone(), 1 << 20).await;
+        let weak = Arc::downgrade(&writer.0);
+        outbox.push(event("/a", 12)).unwrap();
+        outbox.flush();
+        drop((outbox, writer));
+        assert!(weak.upgrade().is_none(), "the waiting list holds it weakly");
     }
 }

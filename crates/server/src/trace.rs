@@ -1,9 +1,11 @@
 //! Trace: where a durable write's time goes, stage by stage, always on.
 //!
-//! A write's reply crosses three tasks and a thread before it reaches the socket: the
-//! connection's reader, the core, the log writer thread and the connection's writer. Each stamps
-//! an [`Instant`] where it hands the work on, and the writer that finally sends a reply which had
-//! to wait for durability turns the stamps into stage durations and adds them to [`StageTimes`].
+//! A write's reply crosses two tasks and a thread before it reaches the socket: the connection's
+//! reader, the core and a log thread, which writes the reply to the socket itself once its sync
+//! made it durable (or the core does, at the end of its batch, when the log was faster). Each
+//! stamps an [`Instant`] where it hands the work on, and whoever finally
+//! writes a reply which had to wait for durability turns the stamps into stage durations and
+//! adds them to [`StageTimes`].
 //!
 //! The stages, each from one stamp to the next:
 //!
@@ -15,8 +17,8 @@
 //! | `handoff`   | the batch was flushed                       | the log thread received it               |
 //! | `write`     | the log thread received it                  | its write(2) returned                    |
 //! | `fdatasync` | the write returned                          | fdatasync returned (zero without `--sync always`) |
-//! | `wake`      | the durable zxid was published              | the connection's writer took the message |
-//! | `socket`    | the writer woke                             | encode and write(2) to the socket returned |
+//! | `wake`      | the durable zxid was published              | the message was taken for the socket     |
+//! | `socket`    | the message was taken                       | encode and write(2) to the socket returned |
 //!
 //! and beside them `reaction`: on one connection, from the write(2) that carries a watch event
 //! (stamped before it, so a client that answers before the write returns is still seen) to the
@@ -32,14 +34,15 @@
 //!   that measures around the request sees at least that.
 //! - **Only replies that wait for the log are traced**: a message a request's handling queued
 //!   while the log was not yet durable as far as it reveals (a write's reply, the watch events it
-//!   fires, a read behind a write), at most one per socket write, and only if the log's mark the
-//!   writer sees is the sync that covered it (its zxid lies in the range that sync made
+//!   fires, a read behind a write), at most one per socket write, and only if the log's mark
+//!   seen when it is taken is the sync that covered it (its zxid lies in the range that sync made
 //!   durable). So a synchronous client's every write is traced once. When several core batches
 //!   share one sync, `batch` and `handoff` are measured against the last of them (the one whose
-//!   flush the sync carries). `wake` is zero-or-more: a writer that finds the mark already
-//!   published (it was slower than the log) is charged from the publication to its taking the
-//!   message.
+//!   flush the sync carries). `wake` is what the publishing thread spends on the
+//!   connections released before this one, or, when the core writes the reply (the log was
+//!   faster than the core's batch), the time from the publication to the core's write.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -163,13 +166,13 @@ impl StageTimes {
     }
 
     /// Records the stages of one reply that waited for durability: `request` stamped by the
-    /// reader and the core, `sync` by the log writer, `woke` and `sent` by the connection's
-    /// writer.
+    /// reader and the core, `sync` by the log thread, `taken` and `sent` by whoever wrote it to
+    /// the socket.
     pub fn record_reply(
         &self,
         request: &RequestStamps,
         sync: &SyncStamps,
-        woke: Instant,
+        taken: Instant,
         sent: Instant,
     ) {
         let points = [
@@ -180,7 +183,7 @@ impl StageTimes {
             sync.received,
             sync.written,
             sync.synced,
-            woke,
+            taken,
             sent,
         ];
         let mut previous = points[0];
@@ -241,6 +244,64 @@ impl Reaction {
                 Stage::Reaction,
                 Duration::from_nanos(now.saturating_sub(written)),
             );
+        }
+    }
+}
+
+/// The sending side of one connection: the reply that last waited for the log, kept until the
+/// write that sends it, and whether a watch event is among what is being written.
+#[derive(Debug)]
+pub struct SendTrace {
+    stages: Arc<StageTimes>,
+    reaction: Arc<Reaction>,
+    /// The stamps of the reply that waited, the log's sync that released it, when it was taken.
+    waited: Option<(RequestStamps, SyncStamps, Instant)>,
+    /// A watch event is encoded and not yet written.
+    event: bool,
+}
+
+impl SendTrace {
+    pub fn new(stages: Arc<StageTimes>, reaction: Arc<Reaction>) -> SendTrace {
+        SendTrace {
+            stages,
+            reaction,
+            waited: None,
+            event: false,
+        }
+    }
+
+    /// A message that reveals `visible_at` is taken for the socket, the log's newest sync being
+    /// `sync`. Keeps its stamps (if it was queued before the log was durable that far), the
+    /// first such message's of a write, if `sync` is the one that covered it: a later mark
+    /// would charge this reply for another batch's stages.
+    pub fn took(
+        &mut self,
+        stamps: Option<RequestStamps>,
+        visible_at: i64,
+        sync: Option<SyncStamps>,
+        event: bool,
+    ) {
+        self.event |= event;
+        if let (None, Some(request), Some(sync)) = (self.waited, stamps, sync)
+            && sync.after < visible_at
+        {
+            self.waited = Some((request, sync, Instant::now()));
+        }
+    }
+
+    /// What was encoded goes to the socket now. A watch event among it is noted before the
+    /// write: the client may read it and send its next request before the write returns here,
+    /// and the reader must then find the note.
+    pub fn sending(&mut self, at: Instant) {
+        if std::mem::take(&mut self.event) {
+            self.reaction.event_written(&self.stages, at);
+        }
+    }
+
+    /// What was encoded is on the socket at `at`.
+    pub fn written(&mut self, at: Instant) {
+        if let Some((request, sync, taken)) = self.waited.take() {
+            self.stages.record_reply(&request, &sync, taken, at);
         }
     }
 }

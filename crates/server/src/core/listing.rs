@@ -165,7 +165,7 @@ mod tests {
     use crate::config::Config;
     use crate::core::CoreMsg;
     use crate::datadir_lock::DataDirLock;
-    use crate::outbox::{self, Inbox};
+    use crate::outbox::{self, WriterEnd};
     use crate::reply::Outgoing;
     use lockkeeper_proto::request::CreateOp;
 
@@ -173,9 +173,12 @@ mod tests {
     /// threads (that happens between batches of `run`), so nothing becomes durable.
     struct Driven {
         core: Core,
-        inboxes: HashMap<ConnId, Inbox>,
+        /// Each connection's outbox, and the client's end of its socket (kept open).
+        outboxes: HashMap<ConnId, (WriterEnd, tokio::net::TcpStream)>,
         xid: i32,
         _dir: tempfile::TempDir,
+        /// The sockets' runtime, dropped last.
+        runtime: tokio::runtime::Runtime,
     }
 
     impl Driven {
@@ -187,17 +190,23 @@ mod tests {
             });
             let lock = DataDirLock::exclusive(dir.path()).expect("lock the data dir");
             let core = Core::recover(config, lock).expect("recover an empty data dir");
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+                .expect("a runtime for the sockets");
             Driven {
                 core,
-                inboxes: HashMap::new(),
+                outboxes: HashMap::new(),
                 xid: 0,
                 _dir: dir,
+                runtime,
             }
         }
 
         fn connect(&mut self, conn: ConnId) {
-            let (outbox, inbox) = outbox::channel(1 << 20, Arc::default());
-            self.inboxes.insert(conn, inbox);
+            let pair = outbox::testing::pair(self.core.durable(), 1 << 20);
+            let (outbox, writer, client) = self.runtime.block_on(pair);
+            self.outboxes.insert(conn, (writer, client));
             self.core.handle(CoreMsg::Connect {
                 conn,
                 peer: "127.0.0.1:1".parse().unwrap(),
@@ -219,8 +228,8 @@ mod tests {
         }
 
         fn take(&mut self, conn: ConnId) -> Vec<Outgoing> {
-            let inbox = self.inboxes.get_mut(&conn).expect("connected");
-            std::iter::from_fn(|| inbox.try_recv().map(|q| q.outgoing)).collect()
+            let (writer, _) = self.outboxes.get(&conn).expect("connected");
+            writer.take_queued()
         }
 
         /// Creates `path` from `conn`; returns its zxid.

@@ -1,6 +1,8 @@
 //! Reply, the core's side: every message a connection gets (replies, watch events, the
-//! connect response) is queued on its outbox here, stamped with the zxid it reveals; the
-//! connection's writer holds it until the log is durable that far.
+//! connect response) is queued on its outbox here, stamped with the zxid it reveals, and held
+//! there until the log is durable that far. At the end of each batch (after the log's flush,
+//! so the sync starts first) the core writes what is already sendable (or, when busy, has the
+//! connections' writer tasks write it); the log thread whose sync releases the rest writes that.
 
 use lockkeeper_proto::*;
 
@@ -46,19 +48,44 @@ impl Core {
             close,
             stamps,
         };
-        if let Err(Refused::Overflow {
-            queued_bytes,
-            message_bytes,
-        }) = c.outbox.push(outgoing)
-        {
-            tracing::warn!(
-                peer = %c.peer,
-                session = format_args!("{:#x}", c.session.unwrap_or_default()),
+        match c.outbox.push(outgoing) {
+            Ok(()) => {
+                if !c.unflushed {
+                    c.unflushed = true;
+                    self.unflushed.push(conn);
+                }
+            }
+            Err(Refused::Overflow {
                 queued_bytes,
                 message_bytes,
-                max_queued_bytes = self.config.max_queued_bytes,
-                "client is not reading its replies; closing its connection (the session stays)"
-            );
+            }) => {
+                tracing::warn!(
+                    peer = %c.peer,
+                    session = format_args!("{:#x}", c.session.unwrap_or_default()),
+                    queued_bytes,
+                    message_bytes,
+                    max_queued_bytes = self.config.max_queued_bytes,
+                    "client is not reading its replies; closing its connection (the session stays)"
+                );
+            }
+            Err(Refused::Closing) => {}
+        }
+    }
+
+    /// Writes what the batch queued and the log already lets out; the rest waits on the
+    /// durable mark, whose publication writes it. When the core is `busy` (it has a backlog of
+    /// requests), the connections' writer tasks write instead, in parallel with the core: a
+    /// reply then costs a wake-up, but the core's next batch does not wait for the sockets.
+    pub(super) fn flush_outboxes(&mut self, busy: bool) {
+        for conn in self.unflushed.drain(..) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.unflushed = false;
+                if busy {
+                    c.outbox.hand_to_writer();
+                } else {
+                    c.outbox.flush();
+                }
+            }
         }
     }
 

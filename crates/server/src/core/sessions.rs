@@ -33,6 +33,7 @@ impl Core {
                 auth: AuthIds::for_peer(peer.ip()),
                 received: 1,
                 seen: 0,
+                unflushed: false,
             },
         );
         // A client that has seen newer state than ours must go elsewhere, as ZooKeeper says.
