@@ -3,9 +3,10 @@
 //! The reader half peeks at the first four bytes (a four-letter word or a frame length), reads
 //! the connect request, then decodes frames into requests for the core. Replies leave through
 //! the connection's [`Outbox`], written by whoever made them sendable (the core, or the log
-//! thread whose sync made them durable); the connection's writer task only does what needs
-//! waiting: it finishes a write the full socket did not take, shuts the socket down after a
-//! close, and resets a connection the core gave up on (its queue passed the bound). Bad input
+//! thread whose sync made them durable); the connection's writer task does what needs waiting
+//! or would hold them up: it finishes a write the full socket did not take, writes a large
+//! backlog and what a busy core leaves it, shuts the socket down after a close, and resets a
+//! connection the core gave up on (its queue passed the bound). Bad input
 //! closes this connection only; the core and every other session carry on.
 //!
 //! When the writer task ends, the reader sees it gone and reports the disconnect, so the session
@@ -66,8 +67,8 @@ pub struct ConnectionCtx {
     pub packets_sent: Arc<AtomicU64>,
     /// Where this connection records the write path's stages.
     pub stages: Arc<StageTimes>,
-    /// This connection's `reaction`: its writer notes events written, its reader the next
-    /// request.
+    /// This connection's `reaction`: whoever writes a watch event to it notes the write, its
+    /// reader the next request.
     pub reaction: Arc<Reaction>,
 }
 
@@ -264,7 +265,12 @@ async fn write_replies(outbox: WriterEnd) -> std::io::Result<()> {
             Next::More => tokio::task::yield_now().await,
             Next::SocketFull => {
                 tokio::select! {
-                    writable = outbox.writable() => writable?,
+                    writable = outbox.writable() => {
+                        if let Err(e) = writable {
+                            outbox.broken(&e);
+                            return Err(e);
+                        }
+                    }
                     // The core gave up on the connection meanwhile: the next pump says so.
                     () = outbox.woken() => {}
                 }

@@ -103,7 +103,7 @@ pub(crate) struct Connection {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub received: u64,
-    /// Packets written to sockets, by every connection's writer.
+    /// Packets written to sockets, by every connection's outbox.
     pub sent: Arc<AtomicU64>,
     pub latency_min_us: u64,
     pub latency_max_us: u64,

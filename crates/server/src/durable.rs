@@ -11,9 +11,10 @@
 //! - **No lost wake-up**: an outbox checks the mark and joins the list under the list's lock,
 //!   and a publisher changes the mark and takes the list under the same lock. So an outbox
 //!   either sees the new mark or is on the list the publisher takes.
-//! - **The list's lock is the innermost lock**: nothing else is taken while it is held, and the
-//!   released outboxes are written only after it (and the caller's locks) are let go, through
-//!   [`Released::write`].
+//! - **The list's lock is taken last**: only the mark's own (the watch's) is taken inside it,
+//!   and the released outboxes are written only after it is let go, through
+//!   [`Released::write`] (the log writes them after its publish lock too; after a fault, still
+//!   under its writer lock, which no outbox ever takes).
 //! - **The mark only moves forward** in zxid; publishers order their publications themselves
 //!   (the log publishes under its own lock, in the order its groups were written).
 
@@ -25,11 +26,15 @@ use crate::outbox::Waiting;
 use crate::trace::SyncStamps;
 
 /// The mark itself: the newest durable zxid, and how many disk faults have happened (a message
-/// queued before a fault whose zxid the mark has not reached is dropped, never sent).
+/// queued before a fault that reveals more than was durable at the fault is dropped, never
+/// sent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Durable {
     pub zxid: i64,
     pub faults: u64,
+    /// The durable zxid when the last fault happened. After a fault the core reloads what is
+    /// durable and goes on in a new epoch, so a later mark says nothing of what was lost.
+    pub faulted_at: i64,
     /// The log has stopped (the server is shutting down): nothing more becomes durable.
     pub stopped: bool,
     /// When the sync that reached `zxid` went through each stage, for [`crate::trace`]; `None`
@@ -53,13 +58,26 @@ impl Durable {
     /// The verdict on a message that reveals the state at `visible_at` and was queued when
     /// `faults` disk faults had happened.
     pub fn verdict(&self, visible_at: i64, faults: u64) -> Verdict {
-        if self.zxid >= visible_at {
+        if faults == self.faults {
+            if self.zxid >= visible_at {
+                Verdict::Send
+            } else if self.stopped {
+                Verdict::Drop
+            } else {
+                Verdict::Wait
+            }
+        } else if faults + 1 == self.faults && visible_at <= self.faulted_at {
+            // It was durable before the fault (the zxids after it are another epoch's).
             Verdict::Send
-        } else if self.faults != faults || self.stopped {
-            Verdict::Drop
         } else {
-            Verdict::Wait
+            Verdict::Drop
         }
+    }
+
+    /// Counts a disk fault: what is not durable now may never be.
+    pub fn fault(&mut self) {
+        self.faults += 1;
+        self.faulted_at = self.zxid;
     }
 }
 
@@ -68,8 +86,18 @@ pub struct DurableMark {
     /// The value, also for whoever awaits a change (the core, to finish a snapshot).
     value: watch::Sender<Durable>,
     /// Outboxes whose next message waits for the mark to move.
-    waiting: Mutex<Vec<Waiting>>,
+    waiting: Mutex<WaitingList>,
 }
+
+/// The waiting list, and the length at which entries whose connection is gone are dropped from
+/// it (without a publication, as while the disk fails, nothing else would).
+struct WaitingList {
+    outboxes: Vec<Waiting>,
+    prune_at: usize,
+}
+
+/// The shortest list that is ever pruned.
+const PRUNE_AT: usize = 64;
 
 /// Outboxes a publication released: write them once every lock is let go.
 #[must_use = "the released outboxes are written only by Released::write"]
@@ -92,7 +120,10 @@ impl DurableMark {
                 zxid,
                 ..Durable::default()
             }),
-            waiting: Mutex::new(Vec::new()),
+            waiting: Mutex::new(WaitingList {
+                outboxes: Vec::new(),
+                prune_at: PRUNE_AT,
+            }),
         })
     }
 
@@ -109,7 +140,8 @@ impl DurableMark {
     pub fn publish(&self, change: impl FnOnce(&mut Durable)) -> Released {
         let mut waiting = lock(&self.waiting);
         self.value.send_modify(change);
-        Released(std::mem::take(&mut *waiting))
+        waiting.prune_at = PRUNE_AT;
+        Released(std::mem::take(&mut waiting.outboxes))
     }
 
     /// Puts `outbox` on the waiting list if the mark's verdict on its next message (which
@@ -118,7 +150,11 @@ impl DurableMark {
         let mut waiting = lock(&self.waiting);
         let verdict = self.value.borrow().verdict(visible_at, faults);
         if verdict == Verdict::Wait {
-            waiting.push(outbox);
+            if waiting.outboxes.len() >= waiting.prune_at {
+                waiting.outboxes.retain(Waiting::is_alive);
+                waiting.prune_at = PRUNE_AT.max(2 * waiting.outboxes.len());
+            }
+            waiting.outboxes.push(outbox);
         }
         verdict
     }
@@ -130,4 +166,62 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_sends_only_what_was_durable_before_a_fault_and_drops_after_two() {
+        let mut mark = Durable {
+            zxid: 10,
+            ..Durable::default()
+        };
+        assert_eq!(mark.verdict(10, 0), Verdict::Send);
+        assert_eq!(mark.verdict(11, 0), Verdict::Wait);
+        mark.fault();
+        assert_eq!(
+            mark.verdict(10, 0),
+            Verdict::Send,
+            "durable before the fault"
+        );
+        assert_eq!(
+            mark.verdict(11, 0),
+            Verdict::Drop,
+            "maybe lost in the fault"
+        );
+        assert_eq!(mark.verdict(11, 1), Verdict::Wait, "queued after it");
+        // The reload goes on in a new epoch: its zxids pass the old ones.
+        mark.zxid = 2 << 32 | 5;
+        assert_eq!(
+            mark.verdict(11, 0),
+            Verdict::Drop,
+            "a new epoch's mark says nothing of it"
+        );
+        assert_eq!(mark.verdict(2 << 32 | 5, 1), Verdict::Send);
+        mark.fault();
+        assert_eq!(
+            mark.verdict(10, 0),
+            Verdict::Drop,
+            "two faults since: not known"
+        );
+        mark.stopped = true;
+        assert_eq!(mark.verdict(2 << 32 | 6, 2), Verdict::Drop);
+        assert_eq!(mark.verdict(2 << 32 | 5, 2), Verdict::Send);
+    }
+
+    #[test]
+    fn a_long_waiting_list_drops_the_outboxes_nobody_holds() {
+        let mark = DurableMark::new(0);
+        for _ in 0..1000 {
+            assert_eq!(mark.wait(Waiting::gone(), 1, 0), Verdict::Wait);
+        }
+        let waiting = lock(&mark.waiting);
+        assert!(
+            waiting.outboxes.len() <= PRUNE_AT,
+            "{} entries kept",
+            waiting.outboxes.len()
+        );
+    }
 }

@@ -153,9 +153,9 @@ fn mntr(view: &View, out: &mut String) {
     }
 }
 
-/// One line per connection in ZooKeeper's layout. `queued` is the packets waiting for the
-/// connection's writer (replies and watch events not yet written to the socket, including
-/// those held until the log is durable), `sent` the packets written to the socket.
+/// One line per connection in ZooKeeper's layout. `queued` is the packets in the connection's
+/// outbox (replies and watch events not yet written to the socket, including those held until
+/// the log is durable), `sent` the packets written to the socket.
 fn cons(view: &View, out: &mut String) {
     let mut conns: Vec<_> = view.conns.iter().collect();
     conns.sort_by_key(|(id, _)| **id);

@@ -12,7 +12,7 @@
 //!   -> outbox (holds each message until the log is durable that far, then encodes it and
 //!      writes it in request order: the log thread whose sync released it writes it, or the
 //!      core at the end of its batch when it was sendable already; the connection's writer
-//!      task only finishes what a full socket did not take)
+//!      task takes what would hold them up: a full socket, a large backlog, a busy core's)
 //! ```
 //!
 //! Each stage of that path is timed for every reply that waits for the log ([`trace`]; `mntr`'s

@@ -10,7 +10,7 @@
 //! zxid means what it did with one thread: everything up to it is on disk.
 //! Every reply and watch event is held until the durable zxid reaches the state it reveals; the
 //! thread that publishes a mark writes what it released to the sockets itself (see
-//! [`crate::durable`]), after letting go of the log's locks.
+//! [`crate::durable`]), after letting go of the publish lock.
 //!
 //! A segment is `log.<zxid of its first record, 16 hex digits>`: a 16-byte header (`LKTXNLOG`,
 //! version, zero), then records `u32 len | u32 crc32c(payload) | payload`, payload =
@@ -37,7 +37,7 @@ use std::time::Instant;
 use tokio::sync::mpsc as tokio_mpsc;
 
 use crate::config::SyncMode;
-use crate::durable::DurableMark;
+use crate::durable::{Durable, DurableMark};
 use crate::metrics::Summary;
 use crate::trace::SyncStamps;
 use crate::txn::Txn;
@@ -221,7 +221,7 @@ impl TxnLog {
     /// Drops every reply still waiting for durability (after a fault, the state they reveal
     /// may never become durable): their connections close instead.
     pub fn abandon_pending(&self) {
-        self.durable.publish(|d| d.faults += 1).write();
+        self.durable.publish(Durable::fault).write();
     }
 }
 
@@ -450,7 +450,7 @@ impl Shared {
         }
         let file = path.display().to_string();
         tracing::error!(%error, file, "transaction log write failed: no more writes are accepted until the disk recovers");
-        self.durable.publish(|d| d.faults += 1).write();
+        self.durable.publish(Durable::fault).write();
         let _ = self.events.send(LogEvent::Failed(error.to_string()));
     }
 }

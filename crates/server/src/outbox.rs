@@ -2,15 +2,16 @@
 //! log is durable as far as each reveals, bounded in bytes.
 //!
 //! Whoever makes a message sendable writes it, with a non-blocking write on the socket:
-//! - the core, at the end of each batch, writes what was sendable when it was queued (a read's
-//!   reply, an event that reveals nothing new), unless it has a backlog: then the connection's
-//!   writer task writes it, beside the core;
+//! - the core, at the end of each batch, writes what is sendable by then (a read's reply, an
+//!   event that reveals nothing new, what the log made durable meanwhile), unless it has a
+//!   backlog: then the connection's writer task writes it, beside the core;
 //! - a log thread, when it publishes a durable mark, writes what that mark released (a write's
 //!   reply, the events the write fired; see [`crate::durable`]).
 //!
 //! So a reply leaves on the thread that last held it back, and no other thread is woken to send
-//! it. Only what would need waiting is left to the connection's writer task: a full socket, the
-//! shutdown after a close, a connection the core gave up on, a write that failed.
+//! it. What would need waiting, or hold the core or a log thread up, is left to the connection's
+//! writer task: a full socket, more than [`INLINE_BYTES`] at once, a busy core's replies, the
+//! shutdown after a close, a connection the core gave up on.
 //!
 //! The core must never wait for a connection: it owns every session, and one client that stops
 //! reading its socket would stall them all. So the core never waits on a socket; instead each
@@ -199,7 +200,7 @@ impl Outbox {
     }
 
     /// Queues `outgoing` unless that would pass the bound; never waits for the socket (at
-    /// most for another thread's non-blocking write to it). What is queued is written by the
+    /// most for another thread's pump: non-blocking writes of up to [`INLINE_BYTES`]). What is queued is written by the
     /// next [`Outbox::flush`] or by the publication of the durable mark that releases it.
     pub fn push(&self, outgoing: Outgoing) -> Result<(), Refused> {
         let shared = &*self.0;
@@ -238,9 +239,30 @@ impl Outbox {
         self.0.flush();
     }
 
-    /// Has the connection's writer task write what is sendable, on its own thread.
+    /// Has the connection's writer task write what is sendable, on its own thread; when
+    /// nothing is sendable yet, only puts the outbox on the mark's waiting list (the
+    /// publication that releases it writes it, with no task to wake).
     pub fn hand_to_writer(&self) {
-        self.0.writer.notify_one();
+        let shared = &self.0;
+        let mut state = lock(&shared.state);
+        if state.end.is_none() && state.written == state.out.len() {
+            let Some(next) = state.queue.front() else {
+                return;
+            };
+            let (visible_at, faults) = (next.outgoing.visible_at, next.outgoing.faults);
+            if shared.mark.get().verdict(visible_at, faults) == Verdict::Wait {
+                if state.waiting {
+                    return;
+                }
+                let waiting = Waiting(Arc::downgrade(shared));
+                if shared.mark.wait(waiting, visible_at, faults) == Verdict::Wait {
+                    state.waiting = true;
+                    return;
+                }
+            }
+        }
+        drop(state);
+        shared.writer.notify_one();
     }
 }
 
@@ -274,9 +296,20 @@ impl Drop for Outbox {
 }
 
 impl WriterEnd {
-    /// Writes what is sendable (see [`Shared::pump`]) and says what to wait for next.
+    /// Writes what is sendable, up to [`INLINE_BYTES`] (see [`Shared::pump`]: the core and the
+    /// log threads wait for the outbox's lock meanwhile), and says what to do next.
     pub fn pump(&self) -> Next {
-        self.0.pump(usize::MAX)
+        self.0.pump(INLINE_BYTES)
+    }
+
+    /// Waiting for the socket failed: nothing more is written, and what is queued is dropped.
+    pub fn broken(&self, error: &io::Error) {
+        let mut state = lock(&self.0.state);
+        if state.end.is_none() {
+            state.end = Some(End::Broken(error.kind(), error.to_string()));
+        }
+        drop_encoded(&mut state, &self.0.stats);
+        drop_queue(&mut state, &self.0.stats);
     }
 
     /// Waits until the writer task is woken: by a pump that left it something to wait for, or
@@ -305,6 +338,17 @@ impl WriterEnd {
 }
 
 impl Waiting {
+    /// An entry whose outbox is already gone (tests of the waiting list).
+    #[cfg(test)]
+    pub(crate) fn gone() -> Waiting {
+        Waiting(Weak::new())
+    }
+
+    /// Whether anyone but the mark still holds the outbox.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
     /// The durable mark took this outbox off its waiting list: write what it released.
     pub(crate) fn released(self) {
         if let Some(shared) = self.0.upgrade() {
@@ -372,7 +416,7 @@ impl Shared {
     /// Moves messages the mark lets out from the queue into `out`, up to a write's worth.
     fn encode_sendable(self: &Arc<Self>, state: &mut State) {
         let mut mark = self.mark.get();
-        while state.out.len() < WRITE_BATCH {
+        while state.out.len() - state.written < WRITE_BATCH {
             let Some(next) = state.queue.front() else {
                 return;
             };
@@ -510,6 +554,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::pair;
     use super::*;
+    use crate::durable::Durable;
     use crate::reply::{Body, Message};
     use lockkeeper_proto::ReplyHeader;
     use std::time::Duration;
@@ -620,7 +665,7 @@ mod tests {
         outbox.push(event("/a", 10)).unwrap();
         outbox.push(event("/b", 11)).unwrap();
         outbox.flush();
-        mark.publish(|d| d.faults += 1).write();
+        mark.publish(Durable::fault).write();
         let first = encoded(&[event("/a", 10)]);
         assert_eq!(read_n(&mut client, first.len()).await, first);
         assert!(matches!(writer.pump(), Next::Stop(Ok(()))));
@@ -669,14 +714,25 @@ mod tests {
         for m in messages {
             outbox.push(m).unwrap();
         }
+        // Each pump writes at most INLINE_BYTES; 12 MB do not fit in a socket nobody reads.
+        let mut pumps = 0;
+        let next = loop {
+            pumps += 1;
+            match writer.pump() {
+                Next::More if pumps < 1000 => continue,
+                next => break next,
+            }
+        };
         assert!(
-            matches!(writer.pump(), Next::SocketFull),
-            "12 MB do not fit in a socket nobody reads"
+            matches!(next, Next::SocketFull),
+            "{next:?} after {pumps} pumps"
         );
+        assert!(pumps > 1, "one pump stops at INLINE_BYTES");
         let task = tokio::spawn(async move {
             loop {
                 match writer.pump() {
                     Next::Idle => return,
+                    Next::More => tokio::task::yield_now().await,
                     Next::SocketFull => writer.writable().await.expect("writable"),
                     other => panic!("unexpected {other:?}"),
                 }
@@ -748,5 +804,41 @@ mod tests {
         outbox.flush();
         drop((outbox, writer));
         assert!(weak.upgrade().is_none(), "the waiting list holds it weakly");
+    }
+
+    /// Whether the writer task would be woken within 100 ms.
+    async fn writer_woken(writer: &WriterEnd) -> bool {
+        tokio::time::timeout(Duration::from_millis(100), writer.woken())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_busy_core_wakes_the_writer_only_for_what_is_sendable() {
+        let mark = DurableMark::new(10);
+        let (outbox, writer, mut client) = pair(mark.clone(), 1 << 20).await;
+        outbox.push(event("/a", 11)).unwrap();
+        outbox.hand_to_writer();
+        assert!(
+            !writer_woken(&writer).await,
+            "/a waits for the log: no task to wake"
+        );
+        mark.publish(|d| d.zxid = 11).write();
+        let a = encoded(&[event("/a", 11)]);
+        assert_eq!(
+            read_n(&mut client, a.len()).await,
+            a,
+            "the publication wrote it"
+        );
+
+        outbox.push(event("/b", 11)).unwrap();
+        outbox.hand_to_writer();
+        assert!(
+            writer_woken(&writer).await,
+            "/b is sendable: the writer writes it"
+        );
+        assert!(matches!(writer.pump(), Next::Idle));
+        let b = encoded(&[event("/b", 11)]);
+        assert_eq!(read_n(&mut client, b.len()).await, b);
     }
 }

@@ -1,8 +1,8 @@
 //! Reply: what the core sends back to a connection, and how it is encoded on the wire.
 //!
-//! The core decides *what* to send; the connection's writer task encodes it, so serialization
-//! runs in parallel with the single-threaded core. Every message carries the zxid of the newest
-//! state it may reveal; the writer holds it back until that zxid is durable.
+//! The core decides *what* to send; the connection's outbox encodes it when it goes to the
+//! socket. Every message carries the zxid of the newest state it may reveal; the outbox holds it
+//! back until that zxid is durable.
 //!
 //! [`Outgoing::memory`] estimates what a queued message holds, for the per-connection bound on
 //! queued replies (see [`crate::outbox`]).
@@ -77,11 +77,11 @@ pub enum Message {
     Text(String),
 }
 
-/// One message for a connection's writer.
+/// One message for a connection, as queued on its outbox.
 #[derive(Debug)]
 pub struct Outgoing {
     pub message: Message,
-    /// The writer waits until this zxid is durable before writing.
+    /// The outbox holds it until this zxid is durable.
     pub visible_at: i64,
     /// Disk faults seen when it was queued: if another happens before `visible_at` is durable,
     /// the state it reveals may never be, so the connection is closed instead.

@@ -39,8 +39,10 @@
 //!   durable). So a synchronous client's every write is traced once. When several core batches
 //!   share one sync, `batch` and `handoff` are measured against the last of them (the one whose
 //!   flush the sync carries). `wake` is what the publishing thread spends on the
-//!   connections released before this one, or, when the core writes the reply (the log was
-//!   faster than the core's batch), the time from the publication to the core's write.
+//!   connections released before this one; or, when the core writes the reply (the log was
+//!   faster than the core's batch), the time from the publication to the core's write; or, when
+//!   the connection's writer task writes it (a full socket, a busy core, a large backlog), the
+//!   time until that task took it, wake-up included.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -195,7 +197,7 @@ impl StageTimes {
     }
 }
 
-/// The stamps a request collects before the log, carried by its reply to the connection's writer.
+/// The stamps a request collects before the log, carried by its reply to whoever writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestStamps {
     /// The reader decoded the frame.

@@ -1,6 +1,6 @@
 //! Listing, the core's side: a getChildren that does not wait for creates nobody has seen.
 //!
-//! Keeper applies a write before its log sync, and every message waits in the writer until the
+//! Keeper applies a write before its log sync, and every message waits in its outbox until the
 //! log is durable past what it reveals. A plain read reveals the whole state at the last zxid,
 //! so it waits for every write applied before it. For a lock's queue that is the slow part of
 //! a handoff: the holder deletes its node and, once that is durable, queues again at once; the
