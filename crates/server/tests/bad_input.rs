@@ -1502,3 +1502,65 @@ fn damage(body: &mut Vec<u8>, rng: &mut StdRng) {
         }
     }
 }
+
+/// checkWatches and removeWatches name a watcher type: ZooKeeper 3.8 knows Children, Data and
+/// Any there and answers any other number (the persistent kinds' 4 and 5 included) with
+/// MarshallingError, leaving the watch and the connection as they were.
+#[tokio::test]
+async fn unknown_watcher_types_in_check_and_remove_watches_are_marshalling_errors() {
+    use lockkeeper_proto::{AddWatchRequest, PathWatcherTypeRequest};
+    let watcher = |watcher_type: i32| PathWatcherTypeRequest {
+        path: "/w".into(),
+        watcher_type,
+    };
+    for server in both() {
+        let (addr, backend) = (server.addr(), server.name());
+        bounded(backend, async {
+            let mut bystander = Bystander::start(addr, backend).await;
+            let mut conn = Raw::session(addr, format!("{backend} watcher types")).await;
+            let answer = conn
+                .call(&create(OpCode::Create, "/w", open_acl(), 0, 0))
+                .await;
+            assert_eq!(answer.err(), code(ErrorCode::Ok), "{backend}: {answer:?}");
+            let add = Request::AddWatch(AddWatchRequest {
+                path: "/w".into(),
+                mode: 0,
+            });
+            assert_eq!(
+                conn.call(&add).await.err(),
+                code(ErrorCode::Ok),
+                "{backend}"
+            );
+            for t in [4, 5, 0, 9, -1] {
+                for request in [
+                    Request::CheckWatches(watcher(t)),
+                    Request::RemoveWatches(watcher(t)),
+                ] {
+                    let answer = conn.call(&request).await;
+                    assert_eq!(
+                        answer.err(),
+                        code(ErrorCode::MarshallingError),
+                        "{backend}: {request:?} answered {answer:?}"
+                    );
+                }
+            }
+            let check_any = Request::CheckWatches(watcher(3));
+            let answer = conn.call(&check_any).await;
+            assert_eq!(
+                answer.err(),
+                code(ErrorCode::Ok),
+                "{backend}: the watch stays"
+            );
+            let answer = conn.call(&Request::RemoveWatches(watcher(3))).await;
+            assert_eq!(
+                answer.err(),
+                code(ErrorCode::Ok),
+                "{backend}: Any removes it"
+            );
+            let answer = conn.call(&check_any).await;
+            assert_eq!(answer.err(), code(ErrorCode::NoWatcher), "{backend}: gone");
+            bystander.check("unknown watcher types").await;
+        })
+        .await;
+    }
+}

@@ -107,8 +107,7 @@ impl Core {
                 Ok(Body::Code(0))
             }
             Request::RemoveWatches(req) => {
-                let kind =
-                    WatcherType::try_from(req.watcher_type).map_err(|_| ErrorCode::BadArguments)?;
+                let kind = addressed_watches(req.watcher_type)?;
                 if self.watches.remove(&req.path, conn, kind) {
                     Ok(Body::Empty)
                 } else {
@@ -116,8 +115,7 @@ impl Core {
                 }
             }
             Request::CheckWatches(req) => {
-                let kind =
-                    WatcherType::try_from(req.watcher_type).map_err(|_| ErrorCode::BadArguments)?;
+                let kind = addressed_watches(req.watcher_type)?;
                 if self.watches.has(&req.path, conn, kind) {
                     Ok(Body::Empty)
                 } else {
@@ -266,4 +264,14 @@ impl Core {
 
 fn children(tree: &DataTree, path: &str) -> Vec<String> {
     tree.children(path).map(str::to_string).collect()
+}
+
+/// The watches a checkWatches or removeWatches addresses. ZooKeeper 3.8's server knows three
+/// kinds there (a persistent watch goes with `Any`) and answers any other number, the
+/// persistent kinds' 4 and 5 included, with MarshallingError.
+fn addressed_watches(watcher_type: i32) -> Result<WatcherType, ErrorCode> {
+    match WatcherType::try_from(watcher_type) {
+        Ok(kind @ (WatcherType::Children | WatcherType::Data | WatcherType::Any)) => Ok(kind),
+        _ => Err(ErrorCode::MarshallingError),
+    }
 }
