@@ -18,11 +18,12 @@
 //! - **The mark only moves forward** in zxid; publishers order their publications themselves
 //!   (the log publishes under its own lock, in the order its groups were written).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 use crate::outbox::Waiting;
+use crate::sync::lock;
 use crate::trace::SyncStamps;
 
 /// The mark itself: the newest durable zxid, and how many disk faults have happened (a message
@@ -158,14 +159,6 @@ impl DurableMark {
         }
         verdict
     }
-}
-
-/// Locks a mutex of this module or the outbox's. Nothing is left half-updated under these
-/// locks by a panic that could mislead the next holder, so a poisoned lock is used as is.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ pub mod recovery;
 mod reply;
 pub mod session;
 pub mod snapshot;
+mod sync;
 pub mod trace;
 pub mod tree;
 pub mod txn;
@@ -236,10 +237,7 @@ struct IpSlot {
 
 impl Drop for IpSlot {
     fn drop(&mut self) {
-        let mut map = self
-            .per_ip
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut map = sync::lock(&self.per_ip);
         if let Some(n) = map.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
@@ -299,9 +297,7 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
         };
         let slot = {
-            let mut map = per_ip
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut map = sync::lock(&per_ip);
             let count = map.entry(peer.ip()).or_insert(0);
             if config.max_client_cnxns > 0 && *count >= config.max_client_cnxns {
                 tracing::warn!(%peer, max = config.max_client_cnxns, "too many connections from this address; closing");

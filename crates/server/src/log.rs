@@ -30,7 +30,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -39,6 +39,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 use crate::config::SyncMode;
 use crate::durable::{Durable, DurableMark};
 use crate::metrics::Summary;
+use crate::sync::lock;
 use crate::trace::SyncStamps;
 use crate::txn::Txn;
 
@@ -352,14 +353,6 @@ struct Job {
     received: Instant,
     written: Instant,
     synced: Instant,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A log thread that panicked leaves nothing half-updated that the next one could misread:
-    // every field is written whole under the lock.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {

@@ -46,8 +46,9 @@ use std::time::Instant;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
-use crate::durable::{DurableMark, Verdict, lock};
+use crate::durable::{DurableMark, Verdict};
 use crate::reply::{Message, Outgoing};
+use crate::sync::lock;
 use crate::trace::SendTrace;
 
 /// Bytes encoded before they are written out, unless the queue runs dry first.
@@ -462,12 +463,7 @@ impl Shared {
     fn sent(&self, state: &mut State) {
         let stats = &self.stats;
         let counted = std::mem::take(&mut state.encoded);
-        stats
-            .queued_bytes
-            .fetch_sub(counted.bytes, Ordering::AcqRel);
-        stats
-            .queued_packets
-            .fetch_sub(counted.packets, Ordering::AcqRel);
+        uncount(stats, counted);
         stats.sent_bytes.fetch_add(counted.bytes, Ordering::AcqRel);
         stats
             .sent_packets
