@@ -46,7 +46,7 @@ use std::time::Instant;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
-use crate::durable::{DurableMark, Verdict};
+use crate::durable::{Durable, DurableMark, Verdict};
 use crate::reply::{Message, Outgoing};
 use crate::sync::lock;
 use crate::trace::SendTrace;
@@ -247,19 +247,9 @@ impl Outbox {
         let shared = &self.0;
         let mut state = lock(&shared.state);
         if state.end.is_none() && state.written == state.out.len() {
-            let Some(next) = state.queue.front() else {
-                return;
-            };
-            let (visible_at, faults) = (next.outgoing.visible_at, next.outgoing.faults);
-            if shared.mark.get().verdict(visible_at, faults) == Verdict::Wait {
-                if state.waiting {
-                    return;
-                }
-                let waiting = Waiting(Arc::downgrade(shared));
-                if shared.mark.wait(waiting, visible_at, faults) == Verdict::Wait {
-                    state.waiting = true;
-                    return;
-                }
+            match shared.judge_next(&mut state) {
+                None | Some((Verdict::Wait, _)) => return,
+                Some(_) => {}
             }
         }
         drop(state);
@@ -416,30 +406,16 @@ impl Shared {
 
     /// Moves messages the mark lets out from the queue into `out`, up to a write's worth.
     fn encode_sendable(self: &Arc<Self>, state: &mut State) {
-        let mut mark = self.mark.get();
         while state.out.len() - state.written < WRITE_BATCH {
-            let Some(next) = state.queue.front() else {
-                return;
-            };
-            let (visible_at, faults) = (next.outgoing.visible_at, next.outgoing.faults);
-            let mut verdict = mark.verdict(visible_at, faults);
-            if verdict == Verdict::Wait && !state.waiting {
-                // Checked again under the mark's lock, which the publisher takes too.
-                verdict = self
-                    .mark
-                    .wait(Waiting(Arc::downgrade(self)), visible_at, faults);
-                state.waiting = verdict == Verdict::Wait;
-                mark = self.mark.get();
-            }
-            match verdict {
-                Verdict::Send => {}
-                Verdict::Wait => return,
-                Verdict::Drop => {
+            let mark = match self.judge_next(state) {
+                None | Some((Verdict::Wait, _)) => return,
+                Some((Verdict::Drop, _)) => {
                     state.end = Some(End::Lost);
                     drop_queue(state, &self.stats);
                     return;
                 }
-            }
+                Some((Verdict::Send, mark)) => mark,
+            };
             let Some(Queued { outgoing, counted }) = state.queue.pop_front() else {
                 return;
             };
@@ -457,6 +433,24 @@ impl Shared {
                 return;
             }
         }
+    }
+
+    /// The mark's verdict on the first queued message (`None` when nothing is queued), with the
+    /// mark it was judged by. A message that waits puts the outbox on the mark's waiting list,
+    /// judged again under the list's lock, which the publisher takes too.
+    fn judge_next(self: &Arc<Self>, state: &mut State) -> Option<(Verdict, Durable)> {
+        let next = state.queue.front()?;
+        let (visible_at, faults) = (next.outgoing.visible_at, next.outgoing.faults);
+        let mark = self.mark.get();
+        let verdict = mark.verdict(visible_at, faults);
+        if verdict != Verdict::Wait || state.waiting {
+            return Some((verdict, mark));
+        }
+        let verdict = self
+            .mark
+            .wait(Waiting(Arc::downgrade(self)), visible_at, faults);
+        state.waiting = verdict == Verdict::Wait;
+        Some((verdict, self.mark.get()))
     }
 
     /// Everything in `out` is on the socket: count it as sent.
@@ -550,7 +544,6 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::pair;
     use super::*;
-    use crate::durable::Durable;
     use crate::reply::{Body, Message};
     use lockkeeper_proto::ReplyHeader;
     use std::time::Duration;
