@@ -27,10 +27,7 @@ struct Backend {
 
 impl Backend {
     async fn within<T>(&self, what: &str, fut: impl Future<Output = T>) -> T {
-        match tokio::time::timeout(LIMIT, fut).await {
-            Ok(value) => value,
-            Err(_) => panic!("{}: {what} did not complete within {LIMIT:?}", self.name),
-        }
+        lockkeeper_testkit::within(LIMIT, format_args!("{}: {what}", self.name), fut).await
     }
 
     async fn session(&self) -> Session {

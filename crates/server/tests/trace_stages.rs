@@ -46,9 +46,7 @@ fn delta(before: &HashMap<String, f64>, after: &HashMap<String, f64>, key: &str)
 }
 
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not complete within {LIMIT:?}"))
+    lockkeeper_testkit::within(LIMIT, what, fut).await
 }
 
 /// 50 synchronous create+delete pairs, then a watch event and the watcher's next request.

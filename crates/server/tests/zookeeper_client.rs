@@ -35,10 +35,7 @@ struct Backend {
 impl Backend {
     /// Awaits `fut`, failing the test (naming the backend and `what`) if it takes over [`LIMIT`].
     async fn within<T>(&self, what: &str, fut: impl Future<Output = T>) -> T {
-        match tokio::time::timeout(LIMIT, fut).await {
-            Ok(value) => value,
-            Err(_) => panic!("{}: {what} did not complete within {LIMIT:?}", self.name),
-        }
+        lockkeeper_testkit::within(LIMIT, format_args!("{}: {what}", self.name), fut).await
     }
 
     /// A new session with the crate's defaults.

@@ -66,6 +66,19 @@ pub use tools::{
 };
 pub use zk::{ApacheZk, ZkOptions};
 
+/// Awaits `fut`, failing the test with "`what` did not complete within `limit`" if it takes
+/// longer: every wait in a test is bounded, and says which one hung.
+pub async fn within<T>(
+    limit: std::time::Duration,
+    what: impl std::fmt::Display,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not complete within {limit:?}"),
+    }
+}
+
 /// Something a ZooKeeper client can connect to, started for one test and stopped on drop.
 pub trait TestServer: Send + Sync {
     /// The loopback address it listens on.

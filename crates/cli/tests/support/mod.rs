@@ -603,10 +603,7 @@ pub async fn within<T>(
     limit: Duration,
     fut: impl std::future::Future<Output = T>,
 ) -> T {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} did not complete within {limit:?}"),
-    }
+    lockkeeper_testkit::within(limit, what, fut).await
 }
 
 /// A new session on `connect` (bounded), panicking with the reason if it cannot be opened.
