@@ -146,9 +146,9 @@ pub struct Core {
     _data_dir_lock: DataDirLock,
 }
 
-/// A batch of more messages (requests, connects, disconnects) than this means the core has a backlog: it leaves the writing of
-/// the replies it made sendable to the connections' writer tasks, which run beside it, rather
-/// than write them itself (see `reply`).
+/// A batch of more messages (requests, connects, disconnects) than this means the core has a
+/// backlog: it leaves the writing of the replies it made sendable to the connections' writer
+/// tasks, which run beside it, rather than write them itself (see `reply`).
 const BUSY_BATCH: usize = 32;
 
 pub fn now_ms() -> i64 {
