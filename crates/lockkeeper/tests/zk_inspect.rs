@@ -27,7 +27,7 @@ struct Backend {
 
 impl Backend {
     async fn within<T>(&self, what: &str, fut: impl Future<Output = T>) -> T {
-        lockkeeper_testkit::within(LIMIT, format_args!("{}: {what}", self.name), fut).await
+        lockkeeper_testkit::within(LIMIT, format!("{}: {what}", self.name), fut).await
     }
 
     async fn session(&self) -> Session {

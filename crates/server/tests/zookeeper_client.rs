@@ -35,7 +35,7 @@ struct Backend {
 impl Backend {
     /// Awaits `fut`, failing the test (naming the backend and `what`) if it takes over [`LIMIT`].
     async fn within<T>(&self, what: &str, fut: impl Future<Output = T>) -> T {
-        lockkeeper_testkit::within(LIMIT, format_args!("{}: {what}", self.name), fut).await
+        lockkeeper_testkit::within(LIMIT, format!("{}: {what}", self.name), fut).await
     }
 
     /// A new session with the crate's defaults.
