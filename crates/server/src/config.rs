@@ -58,6 +58,13 @@ pub struct Config {
     /// that stops reading is cut off at 16 MiB instead of growing without limit, so 100 such
     /// connections hold at most 1.6 GiB, and 300 (five addresses at maxClientCnxns) 4.8 GiB.
     pub max_queued_bytes: u64,
+    /// How long a connection the server has closed (its session closed, expired or moved, or
+    /// its peer half-closed) waits for a peer that reads nothing before it resets the
+    /// connection. Until then the replies queued before the close are still written, as long
+    /// as the peer takes some of them; without this bound a client that stopped reading (a
+    /// frozen process whose kernel still answers) would hold the connection open for ever,
+    /// since its session is gone and nothing else ends it.
+    pub close_linger: Duration,
     /// The listen backlog (ZooKeeper's clientPortListenBacklog): connections the kernel
     /// completes and holds before Keeper accepts them. The kernel caps it at
     /// `net.core.somaxconn`. The default, 1024, absorbs a reconnect storm of hundreds of clients
@@ -83,6 +90,7 @@ impl Default for Config {
             snap_count: 100_000,
             snap_retain: 3,
             max_queued_bytes: 16 << 20,
+            close_linger: Duration::from_secs(10),
             listen_backlog: 1024,
         }
     }

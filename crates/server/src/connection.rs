@@ -15,7 +15,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use lockkeeper_proto::{
@@ -63,6 +63,9 @@ pub struct ConnectionCtx {
     pub max_frame: usize,
     pub handshake_timeout: std::time::Duration,
     pub max_queued_bytes: u64,
+    /// How long a closed connection waits for a peer that reads nothing (see
+    /// [`Config::close_linger`]).
+    pub close_linger: Duration,
     /// Packets written by every connection of the server.
     pub packets_sent: Arc<AtomicU64>,
     /// Where this connection records the write path's stages.
@@ -90,6 +93,7 @@ impl ConnectionCtx {
             max_frame: config.jute_maxbuffer,
             handshake_timeout: config.handshake_timeout,
             max_queued_bytes: config.max_queued_bytes,
+            close_linger: config.close_linger,
             packets_sent,
             stages,
             reaction: Arc::default(),
@@ -167,8 +171,9 @@ async fn handshake(
     );
     let (done_tx, done_rx) = oneshot::channel();
     let peer = ctx.peer;
+    let close_linger = ctx.close_linger;
     tokio::spawn(async move {
-        if let Err(e) = write_replies(writer).await {
+        if let Err(e) = write_replies(writer, close_linger).await {
             tracing::debug!(%peer, error = %e, "writer ended");
         }
         let _ = done_tx.send(());
@@ -258,12 +263,31 @@ async fn read_requests(
 /// until the connection ends. Ends at once, even in the middle of a write to a full socket, when
 /// the core gives up on the connection, and resets it, so what was queued is freed here and in
 /// the kernel.
-async fn write_replies(outbox: WriterEnd) -> std::io::Result<()> {
+///
+/// Once the core has closed the connection, nothing else bounds a peer that stops reading: its
+/// session is gone, so it neither expires nor queues past the bound. From the close on, the task
+/// waits at most `close_linger` for the socket to take a byte, and then resets the connection.
+async fn write_replies(outbox: WriterEnd, close_linger: Duration) -> std::io::Result<()> {
+    // When the close was first seen here.
+    let mut closed: Option<Instant> = None;
+    // Since when the socket has taken nothing, and how much it had taken by then.
+    let mut stalled: Option<(Instant, u64)> = None;
     loop {
         match outbox.pump() {
             Next::Idle => outbox.woken().await,
             Next::More => tokio::task::yield_now().await,
             Next::SocketFull => {
+                let now = Instant::now();
+                let written = outbox.written();
+                let since = match stalled {
+                    Some((since, at)) if at == written => since,
+                    _ => now,
+                };
+                stalled = Some((since, written));
+                if closed.is_none() && outbox.closing() {
+                    closed = Some(now);
+                }
+                let give_up = closed.map(|closed| closed.max(since) + close_linger);
                 tokio::select! {
                     writable = outbox.writable() => {
                         if let Err(e) = writable {
@@ -273,6 +297,17 @@ async fn write_replies(outbox: WriterEnd) -> std::io::Result<()> {
                     }
                     // The core gave up on the connection meanwhile: the next pump says so.
                     () = outbox.woken() => {}
+                    () = tokio::time::sleep_until(give_up.unwrap_or(now).into()), if give_up.is_some() => {
+                        let e = std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "the connection was closed and the peer read nothing for {close_linger:?}"
+                            ),
+                        );
+                        outbox.broken(&e);
+                        outbox.reset();
+                        return Err(e);
+                    }
                 }
             }
             Next::Shutdown => return outbox.shutdown(),

@@ -100,6 +100,13 @@ struct State {
     waiting: bool,
     /// Set once nothing more will be written after `out`.
     end: Option<End>,
+    /// The core has queued a close, or let go of the connection: what is queued is all the
+    /// peer has left to read, and the writer task waits for it only so long (see
+    /// [`crate::Config::close_linger`]).
+    closing: bool,
+    /// Bytes written to the socket so far, so the writer task can tell a peer that reads
+    /// slowly from one that reads nothing.
+    total_written: u64,
     trace: SendTrace,
 }
 
@@ -189,6 +196,8 @@ pub fn new(
             encoded: Counted::default(),
             waiting: false,
             end: None,
+            closing: false,
+            total_written: 0,
             trace,
         }),
     });
@@ -231,6 +240,7 @@ impl Outbox {
         stats
             .queued_packets
             .fetch_add(counted.packets, Ordering::AcqRel);
+        state.closing |= outgoing.close;
         state.queue.push_back(Queued { outgoing, counted });
         Ok(())
     }
@@ -279,6 +289,7 @@ impl Drop for Outbox {
             stats
                 .queued_bytes
                 .fetch_add(counted.bytes, Ordering::AcqRel);
+            state.closing = true;
             state.queue.push_back(Queued { outgoing, counted });
         }
         drop(state);
@@ -307,6 +318,16 @@ impl WriterEnd {
     /// by the core giving up on the connection.
     pub async fn woken(&self) {
         self.0.writer.notified().await
+    }
+
+    /// Whether the core has closed the connection (or let go of it) behind what is queued.
+    pub fn closing(&self) -> bool {
+        lock(&self.0.state).closing
+    }
+
+    /// Bytes written to the socket so far: it moves while the peer reads.
+    pub fn written(&self) -> u64 {
+        lock(&self.0.state).total_written
     }
 
     /// Waits until the socket may take more.
@@ -388,6 +409,7 @@ impl Shared {
             match self.socket.try_write(&state.out[state.written..]) {
                 Ok(n) => {
                     state.written += n;
+                    state.total_written += n as u64;
                     spent += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::SocketFull,
