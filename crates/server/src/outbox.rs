@@ -36,6 +36,8 @@
 //!   bound applies to memory.
 //! - A connection always accepts one message whatever its size when nothing else is queued, so
 //!   a bound smaller than the largest reply never makes a connection unusable.
+//! - **A panic costs one connection**: one while the core or a log thread writes for a
+//!   connection ends that connection, as a failed write does, and the thread goes on.
 
 use std::collections::VecDeque;
 use std::io;
@@ -371,10 +373,30 @@ impl Waiting {
 }
 
 impl Shared {
+    /// Writes what is sendable on the calling thread: the core, or a log thread that writes for
+    /// every connection its sync released. A bug that panics while encoding or writing one
+    /// connection's messages must not take that thread with it (the core owns every session, a
+    /// log thread every sync): the panic ends this connection instead, as a failed write would.
     fn flush(self: &Arc<Self>) {
-        match self.pump(INLINE_BYTES) {
-            Next::Idle => {}
-            _ => self.writer.notify_one(),
+        let pumped =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.pump(INLINE_BYTES)));
+        match pumped {
+            Ok(Next::Idle) => {}
+            Ok(_) => self.writer.notify_one(),
+            Err(_) => {
+                // The panic hook has printed where; the lock may be poisoned, not the data
+                // this needs: what is left is dropped and the writer task told to end.
+                tracing::error!("writing a connection's replies panicked: closing the connection");
+                let mut state = lock(&self.state);
+                state.end = Some(End::Broken(
+                    io::ErrorKind::Other,
+                    "writing the replies panicked".to_string(),
+                ));
+                drop_encoded(&mut state, &self.stats);
+                drop_queue(&mut state, &self.stats);
+                drop(state);
+                self.writer.notify_one();
+            }
         }
     }
 
@@ -622,6 +644,43 @@ mod tests {
 
     fn sent_packets(outbox: &Outbox) -> u64 {
         outbox.stats().sent_packets.load(Ordering::Acquire)
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_writing_ends_that_connection_and_the_publication_writes_the_next() {
+        let mark = DurableMark::new(10);
+        let (broken, broken_writer, _broken_client) = pair(mark.clone(), 1 << 20).await;
+        let (fine, _fine_writer, mut fine_client) = pair(mark.clone(), 1 << 20).await;
+        let panics = Outgoing {
+            message: Message::Text(crate::reply::ENCODE_PANICS.to_string()),
+            ..event("/", 20)
+        };
+        broken.push(panics).unwrap();
+        broken.push(event("/after", 20)).unwrap();
+        fine.push(event("/b", 20)).unwrap();
+        // Both wait for the mark, the broken one first on its list.
+        broken.flush();
+        fine.flush();
+        // The log thread's part: publishing writes both; the panic stays inside the first.
+        mark.publish(|d| d.zxid = 20).write();
+        let want = encoded(&[event("/b", 20)]);
+        assert_eq!(read_n(&mut fine_client, want.len()).await, want);
+        match broken_writer.pump() {
+            Next::Stop(Err(e)) => assert!(e.to_string().contains("panicked"), "{e}"),
+            other => panic!("the broken connection's writer was told {other:?}"),
+        }
+        assert_eq!(queued_packets(&broken), 0, "what it had queued is dropped");
+        assert_eq!(broken.push(event("/later", 20)), Err(Refused::Closing));
+        // The core's part: its flush does not panic either.
+        let (core_side, core_writer, _client) = pair(mark.clone(), 1 << 20).await;
+        core_side
+            .push(Outgoing {
+                message: Message::Text(crate::reply::ENCODE_PANICS.to_string()),
+                ..event("/", 20)
+            })
+            .unwrap();
+        core_side.flush();
+        assert!(matches!(core_writer.pump(), Next::Stop(Err(_))));
     }
 
     #[tokio::test]

@@ -143,10 +143,18 @@ impl Message {
                     body.write(b);
                 }
             }),
-            Message::Text(text) => out.extend_from_slice(text.as_bytes()),
+            Message::Text(text) => {
+                #[cfg(test)]
+                assert_ne!(text, ENCODE_PANICS, "a message whose encoding panics");
+                out.extend_from_slice(text.as_bytes())
+            }
         }
     }
 }
+
+/// A text message whose encoding panics, for tests of what a panic while writing costs.
+#[cfg(test)]
+pub(crate) const ENCODE_PANICS: &str = "\0this message panics when encoded";
 
 impl Body {
     fn heap(&self) -> usize {

@@ -76,7 +76,9 @@ async fn queued_for(server: SocketAddr, peer: SocketAddr) -> Option<u64> {
         .await
         .expect("join cons")
         .expect("cons");
-    let line = cons.lines().find(|line| line.contains(&format!(":{}[", peer.port())))?;
+    let line = cons
+        .lines()
+        .find(|line| line.contains(&format!(":{}[", peer.port())))?;
     let (_, rest) = line.split_once("queued=")?;
     let (queued, _) = rest.split_once(',')?;
     queued.parse().ok()
