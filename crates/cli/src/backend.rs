@@ -460,22 +460,12 @@ fn hosts(authority: &str, default_port: u16) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// Checks a ZooKeeper chroot (`/app`, `/a/b`); `""` or `"/"` is none.
+/// Checks a ZooKeeper chroot (`/app`, `/a/b`) by ZooKeeper's path rules; `""` or `"/"` is none.
 fn chroot(path: &str) -> Result<Option<String>, String> {
     if path.is_empty() || path == "/" {
         return Ok(None);
     }
-    if path.ends_with('/') {
-        return Err(format!("chroot {path:?} must not end with '/'"));
-    }
-    for segment in path[1..].split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." {
-            return Err(format!("chroot {path:?} has an empty, '.' or '..' segment"));
-        }
-    }
-    if path.chars().any(char::is_control) {
-        return Err(format!("chroot {path:?} contains a control character"));
-    }
+    lockkeeper_proto::path::validate(path).map_err(|why| format!("chroot {path:?}: {why}"))?;
     Ok(Some(path.to_string()))
 }
 
@@ -557,8 +547,8 @@ mod tests {
             ("zk://a:port", "not a port number"),
             ("zk://a:0", "not a port number"),
             ("zk://a,,b", "empty host"),
-            ("zk://a/app/", "must not end with '/'"),
-            ("zk://a//b", "empty, '.' or '..'"),
+            ("zk://a/app/", "must not end with / character"),
+            ("zk://a//b", "empty node name"),
             ("zk://u:p@a", "no user name"),
             ("redis://a,b", "names one server"),
             ("redis://a/x", "not a database number"),

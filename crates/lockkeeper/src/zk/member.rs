@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::zk::cache::{Cache, CacheEvent, CacheEvents};
-use crate::zk::path::validate_node_path;
+use crate::zk::path::{node_name_problem, validate_node_path};
 use crate::zk::persistent::PersistentNode;
 use crate::zk::session::Session;
 
@@ -337,24 +337,12 @@ impl std::fmt::Debug for Member {
 
 /// A member id is one path segment of the group.
 fn check_id(group: &str, id: &str) -> Result<()> {
-    let invalid = |why: &str| {
-        Err(Error::InvalidArgument(format!(
+    match node_name_problem(id) {
+        Some(why) => Err(Error::InvalidArgument(format!(
             "member id {id:?} in group {group:?}: {why}"
-        )))
-    };
-    if id.is_empty() {
-        return invalid("is empty");
+        ))),
+        None => Ok(()),
     }
-    if id.contains('/') {
-        return invalid("must not contain '/'");
-    }
-    if id == "." || id == ".." {
-        return invalid("'.' and '..' are not allowed");
-    }
-    if id.chars().any(|c| c == '\0' || c.is_control()) {
-        return invalid("contains a control character");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -5,36 +5,27 @@
 //! slash or a relative path would produce surprising nodes rather than an error. Every recipe
 //! checks its path here, naming the argument (`lock path`, `cache path`, ...) in the error.
 
+use lockkeeper_proto::path::validate;
+
 use crate::error::{Error, Result};
 
-/// Checks that `path` is a well-formed absolute ZooKeeper path (the root included); `what`
-/// names the argument in the error.
+/// Checks that `path` is a well-formed absolute ZooKeeper path (the root included), by
+/// ZooKeeper's own rules (`lockkeeper_proto::path`, which Keeper and lockkeeper's client apply
+/// too); `what` names the argument in the error.
 pub(crate) fn validate_path(what: &str, path: &str) -> Result<()> {
-    let invalid = |why: &str| Err(Error::InvalidArgument(format!("{what} {path:?}: {why}")));
-    if path.is_empty() {
-        return invalid("is empty");
+    validate(path).map_err(|why| Error::InvalidArgument(format!("{what} {path:?}: {why}")))
+}
+
+/// Why `name` cannot be one node name (a single path segment: a member id, a site), if it
+/// cannot: the rules of a path, and no '/'.
+pub(crate) fn node_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("is empty");
     }
-    if !path.starts_with('/') {
-        return invalid("must start with '/'");
+    if name.contains('/') {
+        return Some("must not contain '/'");
     }
-    if path == "/" {
-        return Ok(());
-    }
-    if path.ends_with('/') {
-        return invalid("must not end with '/'");
-    }
-    for segment in path[1..].split('/') {
-        if segment.is_empty() {
-            return invalid("has an empty segment ('//')");
-        }
-        if segment == "." || segment == ".." {
-            return invalid("'.' and '..' are not allowed");
-        }
-    }
-    if path.chars().any(|c| c == '\0' || c.is_control()) {
-        return invalid("contains a control character");
-    }
-    Ok(())
+    validate(&format!("/{name}")).err()
 }
 
 /// Checks a path a recipe creates nodes at or under: well formed, and neither the root nor
@@ -68,6 +59,14 @@ mod tests {
     }
 
     #[test]
+    fn node_names_follow_the_path_rules() {
+        assert_eq!(node_name_problem("worker-1"), None);
+        for bad in ["", "a/b", ".", "..", "a\0b", "a\u{7f}", "\u{1f600}"] {
+            assert!(node_name_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn rejects_bad_paths_with_the_path_in_the_message() {
         for path in [
             "",
@@ -79,6 +78,9 @@ mod tests {
             "/a/..",
             "/a\0b",
             "/a\nb",
+            // Characters ZooKeeper refuses though Rust calls them printable.
+            "/a\u{e000}",
+            "/lock-\u{1f512}",
             "/zookeeper/x",
         ] {
             match validate_lock_path(path) {

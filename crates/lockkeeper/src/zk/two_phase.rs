@@ -57,7 +57,7 @@ use lockkeeper_zk_client::EventType;
 use crate::error::{Error, Result};
 use crate::wait::Deadline;
 use crate::zk::node::look;
-use crate::zk::path::validate_node_path;
+use crate::zk::path::{node_name_problem, validate_node_path};
 use crate::zk::session::{Generation, Session};
 
 /// The children of a transaction node (see the module docs).
@@ -196,24 +196,12 @@ impl Vote {
 /// Checks a transaction id or a site name: one node name, printable, so that it can be a
 /// path segment and a line of the `sites` node.
 fn validate_name(what: &str, name: &str, path: &str) -> Result<()> {
-    let invalid = |why: &str| {
-        Err(Error::InvalidArgument(format!(
+    match node_name_problem(name) {
+        Some(why) => Err(Error::InvalidArgument(format!(
             "{what} {name:?} under {path:?}: {why}"
-        )))
-    };
-    if name.is_empty() {
-        return invalid("is empty");
+        ))),
+        None => Ok(()),
     }
-    if name.contains('/') {
-        return invalid("must not contain '/'");
-    }
-    if name == "." || name == ".." {
-        return invalid("'.' and '..' are not allowed");
-    }
-    if name.chars().any(char::is_control) {
-        return invalid("contains a control character");
-    }
-    Ok(())
 }
 
 impl TwoPhase {
