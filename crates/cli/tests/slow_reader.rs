@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use lockkeeper_proto::{AddWatchMode, AddWatchRequest, Jute, OpCode, Request, XID_PING};
+use lockkeeper_proto::{Jute, OpCode, Request, XID_PING};
 use lockkeeper_testkit::raw::{LIMIT, Raw, SESSION_TIMEOUT_MS};
 use tokio::sync::oneshot;
 use zookeeper_client::{Acls, CreateMode};
@@ -50,20 +50,7 @@ impl Flood {
 
 /// A raw session with a persistent-recursive watch on `/`, which from now on reads nothing.
 async fn stuck_watcher(addr: SocketAddr) -> Raw {
-    let mut raw = Raw::open_with_receive_buffer(addr, "slow watcher", RECEIVE_BUFFER).await;
-    let response = raw
-        .handshake(SESSION_TIMEOUT_MS)
-        .await
-        .expect("slow watcher: the server closed the handshake");
-    assert!(response.timeout > 0, "session refused: {response:?}");
-    let answer = raw
-        .call(&Request::AddWatch(AddWatchRequest {
-            path: "/".into(),
-            mode: AddWatchMode::PersistentRecursive.code(),
-        }))
-        .await;
-    assert_eq!(answer.err(), Some(0), "addWatch on /: {answer:?}");
-    raw
+    Raw::watching_everything(addr, "slow watcher", RECEIVE_BUFFER, SESSION_TIMEOUT_MS).await
 }
 
 /// Keeps the watcher's session alive by pinging, never reading, until told to stop; hands the

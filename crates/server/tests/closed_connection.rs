@@ -11,10 +11,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lockkeeper_proto::{
-    AddWatchMode, AddWatchRequest, Jute, OpCode, Reader, ReplyHeader, Request, XID_NOTIFICATION,
-    XID_PING,
-};
+use lockkeeper_proto::{Jute, OpCode, Reader, ReplyHeader, XID_NOTIFICATION, XID_PING};
 use lockkeeper_testkit::raw::{Next, Raw};
 use lockkeeper_testkit::{Keeper, TestServer, try_four_letter_word};
 use zookeeper_client::{Acls, Client, CreateMode};
@@ -107,19 +104,8 @@ impl Stuck {
         });
         let server = keeper.addr();
         let mut silent =
-            Raw::open_with_receive_buffer(server, "silent watcher", RECEIVE_BUFFER).await;
-        let response = silent
-            .handshake(SILENT_TIMEOUT_MS)
-            .await
-            .expect("silent watcher: the server closed the handshake");
-        assert!(response.timeout > 0, "session refused: {response:?}");
-        let answer = silent
-            .call(&Request::AddWatch(AddWatchRequest {
-                path: "/".into(),
-                mode: AddWatchMode::PersistentRecursive.code(),
-            }))
-            .await;
-        assert_eq!(answer.err(), Some(0), "addWatch on /: {answer:?}");
+            Raw::watching_everything(server, "silent watcher", RECEIVE_BUFFER, SILENT_TIMEOUT_MS)
+                .await;
         let peer = silent.local_addr();
         let open = socket(server, peer);
         assert!(

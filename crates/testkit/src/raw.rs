@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use lockkeeper_proto::{
-    ConnectRequest, ConnectResponse, Jute, ReplyHeader, Request, RequestHeader, decode_frame,
-    encode_frame,
+    AddWatchMode, AddWatchRequest, ConnectRequest, ConnectResponse, Jute, ReplyHeader, Request,
+    RequestHeader, decode_frame, encode_frame,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -134,6 +134,40 @@ impl Raw {
             passwd: Bytes::new(),
             label,
         }
+    }
+
+    /// A new session of `timeout_ms` with a persistent-recursive watch on `/`, over a connection
+    /// whose receive buffer is `bytes` (see [`Raw::open_with_receive_buffer`]): every change
+    /// fires an event at it, so a test that stops reading makes events back up in the server.
+    pub async fn watching_everything(
+        addr: SocketAddr,
+        label: impl Into<String>,
+        bytes: u32,
+        timeout_ms: i32,
+    ) -> Raw {
+        let mut raw = Raw::open_with_receive_buffer(addr, label, bytes).await;
+        let response = raw
+            .handshake(timeout_ms)
+            .await
+            .unwrap_or_else(|| panic!("{}: the server closed the handshake", raw.label));
+        assert!(
+            response.timeout > 0,
+            "{}: session refused: {response:?}",
+            raw.label
+        );
+        let answer = raw
+            .call(&Request::AddWatch(AddWatchRequest {
+                path: "/".into(),
+                mode: AddWatchMode::PersistentRecursive.code(),
+            }))
+            .await;
+        assert_eq!(
+            answer.err(),
+            Some(0),
+            "{}: addWatch on /: {answer:?}",
+            raw.label
+        );
+        raw
     }
 
     /// Opens a connection and establishes a new session on it; panics if the server refuses.
