@@ -266,29 +266,32 @@ async fn read_requests(
 ///
 /// Once the core has closed the connection, nothing else bounds a peer that stops reading: its
 /// session is gone, so it neither expires nor queues past the bound. From the close on, the task
-/// waits at most `close_linger` for the socket to take a byte, and then resets the connection.
+/// waits at most `close_linger` for the peer to make progress (the socket takes a byte, or the
+/// kernel's queue for the peer shrinks), and then resets the connection.
 async fn write_replies(outbox: WriterEnd, close_linger: Duration) -> std::io::Result<()> {
     // When the close was first seen here.
     let mut closed: Option<Instant> = None;
-    // Since when the socket has taken nothing, and how much it had taken by then.
-    let mut stalled: Option<(Instant, u64)> = None;
+    // Since when the peer has made no progress, and where it stood then.
+    let mut stalled: Option<(Instant, (u64, Option<u64>))> = None;
     loop {
         match outbox.pump() {
             Next::Idle => outbox.woken().await,
             Next::More => tokio::task::yield_now().await,
             Next::SocketFull => {
                 let now = Instant::now();
-                let written = outbox.written();
+                let progress = outbox.progress();
                 let since = match stalled {
-                    Some((since, at)) if at == written => since,
+                    Some((since, at)) if at == progress => since,
                     _ => now,
                 };
-                stalled = Some((since, written));
+                stalled = Some((since, progress));
                 if closed.is_none() && outbox.closing() {
                     closed = Some(now);
                 }
                 let give_up = closed.map(|closed| closed.max(since) + close_linger);
                 tokio::select! {
+                    // A socket that became writable wins over a deadline that passed meanwhile.
+                    biased;
                     writable = outbox.writable() => {
                         if let Err(e) = writable {
                             outbox.broken(&e);
@@ -298,6 +301,10 @@ async fn write_replies(outbox: WriterEnd, close_linger: Duration) -> std::io::Re
                     // The core gave up on the connection meanwhile: the next pump says so.
                     () = outbox.woken() => {}
                     () = tokio::time::sleep_until(give_up.unwrap_or(now).into()), if give_up.is_some() => {
+                        if outbox.progress() != progress {
+                            // The peer read meanwhile: wait again, from now.
+                            continue;
+                        }
                         let e = std::io::Error::new(
                             std::io::ErrorKind::TimedOut,
                             format!(

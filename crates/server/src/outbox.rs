@@ -36,8 +36,8 @@
 //!   bound applies to memory.
 //! - A connection always accepts one message whatever its size when nothing else is queued, so
 //!   a bound smaller than the largest reply never makes a connection unusable.
-//! - **A panic costs one connection**: one while the core or a log thread writes for a
-//!   connection ends that connection, as a failed write does, and the thread goes on.
+//! - **A panic costs one connection**: one while a message is encoded ends that connection, as a
+//!   failed write does, and the thread that was writing (the core, a log thread) goes on.
 
 use std::collections::VecDeque;
 use std::io;
@@ -138,7 +138,8 @@ enum End {
     Close,
     /// What the next message reveals may never be durable (a disk fault, or the log stopped).
     Lost,
-    /// A write to the socket failed.
+    /// Writing failed: the socket refused a write, encoding a message panicked, or the peer
+    /// took nothing for `close_linger` after the close.
     Broken(io::ErrorKind, String),
     /// The core gave up on the connection (its queue passed the bound).
     Overflow,
@@ -306,7 +307,8 @@ impl WriterEnd {
         self.0.pump(INLINE_BYTES)
     }
 
-    /// Waiting for the socket failed: nothing more is written, and what is queued is dropped.
+    /// Writing cannot go on (waiting for the socket failed, or the peer took nothing for
+    /// `close_linger` after the close): nothing more is written, and what is queued is dropped.
     pub fn broken(&self, error: &io::Error) {
         let mut state = lock(&self.0.state);
         if state.end.is_none() {
@@ -327,9 +329,23 @@ impl WriterEnd {
         lock(&self.0.state).closing
     }
 
-    /// Bytes written to the socket so far: it moves while the peer reads.
-    pub fn written(&self) -> u64 {
-        lock(&self.0.state).total_written
+    /// How far the peer has got: the bytes written to the socket so far, and the bytes the
+    /// kernel still holds for the peer (unsent or unacknowledged; `None` if it will not say).
+    /// Either moves while the peer reads: the second also while the socket fills a large send
+    /// buffer's worth of room before it reports writable again.
+    pub fn progress(&self) -> (u64, Option<u64>) {
+        let written = lock(&self.0.state).total_written;
+        let mut held: libc::c_int = 0;
+        // SAFETY: the descriptor belongs to the socket this outbox owns, open while it lives;
+        // TIOCOUTQ (SIOCOUTQ for TCP) writes one int.
+        let rc = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(self.0.socket.as_ref()),
+                libc::TIOCOUTQ,
+                &mut held,
+            )
+        };
+        (written, (rc == 0).then_some(held as u64))
     }
 
     /// Waits until the socket may take more.
@@ -373,30 +389,10 @@ impl Waiting {
 }
 
 impl Shared {
-    /// Writes what is sendable on the calling thread: the core, or a log thread that writes for
-    /// every connection its sync released. A bug that panics while encoding or writing one
-    /// connection's messages must not take that thread with it (the core owns every session, a
-    /// log thread every sync): the panic ends this connection instead, as a failed write would.
     fn flush(self: &Arc<Self>) {
-        let pumped =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.pump(INLINE_BYTES)));
-        match pumped {
-            Ok(Next::Idle) => {}
-            Ok(_) => self.writer.notify_one(),
-            Err(_) => {
-                // The panic hook has printed where; the lock may be poisoned, not the data
-                // this needs: what is left is dropped and the writer task told to end.
-                tracing::error!("writing a connection's replies panicked: closing the connection");
-                let mut state = lock(&self.state);
-                state.end = Some(End::Broken(
-                    io::ErrorKind::Other,
-                    "writing the replies panicked".to_string(),
-                ));
-                drop_encoded(&mut state, &self.stats);
-                drop_queue(&mut state, &self.stats);
-                drop(state);
-                self.writer.notify_one();
-            }
+        match self.pump(INLINE_BYTES) {
+            Next::Idle => {}
+            _ => self.writer.notify_one(),
         }
     }
 
@@ -463,14 +459,31 @@ impl Shared {
             let Some(Queued { outgoing, counted }) = state.queue.pop_front() else {
                 return;
             };
-            state.trace.took(
-                outgoing.stamps,
-                outgoing.visible_at,
-                mark.sync,
-                outgoing.is_event(),
-            );
-            outgoing.message.encode(&mut state.out);
+            // Counted as encoded first, so that a panic below drops it with the rest.
             state.encoded.add(counted);
+            // Encoding runs on the core or a log thread, which write for every connection: a
+            // bug that panics in one message must not take that thread with it (the core owns
+            // every session, a log thread every sync). Caught here, under the outbox's lock, so
+            // no half-encoded frame is ever visible: the connection ends as after a failed write.
+            let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                state.trace.took(
+                    outgoing.stamps,
+                    outgoing.visible_at,
+                    mark.sync,
+                    outgoing.is_event(),
+                );
+                outgoing.message.encode(&mut state.out);
+            }));
+            if encoded.is_err() {
+                tracing::error!("encoding a message for a connection panicked: closing it");
+                state.end = Some(End::Broken(
+                    io::ErrorKind::Other,
+                    "encoding a message panicked".to_string(),
+                ));
+                drop_encoded(state, &self.stats);
+                drop_queue(state, &self.stats);
+                return;
+            }
             if outgoing.close {
                 state.end = Some(End::Close);
                 drop_queue(state, &self.stats);
@@ -646,16 +659,21 @@ mod tests {
         outbox.stats().sent_packets.load(Ordering::Acquire)
     }
 
+    /// A message whose encoding panics, revealing the state at `visible_at`.
+    fn panics(visible_at: i64) -> Outgoing {
+        Outgoing {
+            message: Message::Text(crate::reply::ENCODE_PANICS.to_string()),
+            ..event("/", visible_at)
+        }
+    }
+
     #[tokio::test]
-    async fn a_panic_while_writing_ends_that_connection_and_the_publication_writes_the_next() {
+    async fn a_panic_while_encoding_ends_that_connection_and_the_publication_writes_the_next() {
         let mark = DurableMark::new(10);
         let (broken, broken_writer, _broken_client) = pair(mark.clone(), 1 << 20).await;
         let (fine, _fine_writer, mut fine_client) = pair(mark.clone(), 1 << 20).await;
-        let panics = Outgoing {
-            message: Message::Text(crate::reply::ENCODE_PANICS.to_string()),
-            ..event("/", 20)
-        };
-        broken.push(panics).unwrap();
+        broken.push(event("/before", 20)).unwrap();
+        broken.push(panics(20)).unwrap();
         broken.push(event("/after", 20)).unwrap();
         fine.push(event("/b", 20)).unwrap();
         // Both wait for the mark, the broken one first on its list.
@@ -670,17 +688,18 @@ mod tests {
             other => panic!("the broken connection's writer was told {other:?}"),
         }
         assert_eq!(queued_packets(&broken), 0, "what it had queued is dropped");
+        assert_eq!(
+            broken.stats().queued_bytes.load(Ordering::Acquire),
+            0,
+            "and uncounted, the message that panicked too"
+        );
         assert_eq!(broken.push(event("/later", 20)), Err(Refused::Closing));
         // The core's part: its flush does not panic either.
         let (core_side, core_writer, _client) = pair(mark.clone(), 1 << 20).await;
-        core_side
-            .push(Outgoing {
-                message: Message::Text(crate::reply::ENCODE_PANICS.to_string()),
-                ..event("/", 20)
-            })
-            .unwrap();
+        core_side.push(panics(20)).unwrap();
         core_side.flush();
         assert!(matches!(core_writer.pump(), Next::Stop(Err(_))));
+        assert_eq!(core_side.stats().queued_bytes.load(Ordering::Acquire), 0);
     }
 
     #[tokio::test]

@@ -30,10 +30,13 @@ const RECEIVE_BUFFER: u32 = 4096;
 const NAME_LEN: usize = 900;
 /// At most this many nodes are created to fill the socket (about 18 MB of events).
 const MAX_NODES: usize = 10_000;
-/// What the slow peer reads between two pauses.
-const ROUND_BYTES: usize = 256 << 10;
-/// Nodes created between two looks at `cons` (and two pings of the watcher).
+/// Nodes created between two looks at `cons`.
 const CHECK_EVERY: usize = 20;
+/// Packets Keeper must hold for the watcher, beyond what its socket took, before it stops.
+const MIN_QUEUED: u64 = 50;
+/// Rounds the slow peer reads everything in, a pause before each: enough that the pauses after
+/// the close add up to well over `LINGER`.
+const ROUNDS: usize = 10;
 
 /// Keeper's end of a connection, as `/proc/net/tcp` shows it.
 #[derive(Debug)]
@@ -122,14 +125,15 @@ impl Stuck {
         let name = "x".repeat(NAME_LEN);
         let mut nodes = 0;
         let mut queued = 0;
-        // Until Keeper holds events the socket to the watcher would not take.
-        while queued == 0 && nodes < MAX_NODES {
-            // The watcher pings (unanswered, unread), so its session lasts until then.
-            silent
-                .send_request(XID_PING, OpCode::Ping.code(), &[])
-                .await
-                .expect("the watcher's ping sent");
+        // Until Keeper holds events the socket to the watcher would not take (a few more than
+        // the publication of the last write may still hold back).
+        while queued < MIN_QUEUED && nodes < MAX_NODES {
             for _ in 0..CHECK_EVERY {
+                // The watcher pings (unanswered, unread), so its session lasts until then.
+                silent
+                    .send_request(XID_PING, OpCode::Ping.code(), &[])
+                    .await
+                    .expect("the watcher's ping sent");
                 create(&zk, &format!("/n{nodes:05}{name}"), true).await;
                 nodes += 1;
             }
@@ -138,8 +142,8 @@ impl Stuck {
                 .expect("the watcher's connection in cons");
         }
         assert!(
-            queued > 0,
-            "after {nodes} nodes Keeper holds nothing for {peer}: its socket took every event"
+            queued >= MIN_QUEUED,
+            "after {nodes} nodes Keeper holds {queued} packets for {peer}: its socket took the rest"
         );
         Stuck {
             keeper,
@@ -183,7 +187,12 @@ async fn create(zk: &Client, path: &str, delete: bool) {
 /// The silent session has expired (it expires within about a tick after its timeout), so
 /// Keeper has closed the connection behind what is queued.
 async fn wait_for_expiry() {
-    tokio::time::sleep(Duration::from_millis(SILENT_TIMEOUT_MS as u64) + 4 * TICK).await;
+    tokio::time::sleep(expiry()).await;
+}
+
+/// By when the silent session has expired, counted from its last ping.
+fn expiry() -> Duration {
+    Duration::from_millis(SILENT_TIMEOUT_MS as u64) + 4 * TICK
 }
 
 #[tokio::test]
@@ -209,13 +218,15 @@ async fn a_closed_connection_whose_peer_reads_slowly_gets_every_event_first() {
     // session expires (it no longer pings): each pause is shorter than `LINGER`, all of them
     // after the close together much longer.
     let pause = LINGER * 3 / 5;
+    // Each event carries a path of about `NAME_LEN` bytes, plus headers.
+    let round_bytes = (2 * stuck.nodes * (NAME_LEN + 40) / ROUNDS).max(16 << 10);
     let started = Instant::now();
     let deadline = started + LIMIT;
     let mut events = 0;
     let mut pauses = 0;
     'reading: while Instant::now() < deadline {
         let mut read = 0;
-        while read < ROUND_BYTES {
+        while read < round_bytes {
             match stuck.silent.next(Duration::from_millis(100)).await {
                 Next::Frame(frame) => {
                     read += frame.len();
@@ -238,9 +249,8 @@ async fn a_closed_connection_whose_peer_reads_slowly_gets_every_event_first() {
         started.elapsed()
     );
     // The session is gone after its timeout and a tick; what came after that is the test.
-    let closed_by = Duration::from_millis(SILENT_TIMEOUT_MS as u64) + 4 * TICK;
     assert!(
-        started.elapsed() > closed_by + 2 * LINGER,
+        started.elapsed() > expiry() + 2 * LINGER,
         "the peer read everything within {:?}: too little was queued to test the linger",
         started.elapsed()
     );

@@ -193,8 +193,9 @@ impl Vote {
     }
 }
 
-/// Checks a transaction id or a site name: one node name, printable, so that it can be a
-/// path segment and a line of the `sites` node.
+/// Checks a transaction id or a site name: one node name by ZooKeeper's path rules (no
+/// control characters among them), so that it can be a path segment and a line of the `sites`
+/// node.
 fn validate_name(what: &str, name: &str, path: &str) -> Result<()> {
     match node_name_problem(name) {
         Some(why) => Err(Error::InvalidArgument(format!(
