@@ -269,26 +269,20 @@ async fn read_requests(
 /// waits at most `close_linger` for the peer to make progress (the socket takes a byte, or the
 /// kernel's queue for the peer shrinks), and then resets the connection.
 async fn write_replies(outbox: WriterEnd, close_linger: Duration) -> std::io::Result<()> {
-    // When the close was first seen here.
-    let mut closed: Option<Instant> = None;
-    // Since when the peer has made no progress, and where it stood then.
+    // Since when the peer of a closed connection has made no progress, and where it stood then.
     let mut stalled: Option<(Instant, (u64, Option<u64>))> = None;
     loop {
         match outbox.pump() {
             Next::Idle => outbox.woken().await,
             Next::More => tokio::task::yield_now().await,
             Next::SocketFull => {
-                let now = Instant::now();
-                let progress = outbox.progress();
-                let since = match stalled {
-                    Some((since, at)) if at == progress => since,
-                    _ => now,
-                };
-                stalled = Some((since, progress));
-                if closed.is_none() && outbox.closing() {
-                    closed = Some(now);
+                let progress = outbox.closed_progress();
+                if let Some(progress) = progress
+                    && stalled.is_none_or(|(_, at)| at != progress)
+                {
+                    stalled = Some((Instant::now(), progress));
                 }
-                let give_up = closed.map(|closed| closed.max(since) + close_linger);
+                let give_up = stalled.map(|(since, _)| since + close_linger);
                 tokio::select! {
                     // A socket that became writable wins over a deadline that passed meanwhile.
                     biased;
@@ -300,8 +294,8 @@ async fn write_replies(outbox: WriterEnd, close_linger: Duration) -> std::io::Re
                     }
                     // The core gave up on the connection meanwhile: the next pump says so.
                     () = outbox.woken() => {}
-                    () = tokio::time::sleep_until(give_up.unwrap_or(now).into()), if give_up.is_some() => {
-                        if outbox.progress() != progress {
+                    () = tokio::time::sleep_until(give_up.unwrap_or_else(Instant::now).into()), if give_up.is_some() => {
+                        if outbox.closed_progress() != progress {
                             // The peer read meanwhile: wait again, from now.
                             continue;
                         }

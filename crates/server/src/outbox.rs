@@ -132,7 +132,7 @@ impl Counted {
 }
 
 /// Why nothing more is written.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum End {
     /// A close was taken: once `out` is written, the connection's write side shuts.
     Close,
@@ -213,8 +213,9 @@ impl Outbox {
     }
 
     /// Queues `outgoing` unless that would pass the bound; never waits for the socket (at
-    /// most for another thread's pump: non-blocking writes of up to [`INLINE_BYTES`]). What is queued is written by the
-    /// next [`Outbox::flush`] or by the publication of the durable mark that releases it.
+    /// most for another thread's pump: non-blocking writes of up to [`INLINE_BYTES`]). What is
+    /// queued is written by the next [`Outbox::flush`] or by the publication of the durable mark
+    /// that releases it.
     pub fn push(&self, outgoing: Outgoing) -> Result<(), Refused> {
         let shared = &*self.0;
         let mut state = lock(&shared.state);
@@ -235,16 +236,7 @@ impl Outbox {
                 message_bytes: bytes,
             });
         }
-        let counted = Counted {
-            bytes,
-            packets: u64::from(outgoing.is_packet()),
-        };
-        stats.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        stats
-            .queued_packets
-            .fetch_add(counted.packets, Ordering::AcqRel);
-        state.closing |= outgoing.close;
-        state.queue.push_back(Queued { outgoing, counted });
+        enqueue(&mut state, stats, outgoing, bytes);
         Ok(())
     }
 
@@ -284,16 +276,8 @@ impl Drop for Outbox {
                 close: true,
                 stamps: None,
             };
-            let counted = Counted {
-                bytes: outgoing.memory() as u64,
-                packets: 0,
-            };
-            let stats = &self.0.stats;
-            stats
-                .queued_bytes
-                .fetch_add(counted.bytes, Ordering::AcqRel);
-            state.closing = true;
-            state.queue.push_back(Queued { outgoing, counted });
+            let bytes = outgoing.memory() as u64;
+            enqueue(&mut state, &self.0.stats, outgoing, bytes);
         }
         drop(state);
         self.0.flush();
@@ -324,17 +308,19 @@ impl WriterEnd {
         self.0.writer.notified().await
     }
 
-    /// Whether the core has closed the connection (or let go of it) behind what is queued.
-    pub fn closing(&self) -> bool {
-        lock(&self.0.state).closing
-    }
-
-    /// How far the peer has got: the bytes written to the socket so far, and the bytes the
-    /// kernel still holds for the peer (unsent or unacknowledged; `None` if it will not say).
-    /// Either moves while the peer reads: the second also while the socket fills a large send
-    /// buffer's worth of room before it reports writable again.
-    pub fn progress(&self) -> (u64, Option<u64>) {
-        let written = lock(&self.0.state).total_written;
+    /// How far the peer has got, once the core has closed the connection (or let go of it)
+    /// behind what is queued; `None` before. Progress is the bytes written to the socket so
+    /// far, and the bytes the kernel still holds for the peer (unsent or unacknowledged; `None`
+    /// if it will not say). Either moves while the peer reads: the second also while the socket
+    /// drains a large send buffer's worth before it reports writable again.
+    pub fn closed_progress(&self) -> Option<(u64, Option<u64>)> {
+        let written = {
+            let state = lock(&self.0.state);
+            if !state.closing {
+                return None;
+            }
+            state.total_written
+        };
         let mut held: libc::c_int = 0;
         // SAFETY: the descriptor belongs to the socket this outbox owns, open while it lives;
         // TIOCOUTQ (SIOCOUTQ for TCP) writes one int.
@@ -345,7 +331,7 @@ impl WriterEnd {
                 &mut held,
             )
         };
-        (written, (rc == 0).then_some(held as u64))
+        Some((written, (rc == 0).then_some(held as u64)))
     }
 
     /// Waits until the socket may take more.
@@ -382,17 +368,26 @@ impl Waiting {
     /// The durable mark took this outbox off its waiting list: write what it released.
     pub(crate) fn released(self) {
         if let Some(shared) = self.0.upgrade() {
-            lock(&shared.state).waiting = false;
-            shared.flush();
+            let next = {
+                let mut state = lock(&shared.state);
+                state.waiting = false;
+                shared.pump_locked(&mut state, INLINE_BYTES)
+            };
+            shared.after_pump(next);
         }
     }
 }
 
 impl Shared {
     fn flush(self: &Arc<Self>) {
-        match self.pump(INLINE_BYTES) {
-            Next::Idle => {}
-            _ => self.writer.notify_one(),
+        let next = self.pump(INLINE_BYTES);
+        self.after_pump(next);
+    }
+
+    /// After a pump by the core or a log thread: what needs waiting for goes to the writer task.
+    fn after_pump(&self, next: Next) {
+        if !matches!(next, Next::Idle) {
+            self.writer.notify_one();
         }
     }
 
@@ -400,17 +395,18 @@ impl Shared {
     /// left, the socket is full or about `budget` bytes are written; puts the outbox on the
     /// mark's waiting list when the next message waits for the log. Never waits.
     fn pump(self: &Arc<Self>, budget: usize) -> Next {
-        let mut guard = lock(&self.state);
-        let state = &mut *guard;
+        self.pump_locked(&mut lock(&self.state), budget)
+    }
+
+    /// [`Shared::pump`] with the outbox's lock already held.
+    fn pump_locked(self: &Arc<Self>, state: &mut State, budget: usize) -> Next {
         let mut spent = 0;
         loop {
             if spent >= budget && state.end.is_none() {
                 return Next::More;
             }
-            match &state.end {
-                None => self.encode_sendable(state),
-                Some(End::Overflow) => return Next::Reset,
-                Some(_) => {}
+            if state.end.is_none() {
+                self.encode_sendable(state);
             }
             if state.written == state.out.len() {
                 return match &state.end {
@@ -546,6 +542,23 @@ fn drop_encoded(state: &mut State, stats: &ConnStats) {
     state.out = Vec::new();
     state.written = 0;
     uncount(stats, std::mem::take(&mut state.encoded));
+}
+
+/// Queues `outgoing` (which holds `bytes` of memory) behind what is there, counted as queued
+/// (a close marker is no packet).
+fn enqueue(state: &mut State, stats: &ConnStats, outgoing: Outgoing, bytes: u64) {
+    let counted = Counted {
+        bytes,
+        packets: u64::from(outgoing.is_packet()),
+    };
+    stats
+        .queued_bytes
+        .fetch_add(counted.bytes, Ordering::AcqRel);
+    stats
+        .queued_packets
+        .fetch_add(counted.packets, Ordering::AcqRel);
+    state.closing |= outgoing.close;
+    state.queue.push_back(Queued { outgoing, counted });
 }
 
 fn uncount(stats: &ConnStats, dropped: Counted) {

@@ -58,9 +58,7 @@ fn code(err: ErrorCode) -> Option<i32> {
 
 /// Runs one backend's part of a test, failing it (naming the backend) if it takes too long.
 async fn bounded<T>(backend: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(BACKEND_LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{backend}: did not finish within {BACKEND_LIMIT:?}"))
+    lockkeeper_testkit::within(BACKEND_LIMIT, backend, fut).await
 }
 
 fn create(op: OpCode, path: &str, acl: Vec<Acl>, flags: i32, ttl: i64) -> Request {

@@ -146,15 +146,7 @@ impl Raw {
         timeout_ms: i32,
     ) -> Raw {
         let mut raw = Raw::open_with_receive_buffer(addr, label, bytes).await;
-        let response = raw
-            .handshake(timeout_ms)
-            .await
-            .unwrap_or_else(|| panic!("{}: the server closed the handshake", raw.label));
-        assert!(
-            response.timeout > 0,
-            "{}: session refused: {response:?}",
-            raw.label
-        );
+        raw.new_session(timeout_ms).await;
         let answer = raw
             .call(&Request::AddWatch(AddWatchRequest {
                 path: "/".into(),
@@ -173,16 +165,23 @@ impl Raw {
     /// Opens a connection and establishes a new session on it; panics if the server refuses.
     pub async fn session(addr: SocketAddr, label: impl Into<String>) -> Raw {
         let mut raw = Raw::open(addr, label).await;
-        let response = raw
-            .handshake(SESSION_TIMEOUT_MS)
+        raw.new_session(SESSION_TIMEOUT_MS).await;
+        raw
+    }
+
+    /// Establishes a new session of `timeout_ms` on this connection; panics if the server
+    /// closes the handshake or refuses the session.
+    pub async fn new_session(&mut self, timeout_ms: i32) -> ConnectResponse {
+        let response = self
+            .handshake(timeout_ms)
             .await
-            .unwrap_or_else(|| panic!("{}: the server closed the handshake", raw.label));
+            .unwrap_or_else(|| panic!("{}: the server closed the handshake", self.label));
         assert!(
             response.timeout > 0 && response.session_id != 0,
             "{}: session refused: {response:?}",
-            raw.label
+            self.label
         );
-        raw
+        response
     }
 
     /// Opens a connection and establishes a session that expires `timeout_ms` after its last
