@@ -1,8 +1,8 @@
 //! The durable mark: how far the log is on disk, and the messages waiting for it to move.
 //!
 //! Every message to a client reveals the state at some zxid and may leave only once the log is
-//! durable that far (the outbox module). The log threads publish the mark here after each sync
-//! (and bump its fault count when the disk fails). An outbox whose next message waits for a
+//! durable that far (the outbox module). The log threads publish the mark here after each sync;
+//! the core counts a disk fault on it once it has stopped queueing for the old state. An outbox whose next message waits for a
 //! later mark puts itself on the mark's waiting list, and the thread that publishes the mark
 //! takes the list and writes what the mark released to the sockets itself: a reply leaves on
 //! the thread that made it durable, with no other thread to wake.

@@ -21,9 +21,11 @@
 //! block map, which costs a journal commit on every sync. It also means a full disk shows up while
 //! zero-filling ahead, before a record needs the space.
 //!
-//! When a write or sync fails, nothing more is written or published: the writer bumps the fault
-//! count (so held replies are dropped, never sent) and tells the core, which goes read-only until
-//! a [`TxnLog::resume`] succeeds.
+//! When a write or sync fails, nothing more is written or published (the mark stays where the
+//! disk is), and the writer tells the core. The core counts the fault on the mark
+//! ([`TxnLog::abandon_pending`]) once it has stopped queueing replies for the state the fault may
+//! have lost, so that one count covers everything queued until then: what was durable at the fault
+//! is sent, the rest dropped. It then goes read-only until a [`TxnLog::resume`] succeeds.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -219,8 +221,10 @@ impl TxnLog {
         self.durable.get().zxid
     }
 
-    /// Drops every reply still waiting for durability (after a fault, the state they reveal
-    /// may never become durable): their connections close instead.
+    /// Counts a disk fault on the mark, once per fault, when the core has heard of it: every
+    /// reply queued until now that reveals more than was durable at the fault is dropped (the
+    /// state it reveals may never become durable) and its connection closes; what was durable
+    /// is still sent.
     pub fn abandon_pending(&self) {
         self.durable.publish(Durable::fault).write();
     }
@@ -443,7 +447,8 @@ impl Shared {
         }
         let file = path.display().to_string();
         tracing::error!(%error, file, "transaction log write failed: no more writes are accepted until the disk recovers");
-        self.durable.publish(Durable::fault).write();
+        // The mark stops here; the core counts the fault when it hears of it (abandon_pending),
+        // after what it queued meanwhile, so one count covers both.
         let _ = self.events.send(LogEvent::Failed(error.to_string()));
     }
 }
