@@ -10,11 +10,16 @@
 //! 2. list the children, sort them by sequence, and ask the recipe's [`Rule`] whether our node
 //!    holds; if not, which earlier node to watch;
 //! 3. watch that node with getData (not exists: if it is already gone, getData says NoNode and
-//!    leaves no watch behind) and go back to 2 when it changes.
+//!    leaves no watch behind), and also the node the rule would name once that one is gone
+//!    (for a mutex, the node two ahead of ours);
+//! 4. when the watched node goes, grant if the last listing without it says so (nothing can
+//!    queue *ahead* of us, so that listing is a superset of the truth), else go back to 2.
+//!    When the second node goes, go back to 2 at once, while the watched node still holds: its
+//!    release then finds a listing fresh enough to grant on the notification alone.
 //!
-//! A release therefore wakes only the waiter behind it (no herd), and grants follow sequence
-//! order (FIFO). Creating the node and listing the children are sent back to back without
-//! waiting: ZooKeeper answers one session's requests in order, so the listing already
+//! A release therefore wakes at most the two waiters behind it (no herd), and grants follow
+//! sequence order (FIFO). Creating the node and listing the children are sent back to back
+//! without waiting: ZooKeeper answers one session's requests in order, so the listing already
 //! contains our node and an uncontended acquire costs one round trip.
 //!
 //! With lock-delay ([`HoldOptions::lock_delay`]), a node the rule grants waits first until
@@ -211,10 +216,17 @@ impl Queue {
         // the nodes now ahead of us, and a rule that grants on a superset grants on the truth:
         // a handoff from a predecessor that was first when we listed needs no new listing.
         // When that superset does not grant, it is listed anew rather than walked: it is
-        // mostly stale (under contention our listing was taken several turns ago, and every
-        // node ahead of the one we watched has had its turn since), and asking after each
-        // stale node costs a round trip answered NoNode before the listing that grants.
+        // mostly stale, and asking after each stale node costs a round trip answered NoNode
+        // before the listing that grants.
+        //
+        // To keep the listing fresh enough for that, a waiter also watches the node it would
+        // watch next (its predecessor's predecessor, for a mutex) and lists again when that
+        // one goes: while the predecessor still holds, off the handoff's path. The handoff to
+        // us then costs the notification alone, not a listing after it. A release notifies
+        // at most two waiters, so there is still no herd.
         let mut known: Option<Vec<String>> = listing.take().map(|children| self.sort(children));
+        // Watches left earlier and not fired yet, kept while a new listing still needs them.
+        let mut armed: Vec<NodeWatch> = Vec::new();
         loop {
             let children = match known.take() {
                 Some(children) => children,
@@ -258,49 +270,181 @@ impl Queue {
                 Decision::Watch(_) if deadline.passed() => return Ok(Turn::TimedOut),
                 Decision::Watch(watched) => watched,
             };
-            let path = self.path_of(&watched);
-            let watch = generation
-                .retry(|client| {
-                    let path = path.clone();
-                    async move {
-                        match client.get_and_watch_data(&path).await {
-                            Ok((_, _, watcher)) => Ok(Some(watcher)),
-                            // Already gone: no watch was left; look again at once.
-                            Err(lockkeeper_zk_client::Error::NoNode) => Ok(None),
-                            Err(err) => Err(err),
-                        }
+            let next = next_watched(rule, &children, &watched, name);
+            let kept_watched = take_armed(&mut armed, &watched);
+            let kept_next = next
+                .as_deref()
+                .and_then(|next| take_armed(&mut armed, next));
+            armed.clear();
+            let (watch, ahead) =
+                tokio::join!(self.rewatch(generation, &watched, kept_watched), async {
+                    match &next {
+                        Some(next) => self.rewatch(generation, next, kept_next).await.map(Some),
+                        None => Ok(None),
                     }
-                })
-                .await?;
-            let Some(watcher) = watch else {
-                vanished.saw(&watched);
-                continue;
-            };
-            tokio::select! {
-                event = watcher.changed() => {
-                    match event.event_type {
-                        // The only session events a watch sees are terminal ones.
-                        EventType::Session => return Err(Error::SessionLost),
-                        EventType::NodeDeleted => {
-                            vanished.saw(&watched);
-                            let mut remaining = children;
-                            remaining.retain(|child| *child != watched);
-                            let grants = remaining
-                                .iter()
-                                .position(|child| child == name)
-                                .is_some_and(|ours| matches!(rule(&remaining, ours), Decision::Hold));
-                            known = grants.then_some(remaining);
-                        }
-                        // A data change on the watched node: look at the queue again.
-                        _ => {}
-                    }
-                    generation.count_notification();
-                }
+                },);
+            let mut watch = watch?;
+            let mut ahead = ahead?;
+            let woke = tokio::select! {
+                fired = &mut watch.fired => Woke::Watched(fired),
+                fired = fired_or_never(&mut ahead) => Woke::Ahead(fired),
                 () = deadline.sleep() => return Ok(Turn::TimedOut),
                 () = generation.ended() => return Err(Error::SessionLost),
+            };
+            match woke {
+                Woke::Watched(fired) => {
+                    armed.extend(ahead);
+                    if fired.notified() {
+                        generation.count_notification();
+                    }
+                    known = match fired {
+                        Fired::SessionEnded => return Err(Error::SessionLost),
+                        Fired::Deleted | Fired::Gone => {
+                            vanished.saw(&watched);
+                            without(&children, &watched, name)
+                                .filter(|(rest, ours)| matches!(rule(rest, *ours), Decision::Hold))
+                                .map(|(rest, _)| rest)
+                        }
+                        // A data change on the watched node: look at the queue again.
+                        Fired::Changed => None,
+                    };
+                }
+                Woke::Ahead(fired) => {
+                    armed.push(watch);
+                    if fired.notified() {
+                        generation.count_notification();
+                    }
+                    match fired {
+                        Fired::SessionEnded => return Err(Error::SessionLost),
+                        Fired::Deleted | Fired::Gone => {
+                            if let Some(next) = &next {
+                                vanished.saw(next);
+                            }
+                        }
+                        Fired::Changed => {}
+                    }
+                    // List again now, while the node we watch is still there.
+                    known = None;
+                }
             }
         }
     }
+
+    /// The watch on `name`: `kept` if one is still armed, else a new one.
+    async fn rewatch(
+        &self,
+        generation: &Generation,
+        name: &str,
+        kept: Option<NodeWatch>,
+    ) -> Result<NodeWatch> {
+        match kept {
+            Some(kept) => Ok(kept),
+            None => self.watch_node(generation, name).await,
+        }
+    }
+
+    /// Leaves a watch on the queue node `name`; a node already gone is a watch already fired.
+    async fn watch_node(&self, generation: &Generation, name: &str) -> Result<NodeWatch> {
+        let path = self.path_of(name);
+        let watcher = generation
+            .retry(|client| {
+                let path = path.clone();
+                async move {
+                    match client.get_and_watch_data(&path).await {
+                        Ok((_, _, watcher)) => Ok(Some(watcher)),
+                        // Already gone: no watch was left.
+                        Err(lockkeeper_zk_client::Error::NoNode) => Ok(None),
+                        Err(err) => Err(err),
+                    }
+                }
+            })
+            .await?;
+        let fired: FiredFuture = match watcher {
+            Some(watcher) => Box::pin(async move {
+                match watcher.changed().await.event_type {
+                    // The only session events a watch sees are terminal ones.
+                    EventType::Session => Fired::SessionEnded,
+                    EventType::NodeDeleted => Fired::Deleted,
+                    _ => Fired::Changed,
+                }
+            }),
+            None => Box::pin(std::future::ready(Fired::Gone)),
+        };
+        Ok(NodeWatch {
+            name: name.to_owned(),
+            fired,
+        })
+    }
+}
+
+/// What a watch on a queue node reported.
+#[derive(Clone, Copy, Debug)]
+enum Fired {
+    /// The node was deleted (a notification).
+    Deleted,
+    /// The node was already gone when the watch was asked for (no notification).
+    Gone,
+    /// The node's data changed.
+    Changed,
+    /// The session ended.
+    SessionEnded,
+}
+
+impl Fired {
+    /// Whether the server sent a notification (for the session's count of them).
+    fn notified(self) -> bool {
+        !matches!(self, Fired::Gone)
+    }
+}
+
+type FiredFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Fired> + Send>>;
+
+/// A watch left on one queue node, kept across listings that still need it.
+struct NodeWatch {
+    name: String,
+    fired: FiredFuture,
+}
+
+/// Which watch woke a waiter.
+enum Woke {
+    /// The node the rule named.
+    Watched(Fired),
+    /// The node the rule would name next.
+    Ahead(Fired),
+}
+
+/// The armed watch on `name`, taken out of `armed`.
+fn take_armed(armed: &mut Vec<NodeWatch>, name: &str) -> Option<NodeWatch> {
+    let at = armed.iter().position(|watch| watch.name == name)?;
+    Some(armed.swap_remove(at))
+}
+
+/// Waits for `watch` to fire, or for ever when there is none.
+async fn fired_or_never(watch: &mut Option<NodeWatch>) -> Fired {
+    match watch {
+        Some(watch) => (&mut watch.fired).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The node `rule` would have us watch once `watched` is gone (`None`: that would grant).
+fn next_watched(rule: Rule<'_>, children: &[String], watched: &str, name: &str) -> Option<String> {
+    let (rest, ours) = without(children, watched, name)?;
+    match rule(&rest, ours) {
+        Decision::Hold => None,
+        Decision::Watch(next) => Some(next),
+    }
+}
+
+/// `children` without `gone`, and the position of our node `name` in what is left.
+fn without(children: &[String], gone: &str, name: &str) -> Option<(Vec<String>, usize)> {
+    let rest: Vec<String> = children
+        .iter()
+        .filter(|child| *child != gone)
+        .cloned()
+        .collect();
+    let ours = rest.iter().position(|child| child == name)?;
+    Some((rest, ours))
 }
 
 impl Queue {
