@@ -3,8 +3,8 @@
 //!
 //! Every participant queues an ephemeral-sequential node `{path}/_c_{uuid}-latch-{sequence}`
 //! whose data is its id in UTF-8; the lowest sequence leads, and every other participant
-//! watches only the node just before its own (getData), so a leader's departure wakes exactly
-//! one participant. That is the lock queue of [`queue`](crate::zk) with the latch marker and
+//! watches the node just before its own (getData) and the one before that (to list again
+//! early), so a leader's departure wakes at most two participants. That is the lock queue of [`queue`](crate::zk) with the latch marker and
 //! the id as the node's data; this module adds what makes a lock a leadership:
 //!
 //! - **One term, one node.** A term starts when our node is first *and* read back as owned by
@@ -76,7 +76,8 @@ impl Session {
 /// # Ok(()) }
 /// ```
 ///
-/// - **Fair and herd-free**: participants lead in order of arrival; a departure wakes one.
+/// - **Fair and herd-free**: participants lead in order of arrival; a departure wakes at most
+///   two.
 /// - **Cancel-safe**: dropping a [`lead`](LeaderLatch::lead) future deletes its node.
 /// - **Interoperable**: Curator's `LeaderLatch` on the same path queues in the same order, and
 ///   [`leader`](LeaderLatch::leader) names the same participant as Curator's `getLeader()`.

@@ -17,10 +17,11 @@
 //!    When the second node goes, go back to 2 at once, while the watched node still holds: its
 //!    release then finds a listing fresh enough to grant on the notification alone.
 //!
-//! A release therefore wakes at most the two waiters behind it (no herd), and grants follow
-//! sequence order (FIFO). Creating the node and listing the children are sent back to back
-//! without waiting: ZooKeeper answers one session's requests in order, so the listing already
-//! contains our node and an uncontended acquire costs one round trip.
+//! A release therefore wakes only waiters it lets in or that list again early (for a mutex, at
+//! most the two behind it: no herd), and grants follow sequence order (FIFO). Creating the
+//! node and listing the children are sent back to back without waiting: ZooKeeper answers one
+//! session's requests in order, so the listing already contains our node and an uncontended
+//! acquire costs one round trip.
 //!
 //! With lock-delay ([`HoldOptions::lock_delay`]), a node the rule grants waits first until
 //! the delay has passed since any holder ahead of it was seen to fail (see `hold::delay`).

@@ -10,6 +10,9 @@
 //!   writer, asking again when that one goes (an earlier writer that timed out may leave
 //!   another one in front).
 //!
+//! Each waiter also watches the node its rule would name once that one is gone, and lists
+//! again when it goes (see the queue module), so a handoff costs the next holder no request.
+//!
 //! Because a reader waits for every *earlier* writer, a writer is never starved: readers that
 //! arrive after it queue behind it, however many readers hold before it.
 
@@ -46,7 +49,8 @@ const MARKERS: &[&str] = &[READ_MARKER, WRITE_MARKER];
 /// - **Fair, no writer starvation**: grants follow arrival order; a reader that arrives after
 ///   a waiting writer waits for that writer.
 /// - **Herd-free**: a writer watches the node just before it, a reader the nearest earlier
-///   writer; a release wakes only waiters it can let in.
+///   writer, each also the node its rule names next (to list again early); a release wakes
+///   only waiters it lets in or that list again early, never the whole queue.
 /// - **Reentrant per handle, on each side**: `read()` on a handle (or a clone) that holds the
 ///   read lock re-enters without a round trip; the same for `write()`. Separate handles from
 ///   [`Session::rw_lock`] are separate owners, even in one session.

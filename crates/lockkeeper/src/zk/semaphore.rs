@@ -13,7 +13,8 @@
 //!
 //! The mutex is what makes counting children enough: only its holder has lease nodes that are
 //! not granted yet, so "at most N children" means "ours fit". Waiters other than the mutex
-//! holder wait in the mutex queue, each watching one node, so a release wakes one process.
+//! holder wait in the mutex queue, each watching at most two nodes, so a release wakes at most
+//! two processes.
 //!
 //! Curator takes several leases one at a time, taking and releasing the mutex for each, so two
 //! processes that each want most of the leases can each end up holding some and waiting
