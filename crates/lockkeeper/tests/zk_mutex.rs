@@ -133,13 +133,39 @@ async fn grants_in_arrival_order_and_each_release_wakes_at_most_two_waiters() {
         );
         // WAITERS releases happened while someone waited (the holder's and WAITERS-1 waiters').
         // Herd-free: each release wakes the waiter behind it and, but for the last, the one
-        // behind that (which watches two ahead to list again early), never more.
+        // behind that (which watches two ahead to list again early), never more. That second
+        // one may miss its notification: if its early listing came back after the release, it
+        // was granted from that listing, having dropped the watch.
         let woken: u64 = sessions.iter().map(Session::notifications).sum();
-        assert_eq!(
-            woken,
-            2 * WAITERS as u64 - 1,
-            "notifications for {WAITERS} releases: each must wake the next two waiters at most"
+        assert!(
+            (WAITERS as u64..2 * WAITERS as u64).contains(&woken),
+            "{woken} notifications for {WAITERS} releases: each must wake the next waiter, and \
+             at most one more"
         );
+    })
+    .await;
+}
+
+/// Waits until the server holds `count` watches (`wchs`: Keeper and ZooKeeper both print
+/// `Total watches:N`).
+async fn wait_watches(connect: &str, count: usize) {
+    let addr = connect.parse().expect("a single host:port");
+    lockkeeper_testkit::within(Duration::from_secs(10), format!("{count} watches"), async {
+        loop {
+            let wchs = tokio::task::spawn_blocking(move || {
+                lockkeeper_testkit::four_letter_word(addr, "wchs")
+            })
+            .await
+            .expect("wchs");
+            let total = wchs
+                .lines()
+                .find_map(|line| line.strip_prefix("Total watches:"))
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            if total == Some(count) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     })
     .await;
 }
@@ -192,8 +218,9 @@ async fn a_handoff_costs_the_next_waiter_no_request() {
         let mutex = last.mutex(path).unwrap();
         let last_waits = tokio::spawn(async move { mutex.lock().await.unwrap() });
         wait_children(&sessions[0], path, 4).await;
-        // The last waiter listed [0, 1, 2, last]: it watches 2, and 1 as the node after.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The last waiter listed [0, 1, 2, last]: it watches 2, and 1 as the node ahead of 2. With
+        // 1 watching 0, and 2 watching 1 and 0, that is five watches.
+        wait_watches(&connect, 5).await;
         let queued = requests_received(&connect, &last);
         let mut waiting = waiting.into_iter();
         for _ in 0..2 {

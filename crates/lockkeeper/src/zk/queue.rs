@@ -52,6 +52,10 @@ pub(crate) enum Decision {
 }
 
 /// A recipe's grant rule: given the queue sorted by sequence and the index of our node.
+///
+/// It is also asked about listings the server never sent (the last one without nodes seen to
+/// go), so it must depend on its arguments alone, only ever name a node ahead of ours, and,
+/// when it grants on a listing, grant on every listing with fewer nodes ahead of ours.
 pub(crate) type Rule<'r> = &'r (dyn Fn(&[String], usize) -> Decision + Sync);
 
 /// The marker of a mutex node (and of the semaphore's internal lock), as Curator names it:
@@ -223,11 +227,12 @@ impl Queue {
         // To keep the listing fresh enough for that, a waiter also watches the node it would
         // watch next (its predecessor's predecessor, for a mutex) and lists again when that
         // one goes: while the predecessor still holds, off the handoff's path. The handoff to
-        // us then costs the notification alone, not a listing after it. A release notifies
-        // at most two waiters, so there is still no herd.
+        // us then costs the notification alone, not a listing after it. A mutex release
+        // notifies at most two waiters, so there is still no herd.
         let mut known: Option<Vec<String>> = listing.take().map(|children| self.sort(children));
-        // Watches left earlier and not fired yet, kept while a new listing still needs them.
-        let mut armed: Vec<NodeWatch> = Vec::new();
+        // The one watch left by the last round that has not fired: reused if the new listing
+        // needs it again.
+        let mut unfired = Unfired::None;
         loop {
             let children = match known.take() {
                 Some(children) => children,
@@ -247,6 +252,13 @@ impl Queue {
             let Some(ours) = children.iter().position(|child| child == name) else {
                 return Ok(Turn::NodeGone);
             };
+            // The watched node, gone before its notification reached us, is still one seen
+            // gone (lock-delay counts it as failed unless its record says otherwise).
+            if let Unfired::Watched(watch) = &unfired
+                && !children.contains(&watch.name)
+            {
+                vanished.saw(&watch.name);
+            }
             let watched = match rule(&children, ours) {
                 Decision::Hold => {
                     let Some(delay) = lock_delay else {
@@ -272,66 +284,74 @@ impl Queue {
                 Decision::Watch(watched) => watched,
             };
             let next = next_watched(rule, &children, &watched, name);
-            let kept_watched = take_armed(&mut armed, &watched);
-            let kept_next = next
-                .as_deref()
-                .and_then(|next| take_armed(&mut armed, next));
-            armed.clear();
+            let kept = match std::mem::replace(&mut unfired, Unfired::None) {
+                Unfired::Watched(kept) | Unfired::Next(kept) => Some(kept),
+                Unfired::None => None,
+            };
+            let (kept_watched, kept_next) = match kept {
+                Some(kept) if kept.name == watched => (Some(kept), None),
+                Some(kept) if next.as_deref() == Some(kept.name.as_str()) => (None, Some(kept)),
+                _ => (None, None),
+            };
             let (watch, ahead) =
                 tokio::join!(self.rewatch(generation, &watched, kept_watched), async {
                     match &next {
                         Some(next) => self.rewatch(generation, next, kept_next).await.map(Some),
                         None => Ok(None),
                     }
-                },);
+                });
             let mut watch = watch?;
-            let mut ahead = ahead?;
+            // The second watch only saves a listing later: without it, wait as before.
+            let mut ahead = ahead.ok().flatten();
             let woke = tokio::select! {
+                // Both may have fired (one session's nodes go together): the watched node first.
+                biased;
                 fired = &mut watch.fired => Woke::Watched(fired),
                 fired = fired_or_never(&mut ahead) => Woke::Ahead(fired),
                 () = deadline.sleep() => return Ok(Turn::TimedOut),
                 () = generation.ended() => return Err(Error::SessionLost),
             };
-            match woke {
+            let fired = match woke {
                 Woke::Watched(fired) => {
-                    armed.extend(ahead);
-                    if fired.notified() {
-                        generation.count_notification();
-                    }
+                    unfired = ahead.map_or(Unfired::None, Unfired::Next);
                     known = match fired {
-                        Fired::SessionEnded => return Err(Error::SessionLost),
-                        Fired::Deleted | Fired::Gone => {
+                        Fired::Deleted => {
                             vanished.saw(&watched);
-                            without(&children, &watched, name)
-                                .filter(|(rest, ours)| matches!(rule(rest, *ours), Decision::Hold))
-                                .map(|(rest, _)| rest)
-                        }
-                        // A data change on the watched node: look at the queue again.
-                        Fired::Changed => None,
-                    };
-                }
-                Woke::Ahead(fired) => {
-                    armed.push(watch);
-                    if fired.notified() {
-                        generation.count_notification();
-                    }
-                    match fired {
-                        Fired::SessionEnded => return Err(Error::SessionLost),
-                        Fired::Deleted | Fired::Gone => {
-                            if let Some(next) = &next {
-                                vanished.saw(next);
+                            // `next` is `None` exactly when the rule grants on the last listing
+                            // without the watched node: a superset of what is ahead now.
+                            match next {
+                                None => without(&children, &watched, name).map(|(rest, _)| rest),
+                                Some(_) => None,
                             }
                         }
-                        Fired::Changed => {}
-                    }
-                    // List again now, while the node we watch is still there.
-                    known = None;
+                        // Gone before the watch: list again (which also finds our own node
+                        // gone if the whole directory was deleted).
+                        Fired::Gone => {
+                            vanished.saw(&watched);
+                            None
+                        }
+                        // A data change on the watched node: look at the queue again.
+                        Fired::Changed | Fired::SessionEnded => None,
+                    };
+                    fired
                 }
+                // The node ahead of the watched one went (or changed): list again now, while
+                // the watched node is still there, keeping its watch.
+                Woke::Ahead(fired) => {
+                    unfired = Unfired::Watched(watch);
+                    known = None;
+                    fired
+                }
+            };
+            match fired {
+                Fired::SessionEnded => return Err(Error::SessionLost),
+                Fired::Deleted | Fired::Changed => generation.count_notification(),
+                Fired::Gone => {}
             }
         }
     }
 
-    /// The watch on `name`: `kept` if one is still armed, else a new one.
+    /// The watch on `name`: `kept` if there is one that has not fired, else a new one.
     async fn rewatch(
         &self,
         generation: &Generation,
@@ -391,13 +411,6 @@ enum Fired {
     SessionEnded,
 }
 
-impl Fired {
-    /// Whether the server sent a notification (for the session's count of them).
-    fn notified(self) -> bool {
-        !matches!(self, Fired::Gone)
-    }
-}
-
 type FiredFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Fired> + Send>>;
 
 /// A watch left on one queue node, kept across listings that still need it.
@@ -406,18 +419,21 @@ struct NodeWatch {
     fired: FiredFuture,
 }
 
+/// A watch of the last round that has not fired, by the part it played.
+enum Unfired {
+    None,
+    /// On the node the rule named.
+    Watched(NodeWatch),
+    /// On the node the rule would name next.
+    Next(NodeWatch),
+}
+
 /// Which watch woke a waiter.
 enum Woke {
     /// The node the rule named.
     Watched(Fired),
     /// The node the rule would name next.
     Ahead(Fired),
-}
-
-/// The armed watch on `name`, taken out of `armed`.
-fn take_armed(armed: &mut Vec<NodeWatch>, name: &str) -> Option<NodeWatch> {
-    let at = armed.iter().position(|watch| watch.name == name)?;
-    Some(armed.swap_remove(at))
 }
 
 /// Waits for `watch` to fire, or for ever when there is none.

@@ -332,9 +332,10 @@ impl RwLock {
         };
         let write_name = child_name(pin.write.node()).to_owned();
         let overtakes = AtomicBool::new(false);
-        // The write lock was ours until now: no failure to wait out (and the downgrade rule,
-        // which records what it saw, is asked only about the real queue). Its release is
-        // recorded all the same, for the writers queued behind it.
+        // The write lock was ours until now: no failure to wait out. The downgrade rule records
+        // what it saw only when it grants, which is on the first listing, a real one (the
+        // queue also asks rules about listings it derives, see `queue::Rule`). The write's
+        // release is recorded all the same, for the writers queued behind it.
         let downgraded = HoldOptions {
             at_once: true,
             ..self.options

@@ -399,7 +399,9 @@ impl Session {
     }
 
     /// Watch notifications delivered to this session's lock waiters so far: one per waiter
-    /// woken. A herd-free recipe wakes one waiter per release; [`SimpleLock`] wakes them all.
+    /// woken. A [`Mutex`](crate::zk::Mutex) release wakes at most two waiters (the next
+    /// holder, and the waiter behind it, which lists again early); [`SimpleLock`] wakes them
+    /// all.
     ///
     /// [`SimpleLock`]: crate::zk::SimpleLock
     pub fn notifications(&self) -> u64 {
