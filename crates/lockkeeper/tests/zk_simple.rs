@@ -66,7 +66,7 @@ impl Backend {
         }
     }
 
-    /// The server's count of watches (`wchs`): one per waiting session in these tests.
+    /// The server's count of watches (`wchs`).
     async fn watches(&self) -> usize {
         let addr = self.addr;
         let answer = tokio::task::spawn_blocking(move || four_letter_word(addr, "wchs"))
@@ -484,9 +484,17 @@ async fn wakeups_per_release(b: &Backend, simple: bool, waiters: usize) -> u64 {
     b.within("release", guard.release()).await.unwrap();
     let first = b.within("a waiter granted", grants.recv()).await;
     assert!(first.is_some(), "{}: no waiter was granted", b.name);
-    // The others are back to watching; give stray notifications time to arrive.
+    // The others are back to watching (simple) or still watching (mutex); the notifications
+    // the release sent have all been counted; give stray ones time to arrive.
     b.wait_watches(after_release, "the others watching again")
         .await;
+    let sent = if simple { waiters } else { 2 };
+    b.within("the release's notifications counted", async {
+        while woken(&sessions) < sent as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         grants.try_recv().is_err(),

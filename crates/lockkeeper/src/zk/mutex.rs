@@ -18,8 +18,9 @@ use crate::zk::session::Session;
 ///
 /// - **Fair**: grants follow the order of arrival (sequence numbers).
 /// - **Herd-free**: each waiter watches the node just before it, and the one before that so
-///   it can list again early, so a release wakes at most two waiters. The next holder is
-///   granted on the release's notification alone, with no request after it.
+///   it can list again early, so a release wakes at most two waiters. Without lock-delay, the
+///   next holder is usually granted on the release's notification alone, with no request
+///   after it.
 /// - **Reentrant per handle**: `lock()` on a handle (or a clone) that holds the lock re-enters
 ///   without a round trip; the node goes when the last guard does. Separate handles from
 ///   [`Session::mutex`] exclude each other, even in one session.

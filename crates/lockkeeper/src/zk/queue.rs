@@ -55,7 +55,8 @@ pub(crate) enum Decision {
 ///
 /// It is also asked about listings the server never sent (the last one without nodes seen to
 /// go), so it must depend on its arguments alone, only ever name a node ahead of ours, and,
-/// when it grants on a listing, grant on every listing with fewer nodes ahead of ours.
+/// when it grants on a listing, grant on every listing whose nodes ahead of ours are a subset
+/// of that one's.
 pub(crate) type Rule<'r> = &'r (dyn Fn(&[String], usize) -> Decision + Sync);
 
 /// The marker of a mutex node (and of the semaphore's internal lock), as Curator names it:
@@ -230,8 +231,8 @@ impl Queue {
         // us then costs the notification alone, not a listing after it. A mutex release
         // notifies at most two waiters, so there is still no herd.
         let mut known: Option<Vec<String>> = listing.take().map(|children| self.sort(children));
-        // The one watch left by the last round that has not fired: reused if the new listing
-        // needs it again.
+        // The one watch of the last round whose event was not taken: reused if the new listing
+        // needs it again (if it fired meanwhile, it wakes the next round at once).
         let mut unfired = Unfired::None;
         loop {
             let children = match known.take() {
@@ -301,8 +302,13 @@ impl Queue {
                     }
                 });
             let mut watch = watch?;
-            // The second watch only saves a listing later: without it, wait as before.
-            let mut ahead = ahead.ok().flatten();
+            // The second watch only saves a listing later: without it, wait as before (but not
+            // on a session that is over).
+            let mut ahead = match ahead {
+                Ok(ahead) => ahead,
+                Err(Error::SessionLost) => return Err(Error::SessionLost),
+                Err(_) => None,
+            };
             let woke = tokio::select! {
                 // Both may have fired (one session's nodes go together): the watched node first.
                 biased;
@@ -351,7 +357,7 @@ impl Queue {
         }
     }
 
-    /// The watch on `name`: `kept` if there is one that has not fired, else a new one.
+    /// The watch on `name`: `kept` if there is one whose event was not taken, else a new one.
     async fn rewatch(
         &self,
         generation: &Generation,
@@ -419,7 +425,7 @@ struct NodeWatch {
     fired: FiredFuture,
 }
 
-/// A watch of the last round that has not fired, by the part it played.
+/// A watch of the last round whose event was not taken, by the part it played.
 enum Unfired {
     None,
     /// On the node the rule named.

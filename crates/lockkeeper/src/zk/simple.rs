@@ -43,7 +43,7 @@ const MAX_PARENT_ATTEMPTS: u32 = 5;
 ///
 /// - **Herd effect**: every waiter watches the same node, so every release wakes *every*
 ///   waiter, and all of them race to create the node again. With K waiters a release costs K
-///   notifications and K creates (of which K−1 fail and re-watch); [`Mutex`] wakes exactly one.
+///   notifications and K creates (of which K−1 fail and re-watch); [`Mutex`] wakes at most two.
 ///   [`Session::notifications`] counts the wake-ups, so the difference can be seen.
 /// - **Unfair**: the winner is whoever's create reaches the server first, not whoever waited
 ///   longest; a waiter can starve under steady contention.

@@ -24,7 +24,7 @@
 //! meets it, and Curator never reads the directory's data.
 //!
 //! A waiter with lock-delay about to be granted checks the nodes it saw vanish ahead of it (the
-//! ones it watched), plus the record's `held` node when that node is gone and would have kept
+//! ones its rule named for it to watch), plus the record's `held` node when that node is gone and would have kept
 //! it out: each one the record does not name as released counts as failed, and the grant waits
 //! until the delay has passed since the waiter saw it gone. Invariant: a waiter queued when a
 //! holder fails is granted no sooner than `delay` after it could see the holder's node gone.
