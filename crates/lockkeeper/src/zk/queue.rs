@@ -284,7 +284,11 @@ impl Queue {
                 Decision::Watch(_) if deadline.passed() => return Ok(Turn::TimedOut),
                 Decision::Watch(watched) => watched,
             };
-            let next = next_watched(rule, &children, &watched, name);
+            // The listing without the watched node: once that node goes, a superset of what
+            // is ahead of us. `next` is `None` exactly when the rule grants on it.
+            let mut rest = children;
+            rest.retain(|child| *child != watched);
+            let next = next_watched(rule, &rest, name);
             let kept = match std::mem::replace(&mut unfired, Unfired::None) {
                 Unfired::Watched(kept) | Unfired::Next(kept) => Some(kept),
                 Unfired::None => None,
@@ -323,12 +327,7 @@ impl Queue {
                     known = match fired {
                         Fired::Deleted => {
                             vanished.saw(&watched);
-                            // `next` is `None` exactly when the rule grants on the last listing
-                            // without the watched node: a superset of what is ahead now.
-                            match next {
-                                None => without(&children, &watched, name).map(|(rest, _)| rest),
-                                Some(_) => None,
-                            }
+                            next.is_none().then_some(rest)
                         }
                         // Gone before the watch: list again (which also finds our own node
                         // gone if the whole directory was deleted).
@@ -450,24 +449,14 @@ async fn fired_or_never(watch: &mut Option<NodeWatch>) -> Fired {
     }
 }
 
-/// The node `rule` would have us watch once `watched` is gone (`None`: that would grant).
-fn next_watched(rule: Rule<'_>, children: &[String], watched: &str, name: &str) -> Option<String> {
-    let (rest, ours) = without(children, watched, name)?;
-    match rule(&rest, ours) {
+/// The node `rule` would have us watch in `rest`, the listing without the watched node
+/// (`None`: it would grant).
+fn next_watched(rule: Rule<'_>, rest: &[String], name: &str) -> Option<String> {
+    let ours = rest.iter().position(|child| child == name)?;
+    match rule(rest, ours) {
         Decision::Hold => None,
         Decision::Watch(next) => Some(next),
     }
-}
-
-/// `children` without `gone`, and the position of our node `name` in what is left.
-fn without(children: &[String], gone: &str, name: &str) -> Option<(Vec<String>, usize)> {
-    let rest: Vec<String> = children
-        .iter()
-        .filter(|child| *child != gone)
-        .cloned()
-        .collect();
-    let ours = rest.iter().position(|child| child == name)?;
-    Some((rest, ours))
 }
 
 impl Queue {
