@@ -304,14 +304,6 @@ async fn cons_counts_what_waits_and_what_was_written() {
 
 /// The number after `name=` in a `cons` line.
 fn field(line: &str, name: &str) -> u64 {
-    let start = line
-        .find(&format!("{name}="))
-        .unwrap_or_else(|| panic!("no {name}= in {line}"))
-        + name.len()
-        + 1;
-    line[start..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{name}= is not a number in {line}"))
+    lockkeeper_testkit::cons_field(line, name)
+        .unwrap_or_else(|| panic!("no number after {name}= in {line}"))
 }

@@ -147,22 +147,16 @@ async fn grants_in_arrival_order_and_each_release_wakes_at_most_two_waiters() {
     .await;
 }
 
-/// Waits until the server holds `count` watches (`wchs`: Keeper and ZooKeeper both print
-/// `Total watches:N`).
+/// Waits until the server holds `count` watches (`wchs`).
 async fn wait_watches(connect: &str, count: usize) {
     let addr = connect.parse().expect("a single host:port");
     lockkeeper_testkit::within(Duration::from_secs(10), format!("{count} watches"), async {
         loop {
-            let wchs = tokio::task::spawn_blocking(move || {
-                lockkeeper_testkit::four_letter_word(addr, "wchs")
-            })
-            .await
-            .expect("wchs");
-            let total = wchs
-                .lines()
-                .find_map(|line| line.strip_prefix("Total watches:"))
-                .and_then(|n| n.trim().parse::<usize>().ok());
-            if total == Some(count) {
+            let total =
+                tokio::task::spawn_blocking(move || lockkeeper_testkit::total_watches(addr))
+                    .await
+                    .expect("wchs");
+            if total == count {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -181,10 +175,8 @@ fn requests_received(connect: &str, session: &Session) -> u64 {
         .lines()
         .find(|line| line.contains(&sid))
         .unwrap_or_else(|| panic!("no connection with {sid} in cons:\n{cons}"));
-    let count = line.split("recved=").nth(1).expect("recved=");
-    count[..count.find(',').expect("recved=N,")]
-        .parse()
-        .expect("a count")
+    lockkeeper_testkit::cons_field(line, "recved")
+        .unwrap_or_else(|| panic!("no recved=N in {line}"))
 }
 
 /// A waiter's listing goes stale while the nodes ahead of it take their turns, so it also

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use lockkeeper::zk::{LockGuard, Mutex, Session, SimpleLock};
 use lockkeeper::{Error, FencingToken};
-use lockkeeper_testkit::{both, four_letter_word};
+use lockkeeper_testkit::{both, total_watches};
 use lockkeeper_zk_client::{AddWatchMode, CreateMode, CreateOptions, EventType};
 use tokio::time::Instant;
 
@@ -69,14 +69,9 @@ impl Backend {
     /// The server's count of watches (`wchs`).
     async fn watches(&self) -> usize {
         let addr = self.addr;
-        let answer = tokio::task::spawn_blocking(move || four_letter_word(addr, "wchs"))
+        tokio::task::spawn_blocking(move || total_watches(addr))
             .await
-            .expect("wchs");
-        answer
-            .lines()
-            .find_map(|line| line.strip_prefix("Total watches:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{}: unexpected wchs answer {answer:?}", self.name))
+            .unwrap_or_else(|e| panic!("{}: wchs: {e}", self.name))
     }
 
     async fn wait_watches(&self, count: usize, why: &str) {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lockkeeper_proto::{Jute, OpCode, Reader, ReplyHeader, XID_NOTIFICATION, XID_PING};
 use lockkeeper_testkit::raw::{Next, Raw};
-use lockkeeper_testkit::{Keeper, TestServer, try_four_letter_word};
+use lockkeeper_testkit::{Keeper, TestServer, try_four_letter_word, within};
 use zookeeper_client::{Acls, Client, CreateMode};
 
 /// The longest any single server interaction may take. Generous: the machine is shared.
@@ -79,9 +79,7 @@ async fn queued_for(server: SocketAddr, peer: SocketAddr) -> Option<u64> {
     let line = cons
         .lines()
         .find(|line| line.contains(&format!(":{}[", peer.port())))?;
-    let (_, rest) = line.split_once("queued=")?;
-    let (queued, _) = rest.split_once(',')?;
-    queued.parse().ok()
+    lockkeeper_testkit::cons_field(line, "queued")
 }
 
 /// A watcher connection Keeper holds events for that its socket would not take, from a
@@ -118,9 +116,8 @@ impl Stuck {
         );
 
         // From here the watcher reads nothing.
-        let zk = tokio::time::timeout(LIMIT, Client::connect(&keeper.connect_string()))
+        let zk = within(LIMIT, "connect", Client::connect(&keeper.connect_string()))
             .await
-            .expect("connect within the limit")
             .expect("connect");
         let name = "x".repeat(NAME_LEN);
         let mut nodes = 0;
@@ -172,14 +169,16 @@ impl Stuck {
 /// Creates `path` (and deletes it again when `delete`).
 async fn create(zk: &Client, path: &str, delete: bool) {
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    tokio::time::timeout(LIMIT, zk.create(path, b"", &persistent))
-        .await
-        .expect("create within the limit")
-        .unwrap_or_else(|e| panic!("create {path}: {e}"));
+    within(
+        LIMIT,
+        format!("create {path}"),
+        zk.create(path, b"", &persistent),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("create {path}: {e}"));
     if delete {
-        tokio::time::timeout(LIMIT, zk.delete(path, None))
+        within(LIMIT, format!("delete {path}"), zk.delete(path, None))
             .await
-            .expect("delete within the limit")
             .unwrap_or_else(|e| panic!("delete {path}: {e}"));
     }
 }

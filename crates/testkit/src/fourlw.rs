@@ -31,3 +31,24 @@ pub fn try_four_letter_word(
     stream.read_to_end(&mut answer)?;
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
+
+/// The server's count of watches, from `wchs` (Keeper and ZooKeeper both answer
+/// `Total watches:N`). Panics, naming the answer, if it has no count.
+pub fn total_watches(addr: SocketAddr) -> usize {
+    let answer = four_letter_word(addr, "wchs");
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix("Total watches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no watch count in the wchs answer of {addr}: {answer:?}"))
+}
+
+/// The number after `name=` in one connection's line of a `cons` answer (`queued`, `recved`,
+/// `sent`, ...), or `None` when the line has no such number.
+pub fn cons_field(line: &str, name: &str) -> Option<u64> {
+    let (_, rest) = line.split_once(&format!("{name}="))?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}

@@ -48,7 +48,7 @@ use std::net::SocketAddr;
 pub use child::die_with_parent;
 pub use ensemble::{ENSEMBLE_TICK_MS, MemberMode, ZkEnsemble, ensemble_options};
 pub use etcd::{ELECTION_MS, Etcd, EtcdCluster, HEARTBEAT_MS, etcdctl};
-pub use fourlw::{four_letter_word, try_four_letter_word};
+pub use fourlw::{cons_field, four_letter_word, total_watches, try_four_letter_word};
 pub use http::{http_exchange, try_http_exchange};
 pub use keeper::Keeper;
 pub use launch::{Launch, on_free_port, on_port};

@@ -78,15 +78,10 @@ where
     }
 }
 
-/// The server's count of watches (`wchs`, "Total watches:N").
-fn total_watches(connect: &str) -> u64 {
+/// The server's count of watches (`wchs`).
+fn total_watches(connect: &str) -> usize {
     let addr = connect.parse().expect("a single 127.0.0.1:PORT");
-    let summary = lockkeeper_testkit::four_letter_word(addr, "wchs");
-    summary
-        .lines()
-        .find_map(|line| line.strip_prefix("Total watches:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no watch count in {summary:?}"))
+    lockkeeper_testkit::total_watches(addr)
 }
 
 fn persistent() -> CreateOptions {
