@@ -28,6 +28,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::core::CoreMsg;
+use crate::sync::lock;
 use crate::trace::{Stage, StageTimes};
 
 /// Scrapes served at once; a scraper past this is closed unanswered.
@@ -154,7 +155,7 @@ impl Summary {
     /// Records `took`, ending at `now` (a caller that has just read the clock passes it).
     pub(crate) fn observe_at(&self, took: Duration, now: Instant) {
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let mut w = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = lock(&self.state);
         w.rotate(now);
         w.count += 1;
         w.sum_us = w.sum_us.saturating_add(us);
@@ -167,11 +168,11 @@ impl Summary {
 
     /// Observations since start (for `fsynctime`: the log's syncs, which `mntr` reports too).
     pub(crate) fn count(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).count
+        lock(&self.state).count
     }
 
     fn value_at(&self, now: Instant) -> SummaryValue {
-        let mut w = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = lock(&self.state);
         w.rotate(now);
         let mut recent = w.previous.clone();
         // Same bounds, so adding cannot fail.

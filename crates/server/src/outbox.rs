@@ -226,9 +226,7 @@ impl Outbox {
         let bytes = outgoing.memory() as u64;
         let queued_bytes = stats.queued_bytes.load(Ordering::Acquire);
         if queued_bytes > 0 && queued_bytes + bytes > shared.limit {
-            state.end = Some(End::Overflow);
-            drop_encoded(&mut state, stats);
-            drop_queue(&mut state, stats);
+            end_now(&mut state, stats, End::Overflow);
             drop(state);
             shared.writer.notify_one();
             return Err(Refused::Overflow {
@@ -295,11 +293,12 @@ impl WriterEnd {
     /// `close_linger` after the close): nothing more is written, and what is queued is dropped.
     pub fn broken(&self, error: &io::Error) {
         let mut state = lock(&self.0.state);
-        if state.end.is_none() {
-            state.end = Some(End::Broken(error.kind(), error.to_string()));
-        }
-        drop_encoded(&mut state, &self.0.stats);
-        drop_queue(&mut state, &self.0.stats);
+        // An end already set (a close, a lost session) is what the connection ends with.
+        let end = state
+            .end
+            .take()
+            .unwrap_or_else(|| End::Broken(error.kind(), error.to_string()));
+        end_now(&mut state, &self.0.stats, end);
     }
 
     /// Waits until the writer task is woken: by a pump that left it something to wait for, or
@@ -428,9 +427,7 @@ impl Shared {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::SocketFull,
                 Err(e) => {
-                    state.end = Some(End::Broken(e.kind(), e.to_string()));
-                    drop_encoded(state, &self.stats);
-                    drop_queue(state, &self.stats);
+                    end_now(state, &self.stats, End::Broken(e.kind(), e.to_string()));
                     continue;
                 }
             }
@@ -472,12 +469,11 @@ impl Shared {
             }));
             if encoded.is_err() {
                 tracing::error!("encoding a message for a connection panicked: closing it");
-                state.end = Some(End::Broken(
+                let end = End::Broken(
                     io::ErrorKind::Other,
                     "encoding a message panicked".to_string(),
-                ));
-                drop_encoded(state, &self.stats);
-                drop_queue(state, &self.stats);
+                );
+                end_now(state, &self.stats, end);
                 return;
             }
             if outgoing.close {
@@ -529,6 +525,13 @@ impl Shared {
 }
 
 /// Drops every message still queued (nothing more is written): they no longer count as queued.
+/// Ends the connection with `end` at once: what is encoded and queued is dropped, not written.
+fn end_now(state: &mut State, stats: &ConnStats, end: End) {
+    state.end = Some(end);
+    drop_encoded(state, stats);
+    drop_queue(state, stats);
+}
+
 fn drop_queue(state: &mut State, stats: &ConnStats) {
     let mut dropped = Counted::default();
     for queued in state.queue.drain(..) {
