@@ -549,6 +549,8 @@ mod tests {
             ("zk://a,,b", "empty host"),
             ("zk://a/app/", "must not end with / character"),
             ("zk://a//b", "empty node name"),
+            ("zk://a/app/..", "relative paths not allowed"),
+            ("zk://a/app\u{7f}", "invalid character in path"),
             ("zk://u:p@a", "no user name"),
             ("redis://a,b", "names one server"),
             ("redis://a/x", "not a database number"),
