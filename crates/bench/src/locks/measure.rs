@@ -228,7 +228,40 @@ async fn cycle(mutex: &Mutex) -> Result<Duration, BoxError> {
 
 /// Up to `cycles` lock+release cycles of a Mutex on one session, or until `limit` passed,
 /// after up to `warmup_cycles` unmeasured ones (bounded by `warmup`).
+///
+/// The loop runs in a spawned task, as the contended ones do and as a service's code does. A
+/// future driven by `block_on` (this benchmark's caller, or the body of `#[tokio::main]`) is
+/// not on a runtime worker, so each reply would cross threads to reach it: a wake-up per
+/// request that the client library does not cost where it is normally used (`--trace` shows
+/// both).
 pub async fn uncontended(
+    connect: &str,
+    path: &str,
+    warmup_cycles: u32,
+    warmup: Duration,
+    cycles: u32,
+    limit: Duration,
+    connect_limit: Duration,
+) -> Result<Uncontended, BoxError> {
+    let (connect, path) = (connect.to_owned(), path.to_owned());
+    let run = tokio::spawn(async move {
+        uncontended_here(
+            &connect,
+            &path,
+            warmup_cycles,
+            warmup,
+            cycles,
+            limit,
+            connect_limit,
+        )
+        .await
+    });
+    run.await
+        .unwrap_or_else(|e| Err(format!("uncontended task: {e}").into()))
+}
+
+/// [`uncontended`]'s loop, on the task it is called from.
+async fn uncontended_here(
     connect: &str,
     path: &str,
     warmup_cycles: u32,
