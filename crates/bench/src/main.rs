@@ -15,7 +15,7 @@
 //! etcd member (see [`etcd`]).
 //!
 //! `--trace` follows Keeper's durable writes through its pipeline, stage by stage, for one
-//! synchronous client and for a contended lock handoff (see [`trace`]).
+//! synchronous client, an uncontended lock and a contended lock handoff (see [`trace`]).
 //!
 //! `--recovery N` measures how long Keeper (and, with `--recovery-peer`, ZooKeeper) takes to come
 //! back after SIGKILL with N znodes in a snapshot and a log tail, and checks that every znode

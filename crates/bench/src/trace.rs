@@ -2,15 +2,19 @@
 //!
 //! Starts Keeper (`--sync always`) as the other modes do, measures what one fdatasync of a 4 KiB
 //! overwrite costs on the filesystem of Keeper's data dir (in this process, as the floor a
-//! durable write cannot go under), then runs two workloads and reads Keeper's write-path trace
+//! durable write cannot go under), then runs these workloads and reads Keeper's write-path trace
 //! (`mntr`'s `lk_write_stage_*` keys, see the server's `trace` module) before and after each:
 //!
 //! 1. **one synchronous client** doing create+delete pairs, three times: through
 //!    `zookeeper-client`, through `lockkeeper-zk-client` and through a client with no library
-//!    (`wire`). For each: p50/p99 per pair and per op, each stage's mean per traced reply and
-//!    its share of the client's mean per op, and the rest ("client + loopback": the client,
-//!    the kernel's loopback both ways); then the target line, the pairs' p50s beside two
-//!    fdatasyncs plus 0.15 ms;
+//!    (`wire`); and one session's uncontended `zk::Mutex` lock -> release cycles, timed the
+//!    same way (the acquisition's create and listing as one op, the release as the other).
+//!    For each: p50/p99 per pair and per op, each stage's mean per traced reply and its share
+//!    of the client's mean per op, and the rest ("client + loopback": the client, the kernel's
+//!    loopback both ways); then the target line, the pairs' p50s beside two fdatasyncs plus
+//!    0.15 ms; then `lockkeeper-zk-client`'s pairs once more from `block_on` on a thread of its
+//!    own, for what a caller off the runtime's workers pays. The clients run on a runtime
+//!    worker, as a service's code does;
 //! 2. **a contended handoff**: several sessions of lockkeeper's `zk::Mutex` looping
 //!    lock -> release on one lock, handoffs per second and each stage's time per handoff, with
 //!    `reaction` (a watch event written to the next request on that connection: what the
@@ -65,8 +69,9 @@ const TARGET_SLACK: Duration = Duration::from_micros(150);
 #[derive(clap::Args, Debug, Clone)]
 pub struct TraceArgs {
     /// Trace benchmark: start Keeper (`--sync always`), measure fdatasync on its data dir, then
-    /// trace a synchronous client's create+delete pairs and a contended Mutex handoff through
-    /// Keeper's write path, stage by stage (each run at most --duration).
+    /// trace a synchronous client's create+delete pairs, an uncontended Mutex's lock -> release
+    /// cycles and a contended Mutex handoff through Keeper's write path, stage by stage (each
+    /// run at most --duration).
     #[arg(long)]
     pub trace: bool,
 
@@ -80,6 +85,7 @@ pub struct TraceArgs {
 }
 
 /// What one run needs.
+#[derive(Clone)]
 pub struct Settings {
     pub launcher: Launcher,
     pub pairs: u32,
@@ -102,7 +108,15 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         settings.launcher.describe(ServerKind::Keeper),
         fmt_duration(ready)
     );
-    let json = measure(server.addr(), server.data_dir(), settings).await;
+    // On a runtime worker, as a service's code runs (see `own_client_off_worker`).
+    let (addr, dir, mine) = (
+        server.addr(),
+        server.data_dir().to_path_buf(),
+        settings.clone(),
+    );
+    let json = tokio::spawn(async move { measure(addr, &dir, &mine).await })
+        .await
+        .unwrap_or_else(|e| Err(format!("trace task: {e}").into()));
     drop(server);
     json
 }
@@ -129,14 +143,23 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
         .await
         .map_err(|e| format!("library-free client: {e}"))??;
     let bare = Pairs::of(times, delta(&before, &totals(addr).await?));
+    let cycles = mutex_cycles(addr, settings).await?;
     print_pairs(&[
         ("(a) zookeeper-client", &library),
         ("(b) lockkeeper-zk-client", &own),
         ("(c) no client library", &bare),
+        ("(d) uncontended Mutex", &cycles),
     ]);
     println!(
         "{}",
         target_line(library.p50(), own.p50(), bare.p50(), sync_p50)
+    );
+    let off_worker = own_client_off_worker(addr, settings).await?;
+    println!(
+        "(b) again, driven by block_on instead of a runtime worker: per op mean {:.1} µs, \
+         {:+.1} µs (each reply crosses threads to reach the caller)",
+        off_worker.op_mean_us(),
+        off_worker.op_mean_us() - own.op_mean_us()
     );
     println!();
     let handoff = handoff_run(addr, settings).await?;
@@ -150,6 +173,11 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
         ("durable_pairs", library.json()),
         ("durable_pairs_lockkeeper_zk_client", own.json()),
         ("durable_pairs_no_library", bare.json()),
+        ("uncontended_mutex_cycles", cycles.json()),
+        (
+            "durable_pairs_lockkeeper_zk_client_block_on",
+            off_worker.json(),
+        ),
         ("contended_handoff", handoff),
     ]))
 }
@@ -224,13 +252,22 @@ impl PairTimes {
 
 /// A synchronous client's figures: its times and Keeper's stage deltas over its run.
 struct Pairs {
+    /// What a pair is, for the report.
+    what: &'static str,
     times: PairTimes,
     stages: Totals,
 }
 
+/// What [`timed_pairs`] times unless told otherwise.
+const DURABLE_PAIRS: &str = "durable create+delete pairs";
+
 impl Pairs {
     fn of(times: PairTimes, stages: Totals) -> Pairs {
-        Pairs { times, stages }
+        Pairs {
+            what: DURABLE_PAIRS,
+            times,
+            stages,
+        }
     }
 
     fn p50(&self) -> Duration {
@@ -311,6 +348,47 @@ async fn own_client_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs
     .await
 }
 
+/// [`own_client_pairs`] driven by `block_on` on a thread of its own, as the body of
+/// `#[tokio::main]` is: not on a runtime worker, so each reply's wake-up crosses threads.
+async fn own_client_off_worker(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
+    let runtime = tokio::runtime::Handle::current();
+    let settings = settings.clone();
+    tokio::task::spawn_blocking(move || runtime.block_on(own_client_pairs(addr, &settings)))
+        .await
+        .map_err(|e| format!("block_on client: {e}"))?
+}
+
+/// One session's uncontended `zk::Mutex` lock -> release cycles, timed as pairs: the
+/// acquisition (create and listing, sent together) is the first op, the release (delete) the
+/// second.
+async fn mutex_cycles(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
+    let mut sessions = open_many(&addr.to_string(), 1, settings.connect_limit).await?;
+    let session = sessions.pop().ok_or("no session")?;
+    let mutex = session.mutex("/trace-mutex")?;
+    let held = std::sync::Mutex::new(None);
+    let cycles = timed_pairs(addr, settings, |_, lock| {
+        let (mutex, held) = (&mutex, &held);
+        async move {
+            if lock {
+                let Some(guard) = mutex.lock_timeout(OP_LIMIT).await? else {
+                    return Err(format!("no lock on {} within {OP_LIMIT:?}", mutex.path()).into());
+                };
+                *held.lock().map_err(|_| "poisoned")? = Some(guard);
+            } else {
+                let guard = held.lock().map_err(|_| "poisoned")?.take();
+                guard.ok_or("release without a lock")?.release().await?;
+            }
+            Ok(())
+        }
+    })
+    .await;
+    close_all(vec![session]).await;
+    Ok(Pairs {
+        what: "lock -> release cycles (create and listing; delete)",
+        ..cycles?
+    })
+}
+
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A warm-up, then create+delete pairs with `op(path, create)`, each op awaited before the
@@ -347,9 +425,10 @@ fn print_pairs(runs: &[(&str, &Pairs)]) {
         let q = |h: &Histogram<u64>, q: f64| fmt_us(Duration::from_micros(h.value_at_quantile(q)));
         let t = &p.times;
         println!(
-            "{name}, one synchronous client, {} durable create+delete pairs: per pair p50 {} \
-             p99 {}; per op p50 {} p99 {} mean {}; log syncs per op {:.2}",
+            "{name}, one synchronous client, {} {}: per pair p50 {} p99 {}; per op p50 {} p99 {} \
+             mean {}; log syncs per op {:.2}",
             t.pairs,
+            p.what,
             q(&t.per_pair, 0.5),
             q(&t.per_pair, 0.99),
             q(&t.per_op, 0.5),
@@ -438,7 +517,7 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
     let n = handoffs.max(1) as f64;
     let syncs = stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
     println!(
-        "(d) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
+        "(e) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
          {per_sec:.0}/s ({handoff_us:.1} µs each), {:.2} log syncs per handoff",
         fmt_duration(elapsed),
         syncs / n
@@ -662,8 +741,9 @@ mod tests {
     }
 
     /// The whole mode in a tiny configuration, on an in-process Keeper that syncs every write:
-    /// every synchronous client ran every pair, each synced once per op, Keeper traced their
-    /// writes, and the handoff run took its figures. Speed is not asserted.
+    /// every synchronous client (and the uncontended Mutex) ran every pair, each synced once
+    /// per op, Keeper traced their writes, and the handoff run took its figures. Speed is not
+    /// asserted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn measures_both_clients_and_the_handoff_in_a_tiny_run() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -688,6 +768,8 @@ mod tests {
             "durable_pairs",
             "durable_pairs_lockkeeper_zk_client",
             "durable_pairs_no_library",
+            "uncontended_mutex_cycles",
+            "durable_pairs_lockkeeper_zk_client_block_on",
         ] {
             let pairs = field(&json, key);
             assert_eq!(number(pairs, "pairs"), 20.0, "{key}: {}", pairs.render());
@@ -697,7 +779,8 @@ mod tests {
                 pairs.render()
             );
             // Twenty creates and twenty deletes, each synced before its reply: a sync per op
-            // (groups of one, as nothing else writes), whichever client sent them.
+            // (groups of one, as nothing else writes), whichever client sent them; the Mutex's
+            // listing rides with its create and syncs nothing.
             assert!(
                 (number(pairs, "log_syncs_per_op") - 1.0).abs() < 0.05,
                 "{key}: {}",
