@@ -16,6 +16,7 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 
 use crate::TestServer;
+use crate::ports::free_port;
 
 /// How long a start or a shutdown may take before the test is told something is stuck.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,9 +39,13 @@ struct Running {
 impl Keeper {
     /// The configuration tests use: a free loopback port, `data_dir`, 2 s ticks, containers and
     /// TTL nodes reaped every second, every four-letter word allowed.
+    ///
+    /// The port is a reserved one from [`free_port`], not port 0: [`Keeper::restart`] binds the
+    /// same port again, and a port of the kernel's ephemeral range may meanwhile become some
+    /// client connection's local port.
     pub fn test_config(data_dir: &Path) -> Config {
         Config {
-            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, free_port())),
             data_dir: data_dir.to_path_buf(),
             tick_time: Duration::from_millis(2000),
             container_check_interval: Duration::from_secs(1),
@@ -75,7 +80,8 @@ impl Keeper {
         }
     }
 
-    /// The configuration it was started with (`listen` may say port 0; see [`TestServer::addr`]).
+    /// The configuration it was started with (`listen` says port 0 if the caller's did; see
+    /// [`TestServer::addr`]).
     pub fn config(&self) -> &Config {
         &self.config
     }
