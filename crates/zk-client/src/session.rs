@@ -187,8 +187,17 @@ impl Shared {
         request: &Request,
         registration: Option<Registration>,
     ) -> oneshot::Receiver<Result<Reply>> {
+        self.submit_on(&mut lock(&self.out), request, registration)
+    }
+
+    /// [`Shared::submit`] with the outbox already locked.
+    fn submit_on(
+        &self,
+        out: &mut Outbox,
+        request: &Request,
+        registration: Option<Registration>,
+    ) -> oneshot::Receiver<Result<Reply>> {
         let (tx, rx) = oneshot::channel();
-        let mut out = lock(&self.out);
         if let Some(ended) = &out.ended {
             let _ = tx.send(Err(ended.clone()));
             return rx;
@@ -248,13 +257,43 @@ impl Shared {
     }
 
     /// The last persistent watcher of `path` was dropped: forget it, and remove the watch
-    /// from the server if no other watcher of this client needs it.
+    /// from the server once no other watcher of this client needs it.
     pub(crate) fn unwatch(&self, path: &str, recursive: bool) {
-        if !lock(&self.watches).prune_persistent(path, recursive) {
+        // Outbox before table, as `on_frame` takes them: the requests in flight and the table
+        // are then seen at one moment.
+        let mut out = lock(&self.out);
+        let mut watches = lock(&self.watches);
+        if watches.prune_persistent(path, recursive) {
+            self.remove_unwanted(&mut out, &mut watches, path);
+        }
+    }
+
+    /// The server may hold a watch on `path` that no watcher here wants: remove every watch of
+    /// this session there, or note the removal for later.
+    ///
+    /// A live persistent watcher wants the server's watch: nothing to remove (its own drop
+    /// decides again). A one-shot watch waiting to fire, or a request in flight that may leave
+    /// a watch there (a removal sent now would reach the server after it), would go with the
+    /// removal: it waits, and the reply or the notification decides again.
+    fn remove_unwanted(&self, out: &mut Outbox, watches: &mut Table, path: &str) {
+        if watches.persistent_watched(path) {
+            watches.removal_done(path);
             return;
         }
+        let in_flight = out.pending.iter().any(|pending| {
+            pending
+                .registration
+                .as_ref()
+                .is_some_and(|registration| registration.path() == path)
+        });
+        if in_flight || watches.oneshot_watched(path) {
+            watches.want_removal(path);
+            return;
+        }
+        watches.removal_done(path);
         // The answer does not matter: a watch the server no longer has is as good as removed.
-        drop(self.submit(
+        drop(self.submit_on(
+            out,
             &Request::RemoveWatches(lockkeeper_proto::PathWatcherTypeRequest {
                 path: path.to_owned(),
                 watcher_type: lockkeeper_proto::WatcherType::Any.code(),
@@ -273,6 +312,7 @@ impl Shared {
             let mut out = lock(&self.out);
             out.stream = None;
             out.unsent.clear();
+            lock(&self.watches).forget_wanted_removals();
             std::mem::take(&mut out.pending)
         };
         for pending in pending {
@@ -306,7 +346,13 @@ impl Shared {
                     _ => return Ok(()),
                 };
                 let shown = self.settings.connect.client_path(&event.path);
-                lock(&self.watches).fire(event_type, &event.path, &shown);
+                let mut out = lock(&self.out);
+                let mut watches = lock(&self.watches);
+                watches.fire(event_type, &event.path, &shown);
+                // The one-shot watches it fired may have been what held a removal back.
+                if watches.removal_wanted(&event.path) {
+                    self.remove_unwanted(&mut out, &mut watches, &event.path);
+                }
                 Ok(())
             }
             XID_PING => Ok(()),
@@ -321,12 +367,12 @@ impl Shared {
                 Ok(())
             }
             xid => {
-                let pending = {
-                    let mut out = lock(&self.out);
-                    match out.pending.front() {
-                        Some(front) if front.xid == xid => out.pending.pop_front(),
-                        _ => None,
-                    }
+                // The outbox stays locked until the registration is in the table, so that
+                // `unwatch` sees it in one place or the other.
+                let mut out = lock(&self.out);
+                let pending = match out.pending.front() {
+                    Some(front) if front.xid == xid => out.pending.pop_front(),
+                    _ => None,
                 };
                 let Some(pending) = pending else {
                     return Err(Error::Protocol(format!(
@@ -335,16 +381,23 @@ impl Shared {
                 };
                 let error = Error::from_code(header.err);
                 if let Some(registration) = pending.registration {
-                    let abandoned = lock(&self.watches).register(
+                    let path = registration.path().to_owned();
+                    let mut watches = lock(&self.watches);
+                    let abandoned = watches.register(
                         registration,
                         error.is_none(),
                         error == Some(Error::NoNode),
                     );
-                    // Its watcher was dropped before the server answered: take it back.
-                    if let Some((path, recursive)) = abandoned {
-                        self.unwatch(&path, recursive);
+                    // Its watcher was dropped before the server answered, or a removal waited
+                    // for this answer: decide now.
+                    let pruned = abandoned.is_some_and(|(path, recursive)| {
+                        watches.prune_persistent(&path, recursive)
+                    });
+                    if pruned || watches.removal_wanted(&path) {
+                        self.remove_unwanted(&mut out, &mut watches, &path);
                     }
                 }
+                drop(out);
                 let _ = pending.tx.send(Ok(Reply {
                     error,
                     body: r.rest(),

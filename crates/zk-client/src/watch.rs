@@ -8,6 +8,12 @@
 //! after the reply can be missed. After a reconnection the whole table is sent to the new
 //! server (`setWatches2`), which fires at once whatever changed since the last zxid seen.
 //!
+//! Removing a dropped persistent watcher's watch from the server removes every watch of the
+//! session on that path (the only removal ZooKeeper 3.8 takes), so it is sent only when nothing
+//! else wants one there: no live watcher in the table and no watching request in flight. Until
+//! then the path is noted (`removal_wanted`), and the reply or notification that changes that
+//! decides again (`Shared::remove_unwanted`).
+//!
 //! Which watches a notification wakes, as ZooKeeper's `ZKWatchManager` decides:
 //!
 //! | event | data | exist | child | persistent (path) | recursive (path and ancestors) |
@@ -19,7 +25,7 @@
 //! Session events: persistent watchers hear every change of connection (so a cache knows to
 //! read again after a reconnection); one-shot watchers hear only the end of the session.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -182,6 +188,15 @@ pub(crate) enum Registration {
     },
 }
 
+impl Registration {
+    /// The server path the watch is on.
+    pub(crate) fn path(&self) -> &str {
+        match self {
+            Registration::Oneshot { path, .. } | Registration::Persistent { path, .. } => path,
+        }
+    }
+}
+
 /// Every watch of one client, keyed by server path.
 #[derive(Default)]
 pub(crate) struct Table {
@@ -190,6 +205,10 @@ pub(crate) struct Table {
     child: HashMap<String, Vec<oneshot::Sender<WatchedEvent>>>,
     persistent: HashMap<String, Vec<mpsc::UnboundedSender<WatchedEvent>>>,
     recursive: HashMap<String, Vec<mpsc::UnboundedSender<WatchedEvent>>>,
+    /// Paths where the server may hold a watch of a dropped persistent watcher, whose removal
+    /// waits until no one-shot watch and no request in flight there would go with it (see
+    /// `Shared::remove_unwanted`).
+    removal_wanted: HashSet<String>,
 }
 
 /// The paths of each kind, as `setWatches2` sends them.
@@ -320,12 +339,12 @@ impl Table {
         }
     }
 
-    /// Forgets dropped persistent watchers of `path`; true if none is left there.
+    /// Forgets dropped persistent watchers of `path` (recursive ones if `recursive`); true if
+    /// that left none of that kind there.
     ///
     /// The removal ZooKeeper 3.6–3.8 understands is of *every* watch of the session on a path
-    /// (`WatcherType::Any`; they answer the persistent types with MarshallingError), so `true`
-    /// also needs no other watch of any kind left on `path`: a watch kept for someone else
-    /// stays on the server, and its events for the dropped watcher are ignored here.
+    /// (`WatcherType::Any`; they answer the persistent types with MarshallingError), so what
+    /// else watches that path decides when the removal can be sent.
     pub(crate) fn prune_persistent(&mut self, path: &str, recursive: bool) -> bool {
         let table = if recursive {
             &mut self.recursive
@@ -340,15 +359,44 @@ impl Table {
             return false;
         }
         table.remove(path);
-        let watched = |senders: Option<&Vec<_>>| senders.is_some_and(|s: &Vec<_>| !s.is_empty());
-        let oneshot = |senders: Option<&Vec<oneshot::Sender<WatchedEvent>>>| {
+        true
+    }
+
+    /// Whether a persistent watcher (of either mode) of `path` is live.
+    pub(crate) fn persistent_watched(&self, path: &str) -> bool {
+        let live = |senders: Option<&Vec<mpsc::UnboundedSender<WatchedEvent>>>| {
             senders.is_some_and(|s| s.iter().any(|tx| !tx.is_closed()))
         };
-        !(oneshot(self.data.get(path))
-            || oneshot(self.exist.get(path))
-            || oneshot(self.child.get(path))
-            || watched(self.persistent.get(path))
-            || watched(self.recursive.get(path)))
+        live(self.persistent.get(path)) || live(self.recursive.get(path))
+    }
+
+    /// Whether a one-shot watch on `path` waits to fire.
+    pub(crate) fn oneshot_watched(&self, path: &str) -> bool {
+        let live = |senders: Option<&Vec<oneshot::Sender<WatchedEvent>>>| {
+            senders.is_some_and(|s| s.iter().any(|tx| !tx.is_closed()))
+        };
+        live(self.data.get(path)) || live(self.exist.get(path)) || live(self.child.get(path))
+    }
+
+    /// Notes that the server may hold a watch on `path` that no watcher here wants.
+    pub(crate) fn want_removal(&mut self, path: &str) {
+        self.removal_wanted.insert(path.to_owned());
+    }
+
+    /// Whether [`Table::want_removal`] was noted for `path`.
+    pub(crate) fn removal_wanted(&self, path: &str) -> bool {
+        self.removal_wanted.contains(path)
+    }
+
+    /// The removal of `path`'s watches was sent, or a persistent watcher wants them again.
+    pub(crate) fn removal_done(&mut self, path: &str) {
+        self.removal_wanted.remove(path);
+    }
+
+    /// The connection is gone, and with it every watch on the server: nothing waits for
+    /// removal (a new connection gets exactly the table's watches, `setWatches2`).
+    pub(crate) fn forget_wanted_removals(&mut self) {
+        self.removal_wanted.clear();
     }
 
     /// Every watched path, for `setWatches2` after a reconnection. Watchers whose receivers

@@ -367,6 +367,79 @@ async fn persistent_watches_fire_until_dropped() {
     .await;
 }
 
+/// Dropping the last watcher of a path sends a removal of every watch there; a watch asked
+/// for on that path just before, whose answer has not come yet, must not be removed with it:
+/// the new watcher hears the next change, and the server keeps exactly its watch.
+#[tokio::test]
+async fn dropping_a_watcher_spares_a_watch_still_being_set_on_its_path() {
+    each_backend(|b| async move {
+        let zk = b.client().await;
+        let other = b.client().await;
+        let n = b.name;
+        zk.create("/spared", b"", &persistent()).await.unwrap();
+        let old = zk.watch("/spared", AddWatchMode::Persistent).await.unwrap();
+        // Sent now, answered later: the drop below happens while it is in flight.
+        let asking = zk.watch("/spared", AddWatchMode::Persistent);
+        drop(old);
+        let mut new = b.within("the second watch", asking).await.unwrap();
+        // A one-shot read on the same path: it was answered after any removal the drop sent,
+        // so it also shows that nothing removed the watches after the new one was set.
+        zk.get_data("/spared").await.unwrap();
+        other.set_data("/spared", b"1", None).await.unwrap();
+        assert_eq!(
+            b.next_node_event(&mut new).await,
+            (EventType::NodeDataChanged, "/spared".into()),
+            "{n}: the new watcher hears the change"
+        );
+        assert_eq!(total_watches(&b.connect), 1, "{n}: the new watch alone");
+        drop(new);
+        b.within("the last watch's removal", async {
+            while total_watches(&b.connect) != 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
+/// A one-shot watch on the path of a dropped persistent watcher keeps the removal back (it
+/// would go with it); once it fires, the removal goes, and the server holds no watch.
+#[tokio::test]
+async fn a_removal_held_back_by_a_oneshot_watch_goes_once_it_fires() {
+    each_backend(|b| async move {
+        let zk = b.client().await;
+        let other = b.client().await;
+        let n = b.name;
+        zk.create("/held", b"", &persistent()).await.unwrap();
+        let persistent_watcher = zk.watch("/held", AddWatchMode::Persistent).await.unwrap();
+        let (_, _, oneshot) = zk.get_and_watch_data("/held").await.unwrap();
+        drop(persistent_watcher);
+        // A round trip after the drop: any removal it sent has been handled by now.
+        zk.check_stat("/held").await.unwrap();
+        assert_ne!(
+            total_watches(&b.connect),
+            0,
+            "{n}: the one-shot watch is still set"
+        );
+        other.set_data("/held", b"1", None).await.unwrap();
+        assert_eq!(
+            b.within("the one-shot watch", oneshot.changed())
+                .await
+                .event_type,
+            EventType::NodeDataChanged,
+            "{n}"
+        );
+        b.within("the persistent watch's removal", async {
+            while total_watches(&b.connect) != 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn multi_applies_all_or_names_the_operation_that_failed() {
     each_backend(|b| async move {
