@@ -268,6 +268,16 @@ impl Shared {
         }
     }
 
+    /// Decides again every removal that waits ([`Table::wanted_removals`]): after an answer
+    /// that carried a watch or a notification, which may have been what held one back. Also
+    /// catches a one-shot watch whose receiver was dropped unfired at the next such frame. The
+    /// set is empty but for the few paths whose persistent watchers were dropped meanwhile.
+    fn remove_all_unwanted(&self, out: &mut Outbox, watches: &mut Table) {
+        for path in watches.wanted_removals() {
+            self.remove_unwanted(out, watches, &path);
+        }
+    }
+
     /// The server may hold a watch on `path` that no watcher here wants: remove every watch of
     /// this session there, or note the removal for later.
     ///
@@ -350,9 +360,7 @@ impl Shared {
                 let mut watches = lock(&self.watches);
                 watches.fire(event_type, &event.path, &shown);
                 // The one-shot watches it fired may have been what held a removal back.
-                if watches.removal_wanted(&event.path) {
-                    self.remove_unwanted(&mut out, &mut watches, &event.path);
-                }
+                self.remove_all_unwanted(&mut out, &mut watches);
                 Ok(())
             }
             XID_PING => Ok(()),
@@ -390,12 +398,13 @@ impl Shared {
                     );
                     // Its watcher was dropped before the server answered, or a removal waited
                     // for this answer: decide now.
-                    let pruned = abandoned.is_some_and(|(path, recursive)| {
-                        watches.prune_persistent(&path, recursive)
-                    });
-                    if pruned || watches.removal_wanted(&path) {
+                    if abandoned
+                        .is_some_and(|(path, recursive)| watches.prune_persistent(&path, recursive))
+                    {
                         self.remove_unwanted(&mut out, &mut watches, &path);
                     }
+                    // This answer may have been what held a removal back.
+                    self.remove_all_unwanted(&mut out, &mut watches);
                 }
                 drop(out);
                 let _ = pending.tx.send(Ok(Reply {

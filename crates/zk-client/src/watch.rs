@@ -11,8 +11,8 @@
 //! Removing a dropped persistent watcher's watch from the server removes every watch of the
 //! session on that path (the only removal ZooKeeper 3.8 takes), so it is sent only when nothing
 //! else wants one there: no live watcher in the table and no watching request in flight. Until
-//! then the path is noted (`removal_wanted`), and the reply or notification that changes that
-//! decides again (`Shared::remove_unwanted`).
+//! then the path is noted (`removal_wanted`), and every later reply carrying a watch or
+//! notification decides again (`Shared::remove_all_unwanted`).
 //!
 //! Which watches a notification wakes, as ZooKeeper's `ZKWatchManager` decides:
 //!
@@ -383,9 +383,12 @@ impl Table {
         self.removal_wanted.insert(path.to_owned());
     }
 
-    /// Whether [`Table::want_removal`] was noted for `path`.
-    pub(crate) fn removal_wanted(&self, path: &str) -> bool {
-        self.removal_wanted.contains(path)
+    /// The paths [`Table::want_removal`] noted.
+    pub(crate) fn wanted_removals(&self) -> Vec<String> {
+        if self.removal_wanted.is_empty() {
+            return Vec::new();
+        }
+        self.removal_wanted.iter().cloned().collect()
     }
 
     /// The removal of `path`'s watches was sent, or a persistent watcher wants them again.
