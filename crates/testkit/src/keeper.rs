@@ -20,6 +20,8 @@ use crate::ports::free_port;
 
 /// How long a start or a shutdown may take before the test is told something is stuck.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Ports [`Keeper::start`] tries before it gives up.
+const START_PORTS: usize = 8;
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running in-process Keeper, stopped (and its thread joined) when dropped.
@@ -27,8 +29,9 @@ pub struct Keeper {
     addr: SocketAddr,
     config: Config,
     running: Mutex<Option<Running>>,
-    /// The data directory made by [`Keeper::start`]; removed after the server stops.
-    data: Option<TempDir>,
+    /// The data directory made by [`Keeper::start`]: held, never read; dropping it (after the
+    /// server stops) removes the directory.
+    _data: Option<TempDir>,
 }
 
 struct Running {
@@ -62,10 +65,26 @@ impl Keeper {
             .prefix("lockkeeper-keeper-")
             .tempdir()
             .expect("create a temporary data directory for Keeper");
-        let config = Keeper::test_config(data.path());
-        let mut keeper = Keeper::start_with(config);
-        keeper.data = Some(data);
-        keeper
+        // The port was free when it was picked, but a program that knows nothing of the test
+        // kit's reservations may bind it first: another port will do.
+        for _ in 0..START_PORTS {
+            let config = Keeper::test_config(data.path());
+            match try_launch(config.clone()) {
+                Ok((addr, running)) => {
+                    return Keeper {
+                        addr,
+                        config,
+                        running: Mutex::new(Some(running)),
+                        _data: Some(data),
+                    };
+                }
+                Err(LaunchError::AddrInUse(e)) => {
+                    eprintln!("Keeper on {}: {e}; trying another port", config.listen);
+                }
+                Err(e) => panic!("Keeper failed to start: {e}"),
+            }
+        }
+        panic!("Keeper failed to start: {START_PORTS} ports in a row were taken")
     }
 
     /// Starts Keeper with exactly `config` (its data directory is the caller's to keep).
@@ -76,7 +95,7 @@ impl Keeper {
             addr,
             config,
             running: Mutex::new(Some(running)),
-            data: None,
+            _data: None,
         }
     }
 

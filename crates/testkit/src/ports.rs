@@ -17,7 +17,9 @@
 //! - a port is also checked bindable, as programs that know nothing of the lock may use it.
 //!
 //! Where the ephemeral range leaves no room below it, ports come from the kernel (bind port 0),
-//! with the reservation above still taken.
+//! with the reservation above still taken. Where the lock file cannot be opened or locked (not
+//! Linux, a kernel without open file description locks), ports are not reserved across
+//! processes, and the first call says so on stderr.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -25,21 +27,26 @@ use std::io;
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The lowest port handed out: above the registered ports most services listen on.
 const LOWEST: u16 = 20_000;
 /// Fewer ports than this below the ephemeral range: use the kernel's picks instead.
 const MIN_RANGE: u16 = 1_000;
-/// The file whose bytes reserve ports, in the temporary directory.
-const LOCK_FILE: &str = "lockkeeper-testkit-ports.lock";
+/// The file whose bytes reserve ports, in the temporary directory, with the user's id after it
+/// (another user's file in a shared `/tmp` may not be ours to open).
+const LOCK_FILE: &str = "lockkeeper-testkit-ports";
 /// Candidates tried before giving up.
 const TRIES: usize = 4096;
 
 /// Ports this process handed out.
 static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-/// The open lock file; never closed, so the reservations last as long as the process.
-static RESERVATIONS: OnceLock<Result<File, String>> = OnceLock::new();
+/// The open lock file, `None` where ports are not reserved across processes; never closed, so
+/// the reservations last as long as the process.
+static RESERVATIONS: OnceLock<Option<File>> = OnceLock::new();
+/// Where the next search starts, so that each call goes on from the last.
+static CURSOR: AtomicUsize = AtomicUsize::new(0);
 
 /// A port on 127.0.0.1 that is free, reserved for this process and not handed out by it before.
 /// Panics when none can be found, which on a working machine does not happen.
@@ -49,24 +56,29 @@ pub fn free_port() -> u16 {
 
 /// [`free_port`] for programs that report failures instead of panicking (the benchmark).
 pub fn try_free_port() -> io::Result<u16> {
-    let reservations = reservations()?;
+    let reservations = reservations();
     let below_ephemeral = ephemeral_start()
         .filter(|start| start.saturating_sub(LOWEST) >= MIN_RANGE)
         .map(|start| (LOWEST, start));
-    // Start somewhere different in each process, so processes starting together do not all try
+    // Each process starts somewhere else, so that processes starting together do not all try
     // the same ports first.
-    let mut next = std::process::id() as usize * 7919;
+    let _ = CURSOR.compare_exchange(
+        0,
+        std::process::id() as usize * 7919,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     for _ in 0..TRIES {
         let port = match below_ephemeral {
             Some((low, high)) => {
-                next += 1;
+                let next = CURSOR.fetch_add(1, Ordering::Relaxed);
                 low + (next % usize::from(high - low)) as u16
             }
             None => kernel_pick()?,
         };
         // A number tried before, reserved by another process or bound by some program: a
         // later try gets another.
-        if first_time(port) && reserve(reservations, port)? && bindable(port) {
+        if first_time(port) && reserve(reservations, port) && bindable(port) {
             return Ok(port);
         }
     }
@@ -76,30 +88,63 @@ pub fn try_free_port() -> io::Result<u16> {
     ))
 }
 
-/// The shared lock file, opened once per process.
-fn reservations() -> io::Result<&'static File> {
-    let opened = RESERVATIONS.get_or_init(|| {
-        let path: PathBuf = std::env::temp_dir().join(LOCK_FILE);
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| format!("open {} to reserve test ports: {e}", path.display()))
-    });
-    opened.as_ref().map_err(|e| io::Error::other(e.clone()))
+/// The shared lock file, opened once per process; `None` (said once on stderr) if it cannot
+/// be, or if this system has no open file description locks.
+fn reservations() -> Option<&'static File> {
+    RESERVATIONS
+        .get_or_init(|| {
+            // SAFETY: getuid cannot fail and touches no memory of ours.
+            let uid = unsafe { libc::getuid() };
+            let path: PathBuf = std::env::temp_dir().join(format!("{LOCK_FILE}-{uid}.lock"));
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|file| match try_lock(&file, 0) {
+                    Ok(_) => Ok(file),
+                    Err(e) => Err(e.to_string()),
+                });
+            match opened {
+                Ok(file) => Some(file),
+                Err(e) => {
+                    eprintln!(
+                        "lockkeeper-testkit: test ports are not reserved across processes \
+                         ({}: {e})",
+                        path.display()
+                    );
+                    None
+                }
+            }
+        })
+        .as_ref()
 }
 
-/// Takes the write lock on byte `port` of the lock file. False when another process holds it.
-/// An open file description's lock (`F_OFD_SETLK`): held until the file is closed, which this
-/// process never does, and not shared with children it forks and execs.
-fn reserve(file: &File, port: u16) -> io::Result<bool> {
-    // SAFETY: an all-zero `flock` is a valid value; the fields that matter are set below.
+/// Takes the write lock on byte `port` of the lock file; false when another process holds
+/// it. Without a lock file every port counts as taken here (and only the checks of this
+/// process and the bind remain).
+fn reserve(file: Option<&File>, port: u16) -> bool {
+    match file {
+        // An error now, after the lock worked at the opening, is as good as "held elsewhere":
+        // another number is tried.
+        Some(file) => try_lock(file, port).unwrap_or(false),
+        None => true,
+    }
+}
+
+/// The write lock on byte `offset` of `file`: an open file description's lock
+/// (`F_OFD_SETLK`), held until the file is closed, which this process never does, and not
+/// handed to the programs it starts. `Ok(false)` when another description holds it.
+#[cfg(target_os = "linux")]
+fn try_lock(file: &File, offset: u16) -> io::Result<bool> {
+    // SAFETY: an all-zero `flock` is a valid value (OFD locks need `l_pid` zero); the fields
+    // that matter are set below.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = libc::F_WRLCK as _;
     lock.l_whence = libc::SEEK_SET as _;
-    lock.l_start = libc::off_t::from(port);
+    lock.l_start = libc::off_t::from(offset);
     lock.l_len = 1;
     // SAFETY: a valid descriptor and a pointer to an initialised `flock` that outlives the call.
     let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
@@ -111,9 +156,17 @@ fn reserve(file: &File, port: u16) -> io::Result<bool> {
         Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
         _ => Err(io::Error::new(
             err.kind(),
-            format!("lock byte {port} of the test port reservations: {err}"),
+            format!("lock byte {offset} of the test port reservations: {err}"),
         )),
     }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn try_lock(_file: &File, _offset: u16) -> io::Result<bool> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "open file description locks are Linux's",
+    ))
 }
 
 /// Records `port` as handed out by this process; false if it already was.
@@ -171,26 +224,25 @@ mod tests {
     #[test]
     fn a_port_reserved_by_one_holder_is_refused_to_another() {
         let port = free_port();
-        let path = std::env::temp_dir().join(LOCK_FILE);
+        let mine = reservations().expect("ports are reserved on Linux");
         // A second open file description stands in for another process: OFD locks conflict
         // between descriptions as they do between processes.
         let other = OpenOptions::new()
             .read(true)
             .write(true)
-            .open(&path)
+            .open(format!("/proc/self/fd/{}", mine.as_raw_fd()))
             .expect("open the lock file again");
         assert!(
-            !reserve(&other, port).expect("try the lock"),
+            !try_lock(&other, port).expect("try the lock"),
             "port {port} was reserved twice"
         );
         // The other way round: the first byte the other holder can take (other test processes
         // may hold some) is then refused to this process.
         let taken = (LOWEST..u16::MAX)
-            .find(|&p| reserve(&other, p).expect("try the lock"))
+            .find(|&p| try_lock(&other, p).expect("try the lock"))
             .expect("a byte nobody holds");
-        let mine = reservations().expect("the reservations file");
         assert!(
-            !reserve(mine, taken).expect("try the lock"),
+            !reserve(Some(mine), taken),
             "port {taken}, held by another description, was reserved again"
         );
     }
