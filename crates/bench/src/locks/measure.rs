@@ -243,36 +243,15 @@ pub async fn uncontended(
     limit: Duration,
     connect_limit: Duration,
 ) -> Result<Uncontended, BoxError> {
-    let (connect, path) = (connect.to_owned(), path.to_owned());
-    let run = tokio::spawn(async move {
-        uncontended_here(
-            &connect,
-            &path,
-            warmup_cycles,
-            warmup,
-            cycles,
-            limit,
-            connect_limit,
-        )
-        .await
-    });
-    run.await
-        .unwrap_or_else(|e| Err(format!("uncontended task: {e}").into()))
-}
-
-/// [`uncontended`]'s loop, on the task it is called from.
-async fn uncontended_here(
-    connect: &str,
-    path: &str,
-    warmup_cycles: u32,
-    warmup: Duration,
-    cycles: u32,
-    limit: Duration,
-    connect_limit: Duration,
-) -> Result<Uncontended, BoxError> {
     let session = open(connect, connect_limit).await?;
-    let result = async {
-        let mutex = session.mutex(path)?;
+    let mutex = match session.mutex(path) {
+        Ok(mutex) => mutex,
+        Err(e) => {
+            session.close().await;
+            return Err(e.into());
+        }
+    };
+    let run = tokio::spawn(async move {
         let warm_until = Instant::now() + warmup;
         for _ in 0..warmup_cycles {
             if Instant::now() >= warm_until {
@@ -290,8 +269,10 @@ async fn uncontended_here(
             cycles: done,
             elapsed: started.elapsed(),
         })
-    }
-    .await;
+    });
+    let result = run
+        .await
+        .unwrap_or_else(|e| Err(format!("uncontended task: {e}").into()));
     session.close().await;
     result
 }
