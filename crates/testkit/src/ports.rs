@@ -10,9 +10,10 @@
 //! Hence:
 //! - ports come from below the ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), which
 //!   the kernel never picks on its own, from [`LOWEST`] up;
-//! - a process reserves a port by holding a write lock on the byte at that offset of one shared
-//!   file, [`LOCK_FILE`] in the temporary directory, for as long as it lives: the kernel drops the
-//!   lock when the process ends, however it ends, and other processes skip a locked port;
+//! - a process reserves a port by holding a write lock on the byte at that offset of one file
+//!   its user's test processes share (`{LOCK_FILE}-{uid}.lock` in the temporary directory), for
+//!   as long as it lives: the kernel drops the lock when the process ends, however it ends, and
+//!   other processes skip a locked port;
 //! - within a process, a port handed out once is never handed out again;
 //! - a port is also checked bindable, as programs that know nothing of the lock may use it.
 //!
@@ -123,7 +124,7 @@ fn reservations() -> Option<&'static File> {
 }
 
 /// Takes the write lock on byte `port` of the lock file; false when another process holds
-/// it. Without a lock file every port counts as taken here (and only the checks of this
+/// it. Without a lock file every port counts as reserved here (and only the checks of this
 /// process and the bind remain).
 fn reserve(file: Option<&File>, port: u16) -> bool {
     match file {
@@ -221,6 +222,7 @@ mod tests {
 
     /// Reservations exclude each other: a port this process holds is refused to another
     /// holder, and a port another holder took is refused to this process.
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_port_reserved_by_one_holder_is_refused_to_another() {
         let port = free_port();

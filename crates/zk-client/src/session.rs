@@ -356,11 +356,18 @@ impl Shared {
                     _ => return Ok(()),
                 };
                 let shown = self.settings.connect.client_path(&event.path);
-                let mut out = lock(&self.out);
-                let mut watches = lock(&self.watches);
-                watches.fire(event_type, &event.path, &shown);
-                // The one-shot watches it fired may have been what held a removal back.
-                self.remove_all_unwanted(&mut out, &mut watches);
+                let waiting = {
+                    let mut watches = lock(&self.watches);
+                    watches.fire(event_type, &event.path, &shown);
+                    watches.removals_wait()
+                };
+                // The one-shot watches it fired may have been what held a removal back. Locked
+                // again in order (the decision reads only what is there now), so a notification
+                // takes the outbox's lock only while a removal waits.
+                if waiting {
+                    let mut out = lock(&self.out);
+                    self.remove_all_unwanted(&mut out, &mut lock(&self.watches));
+                }
                 Ok(())
             }
             XID_PING => Ok(()),

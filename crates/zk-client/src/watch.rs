@@ -383,6 +383,11 @@ impl Table {
         self.removal_wanted.insert(path.to_owned());
     }
 
+    /// Whether [`Table::want_removal`] noted any path.
+    pub(crate) fn removals_wait(&self) -> bool {
+        !self.removal_wanted.is_empty()
+    }
+
     /// The paths [`Table::want_removal`] noted.
     pub(crate) fn wanted_removals(&self) -> Vec<String> {
         if self.removal_wanted.is_empty() {

@@ -52,7 +52,8 @@ impl Backend {
         (proxy, zk)
     }
 
-    /// Waits until the server holds no watch of any session (`wchs`): until `what` is done.
+    /// Waits until the server's count of watches (`wchs`; ZooKeeper counts only its data
+    /// watches there) is zero: until `what` is done.
     async fn until_no_watches(&self, what: &str) {
         self.within(what, async {
             while total_watches(&self.connect) != 0 {
