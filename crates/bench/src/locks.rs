@@ -27,7 +27,9 @@ use super::process::{Launcher, ServerKind};
 use super::stats::Json;
 use super::versus::{self, Client, Target, on_both_servers, runs};
 use curator::CuratorJvm;
-pub use measure::{ACQUIRE_LIMIT, Contended, LockKind, close_all, contend, open_all, open_many};
+pub use measure::{
+    ACQUIRE_LIMIT, Contended, LockKind, close_all, contend, open, open_all, open_many,
+};
 use report::Report;
 
 /// Flags of the lock benchmark (`--duration`, `--warmup`, `--json` and the server flags of

@@ -41,7 +41,7 @@ use zookeeper_client::{Acls, Client, CreateMode};
 
 mod wire;
 
-use super::locks::{close_all, open_many};
+use super::locks::{close_all, open, open_many};
 use super::process::{ChildServer, Launcher, ServerKind};
 use super::startup::first_session;
 
@@ -362,8 +362,7 @@ async fn own_client_off_worker(addr: SocketAddr, settings: &Settings) -> Result<
 /// acquisition (create and listing, sent together) is the first op, the release (delete) the
 /// second.
 async fn mutex_cycles(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
-    let mut sessions = open_many(&addr.to_string(), 1, settings.connect_limit).await?;
-    let session = sessions.pop().ok_or("no session")?;
+    let session = open(&addr.to_string(), settings.connect_limit).await?;
     let cycles = match session.mutex("/trace-mutex") {
         Ok(mutex) => {
             let held = std::sync::Mutex::new(None);
@@ -388,7 +387,7 @@ async fn mutex_cycles(addr: SocketAddr, settings: &Settings) -> Result<Pairs, Bo
         }
         Err(e) => Err(e.into()),
     };
-    close_all(vec![session]).await;
+    session.close().await;
     Ok(Pairs {
         what: "lock -> release cycles (create and listing; delete)",
         ..cycles?

@@ -403,14 +403,13 @@ impl Shared {
                         error.is_none(),
                         error == Some(Error::NoNode),
                     );
-                    // Its watcher was dropped before the server answered, or a removal waited
-                    // for this answer: decide now.
+                    // Its watcher was dropped before the server answered: its watch is one
+                    // more to remove. And this answer may have been what held a removal back.
                     if abandoned
                         .is_some_and(|(path, recursive)| watches.prune_persistent(&path, recursive))
                     {
-                        self.remove_unwanted(&mut out, &mut watches, &path);
+                        watches.want_removal(&path);
                     }
-                    // This answer may have been what held a removal back.
                     self.remove_all_unwanted(&mut out, &mut watches);
                 }
                 drop(out);

@@ -364,18 +364,16 @@ impl Table {
 
     /// Whether a persistent watcher (of either mode) of `path` is live.
     pub(crate) fn persistent_watched(&self, path: &str) -> bool {
-        let live = |senders: Option<&Vec<mpsc::UnboundedSender<WatchedEvent>>>| {
-            senders.is_some_and(|s| s.iter().any(|tx| !tx.is_closed()))
-        };
-        live(self.persistent.get(path)) || live(self.recursive.get(path))
+        let closed = mpsc::UnboundedSender::is_closed;
+        any_live(self.persistent.get(path), closed) || any_live(self.recursive.get(path), closed)
     }
 
     /// Whether a one-shot watch on `path` waits to fire.
     pub(crate) fn oneshot_watched(&self, path: &str) -> bool {
-        let live = |senders: Option<&Vec<oneshot::Sender<WatchedEvent>>>| {
-            senders.is_some_and(|s| s.iter().any(|tx| !tx.is_closed()))
-        };
-        live(self.data.get(path)) || live(self.exist.get(path)) || live(self.child.get(path))
+        let closed = oneshot::Sender::is_closed;
+        any_live(self.data.get(path), closed)
+            || any_live(self.exist.get(path), closed)
+            || any_live(self.child.get(path), closed)
     }
 
     /// Notes that the server may hold a watch on `path` that no watcher here wants.
@@ -390,9 +388,6 @@ impl Table {
 
     /// The paths [`Table::want_removal`] noted.
     pub(crate) fn wanted_removals(&self) -> Vec<String> {
-        if self.removal_wanted.is_empty() {
-            return Vec::new();
-        }
         self.removal_wanted.iter().cloned().collect()
     }
 
@@ -428,6 +423,11 @@ impl Table {
             recursive: live(&mut self.recursive, mpsc::UnboundedSender::is_closed),
         }
     }
+}
+
+/// Whether any of `senders` still has its receiver.
+fn any_live<T>(senders: Option<&Vec<T>>, closed: impl Fn(&T) -> bool) -> bool {
+    senders.is_some_and(|senders| senders.iter().any(|tx| !closed(tx)))
 }
 
 fn send_all(senders: Option<&mut Vec<mpsc::UnboundedSender<WatchedEvent>>>, event: &WatchedEvent) {
