@@ -1,7 +1,7 @@
 //! The durable mark: how far the log is on disk, and the messages waiting for it to move.
 //!
 //! Every message to a client reveals the state at some zxid and may leave only once the log is
-//! durable that far (the outbox module). The log threads publish the mark here after each sync;
+//! durable that far (the outbox module). The log workers publish the mark here after each sync;
 //! the core counts a disk fault on it once it has stopped queueing for the old state. An outbox whose next message waits for a
 //! later mark puts itself on the mark's waiting list, and the thread that publishes the mark
 //! takes the list and writes what the mark released to the sockets itself: a reply leaves on
@@ -82,7 +82,7 @@ impl Durable {
     }
 }
 
-/// The mark, shared by the log threads (which move it), the core and every outbox.
+/// The mark, shared by the log workers (which move it), the core and every outbox.
 pub struct DurableMark {
     /// The value, also for whoever awaits a change (the core, to finish a snapshot).
     value: watch::Sender<Durable>,

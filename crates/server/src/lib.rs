@@ -5,12 +5,13 @@
 //! ```text
 //! connection (decode frame)
 //!   -> core: dispatch -> prep (validate, ACL, build txn) -> log (append; the batch is handed
-//!            to the log threads, which write what is queued as a group and sync it, up to
-//!            two groups' syncs in flight)
+//!            to the log workers, which write what is queued as a group and sync it, up to
+//!            two groups' syncs in flight; on a multi-threaded runtime a worker is a task that
+//!            does this on the core's own thread, its other tasks moved to another thread)
 //!            -> apply (tree and sessions, fire watches) -> reply (queued on the outbox,
 //!            stamped with the zxid it reveals)
 //!   -> outbox (holds each message until the log is durable that far, then encodes it and
-//!      writes it in request order: the log thread whose sync released it writes it, or the
+//!      writes it in request order: the log worker whose sync released it writes it, or the
 //!      core at the end of its batch when it was sendable already; the connection's writer
 //!      task takes what would hold them up: a full socket, a large backlog, a busy core's)
 //! ```

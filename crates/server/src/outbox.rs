@@ -5,11 +5,11 @@
 //! - the core, at the end of each batch, writes what is sendable by then (a read's reply, an
 //!   event that reveals nothing new, what the log made durable meanwhile), unless it has a
 //!   backlog: then the connection's writer task writes it, beside the core;
-//! - a log thread, when it publishes a durable mark, writes what that mark released (a write's
+//! - a log worker, when it publishes a durable mark, writes what that mark released (a write's
 //!   reply, the events the write fired; see [`crate::durable`]).
 //!
 //! So a reply leaves on the thread that last held it back, and no other thread is woken to send
-//! it. What would need waiting, or hold the core or a log thread up, is left to the connection's
+//! it. What would need waiting, or hold the core or a log worker up, is left to the connection's
 //! writer task: a full socket, more than [`INLINE_BYTES`] at once, a busy core's replies, the
 //! shutdown after a close, a connection the core gave up on.
 //!
@@ -37,7 +37,7 @@
 //! - A connection always accepts one message whatever its size when nothing else is queued, so
 //!   a bound smaller than the largest reply never makes a connection unusable.
 //! - **A panic costs one connection**: one while a message is encoded ends that connection, as a
-//!   failed write does, and the thread that was writing (the core, a log thread) goes on.
+//!   failed write does, and the thread that was writing (the core, a log worker) goes on.
 
 use std::collections::VecDeque;
 use std::io;
@@ -55,7 +55,7 @@ use crate::trace::SendTrace;
 
 /// Bytes encoded before they are written out, unless the queue runs dry first.
 const WRITE_BATCH: usize = 64 * 1024;
-/// Bytes the core or a log thread writes to one connection at a time; the writer task writes
+/// Bytes the core or a log worker writes to one connection at a time; the writer task writes
 /// the rest, so a big backlog on one connection does not hold up the core or the log.
 const INLINE_BYTES: usize = 4 * WRITE_BATCH;
 
@@ -162,7 +162,7 @@ pub enum Refused {
 pub enum Next {
     /// Nothing sendable is left to write: wait to be woken.
     Idle,
-    /// More is sendable than one pump of the core or a log thread writes: pump again.
+    /// More is sendable than one pump of the core or a log worker writes: pump again.
     More,
     /// The socket took no more: wait until it is writable, then pump again.
     SocketFull,
@@ -284,7 +284,7 @@ impl Drop for Outbox {
 
 impl WriterEnd {
     /// Writes what is sendable, up to [`INLINE_BYTES`] (see [`Shared::pump`]: the core and the
-    /// log threads wait for the outbox's lock meanwhile), and says what to do next.
+    /// log workers wait for the outbox's lock meanwhile), and says what to do next.
     pub fn pump(&self) -> Next {
         self.0.pump(INLINE_BYTES)
     }
@@ -383,7 +383,7 @@ impl Shared {
         self.after_pump(next);
     }
 
-    /// After a pump by the core or a log thread: what needs waiting for goes to the writer task.
+    /// After a pump by the core or a log worker: what needs waiting for goes to the writer task.
     fn after_pump(&self, next: Next) {
         if !matches!(next, Next::Idle) {
             self.writer.notify_one();
@@ -454,9 +454,9 @@ impl Shared {
             };
             // Counted as encoded first, so that a panic below drops it with the rest.
             state.encoded.add(counted);
-            // Encoding runs on the core or a log thread, which write for every connection: a
+            // Encoding runs on the core or a log worker, which write for every connection: a
             // bug that panics in one message must not take that thread with it (the core owns
-            // every session, a log thread every sync). Caught here, under the outbox's lock, so
+            // every session, a log worker every sync). Caught here, under the outbox's lock, so
             // no half-encoded frame is ever visible: the connection ends as after a failed write.
             let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 state.trace.took(
@@ -695,7 +695,7 @@ mod tests {
         // Both wait for the mark, the broken one first on its list.
         broken.flush();
         fine.flush();
-        // The log thread's part: publishing writes both; the panic stays inside the first.
+        // The log worker's part: publishing writes both; the panic stays inside the first.
         mark.publish(|d| d.zxid = 20).write();
         let want = encoded(&[event("/b", 20)]);
         assert_eq!(read_n(&mut fine_client, want.len()).await, want);

@@ -1,11 +1,11 @@
 //! Trace: where a durable write's time goes, stage by stage, always on.
 //!
-//! A write's reply crosses two tasks and a thread before it reaches the socket: the connection's
-//! reader, the core and a log thread, which writes the reply to the socket itself once its sync
-//! made it durable (or the core does, at the end of its batch, when the log was faster). Each
-//! stamps an [`Instant`] where it hands the work on, and whoever finally
-//! writes a reply which had to wait for durability turns the stamps into stage durations and
-//! adds them to [`StageTimes`].
+//! A write's reply crosses three stages before it reaches the socket: the connection's reader,
+//! the core and a log worker (a task on the core's thread, or a thread of its own; see
+//! [`crate::log`]), which writes the reply to the socket itself once its sync made it durable
+//! (or the core does, at the end of its batch, when the log was faster). Each stamps an
+//! [`Instant`] where it hands the work on, and whoever finally writes a reply which had to wait
+//! for durability turns the stamps into stage durations and adds them to [`StageTimes`].
 //!
 //! The stages, each from one stamp to the next:
 //!
@@ -14,8 +14,8 @@
 //! | `queue`     | the reader decoded the frame                | the core took the request                |
 //! | `core`      | the core took the request                   | its reply was queued (prep, log append, apply) |
 //! | `batch`     | the reply was queued                        | the core flushed its batch to the log writer |
-//! | `handoff`   | the batch was flushed                       | the log thread received it               |
-//! | `write`     | the log thread received it                  | its write(2) returned                    |
+//! | `handoff`   | the batch was flushed                       | the log worker received it               |
+//! | `write`     | the log worker received it                  | its write(2) returned                    |
 //! | `fdatasync` | the write returned                          | fdatasync returned (zero without `--sync always`) |
 //! | `wake`      | the durable zxid was published              | the message was taken for the socket     |
 //! | `socket`    | the message was taken                       | encode and write(2) to the socket returned |
@@ -168,7 +168,7 @@ impl StageTimes {
     }
 
     /// Records the stages of one reply that waited for durability: `request` stamped by the
-    /// reader and the core, `sync` by the log thread, `taken` and `sent` by whoever wrote it to
+    /// reader and the core, `sync` by the log worker, `taken` and `sent` by whoever wrote it to
     /// the socket.
     pub fn record_reply(
         &self,
@@ -215,9 +215,9 @@ pub struct SyncStamps {
     pub after: i64,
     /// The core flushed the newest batch this sync carries.
     pub flushed: Instant,
-    /// The log thread received the first batch of this sync.
+    /// The log worker received the first batch of this sync.
     pub received: Instant,
-    /// The log thread's writes returned.
+    /// The log worker's writes returned.
     pub written: Instant,
     /// fdatasync returned (equal to `written` when the log does not sync); also when the
     /// durable mark was published.
@@ -322,7 +322,7 @@ mod tests {
             taken: us(10),
             queued: us(30),
         };
-        // The log thread received the batch "before" the flush that the sync carries.
+        // The log worker received the batch "before" the flush that the sync carries.
         let sync = SyncStamps {
             after: 0,
             flushed: us(40),

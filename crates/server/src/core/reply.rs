@@ -2,7 +2,7 @@
 //! connect response) is queued on its outbox here, stamped with the zxid it reveals, and held
 //! there until the log is durable that far. At the end of each batch (after the log's flush,
 //! so the sync starts first) the core writes what is already sendable (or, when busy, has the
-//! connections' writer tasks write it); the log thread whose sync releases the rest writes that.
+//! connections' writer tasks write it); the log worker whose sync releases the rest writes that.
 
 use lockkeeper_proto::*;
 
