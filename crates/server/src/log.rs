@@ -6,12 +6,14 @@
 //! and publishes the durable zxid; meanwhile the other can write the next group and, if it is
 //! small (`OVERLAP_MAX`), start its sync.
 //!
-//! Where the workers run ([`Workers`]): on a multi-threaded tokio runtime they are tasks, and a
-//! flush wakes one on the core's own worker thread, which then does the write and the sync
-//! right there (`block_in_place` hands the worker's other tasks to another thread meanwhile). So
-//! no parked thread has to be woken on a write's path: on a small machine that wake-up was a
-//! tenth of a lock cycle. Elsewhere (a current-thread runtime, no runtime) they are threads of
-//! their own, each waiting on the queue. Batches that arrive while both syncs are in flight
+//! Where the workers run ([`Workers`]): on a multi-threaded tokio runtime they are tasks. A
+//! flush wakes one on the core's own worker thread, where it runs as soon as the core yields
+//! (at once when the core has nothing more queued) and writes and syncs right there, while
+//! `block_in_place` hands the worker's other tasks to another thread. So a lone write wakes no
+//! parked thread on its path: on a small machine that wake-up was a tenth of a lock cycle. A
+//! worker takes what was queued during its sync before it waits again, so under a steady load
+//! no group waits for a woken task to be polled. Elsewhere (a current-thread runtime, no
+//! runtime) the workers are threads of their own, each waiting on the queue. Batches that arrive while both syncs are in flight
 //! wait for the next group, so many writes share one fdatasync (group commit). Marks are
 //! published in the order the groups were written, and never past a failed sync, so the durable
 //! zxid means what it did with one thread: everything up to it is on disk.
@@ -280,7 +282,9 @@ impl Workers {
                         woken.await;
                         // Here, on the worker the flush woke this task on: the runtime hands
                         // the worker's other tasks to another thread while this one writes.
-                        tokio::task::block_in_place(|| shared.take_queued(me));
+                        // Whatever was queued during the sync is taken at once, so under a
+                        // steady load no group waits for a woken task to be polled.
+                        tokio::task::block_in_place(|| while shared.take_queued(me) {});
                     }
                 });
             }
@@ -450,13 +454,15 @@ impl Shared {
         }
     }
 
-    /// One log task's turn: takes what is queued, if anything (the other task may have taken
-    /// it already).
-    fn take_queued(&self, me: usize) {
+    /// Takes what is queued, if anything (the other task may have taken it already); says
+    /// whether it did.
+    fn take_queued(&self, me: usize) -> bool {
         let writer = lock(&self.writer);
-        if let Ok(first) = writer.rx.try_recv() {
-            self.take_group(me, writer, first);
-        }
+        let Ok(first) = writer.rx.try_recv() else {
+            return false;
+        };
+        self.take_group(me, writer, first);
+        true
     }
 
     /// Writes `first` and everything queued behind it as one group, lets the other worker take
@@ -471,28 +477,27 @@ impl Shared {
             self.wait_for_syncs();
             queued.extend(writer.rx.try_iter());
         }
-        let job = writer.write_group(self, me, queued, received);
-        if job.is_some() {
-            *lock(&self.syncing) += 1;
-        }
+        let Some(job) = writer.write_group(self, me, queued, received) else {
+            return;
+        };
+        let in_flight = SyncInFlight::start(self);
         drop(writer);
-        if let Some(job) = job {
-            self.sync_and_publish(me, job);
-            *lock(&self.syncing) -= 1;
-            self.synced.notify_all();
-        }
+        self.sync_and_publish(me, job);
+        drop(in_flight);
     }
 
-    /// The core is gone (the queue is closed): writes what is still queued and makes
-    /// everything written durable, on the calling thread. Holding the writer, no group can
-    /// start meanwhile; the syncs in flight end first, so no descriptor syncs twice at once.
+    /// The core is gone (the queue is closed): writes what is still queued, syncs and
+    /// publishes it, so its replies still go out, on the calling thread. Holding the writer, no
+    /// group can start meanwhile, and the syncs in flight end before anything here is written
+    /// (a roll syncs too), so no descriptor syncs twice at once.
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         let mut writer = lock(&self.writer);
-        let queued: Vec<WriterMsg> = writer.rx.try_iter().collect();
-        // Its job is not published: the mark stops here (the drop marks the log stopped).
-        let _ = writer.write_group(self, 0, queued, Instant::now());
         self.wait_for_syncs();
+        let queued: Vec<WriterMsg> = writer.rx.try_iter().collect();
+        if let Some(job) = writer.write_group(self, 0, queued, Instant::now()) {
+            self.sync_and_publish(0, job);
+        }
         if !self.failed.load(Ordering::SeqCst) {
             let _ = writer.sync_segment(self, 0);
         }
@@ -553,6 +558,24 @@ impl Shared {
         // The mark stops here; the core counts the fault when it hears of it (abandon_pending),
         // after what it queued meanwhile, so one count covers both.
         let _ = self.events.send(LogEvent::Failed(error.to_string()));
+    }
+}
+
+/// A group's sync in flight, counted in [`Shared::syncing`] until dropped: a panic while
+/// syncing or publishing still ends the count, so nobody waits for it forever.
+struct SyncInFlight<'a>(&'a Shared);
+
+impl<'a> SyncInFlight<'a> {
+    fn start(shared: &'a Shared) -> SyncInFlight<'a> {
+        *lock(&shared.syncing) += 1;
+        SyncInFlight(shared)
+    }
+}
+
+impl Drop for SyncInFlight<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.syncing) -= 1;
+        self.0.synced.notify_all();
     }
 }
 
@@ -789,64 +812,134 @@ mod tests {
         None,
     }
 
-    /// Opens a log in `runtime`, makes three flushes durable, then queues a fourth and drops
-    /// the log at once, as a stopping core does; returns the zxids recovery finds on disk and
-    /// whether the log ran tasks.
-    fn log_through(runtime: Runtime) -> (i64, u64, bool) {
-        let dir = tempfile::tempdir().unwrap();
-        let create = |i: i64| crate::txn::Txn::Create {
+    fn create(i: i64) -> Txn {
+        Txn::Create {
             path: format!("/n{i}"),
             data: None,
             acl: crate::acl::open_acl(),
             ephemeral_owner: 0,
-        };
+        }
+    }
+
+    /// Waits (at most 10 s) until the log's mark reaches `zxid`.
+    async fn durable_through(log: &TxnLog, zxid: i64) {
+        let mut mark = log.durable().subscribe();
+        let reached = mark.wait_for(|d| d.zxid >= zxid);
+        match tokio::time::timeout(std::time::Duration::from_secs(10), reached).await {
+            Ok(Ok(_)) => {}
+            _ => panic!("zxid {zxid} not durable within 10 s"),
+        }
+    }
+
+    /// What a log did in one run: the zxids recovery found, what the mark said after the
+    /// drop, whether it ran tasks, and whether every worker was gone 10 s after the drop.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Run {
+        recovered: u64,
+        published: i64,
+        tasks: bool,
+        workers_gone: bool,
+    }
+
+    /// Opens a log in `runtime` (its flushes on a runtime worker, as the core's are), makes
+    /// three flushes durable one by one and two more at once, then queues a record, a roll and
+    /// a record in the next segment and drops the log at once, as a stopping core does.
+    fn log_through(runtime: Runtime) -> Run {
+        let dir = tempfile::tempdir().unwrap();
         let first = crate::recovery::FIRST_ZXID;
-        let run = |dir: &Path| {
-            let (events, _events) = tokio_mpsc::unbounded_channel();
-            let mut log = TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap();
+        let open = move |dir: &Path| {
+            let (events, _) = tokio_mpsc::unbounded_channel();
+            TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap()
+        };
+        let exercise = move |mut log: TxnLog| async move {
             let tasks = matches!(log.workers, Workers::Tasks(_));
             for i in 0..3 {
                 log.append(first + i, 1000, &create(i));
                 log.flush();
-                let until = Instant::now() + std::time::Duration::from_secs(10);
-                while log.durable_zxid() < first + i {
-                    assert!(
-                        Instant::now() < until,
-                        "flush {i} not durable within 10 s ({runtime:?})"
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
+                durable_through(&log, first + i).await;
             }
-            log.append(first + 3, 1000, &create(3));
+            for i in 3..5 {
+                log.append(first + i, 1000, &create(i));
+                log.flush();
+            }
+            durable_through(&log, first + 4).await;
+            log.append(first + 5, 1000, &create(5));
+            log.roll();
+            log.append(first + 6, 1000, &create(6));
+            let (mark, shared) = (log.durable(), Arc::downgrade(&log.shared));
             drop(log);
-            tasks
+            let until = Instant::now() + std::time::Duration::from_secs(10);
+            while shared.strong_count() > 0 && Instant::now() < until {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            (mark.get().zxid - first, tasks, shared.strong_count() == 0)
         };
-        let tasks = match runtime {
-            Runtime::MultiThread => tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .build()
-                .unwrap()
-                .block_on(async { run(dir.path()) }),
+        let (published, tasks, workers_gone) = match runtime {
+            Runtime::MultiThread => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let path = dir.path().to_path_buf();
+                rt.block_on(async move {
+                    let log = tokio::task::spawn_blocking(move || open(&path))
+                        .await
+                        .unwrap();
+                    tokio::spawn(exercise(log)).await.unwrap()
+                })
+            }
             Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
                 .build()
                 .unwrap()
-                .block_on(async { run(dir.path()) }),
-            Runtime::None => run(dir.path()),
+                .block_on(async { exercise(open(dir.path())).await }),
+            Runtime::None => {
+                let log = open(dir.path());
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(exercise(log))
+            }
         };
         let recovered =
             crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
-        (recovered.last_zxid - first, recovered.replayed, tasks)
+        assert_eq!(recovered.last_zxid, first + 6, "{runtime:?}");
+        Run {
+            recovered: recovered.replayed,
+            published,
+            tasks,
+            workers_gone,
+        }
     }
 
     #[test]
     fn on_a_multi_threaded_runtime_the_log_runs_as_tasks_and_loses_nothing_at_its_drop() {
-        assert_eq!(log_through(Runtime::MultiThread), (3, 4, true));
+        let run = log_through(Runtime::MultiThread);
+        assert_eq!(
+            run,
+            Run {
+                recovered: 7,
+                published: 6,
+                tasks: true,
+                workers_gone: true
+            }
+        );
     }
 
     #[test]
     fn elsewhere_the_log_runs_threads_and_loses_nothing_at_its_drop() {
-        assert_eq!(log_through(Runtime::CurrentThread), (3, 4, false));
-        assert_eq!(log_through(Runtime::None), (3, 4, false));
+        for runtime in [Runtime::CurrentThread, Runtime::None] {
+            let run = log_through(runtime);
+            let expected = Run {
+                recovered: 7,
+                published: 6,
+                tasks: false,
+                workers_gone: true,
+            };
+            assert_eq!(run, expected, "{runtime:?}");
+        }
     }
 
     #[test]

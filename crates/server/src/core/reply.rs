@@ -1,7 +1,7 @@
 //! Reply, the core's side: every message a connection gets (replies, watch events, the
 //! connect response) is queued on its outbox here, stamped with the zxid it reveals, and held
 //! there until the log is durable that far. At the end of each batch (after the log's flush,
-//! so the sync starts first) the core writes what is already sendable (or, when busy, has the
+//! so the log has its group first) the core writes what is already sendable (or, when busy, has the
 //! connections' writer tasks write it); the log worker whose sync releases the rest writes that.
 
 use lockkeeper_proto::*;
