@@ -5,10 +5,10 @@
 //! ```text
 //! connection (decode frame)
 //!   -> core: dispatch -> prep (validate, ACL, build txn) -> log (append; the batch is handed
-//!            to the log workers, which write what is queued as a group and sync it, up to
-//!            two groups' syncs in flight; on a multi-threaded runtime a worker is a task that
-//!            does this on the core's own thread once the core yields, the thread's other
-//!            tasks moved to another thread)
+//!            to a log worker, which writes what is queued as a group and syncs it: on a
+//!            multi-threaded runtime a task that does this on the core's own thread once the
+//!            core yields, the thread's other tasks moved to another thread; elsewhere two
+//!            threads, up to two groups' syncs in flight)
 //!            -> apply (tree and sessions, fire watches) -> reply (queued on the outbox,
 //!            stamped with the zxid it reveals)
 //!   -> outbox (holds each message until the log is durable that far, then encodes it and

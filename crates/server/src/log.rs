@@ -1,22 +1,25 @@
 //! The log stage of the pipeline: where a txn becomes durable before anyone may see it.
 //!
 //! The core appends each txn here before applying it and calls [`TxnLog::flush`] at the end of
-//! every batch of requests. Two log workers take turns at the segment files: the one holding the
-//! writer drains every batch that is queued, writes them as one group, lets go, syncs the group
-//! and publishes the durable zxid; meanwhile the other can write the next group and, if it is
-//! small (`OVERLAP_MAX`), start its sync.
+//! every batch of requests. A log worker drains every batch that is queued, writes them as one
+//! group, syncs it and publishes the durable zxid; batches that arrive during a sync wait for
+//! the next group, so many writes share one fdatasync (group commit). Marks are published in
+//! the order the groups were written, and never past a failed sync, so the durable zxid means
+//! everything up to it is on disk.
 //!
-//! Where the workers run ([`Workers`]): on a multi-threaded tokio runtime they are tasks. A
-//! flush wakes one on the core's own worker thread, where it runs as soon as the core yields
-//! (at once when the core has nothing more queued) and writes and syncs right there, while
-//! `block_in_place` hands the worker's other tasks to another thread. So a lone write wakes no
-//! parked thread on its path: on a small machine that wake-up was a tenth of a lock cycle. A
-//! worker takes what was queued during its sync before it waits again, so under a steady load
-//! no group waits for a woken task to be polled. Elsewhere (a current-thread runtime, no
-//! runtime) the workers are threads of their own, each waiting on the queue. Batches that arrive while both syncs are in flight
-//! wait for the next group, so many writes share one fdatasync (group commit). Marks are
-//! published in the order the groups were written, and never past a failed sync, so the durable
-//! zxid means what it did with one thread: everything up to it is on disk.
+//! Where the workers run ([`Workers`]):
+//! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
+//!   on the core's own thread, where it runs as soon as the core yields (at once when the core
+//!   has nothing more queued) and writes and syncs right there, while `block_in_place` hands
+//!   the thread's other tasks, the core among them, to another thread. So a lone write wakes no
+//!   parked thread on its path: on a small machine that wake-up was a tenth of a lock cycle.
+//!   While it is at work, flushes wake nobody: it takes what was queued during its sync before
+//!   it stops, so under a steady load the core keeps its thread and the syncs run back to back.
+//! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
+//!   segment files: the one holding the writer waits on the queue, writes a group, lets go and
+//!   syncs it; meanwhile the other can write the next group and, if it is small
+//!   (`OVERLAP_MAX`), start its sync.
+//!
 //! Every reply and watch event is held until the durable zxid reaches the state it reveals; the
 //! thread that publishes a mark writes what it released to the sockets itself (see
 //! [`crate::durable`]), after letting go of the publish lock.
@@ -40,7 +43,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -64,8 +67,8 @@ pub const RECORD_HEADER_LEN: usize = 8;
 const SEGMENT_SIZE: u64 = 64 << 20;
 /// Zeros are written ahead of the records in steps of this size.
 const ZERO_STEP: u64 = 1 << 20;
-/// Log workers, so syncs in flight at once: while one syncs a group, the other writes
-/// the next and starts its sync. On disks that overlap flushes (most SSDs and virtual disks) a
+/// Log threads (where the log runs threads), so syncs in flight at once: while one syncs a
+/// group, the other writes the next and starts its sync. On disks that overlap flushes (most SSDs and virtual disks) a
 /// write arriving during a sync then waits for its own sync, not for the one in flight too.
 const SYNCERS: usize = 2;
 /// A group bigger than this waits for the sync in flight instead of starting a second one:
@@ -143,6 +146,9 @@ impl TxnLog {
             }),
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            queued_msgs: AtomicUsize::new(0),
+            queued_bytes: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
             syncing: Mutex::new(0),
             synced: Condvar::new(),
             sync,
@@ -216,8 +222,16 @@ impl TxnLog {
         if let Some(tx) = &self.tx {
             // The writer only exits when this sender is dropped, so a send cannot fail while
             // `tx` is set; if it somehow does, nothing becomes durable and replies stay held.
+            let bytes = match &msg {
+                WriterMsg::Records { bytes, .. } => bytes.len(),
+                WriterMsg::Roll | WriterMsg::Resume { .. } => 0,
+            };
+            // Counted before it is sent, so a worker that finds the count at zero finds the
+            // queue empty too.
+            self.shared.queued_msgs.fetch_add(1, Ordering::SeqCst);
+            self.shared.queued_bytes.fetch_add(bytes, Ordering::SeqCst);
             let _ = tx.send(msg);
-            self.workers.wake();
+            self.workers.wake(&self.shared);
         }
     }
 
@@ -255,8 +269,8 @@ impl Drop for TxnLog {
 
 /// Where the log's work runs (see the module doc).
 enum Workers {
-    /// Tasks on a multi-threaded runtime, woken by each flush.
-    Tasks(Arc<Notify>),
+    /// One task on a multi-threaded runtime, woken by a flush when it is not at work.
+    Task(Arc<Notify>),
     /// Threads of their own, waiting on the queue.
     Threads(Vec<JoinHandle<()>>),
 }
@@ -267,28 +281,27 @@ impl Workers {
             && runtime.runtime_flavor() == RuntimeFlavor::MultiThread
         {
             let wake = Arc::new(Notify::new());
-            for me in 0..SYNCERS {
-                let (shared, wake) = (shared.clone(), wake.clone());
-                runtime.spawn(async move {
-                    loop {
-                        // Listening before looking at `closed`, so the stop's wake-up cannot
-                        // fall between the two.
-                        let woken = wake.notified();
-                        tokio::pin!(woken);
-                        woken.as_mut().enable();
-                        if shared.closed.load(Ordering::SeqCst) {
-                            return;
-                        }
-                        woken.await;
-                        // Here, on the worker the flush woke this task on: the runtime hands
-                        // the worker's other tasks to another thread while this one writes.
-                        // Whatever was queued during the sync is taken at once, so under a
-                        // steady load no group waits for a woken task to be polled.
-                        tokio::task::block_in_place(|| while shared.take_queued(me) {});
+            let (shared, woken_by) = (shared.clone(), wake.clone());
+            runtime.spawn(async move {
+                loop {
+                    // Listening before looking at `closed`, so the stop's wake-up cannot fall
+                    // between the two.
+                    let woken = woken_by.notified();
+                    tokio::pin!(woken);
+                    woken.as_mut().enable();
+                    if shared.closed.load(Ordering::SeqCst) {
+                        return;
                     }
-                });
-            }
-            return Ok(Workers::Tasks(wake));
+                    woken.await;
+                    // A wake-up stored while the task was at work may find its batch taken.
+                    if shared.queued_msgs.load(Ordering::SeqCst) > 0 {
+                        // Here, on the thread the flush woke this task on: the runtime hands
+                        // the thread's other tasks to another thread while this one writes.
+                        tokio::task::block_in_place(|| shared.work(0));
+                    }
+                }
+            });
+            return Ok(Workers::Task(wake));
         }
         let threads = (0..SYNCERS)
             .map(|me| {
@@ -301,19 +314,24 @@ impl Workers {
         Ok(Workers::Threads(threads))
     }
 
-    /// Something was queued. Every send is followed by a wake, and a woken task always looks
-    /// at the queue after it, so nothing queued waits for a later flush (a stored permit covers
-    /// a send while both tasks are busy).
-    fn wake(&self) {
-        if let Workers::Tasks(wake) = self {
-            wake.notify_one();
+    /// Something was queued: wakes the task if it is not at work. If it is, it takes this
+    /// after its sync (see [`Shared::work`]), and waking it would only move the core's
+    /// thread's other tasks to another thread for nothing.
+    fn wake(&self, shared: &Shared) {
+        if let Workers::Task(wake) = self {
+            // Pairs with the fence in `Shared::work`: either this sees the task gone, or the
+            // task sees what was queued.
+            fence(Ordering::SeqCst);
+            if shared.active.load(Ordering::SeqCst) == 0 {
+                wake.notify_one();
+            }
         }
     }
 
-    /// After [`Shared::close`]: tasks are let go, threads joined.
+    /// After [`Shared::close`]: the task is let go, threads joined.
     fn stop(&mut self) {
         match self {
-            Workers::Tasks(wake) => wake.notify_waiters(),
+            Workers::Task(wake) => wake.notify_waiters(),
             Workers::Threads(threads) => {
                 for thread in threads.drain(..) {
                     let _ = thread.join();
@@ -364,6 +382,11 @@ struct Shared {
     failed: AtomicBool,
     /// The core is gone and [`Shared::close`] has run or is running: the workers end.
     closed: AtomicBool,
+    /// Messages and record bytes sent to the queue and not yet taken from it.
+    queued_msgs: AtomicUsize,
+    queued_bytes: AtomicUsize,
+    /// Log tasks at work (inside `block_in_place`); always 0 with threads.
+    active: AtomicUsize,
     /// Groups whose sync is in flight, and its signal when one ends.
     syncing: Mutex<usize>,
     synced: Condvar,
@@ -454,6 +477,22 @@ impl Shared {
         }
     }
 
+    /// One log task's work, inside `block_in_place`: takes groups until nothing is queued. A
+    /// flush that sees this worker at work wakes nobody, so after it stops counting itself
+    /// it looks once more.
+    fn work(&self, me: usize) {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        loop {
+            while self.take_queued(me) {}
+            self.active.fetch_sub(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if self.queued_msgs.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            self.active.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     /// Takes what is queued, if anything (the other task may have taken it already); says
     /// whether it did.
     fn take_queued(&self, me: usize) -> bool {
@@ -477,6 +516,7 @@ impl Shared {
             self.wait_for_syncs();
             queued.extend(writer.rx.try_iter());
         }
+        self.taken(&queued);
         let Some(job) = writer.write_group(self, me, queued, received) else {
             return;
         };
@@ -495,12 +535,20 @@ impl Shared {
         let mut writer = lock(&self.writer);
         self.wait_for_syncs();
         let queued: Vec<WriterMsg> = writer.rx.try_iter().collect();
+        self.taken(&queued);
         if let Some(job) = writer.write_group(self, 0, queued, Instant::now()) {
             self.sync_and_publish(0, job);
         }
         if !self.failed.load(Ordering::SeqCst) {
             let _ = writer.sync_segment(self, 0);
         }
+    }
+
+    /// `queued` left the queue.
+    fn taken(&self, queued: &[WriterMsg]) {
+        self.queued_msgs.fetch_sub(queued.len(), Ordering::SeqCst);
+        self.queued_bytes
+            .fetch_sub(queued_bytes(queued), Ordering::SeqCst);
     }
 
     /// Waits until no group's sync is in flight.
@@ -852,7 +900,7 @@ mod tests {
             TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap()
         };
         let exercise = move |mut log: TxnLog| async move {
-            let tasks = matches!(log.workers, Workers::Tasks(_));
+            let tasks = matches!(log.workers, Workers::Task(_));
             for i in 0..3 {
                 log.append(first + i, 1000, &create(i));
                 log.flush();
