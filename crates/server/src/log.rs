@@ -7,7 +7,7 @@
 //! the order the groups were written, and never past a failed sync, so the durable zxid means
 //! everything up to it is on disk.
 //!
-//! Where the workers run ([`Workers`]):
+//! Where the workers run (`Workers`):
 //! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
 //!   on the core's own thread, where it runs as soon as the core yields (at once when the core
 //!   has nothing more queued) and writes and syncs right there, while `block_in_place` hands
