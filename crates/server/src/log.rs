@@ -42,6 +42,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
@@ -119,8 +120,8 @@ pub struct TxnLog {
 }
 
 impl TxnLog {
-    /// Starts the log workers on `dir`: tasks on a multi-threaded tokio runtime, else threads
-    /// (see the module doc). The first record opens a new segment, so a restarted server never
+    /// Starts the log's workers on `dir`: one task on a multi-threaded tokio runtime, else two
+    /// threads (see the module doc). The first record opens a new segment, so a restarted server never
     /// appends to a segment a crash may have left torn.
     pub fn open(
         dir: &Path,
@@ -147,7 +148,6 @@ impl TxnLog {
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             queued_msgs: AtomicUsize::new(0),
-            queued_bytes: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             syncing: Mutex::new(0),
             synced: Condvar::new(),
@@ -222,14 +222,9 @@ impl TxnLog {
         if let Some(tx) = &self.tx {
             // The writer only exits when this sender is dropped, so a send cannot fail while
             // `tx` is set; if it somehow does, nothing becomes durable and replies stay held.
-            let bytes = match &msg {
-                WriterMsg::Records { bytes, .. } => bytes.len(),
-                WriterMsg::Roll | WriterMsg::Resume { .. } => 0,
-            };
             // Counted before it is sent, so a worker that finds the count at zero finds the
             // queue empty too.
             self.shared.queued_msgs.fetch_add(1, Ordering::SeqCst);
-            self.shared.queued_bytes.fetch_add(bytes, Ordering::SeqCst);
             let _ = tx.send(msg);
             self.workers.wake(&self.shared);
         }
@@ -297,7 +292,13 @@ impl Workers {
                     if shared.queued_msgs.load(Ordering::SeqCst) > 0 {
                         // Here, on the thread the flush woke this task on: the runtime hands
                         // the thread's other tasks to another thread while this one writes.
-                        tokio::task::block_in_place(|| shared.work(0));
+                        let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            tokio::task::block_in_place(|| shared.work(0))
+                        }));
+                        if worked.is_err() {
+                            shared.active.store(0, Ordering::SeqCst);
+                            shared.panicked();
+                        }
                     }
                 }
             });
@@ -380,12 +381,12 @@ struct Shared {
     publish: Mutex<Publish>,
     /// Set by the first write or sync that fails; cleared by a successful resume.
     failed: AtomicBool,
-    /// The core is gone and [`Shared::close`] has run or is running: the workers end.
+    /// The core is gone and [`Shared::close`] has run or is running: the log task ends (the
+    /// threads end when the queue closes).
     closed: AtomicBool,
-    /// Messages and record bytes sent to the queue and not yet taken from it.
+    /// Messages sent to the queue and not yet taken from it.
     queued_msgs: AtomicUsize,
-    queued_bytes: AtomicUsize,
-    /// Log tasks at work (inside `block_in_place`); always 0 with threads.
+    /// 1 while the log task is at work (inside `block_in_place`); always 0 with threads.
     active: AtomicUsize,
     /// Groups whose sync is in flight, and its signal when one ends.
     syncing: Mutex<usize>,
@@ -493,7 +494,7 @@ impl Shared {
         }
     }
 
-    /// Takes what is queued, if anything (the other task may have taken it already); says
+    /// Takes what is queued, if anything (a stored wake-up may find it taken already); says
     /// whether it did.
     fn take_queued(&self, me: usize) -> bool {
         let writer = lock(&self.writer);
@@ -504,8 +505,8 @@ impl Shared {
         true
     }
 
-    /// Writes `first` and everything queued behind it as one group, lets the other worker take
-    /// the next group while this one syncs, then publishes.
+    /// Writes `first` and everything queued behind it as one group, lets go of the writer while
+    /// it syncs (so the other thread, in thread mode, can write the next), then publishes.
     fn take_group(&self, me: usize, mut writer: MutexGuard<'_, Writer>, first: WriterMsg) {
         let received = Instant::now();
         let mut queued = vec![first];
@@ -547,8 +548,6 @@ impl Shared {
     /// `queued` left the queue.
     fn taken(&self, queued: &[WriterMsg]) {
         self.queued_msgs.fetch_sub(queued.len(), Ordering::SeqCst);
-        self.queued_bytes
-            .fetch_sub(queued_bytes(queued), Ordering::SeqCst);
     }
 
     /// Waits until no group's sync is in flight.
@@ -593,6 +592,16 @@ impl Shared {
         };
         // The replies this sync made durable leave from here, with no other thread to wake.
         released.write();
+    }
+
+    /// The log task panicked, maybe halfway through a group: as after a failed write, nothing
+    /// more is published until a resume has started a clean segment (the core probes for it).
+    fn panicked(&self) {
+        let dir = lock(&self.writer).dir.clone();
+        self.fail(
+            &dir,
+            io::Error::other("the transaction log's task panicked"),
+        );
     }
 
     /// Stops all publishing until a resume: the groups in flight may never reach the disk.
