@@ -69,8 +69,9 @@ const SEGMENT_SIZE: u64 = 64 << 20;
 /// Zeros are written ahead of the records in steps of this size.
 const ZERO_STEP: u64 = 1 << 20;
 /// Log threads (where the log runs threads), so syncs in flight at once: while one syncs a
-/// group, the other writes the next and starts its sync. On disks that overlap flushes (most SSDs and virtual disks) a
-/// write arriving during a sync then waits for its own sync, not for the one in flight too.
+/// group, the other writes the next and starts its sync. On disks that overlap flushes (most
+/// SSDs and virtual disks) a write arriving during a sync then waits for its own sync, not for
+/// the one in flight too.
 const SYNCERS: usize = 2;
 /// A group bigger than this waits for the sync in flight instead of starting a second one:
 /// lock handoffs write a record or two per group and gain a sync's time from the overlap,
@@ -121,8 +122,8 @@ pub struct TxnLog {
 
 impl TxnLog {
     /// Starts the log's workers on `dir`: one task on a multi-threaded tokio runtime, else two
-    /// threads (see the module doc). The first record opens a new segment, so a restarted server never
-    /// appends to a segment a crash may have left torn.
+    /// threads (see the module doc). The first record opens a new segment, so a restarted
+    /// server never appends to a segment a crash may have left torn.
     pub fn open(
         dir: &Path,
         sync: SyncMode,
