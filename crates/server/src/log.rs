@@ -149,7 +149,7 @@ impl TxnLog {
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             queued_msgs: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
+            working: AtomicBool::new(false),
             syncing: Mutex::new(0),
             synced: Condvar::new(),
             sync,
@@ -277,32 +277,7 @@ impl Workers {
             && runtime.runtime_flavor() == RuntimeFlavor::MultiThread
         {
             let wake = Arc::new(Notify::new());
-            let (shared, woken_by) = (shared.clone(), wake.clone());
-            runtime.spawn(async move {
-                loop {
-                    // Listening before looking at `closed`, so the stop's wake-up cannot fall
-                    // between the two.
-                    let woken = woken_by.notified();
-                    tokio::pin!(woken);
-                    woken.as_mut().enable();
-                    if shared.closed.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    woken.await;
-                    // A wake-up stored while the task was at work may find its batch taken.
-                    if shared.queued_msgs.load(Ordering::SeqCst) > 0 {
-                        // Here, on the thread the flush woke this task on: the runtime hands
-                        // the thread's other tasks to another thread while this one writes.
-                        let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                            tokio::task::block_in_place(|| shared.work(0))
-                        }));
-                        if worked.is_err() {
-                            shared.active.store(0, Ordering::SeqCst);
-                            shared.panicked();
-                        }
-                    }
-                }
-            });
+            runtime.spawn(shared.clone().task(wake.clone()));
             return Ok(Workers::Task(wake));
         }
         let threads = (0..SYNCERS)
@@ -324,7 +299,7 @@ impl Workers {
             // Pairs with the fence in `Shared::work`: either this sees the task gone, or the
             // task sees what was queued.
             fence(Ordering::SeqCst);
-            if shared.active.load(Ordering::SeqCst) == 0 {
+            if !shared.working.load(Ordering::SeqCst) {
                 wake.notify_one();
             }
         }
@@ -387,8 +362,8 @@ struct Shared {
     closed: AtomicBool,
     /// Messages sent to the queue and not yet taken from it.
     queued_msgs: AtomicUsize,
-    /// 1 while the log task is at work (inside `block_in_place`); always 0 with threads.
-    active: AtomicUsize,
+    /// The log task is at work (inside `block_in_place`); never set with threads.
+    working: AtomicBool,
     /// Groups whose sync is in flight, and its signal when one ends.
     syncing: Mutex<usize>,
     synced: Condvar,
@@ -467,6 +442,34 @@ struct Job {
 }
 
 impl Shared {
+    /// The log task: waits for a flush's wake-up and works until the log closes.
+    async fn task(self: Arc<Self>, wake: Arc<Notify>) {
+        loop {
+            // Listening before looking at `closed`, so the stop's wake-up cannot fall between
+            // the two.
+            let woken = wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            woken.await;
+            // A wake-up stored while the task was at work may find its batch taken.
+            if self.queued_msgs.load(Ordering::SeqCst) == 0 {
+                continue;
+            }
+            // Here, on the thread the flush woke this task on: the runtime hands the thread's
+            // other tasks to another thread while this one writes.
+            let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                tokio::task::block_in_place(|| self.work())
+            }));
+            if worked.is_err() {
+                self.working.store(false, Ordering::SeqCst);
+                self.panicked();
+            }
+        }
+    }
+
     /// One log thread: waits for a group and takes it, until the core is gone (the log's drop
     /// has then written and synced what was left).
     fn run(&self, me: usize) {
@@ -479,30 +482,30 @@ impl Shared {
         }
     }
 
-    /// One log task's work, inside `block_in_place`: takes groups until nothing is queued. A
-    /// flush that sees this worker at work wakes nobody, so after it stops counting itself
-    /// it looks once more.
-    fn work(&self, me: usize) {
-        self.active.fetch_add(1, Ordering::SeqCst);
+    /// The log task's work, inside `block_in_place`: takes groups until nothing is queued. A
+    /// flush that sees the task at work wakes nobody, so after it clears `working` it looks
+    /// once more.
+    fn work(&self) {
+        self.working.store(true, Ordering::SeqCst);
         loop {
-            while self.take_queued(me) {}
-            self.active.fetch_sub(1, Ordering::SeqCst);
+            while self.take_queued() {}
+            self.working.store(false, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if self.queued_msgs.load(Ordering::SeqCst) == 0 {
                 return;
             }
-            self.active.fetch_add(1, Ordering::SeqCst);
+            self.working.store(true, Ordering::SeqCst);
         }
     }
 
     /// Takes what is queued, if anything (a stored wake-up may find it taken already); says
     /// whether it did.
-    fn take_queued(&self, me: usize) -> bool {
+    fn take_queued(&self) -> bool {
         let writer = lock(&self.writer);
         let Ok(first) = writer.rx.try_recv() else {
             return false;
         };
-        self.take_group(me, writer, first);
+        self.take_group(0, writer, first);
         true
     }
 
