@@ -9,12 +9,16 @@
 //!
 //! Where the workers run (`Workers`):
 //! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
-//!   on the core's own thread, where it runs as soon as the core yields (at once when the core
-//!   has nothing more queued) and writes and syncs right there, while `block_in_place` hands
-//!   the thread's other tasks, the core among them, to another thread. So a lone write wakes no
-//!   parked thread on its path: on a small machine that wake-up was a tenth of a lock cycle.
-//!   While it is at work, flushes wake nobody: it takes what was queued during its sync before
-//!   it stops, so under a steady load the core keeps its thread and the syncs run back to back.
+//!   as a rule on the core's own thread (tokio's slot for the task woken last), where it runs
+//!   once the core yields (at once when the core has nothing more queued; under a burst, when
+//!   the core's cooperative budget runs out) and writes and syncs right there, while
+//!   `block_in_place` hands the thread's other tasks, the core among them, to a thread of the
+//!   blocking pool. So a lone write waits for no parked thread before its write and sync (the
+//!   pool's thread is woken beside them): on a small machine that wake-up was a tenth of a
+//!   lock cycle. While it is at work, flushes wake nobody: it takes what was queued during its
+//!   sync before it stops, so under a steady load the core keeps its thread and the syncs run
+//!   back to back. The task lives on the runtime the log was opened in, which must outlive the
+//!   log (the server's core and log share one).
 //! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
 //!   segment files: the one holding the writer waits on the queue, writes a group, lets go and
 //!   syncs it; meanwhile the other can write the next group and, if it is small
@@ -33,11 +37,12 @@
 //! block map, which costs a journal commit on every sync. It also means a full disk shows up while
 //! zero-filling ahead, before a record needs the space.
 //!
-//! When a write or sync fails, nothing more is written or published (the mark stays where the
-//! disk is), and the writer tells the core. The core counts the fault on the mark
-//! ([`TxnLog::abandon_pending`]) once it has stopped queueing replies for the state the fault may
-//! have lost, so that one count covers everything queued until then: what was durable at the fault
-//! is sent, the rest dropped. It then goes read-only until a [`TxnLog::resume`] succeeds.
+//! When a write or sync fails, or a worker panics while it writes, nothing more is written or
+//! published (the mark stays where the disk is), and the writer tells the core. The core counts
+//! the fault on the mark ([`TxnLog::abandon_pending`]) once it has stopped queueing replies for
+//! the state the fault may have lost, so that one count covers everything queued until then:
+//! what was durable at the fault is sent, the rest dropped. It then goes read-only until a
+//! [`TxnLog::resume`] succeeds.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -146,10 +151,13 @@ impl TxnLog {
                 next: 0,
                 finished: Vec::new(),
             }),
+            dir: dir.to_path_buf(),
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             queued_msgs: AtomicUsize::new(0),
             working: AtomicBool::new(false),
+            #[cfg(test)]
+            panic_at_write: AtomicBool::new(false),
             syncing: Mutex::new(0),
             synced: Condvar::new(),
             sync,
@@ -221,10 +229,10 @@ impl TxnLog {
 
     fn send(&self, msg: WriterMsg) {
         if let Some(tx) = &self.tx {
-            // The writer only exits when this sender is dropped, so a send cannot fail while
-            // `tx` is set; if it somehow does, nothing becomes durable and replies stay held.
-            // Counted before it is sent, so a worker that finds the count at zero finds the
-            // queue empty too.
+            // The receiver lives in `shared` as long as this log does, so a send cannot fail
+            // while `tx` is set; if it somehow does, nothing becomes durable and replies stay
+            // held. Counted before it is sent, so a worker that finds the count at zero finds
+            // the queue empty too.
             self.shared.queued_msgs.fetch_add(1, Ordering::SeqCst);
             let _ = tx.send(msg);
             self.workers.wake(&self.shared);
@@ -331,9 +339,10 @@ pub fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
     out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// One segment file as the syncing threads see it. Each thread syncs through its own
+/// One segment file as the syncing workers see it. Each log thread syncs through its own
 /// descriptor, opened before any record is written: Linux reports a writeback error once per
 /// open file, so two threads sharing one descriptor could each miss an error the other took.
+/// The log task and the log's drop use the first one only, one sync at a time.
 struct SegmentFile {
     files: [File; SYNCERS],
     path: PathBuf,
@@ -354,6 +363,8 @@ struct Segment {
 /// never the reverse.
 struct Shared {
     writer: Mutex<Writer>,
+    /// The data directory, for naming it in a failure without taking `writer`.
+    dir: PathBuf,
     publish: Mutex<Publish>,
     /// Set by the first write or sync that fails; cleared by a successful resume.
     failed: AtomicBool,
@@ -364,6 +375,9 @@ struct Shared {
     queued_msgs: AtomicUsize,
     /// The log task is at work (inside `block_in_place`); never set with threads.
     working: AtomicBool,
+    /// Tests: the next record write panics.
+    #[cfg(test)]
+    panic_at_write: AtomicBool,
     /// Groups whose sync is in flight, and its signal when one ends.
     syncing: Mutex<usize>,
     synced: Condvar,
@@ -470,8 +484,8 @@ impl Shared {
         }
     }
 
-    /// One log thread: waits for a group and takes it, until the core is gone (the log's drop
-    /// has then written and synced what was left).
+    /// One log thread: waits for a group and takes it, until the queue closes (the log's drop
+    /// writes and syncs what is left itself).
     fn run(&self, me: usize) {
         loop {
             let writer = lock(&self.writer);
@@ -488,13 +502,20 @@ impl Shared {
     fn work(&self) {
         self.working.store(true, Ordering::SeqCst);
         loop {
-            while self.take_queued() {}
+            let mut took = false;
+            while self.take_queued() {
+                took = true;
+            }
             self.working.store(false, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if self.queued_msgs.load(Ordering::SeqCst) == 0 {
                 return;
             }
             self.working.store(true, Ordering::SeqCst);
+            if !took {
+                // Counted, yet not in the queue: its sender is between the count and the send.
+                std::thread::yield_now();
+            }
         }
     }
 
@@ -512,6 +533,9 @@ impl Shared {
     /// Writes `first` and everything queued behind it as one group, lets go of the writer while
     /// it syncs (so the other thread, in thread mode, can write the next), then publishes.
     fn take_group(&self, me: usize, mut writer: MutexGuard<'_, Writer>, first: WriterMsg) {
+        // Dropped before `writer` (a parameter outlives the body's locals), so a panic marks the
+        // log failed before anyone else can take the writer.
+        let _failed_if_panicking = FailOnPanic(self);
         let received = Instant::now();
         let mut queued = vec![first];
         queued.extend(writer.rx.try_iter());
@@ -598,13 +622,13 @@ impl Shared {
         released.write();
     }
 
-    /// The log task panicked, maybe halfway through a group: as after a failed write, nothing
+    /// A log worker panicked, maybe halfway through a group: as after a failed write, nothing
     /// more is published until a resume has started a clean segment (the core probes for it).
+    /// Takes no lock but `publish`: the panic may have left `writer` held on this thread.
     fn panicked(&self) {
-        let dir = lock(&self.writer).dir.clone();
         self.fail(
-            &dir,
-            io::Error::other("the transaction log's task panicked"),
+            &self.dir,
+            io::Error::other("a transaction log worker panicked"),
         );
     }
 
@@ -619,6 +643,19 @@ impl Shared {
         // The mark stops here; the core counts the fault when it hears of it (abandon_pending),
         // after what it queued meanwhile, so one count covers both.
         let _ = self.events.send(LogEvent::Failed(error.to_string()));
+    }
+}
+
+/// Held while a worker takes a group: if the worker panics, the log fails (see
+/// [`Shared::panicked`]) before the writer is let go, so nothing written after the group the
+/// panic may have left half-written, not even by the log's drop, is ever published.
+struct FailOnPanic<'a>(&'a Shared);
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.panicked();
+        }
     }
 }
 
@@ -722,6 +759,10 @@ impl Writer {
         first_zxid: i64,
         bytes: &[u8],
     ) -> io::Result<()> {
+        #[cfg(test)]
+        if shared.panic_at_write.swap(false, Ordering::SeqCst) {
+            panic!("a record write panicked (test)");
+        }
         if self
             .segment
             .as_ref()
@@ -902,17 +943,72 @@ mod tests {
         workers_gone: bool,
     }
 
-    /// Opens a log in `runtime` (its flushes on a runtime worker, as the core's are), makes
-    /// three flushes durable one by one and two more at once, then queues a record, a roll and
-    /// a record in the next segment and drops the log at once, as a stopping core does.
+    /// Opens a log on `dir` in `runtime` (last zxid `FIRST_ZXID - 1`) and runs `exercise` on
+    /// it, with the log's events, the way the server does: on a multi-threaded runtime the log
+    /// is opened off the workers and flushed from a runtime worker, as the core's is.
+    fn run_in<F, Fut, T>(runtime: Runtime, dir: &Path, exercise: F) -> T
+    where
+        F: FnOnce(TxnLog, tokio_mpsc::UnboundedReceiver<LogEvent>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let first = crate::recovery::FIRST_ZXID;
+        let open = move |dir: &Path| {
+            let (events, heard) = tokio_mpsc::unbounded_channel();
+            let log = TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap();
+            (log, heard)
+        };
+        let current_thread = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        match runtime {
+            Runtime::MultiThread => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let path = dir.to_path_buf();
+                rt.block_on(async move {
+                    let (log, heard) = tokio::task::spawn_blocking(move || open(&path))
+                        .await
+                        .unwrap();
+                    tokio::spawn(exercise(log, heard)).await.unwrap()
+                })
+            }
+            Runtime::CurrentThread => current_thread().block_on(async {
+                let (log, heard) = open(dir);
+                exercise(log, heard).await
+            }),
+            Runtime::None => {
+                let (log, heard) = open(dir);
+                current_thread().block_on(exercise(log, heard))
+            }
+        }
+    }
+
+    /// Drops `log` as a stopping core does and waits (at most 10 s) for its workers to let go
+    /// of what they share; says whether they did.
+    async fn drop_and_wait(log: TxnLog) -> bool {
+        let shared = Arc::downgrade(&log.shared);
+        drop(log);
+        let until = Instant::now() + std::time::Duration::from_secs(10);
+        while shared.strong_count() > 0 && Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        shared.strong_count() == 0
+    }
+
+    /// Opens a log in `runtime`, makes three flushes durable one by one and two more at once,
+    /// then queues a record, a roll and a record in the next segment and drops the log at
+    /// once, as a stopping core does.
     fn log_through(runtime: Runtime) -> Run {
         let dir = tempfile::tempdir().unwrap();
         let first = crate::recovery::FIRST_ZXID;
-        let open = move |dir: &Path| {
-            let (events, _) = tokio_mpsc::unbounded_channel();
-            TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap()
-        };
-        let exercise = move |mut log: TxnLog| async move {
+        let exercise = move |mut log: TxnLog, _| async move {
             let tasks = matches!(log.workers, Workers::Task(_));
             for i in 0..3 {
                 log.append(first + i, 1000, &create(i));
@@ -927,43 +1023,11 @@ mod tests {
             log.append(first + 5, 1000, &create(5));
             log.roll();
             log.append(first + 6, 1000, &create(6));
-            let (mark, shared) = (log.durable(), Arc::downgrade(&log.shared));
-            drop(log);
-            let until = Instant::now() + std::time::Duration::from_secs(10);
-            while shared.strong_count() > 0 && Instant::now() < until {
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            }
-            (mark.get().zxid - first, tasks, shared.strong_count() == 0)
+            let mark = log.durable();
+            let workers_gone = drop_and_wait(log).await;
+            (mark.get().zxid - first, tasks, workers_gone)
         };
-        let (published, tasks, workers_gone) = match runtime {
-            Runtime::MultiThread => {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let path = dir.path().to_path_buf();
-                rt.block_on(async move {
-                    let log = tokio::task::spawn_blocking(move || open(&path))
-                        .await
-                        .unwrap();
-                    tokio::spawn(exercise(log)).await.unwrap()
-                })
-            }
-            Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async { exercise(open(dir.path())).await }),
-            Runtime::None => {
-                let log = open(dir.path());
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap()
-                    .block_on(exercise(log))
-            }
-        };
+        let (published, tasks, workers_gone) = run_in(runtime, dir.path(), exercise);
         let recovered =
             crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
         assert_eq!(recovered.last_zxid, first + 6, "{runtime:?}");
@@ -973,6 +1037,78 @@ mod tests {
             tasks,
             workers_gone,
         }
+    }
+
+    /// Waits (at most 10 s) for the log's next event.
+    async fn next_event(heard: &mut tokio_mpsc::UnboundedReceiver<LogEvent>) -> LogEvent {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), heard.recv()).await {
+            Ok(Some(event)) => event,
+            other => panic!("no log event within 10 s: {other:?}"),
+        }
+    }
+
+    /// A worker panics writing the second record: the core must hear of a failure, nothing
+    /// after the first record may be published or written (the records flushed after the
+    /// panic included, even by the drop), and a resume must make the log durable again.
+    fn panic_through(runtime: Runtime) {
+        let dir = tempfile::tempdir().unwrap();
+        let first = crate::recovery::FIRST_ZXID;
+        let exercise = move |mut log: TxnLog, mut heard| async move {
+            log.append(first, 1000, &create(0));
+            log.flush();
+            durable_through(&log, first).await;
+
+            log.shared.panic_at_write.store(true, Ordering::SeqCst);
+            log.append(first + 1, 1000, &create(1));
+            log.flush();
+            let failed = next_event(&mut heard).await;
+            assert!(
+                matches!(&failed, LogEvent::Failed(e) if e.contains("panicked")),
+                "{failed:?}"
+            );
+            log.append(first + 2, 1000, &create(2));
+            log.flush();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert_eq!(log.durable_zxid(), first, "published past the panic");
+
+            // As the core does: the records since the durable mark are given up, and a resume
+            // starts a clean segment.
+            log.resume(first + 1);
+            let resumed = next_event(&mut heard).await;
+            assert!(matches!(resumed, LogEvent::Resumed), "{resumed:?}");
+            log.append(first + 1, 1000, &create(11));
+            log.flush();
+            durable_through(&log, first + 1).await;
+
+            // A second panic, then the drop at once: the drop must not write past it either.
+            log.shared.panic_at_write.store(true, Ordering::SeqCst);
+            log.append(first + 2, 1000, &create(12));
+            log.flush();
+            assert!(matches!(next_event(&mut heard).await, LogEvent::Failed(_)));
+            log.append(first + 3, 1000, &create(13));
+            log.flush();
+            let mark = log.durable();
+            assert!(drop_and_wait(log).await, "the workers outlived the log");
+            assert_eq!(
+                mark.get().zxid,
+                first + 1,
+                "published past the second panic"
+            );
+        };
+        run_in(runtime, dir.path(), exercise);
+        let recovered =
+            crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
+        assert_eq!(recovered.last_zxid, first + 1, "{runtime:?}");
+    }
+
+    #[test]
+    fn a_panicking_log_task_fails_the_log_and_resumes() {
+        panic_through(Runtime::MultiThread);
+    }
+
+    #[test]
+    fn a_panicking_log_thread_fails_the_log_and_resumes() {
+        panic_through(Runtime::None);
     }
 
     #[test]
