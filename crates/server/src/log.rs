@@ -7,22 +7,7 @@
 //! the order the groups were written, and never past a failed sync, so the durable zxid means
 //! everything up to it is on disk.
 //!
-//! Where the workers run (`Workers`):
-//! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
-//!   as a rule on the core's own thread (tokio's slot for the task woken last), where it runs
-//!   once the core yields (at once when the core has nothing more queued; under a burst, when
-//!   the core's cooperative budget runs out) and writes and syncs right there, while
-//!   `block_in_place` hands the thread's other tasks, the core among them, to a thread of the
-//!   blocking pool. So a lone write waits for no parked thread before its write and sync (the
-//!   pool's thread is woken beside them): on a small machine that wake-up was a tenth of a
-//!   lock cycle. While it is at work, flushes wake nobody: it takes what was queued during its
-//!   sync before it stops, so under a steady load the core keeps its thread and the syncs run
-//!   back to back. The task lives on the runtime the log was opened in, which must outlive the
-//!   log (the server's core and log share one).
-//! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
-//!   segment files: the one holding the writer waits on the queue, writes a group, lets go and
-//!   syncs it; meanwhile the other can write the next group and, if it is small
-//!   (`OVERLAP_MAX`), start its sync.
+//! Where the workers run, a task or two threads, is the `workers` module's concern.
 //!
 //! Every reply and watch event is held until the durable zxid reaches the state it reveals; the
 //! thread that publishes a mark writes what it released to the sockets itself (see
@@ -44,18 +29,16 @@
 //! what was durable at the fault is sent, the rest dropped. It then goes read-only until a
 //! [`TxnLog::resume`] succeeds.
 
+mod workers;
+
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
-use tokio::runtime::{Handle, RuntimeFlavor};
-use tokio::sync::Notify;
 use tokio::sync::mpsc as tokio_mpsc;
 
 use crate::config::SyncMode;
@@ -64,6 +47,7 @@ use crate::metrics::Summary;
 use crate::sync::lock;
 use crate::trace::SyncStamps;
 use crate::txn::Txn;
+use workers::Workers;
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
 pub const SEGMENT_HEADER_LEN: u64 = 16;
@@ -271,61 +255,6 @@ impl Drop for TxnLog {
     }
 }
 
-/// Where the log's work runs (see the module doc).
-enum Workers {
-    /// One task on a multi-threaded runtime, woken by a flush when it is not at work.
-    Task(Arc<Notify>),
-    /// Threads of their own, waiting on the queue.
-    Threads(Vec<JoinHandle<()>>),
-}
-
-impl Workers {
-    fn start(shared: &Arc<Shared>) -> io::Result<Workers> {
-        if let Ok(runtime) = Handle::try_current()
-            && runtime.runtime_flavor() == RuntimeFlavor::MultiThread
-        {
-            let wake = Arc::new(Notify::new());
-            runtime.spawn(shared.clone().task(wake.clone()));
-            return Ok(Workers::Task(wake));
-        }
-        let threads = (0..SYNCERS)
-            .map(|me| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("keeper-log-{me}"))
-                    .spawn(move || shared.run(me))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        Ok(Workers::Threads(threads))
-    }
-
-    /// Something was queued: wakes the task if it is not at work. If it is, it takes this
-    /// after its sync (see [`Shared::work`]), and waking it would only move the core's
-    /// thread's other tasks to another thread for nothing.
-    fn wake(&self, shared: &Shared) {
-        if let Workers::Task(wake) = self {
-            // Pairs with the fence in `Shared::work`: either this sees the task gone, or the
-            // task sees what was queued.
-            fence(Ordering::SeqCst);
-            if !shared.working.load(Ordering::SeqCst) {
-                wake.notify_one();
-            }
-        }
-    }
-
-    /// After [`Shared::close`]: the task is let go, threads joined.
-    fn stop(&mut self) {
-        match self {
-            Workers::Task(wake) => wake.notify_waiters(),
-            Workers::Threads(threads) => {
-                for thread in threads.drain(..) {
-                    let _ = thread.join();
-                }
-            }
-        }
-    }
-}
-
 pub fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
     let start = out.len();
     out.extend_from_slice(&[0; RECORD_HEADER_LEN]);
@@ -456,80 +385,6 @@ struct Job {
 }
 
 impl Shared {
-    /// The log task: waits for a flush's wake-up and works until the log closes.
-    async fn task(self: Arc<Self>, wake: Arc<Notify>) {
-        loop {
-            // Listening before looking at `closed`, so the stop's wake-up cannot fall between
-            // the two.
-            let woken = wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            if self.closed.load(Ordering::SeqCst) {
-                return;
-            }
-            woken.await;
-            // A wake-up stored while the task was at work may find its batch taken.
-            if self.queued_msgs.load(Ordering::SeqCst) == 0 {
-                continue;
-            }
-            // Here, on the thread the flush woke this task on: the runtime hands the thread's
-            // other tasks to another thread while this one writes.
-            let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                tokio::task::block_in_place(|| self.work())
-            }));
-            if worked.is_err() {
-                self.working.store(false, Ordering::SeqCst);
-                self.panicked();
-            }
-        }
-    }
-
-    /// One log thread: waits for a group and takes it, until the queue closes (the log's drop
-    /// writes and syncs what is left itself).
-    fn run(&self, me: usize) {
-        loop {
-            let writer = lock(&self.writer);
-            let Ok(first) = writer.rx.recv() else {
-                return;
-            };
-            self.take_group(me, writer, first);
-        }
-    }
-
-    /// The log task's work, inside `block_in_place`: takes groups until nothing is queued. A
-    /// flush that sees the task at work wakes nobody, so after it clears `working` it looks
-    /// once more.
-    fn work(&self) {
-        self.working.store(true, Ordering::SeqCst);
-        loop {
-            let mut took = false;
-            while self.take_queued() {
-                took = true;
-            }
-            self.working.store(false, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if self.queued_msgs.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            self.working.store(true, Ordering::SeqCst);
-            if !took {
-                // Counted, yet not in the queue: its sender is between the count and the send.
-                std::thread::yield_now();
-            }
-        }
-    }
-
-    /// Takes what is queued, if anything (a stored wake-up may find it taken already); says
-    /// whether it did.
-    fn take_queued(&self) -> bool {
-        let writer = lock(&self.writer);
-        let Ok(first) = writer.rx.try_recv() else {
-            return false;
-        };
-        self.take_group(0, writer, first);
-        true
-    }
-
     /// Writes `first` and everything queued behind it as one group, lets go of the writer while
     /// it syncs (so the other thread, in thread mode, can write the next), then publishes.
     fn take_group(&self, me: usize, mut writer: MutexGuard<'_, Writer>, first: WriterMsg) {
@@ -881,286 +736,4 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job(seq: u64, epoch: u64, zxid: i64) -> Job {
-        let now = Instant::now();
-        Job {
-            seq,
-            epoch,
-            zxid,
-            segment: None,
-            flushed: now,
-            received: now,
-            written: now,
-            synced: now,
-        }
-    }
-
-    fn publish() -> Publish {
-        Publish {
-            epoch: 0,
-            next: 0,
-            finished: Vec::new(),
-        }
-    }
-
-    /// Where the log runs its workers, by the runtime it is opened in.
-    #[derive(Debug, Clone, Copy)]
-    enum Runtime {
-        MultiThread,
-        CurrentThread,
-        None,
-    }
-
-    fn create(i: i64) -> Txn {
-        Txn::Create {
-            path: format!("/n{i}"),
-            data: None,
-            acl: crate::acl::open_acl(),
-            ephemeral_owner: 0,
-        }
-    }
-
-    /// Waits (at most 10 s) until the log's mark reaches `zxid`.
-    async fn durable_through(log: &TxnLog, zxid: i64) {
-        let mut mark = log.durable().subscribe();
-        let reached = mark.wait_for(|d| d.zxid >= zxid);
-        match tokio::time::timeout(std::time::Duration::from_secs(10), reached).await {
-            Ok(Ok(_)) => {}
-            _ => panic!("zxid {zxid} not durable within 10 s"),
-        }
-    }
-
-    /// What a log did in one run: the zxids recovery found, what the mark said after the
-    /// drop, whether it ran tasks, and whether every worker was gone 10 s after the drop.
-    #[derive(Debug, PartialEq, Eq)]
-    struct Run {
-        recovered: u64,
-        published: i64,
-        tasks: bool,
-        workers_gone: bool,
-    }
-
-    /// Opens a log on `dir` in `runtime` (last zxid `FIRST_ZXID - 1`) and runs `exercise` on
-    /// it, with the log's events, the way the server does: on a multi-threaded runtime the log
-    /// is opened off the workers and flushed from a runtime worker, as the core's is.
-    fn run_in<F, Fut, T>(runtime: Runtime, dir: &Path, exercise: F) -> T
-    where
-        F: FnOnce(TxnLog, tokio_mpsc::UnboundedReceiver<LogEvent>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = T> + Send + 'static,
-        T: Send + 'static,
-    {
-        let first = crate::recovery::FIRST_ZXID;
-        let open = move |dir: &Path| {
-            let (events, heard) = tokio_mpsc::unbounded_channel();
-            let log = TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap();
-            (log, heard)
-        };
-        let current_thread = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-        };
-        match runtime {
-            Runtime::MultiThread => {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let path = dir.to_path_buf();
-                rt.block_on(async move {
-                    let (log, heard) = tokio::task::spawn_blocking(move || open(&path))
-                        .await
-                        .unwrap();
-                    tokio::spawn(exercise(log, heard)).await.unwrap()
-                })
-            }
-            Runtime::CurrentThread => current_thread().block_on(async {
-                let (log, heard) = open(dir);
-                exercise(log, heard).await
-            }),
-            Runtime::None => {
-                let (log, heard) = open(dir);
-                current_thread().block_on(exercise(log, heard))
-            }
-        }
-    }
-
-    /// Drops `log` as a stopping core does and waits (at most 10 s) for its workers to let go
-    /// of what they share; says whether they did.
-    async fn drop_and_wait(log: TxnLog) -> bool {
-        let shared = Arc::downgrade(&log.shared);
-        drop(log);
-        let until = Instant::now() + std::time::Duration::from_secs(10);
-        while shared.strong_count() > 0 && Instant::now() < until {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        shared.strong_count() == 0
-    }
-
-    /// Opens a log in `runtime`, makes three flushes durable one by one and two more at once,
-    /// then queues a record, a roll and a record in the next segment and drops the log at
-    /// once, as a stopping core does.
-    fn log_through(runtime: Runtime) -> Run {
-        let dir = tempfile::tempdir().unwrap();
-        let first = crate::recovery::FIRST_ZXID;
-        let exercise = move |mut log: TxnLog, _| async move {
-            let tasks = matches!(log.workers, Workers::Task(_));
-            for i in 0..3 {
-                log.append(first + i, 1000, &create(i));
-                log.flush();
-                durable_through(&log, first + i).await;
-            }
-            for i in 3..5 {
-                log.append(first + i, 1000, &create(i));
-                log.flush();
-            }
-            durable_through(&log, first + 4).await;
-            log.append(first + 5, 1000, &create(5));
-            log.roll();
-            log.append(first + 6, 1000, &create(6));
-            let mark = log.durable();
-            let workers_gone = drop_and_wait(log).await;
-            (mark.get().zxid - first, tasks, workers_gone)
-        };
-        let (published, tasks, workers_gone) = run_in(runtime, dir.path(), exercise);
-        let recovered =
-            crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
-        assert_eq!(recovered.last_zxid, first + 6, "{runtime:?}");
-        Run {
-            recovered: recovered.replayed,
-            published,
-            tasks,
-            workers_gone,
-        }
-    }
-
-    /// Waits (at most 10 s) for the log's next event.
-    async fn next_event(heard: &mut tokio_mpsc::UnboundedReceiver<LogEvent>) -> LogEvent {
-        match tokio::time::timeout(std::time::Duration::from_secs(10), heard.recv()).await {
-            Ok(Some(event)) => event,
-            other => panic!("no log event within 10 s: {other:?}"),
-        }
-    }
-
-    /// A worker panics writing the second record: the core must hear of a failure, nothing
-    /// after the first record may be published or written (the records flushed after the
-    /// panic included, even by the drop), and a resume must make the log durable again.
-    fn panic_through(runtime: Runtime) {
-        let dir = tempfile::tempdir().unwrap();
-        let first = crate::recovery::FIRST_ZXID;
-        let exercise = move |mut log: TxnLog, mut heard| async move {
-            log.append(first, 1000, &create(0));
-            log.flush();
-            durable_through(&log, first).await;
-
-            log.shared.panic_at_write.store(true, Ordering::SeqCst);
-            log.append(first + 1, 1000, &create(1));
-            log.flush();
-            let failed = next_event(&mut heard).await;
-            assert!(
-                matches!(&failed, LogEvent::Failed(e) if e.contains("panicked")),
-                "{failed:?}"
-            );
-            log.append(first + 2, 1000, &create(2));
-            log.flush();
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            assert_eq!(log.durable_zxid(), first, "published past the panic");
-
-            // As the core does: the records since the durable mark are given up, and a resume
-            // starts a clean segment.
-            log.resume(first + 1);
-            let resumed = next_event(&mut heard).await;
-            assert!(matches!(resumed, LogEvent::Resumed), "{resumed:?}");
-            log.append(first + 1, 1000, &create(11));
-            log.flush();
-            durable_through(&log, first + 1).await;
-
-            // A second panic, then the drop at once: the drop must not write past it either.
-            log.shared.panic_at_write.store(true, Ordering::SeqCst);
-            log.append(first + 2, 1000, &create(12));
-            log.flush();
-            assert!(matches!(next_event(&mut heard).await, LogEvent::Failed(_)));
-            log.append(first + 3, 1000, &create(13));
-            log.flush();
-            let mark = log.durable();
-            assert!(drop_and_wait(log).await, "the workers outlived the log");
-            assert_eq!(
-                mark.get().zxid,
-                first + 1,
-                "published past the second panic"
-            );
-        };
-        run_in(runtime, dir.path(), exercise);
-        let recovered =
-            crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
-        assert_eq!(recovered.last_zxid, first + 1, "{runtime:?}");
-    }
-
-    #[test]
-    fn a_panicking_log_task_fails_the_log_and_resumes() {
-        panic_through(Runtime::MultiThread);
-    }
-
-    #[test]
-    fn a_panicking_log_thread_fails_the_log_and_resumes() {
-        panic_through(Runtime::None);
-    }
-
-    #[test]
-    fn on_a_multi_threaded_runtime_the_log_runs_as_tasks_and_loses_nothing_at_its_drop() {
-        let run = log_through(Runtime::MultiThread);
-        assert_eq!(
-            run,
-            Run {
-                recovered: 7,
-                published: 6,
-                tasks: true,
-                workers_gone: true
-            }
-        );
-    }
-
-    #[test]
-    fn elsewhere_the_log_runs_threads_and_loses_nothing_at_its_drop() {
-        for runtime in [Runtime::CurrentThread, Runtime::None] {
-            let run = log_through(runtime);
-            let expected = Run {
-                recovered: 7,
-                published: 6,
-                tasks: false,
-                workers_gone: true,
-            };
-            assert_eq!(run, expected, "{runtime:?}");
-        }
-    }
-
-    #[test]
-    fn a_later_sync_waits_for_the_earlier_one_then_both_publish_at_once() {
-        let mut p = publish();
-        assert!(
-            p.finish(job(1, 0, 20)).is_none(),
-            "group 0 is still syncing"
-        );
-        let newest = p.finish(job(0, 0, 10)).expect("both finished");
-        assert_eq!((newest.seq, newest.zxid), (1, 20));
-        assert_eq!(p.finish(job(2, 0, 30)).map(|j| j.zxid), Some(30));
-    }
-
-    #[test]
-    fn nothing_from_before_a_fault_is_published() {
-        let mut p = publish();
-        assert!(p.finish(job(1, 0, 20)).is_none());
-        p.fault();
-        assert!(
-            p.finish(job(0, 0, 10)).is_none(),
-            "group 0 is from before the fault"
-        );
-        p.restart(2);
-        assert_eq!(p.finish(job(2, 1, 30)).map(|j| j.zxid), Some(30));
-    }
-}
+mod tests;

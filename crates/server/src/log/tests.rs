@@ -1,0 +1,279 @@
+use super::*;
+
+fn job(seq: u64, epoch: u64, zxid: i64) -> Job {
+    let now = Instant::now();
+    Job {
+        seq,
+        epoch,
+        zxid,
+        segment: None,
+        flushed: now,
+        received: now,
+        written: now,
+        synced: now,
+    }
+}
+
+fn publish() -> Publish {
+    Publish {
+        epoch: 0,
+        next: 0,
+        finished: Vec::new(),
+    }
+}
+
+/// Where the log runs its workers, by the runtime it is opened in.
+#[derive(Debug, Clone, Copy)]
+enum Runtime {
+    MultiThread,
+    CurrentThread,
+    None,
+}
+
+fn create(i: i64) -> Txn {
+    Txn::Create {
+        path: format!("/n{i}"),
+        data: None,
+        acl: crate::acl::open_acl(),
+        ephemeral_owner: 0,
+    }
+}
+
+/// Waits (at most 10 s) until the log's mark reaches `zxid`.
+async fn durable_through(log: &TxnLog, zxid: i64) {
+    let mut mark = log.durable().subscribe();
+    let reached = mark.wait_for(|d| d.zxid >= zxid);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), reached).await {
+        Ok(Ok(_)) => {}
+        _ => panic!("zxid {zxid} not durable within 10 s"),
+    }
+}
+
+/// What a log did in one run: the zxids recovery found, what the mark said after the
+/// drop, whether it ran tasks, and whether every worker was gone 10 s after the drop.
+#[derive(Debug, PartialEq, Eq)]
+struct Run {
+    recovered: u64,
+    published: i64,
+    tasks: bool,
+    workers_gone: bool,
+}
+
+/// Opens a log on `dir` in `runtime` (last zxid `FIRST_ZXID - 1`) and runs `exercise` on
+/// it, with the log's events, the way the server does: on a multi-threaded runtime the log
+/// is opened off the workers and flushed from a runtime worker, as the core's is.
+fn run_in<F, Fut, T>(runtime: Runtime, dir: &Path, exercise: F) -> T
+where
+    F: FnOnce(TxnLog, tokio_mpsc::UnboundedReceiver<LogEvent>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let first = crate::recovery::FIRST_ZXID;
+    let open = move |dir: &Path| {
+        let (events, heard) = tokio_mpsc::unbounded_channel();
+        let log = TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap();
+        (log, heard)
+    };
+    let current_thread = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    match runtime {
+        Runtime::MultiThread => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let path = dir.to_path_buf();
+            rt.block_on(async move {
+                let (log, heard) = tokio::task::spawn_blocking(move || open(&path))
+                    .await
+                    .unwrap();
+                tokio::spawn(exercise(log, heard)).await.unwrap()
+            })
+        }
+        Runtime::CurrentThread => current_thread().block_on(async {
+            let (log, heard) = open(dir);
+            exercise(log, heard).await
+        }),
+        Runtime::None => {
+            let (log, heard) = open(dir);
+            current_thread().block_on(exercise(log, heard))
+        }
+    }
+}
+
+/// Drops `log` as a stopping core does and waits (at most 10 s) for its workers to let go
+/// of what they share; says whether they did.
+async fn drop_and_wait(log: TxnLog) -> bool {
+    let shared = Arc::downgrade(&log.shared);
+    drop(log);
+    let until = Instant::now() + std::time::Duration::from_secs(10);
+    while shared.strong_count() > 0 && Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    shared.strong_count() == 0
+}
+
+/// Opens a log in `runtime`, makes three flushes durable one by one and two more at once,
+/// then queues a record, a roll and a record in the next segment and drops the log at
+/// once, as a stopping core does.
+fn log_through(runtime: Runtime) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let first = crate::recovery::FIRST_ZXID;
+    let exercise = move |mut log: TxnLog, _| async move {
+        let tasks = matches!(log.workers, Workers::Task(_));
+        for i in 0..3 {
+            log.append(first + i, 1000, &create(i));
+            log.flush();
+            durable_through(&log, first + i).await;
+        }
+        for i in 3..5 {
+            log.append(first + i, 1000, &create(i));
+            log.flush();
+        }
+        durable_through(&log, first + 4).await;
+        log.append(first + 5, 1000, &create(5));
+        log.roll();
+        log.append(first + 6, 1000, &create(6));
+        let mark = log.durable();
+        let workers_gone = drop_and_wait(log).await;
+        (mark.get().zxid - first, tasks, workers_gone)
+    };
+    let (published, tasks, workers_gone) = run_in(runtime, dir.path(), exercise);
+    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
+    assert_eq!(recovered.last_zxid, first + 6, "{runtime:?}");
+    Run {
+        recovered: recovered.replayed,
+        published,
+        tasks,
+        workers_gone,
+    }
+}
+
+/// Waits (at most 10 s) for the log's next event.
+async fn next_event(heard: &mut tokio_mpsc::UnboundedReceiver<LogEvent>) -> LogEvent {
+    match tokio::time::timeout(std::time::Duration::from_secs(10), heard.recv()).await {
+        Ok(Some(event)) => event,
+        other => panic!("no log event within 10 s: {other:?}"),
+    }
+}
+
+/// A worker panics writing the second record: the core must hear of a failure, nothing
+/// after the first record may be published or written (the records flushed after the
+/// panic included, even by the drop), and a resume must make the log durable again.
+fn panic_through(runtime: Runtime) {
+    let dir = tempfile::tempdir().unwrap();
+    let first = crate::recovery::FIRST_ZXID;
+    let exercise = move |mut log: TxnLog, mut heard| async move {
+        log.append(first, 1000, &create(0));
+        log.flush();
+        durable_through(&log, first).await;
+
+        log.shared.panic_at_write.store(true, Ordering::SeqCst);
+        log.append(first + 1, 1000, &create(1));
+        log.flush();
+        let failed = next_event(&mut heard).await;
+        assert!(
+            matches!(&failed, LogEvent::Failed(e) if e.contains("panicked")),
+            "{failed:?}"
+        );
+        log.append(first + 2, 1000, &create(2));
+        log.flush();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(log.durable_zxid(), first, "published past the panic");
+
+        // As the core does: the records since the durable mark are given up, and a resume
+        // starts a clean segment.
+        log.resume(first + 1);
+        let resumed = next_event(&mut heard).await;
+        assert!(matches!(resumed, LogEvent::Resumed), "{resumed:?}");
+        log.append(first + 1, 1000, &create(11));
+        log.flush();
+        durable_through(&log, first + 1).await;
+
+        // A second panic, then the drop at once: the drop must not write past it either.
+        log.shared.panic_at_write.store(true, Ordering::SeqCst);
+        log.append(first + 2, 1000, &create(12));
+        log.flush();
+        assert!(matches!(next_event(&mut heard).await, LogEvent::Failed(_)));
+        log.append(first + 3, 1000, &create(13));
+        log.flush();
+        let mark = log.durable();
+        assert!(drop_and_wait(log).await, "the workers outlived the log");
+        assert_eq!(
+            mark.get().zxid,
+            first + 1,
+            "published past the second panic"
+        );
+    };
+    run_in(runtime, dir.path(), exercise);
+    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
+    assert_eq!(recovered.last_zxid, first + 1, "{runtime:?}");
+}
+
+#[test]
+fn a_panicking_log_task_fails_the_log_and_resumes() {
+    panic_through(Runtime::MultiThread);
+}
+
+#[test]
+fn a_panicking_log_thread_fails_the_log_and_resumes() {
+    panic_through(Runtime::None);
+}
+
+#[test]
+fn on_a_multi_threaded_runtime_the_log_runs_as_tasks_and_loses_nothing_at_its_drop() {
+    let run = log_through(Runtime::MultiThread);
+    assert_eq!(
+        run,
+        Run {
+            recovered: 7,
+            published: 6,
+            tasks: true,
+            workers_gone: true
+        }
+    );
+}
+
+#[test]
+fn elsewhere_the_log_runs_threads_and_loses_nothing_at_its_drop() {
+    for runtime in [Runtime::CurrentThread, Runtime::None] {
+        let run = log_through(runtime);
+        let expected = Run {
+            recovered: 7,
+            published: 6,
+            tasks: false,
+            workers_gone: true,
+        };
+        assert_eq!(run, expected, "{runtime:?}");
+    }
+}
+
+#[test]
+fn a_later_sync_waits_for_the_earlier_one_then_both_publish_at_once() {
+    let mut p = publish();
+    assert!(
+        p.finish(job(1, 0, 20)).is_none(),
+        "group 0 is still syncing"
+    );
+    let newest = p.finish(job(0, 0, 10)).expect("both finished");
+    assert_eq!((newest.seq, newest.zxid), (1, 20));
+    assert_eq!(p.finish(job(2, 0, 30)).map(|j| j.zxid), Some(30));
+}
+
+#[test]
+fn nothing_from_before_a_fault_is_published() {
+    let mut p = publish();
+    assert!(p.finish(job(1, 0, 20)).is_none());
+    p.fault();
+    assert!(
+        p.finish(job(0, 0, 10)).is_none(),
+        "group 0 is from before the fault"
+    );
+    p.restart(2);
+    assert_eq!(p.finish(job(2, 1, 30)).map(|j| j.zxid), Some(30));
+}

@@ -1,0 +1,163 @@
+//! Where the log's work runs: who takes the groups the core queues, writes them and syncs
+//! them (the writing itself is the parent module's [`Shared::take_group`]). Invariant: one
+//! worker at a time holds the writer, and a flush that queued something either wakes a worker
+//! or is seen by the one at work before it stops.
+//!
+//! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
+//!   as a rule on the core's own thread (tokio's slot for the task woken last), where it runs
+//!   once the core yields (at once when the core has nothing more queued; under a burst, when
+//!   the core's cooperative budget runs out) and writes and syncs right there, while
+//!   `block_in_place` hands the thread's other tasks, the core among them, to a thread of the
+//!   blocking pool. So a lone write waits for no parked thread before its write and sync (the
+//!   pool's thread is woken beside them): on a small machine that wake-up was a tenth of a
+//!   lock cycle. While it is at work, flushes wake nobody: it takes what was queued during its
+//!   sync before it stops, so under a steady load the core keeps its thread and the syncs run
+//!   back to back. The task lives on the runtime the log was opened in, which must outlive the
+//!   log (the server's core and log share one).
+//! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
+//!   segment files: the one holding the writer waits on the queue, writes a group, lets go and
+//!   syncs it; meanwhile the other can write the next group and, if it is small
+//!   (`OVERLAP_MAX`), start its sync.
+
+use std::io;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::thread::JoinHandle;
+
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::sync::Notify;
+
+use super::{SYNCERS, Shared};
+use crate::sync::lock;
+
+/// Where the log's work runs (see the module doc).
+pub(super) enum Workers {
+    /// One task on a multi-threaded runtime, woken by a flush when it is not at work.
+    Task(Arc<Notify>),
+    /// Threads of their own, waiting on the queue.
+    Threads(Vec<JoinHandle<()>>),
+}
+
+impl Workers {
+    pub(super) fn start(shared: &Arc<Shared>) -> io::Result<Workers> {
+        if let Ok(runtime) = Handle::try_current()
+            && runtime.runtime_flavor() == RuntimeFlavor::MultiThread
+        {
+            let wake = Arc::new(Notify::new());
+            runtime.spawn(shared.clone().task(wake.clone()));
+            return Ok(Workers::Task(wake));
+        }
+        let threads = (0..SYNCERS)
+            .map(|me| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("keeper-log-{me}"))
+                    .spawn(move || shared.run(me))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Workers::Threads(threads))
+    }
+
+    /// Something was queued: wakes the task if it is not at work. If it is, it takes this
+    /// after its sync (see [`Shared::work`]), and waking it would only move the core's
+    /// thread's other tasks to another thread for nothing.
+    pub(super) fn wake(&self, shared: &Shared) {
+        if let Workers::Task(wake) = self {
+            // Pairs with the fence in `Shared::work`: either this sees the task gone, or the
+            // task sees what was queued.
+            fence(Ordering::SeqCst);
+            if !shared.working.load(Ordering::SeqCst) {
+                wake.notify_one();
+            }
+        }
+    }
+
+    /// After [`Shared::close`]: the task is let go, threads joined.
+    pub(super) fn stop(&mut self) {
+        match self {
+            Workers::Task(wake) => wake.notify_waiters(),
+            Workers::Threads(threads) => {
+                for thread in threads.drain(..) {
+                    let _ = thread.join();
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// The log task: waits for a flush's wake-up and works until the log closes.
+    async fn task(self: Arc<Self>, wake: Arc<Notify>) {
+        loop {
+            // Listening before looking at `closed`, so the stop's wake-up cannot fall between
+            // the two.
+            let woken = wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            woken.await;
+            // A wake-up stored while the task was at work may find its batch taken.
+            if self.queued_msgs.load(Ordering::SeqCst) == 0 {
+                continue;
+            }
+            // Here, on the thread the flush woke this task on: the runtime hands the thread's
+            // other tasks to another thread while this one writes.
+            let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                tokio::task::block_in_place(|| self.work())
+            }));
+            if worked.is_err() {
+                self.working.store(false, Ordering::SeqCst);
+                self.panicked();
+            }
+        }
+    }
+
+    /// One log thread: waits for a group and takes it, until the queue closes (the log's drop
+    /// writes and syncs what is left itself).
+    fn run(&self, me: usize) {
+        loop {
+            let writer = lock(&self.writer);
+            let Ok(first) = writer.rx.recv() else {
+                return;
+            };
+            self.take_group(me, writer, first);
+        }
+    }
+
+    /// The log task's work, inside `block_in_place`: takes groups until nothing is queued. A
+    /// flush that sees the task at work wakes nobody, so after it clears `working` it looks
+    /// once more.
+    fn work(&self) {
+        self.working.store(true, Ordering::SeqCst);
+        loop {
+            let mut took = false;
+            while self.take_queued() {
+                took = true;
+            }
+            self.working.store(false, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if self.queued_msgs.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            self.working.store(true, Ordering::SeqCst);
+            if !took {
+                // Counted, yet not in the queue: its sender is between the count and the send.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Takes what is queued, if anything (a stored wake-up may find it taken already); says
+    /// whether it did.
+    fn take_queued(&self) -> bool {
+        let writer = lock(&self.writer);
+        let Ok(first) = writer.rx.try_recv() else {
+            return false;
+        };
+        self.take_group(0, writer, first);
+        true
+    }
+}
