@@ -33,10 +33,11 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// records the clash), notes its term (id, token, its pid: the group to kill with it), and on
 /// SIGTERM gives the marker back and exits 0.
 const LEADER_SCRIPT: &str = r#"
-if (set -C; echo "$LOCKKEEPER_LEADER_ID" > "$MARKERS/leader") 2>/dev/null; then mine=1; else
-  echo "$LOCKKEEPER_LEADER_ID leads while the marker is held" >> "$MARKERS/violations"; mine=0; fi
-echo "$LOCKKEEPER_LEADER_ID $LOCKKEEPER_FENCING_TOKEN $$" >> "$MARKERS/terms"
+mine=0
 trap '[ $mine = 1 ] && rm -f "$MARKERS/leader"; exit 0' TERM
+if (set -C; echo "$LOCKKEEPER_LEADER_ID" > "$MARKERS/leader") 2>/dev/null; then mine=1; else
+  echo "$LOCKKEEPER_LEADER_ID leads while the marker is held" >> "$MARKERS/violations"; fi
+echo "$LOCKKEEPER_LEADER_ID $LOCKKEEPER_FENCING_TOKEN $$" >> "$MARKERS/terms"
 while :; do sleep 0.1; done
 "#;
 
@@ -137,6 +138,14 @@ fn queued(rt: &tokio::runtime::Runtime, session: &Session, path: &str) -> usize 
         .len()
 }
 
+/// The line `LEADER_SCRIPT` of leader `id` noted in `terms` (its id, token and pid), if any.
+fn term_of(markers: &Path, id: &str) -> Option<String> {
+    read(&markers.join("terms"))
+        .lines()
+        .find(|line| line.starts_with(&format!("{id} ")))
+        .map(str::to_owned)
+}
+
 #[test]
 fn one_leader_at_a_time_across_cli_and_curator_with_failover_on_sigkill() {
     let rt = runtime();
@@ -197,17 +206,11 @@ fn one_leader_at_a_time_across_cli_and_curator_with_failover_on_sigkill() {
             match participants[n].take() {
                 Some(Participant::Cli(cli)) => {
                     // The script notes its term just after taking the marker.
-                    let term_of = || {
-                        read(&markers.join("terms"))
-                            .lines()
-                            .find(|line| line.starts_with(&format!("{id} ")))
-                            .map(str::to_owned)
-                    };
                     wait_until(&format!("{name}: {id} notes its term"), || {
-                        term_of().is_some()
+                        term_of(markers, id).is_some()
                     });
                     cli.signal(libc::SIGKILL);
-                    let term = term_of().expect("the term was noted");
+                    let term = term_of(markers, id).expect("the term was noted");
                     let pid: libc::pid_t = term
                         .rsplit(' ')
                         .next()
@@ -233,6 +236,11 @@ fn one_leader_at_a_time_across_cli_and_curator_with_failover_on_sigkill() {
         let Some(Participant::Cli(mut last)) = participants.pop().flatten() else {
             panic!("cli-3 is a command participant");
         };
+        // Its term is noted after its trap is set and the marker is known to be its own: a
+        // SIGTERM before then would end the script before it could give the marker back.
+        wait_until(&format!("{name}: cli-3 notes its term"), || {
+            term_of(markers, "cli-3").is_some()
+        });
         last.signal(libc::SIGTERM);
         assert_eq!(
             last.exit_code(LIMIT),
