@@ -1,7 +1,7 @@
 //! Where the log's work runs: who takes the groups the core queues, writes them and syncs
-//! them (the writing itself is the parent module's [`Shared::take_group`]). Invariant: one
-//! worker at a time holds the writer, and a flush that queued something either wakes a worker
-//! or is seen by the one at work before it stops.
+//! them (the writing itself is the parent module's [`Shared::take_group`]). Invariants: a
+//! flush that queued something either wakes a worker or is taken by the one at work before it
+//! stops; the task has one group's sync in flight at a time, the threads at most two.
 //!
 //! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
 //!   as a rule on the core's own thread (tokio's slot for the task woken last), where it runs
