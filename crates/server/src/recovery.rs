@@ -92,6 +92,15 @@ impl Recovered {
 
 /// Rebuilds the state stored in `dir` (an empty or missing dir is a fresh server).
 pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
+    recover_through(dir, mode, i64::MAX)
+}
+
+/// [`recover`], leaving out the log records past zxid `through`. After a disk fault the core
+/// reloads only what the durable mark covers: a record written but never published may still be
+/// on disk (its group failed after it, or its sync ended after the fault), and the log cuts it
+/// off when it resumes, so state rebuilt from it would be state no reply may reveal and no
+/// restart would bring back.
+pub fn recover_through(dir: &Path, mode: Mode, through: i64) -> Result<Recovered, Corruption> {
     let io_error = |e: std::io::Error| Corruption {
         file: dir.to_path_buf(),
         offset: 0,
@@ -189,8 +198,13 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
         })?;
         let scan = scan_segment(&path, &bytes, is_last)?;
         let mut count = 0;
+        let mut past = 0;
         for record in scan.records {
             if record.zxid <= from {
+                continue;
+            }
+            if record.zxid > through {
+                past += 1;
                 continue;
             }
             if record.zxid <= state.last_zxid {
@@ -207,12 +221,16 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
             count += 1;
         }
         replayed += count;
+        let past = match past {
+            0 => String::new(),
+            n => format!(", {n} past zxid {through:#x} left out"),
+        };
         let status = match &scan.torn_at {
             Some(offset) => format!(
-                "{count} records replayed; torn tail at offset {offset} ({} bytes dropped)",
+                "{count} records replayed{past}; torn tail at offset {offset} ({} bytes dropped)",
                 scan.end.saturating_sub(*offset)
             ),
-            None => format!("{count} records replayed"),
+            None => format!("{count} records replayed{past}"),
         };
         files.push(FileReport {
             file: path.clone(),
@@ -505,6 +523,26 @@ mod tests {
         let a = r.tree.get("/a").unwrap();
         assert_eq!((a.data.clone(), a.version, a.num_children), (None, 1, 1));
         assert_eq!(r.tree.get("/a/b").unwrap().data.as_deref(), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn a_bounded_recovery_leaves_out_the_records_past_its_bound_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(
+            dir.path(),
+            &[create("/a", b"1"), create("/b", b"2"), create("/c", b"3")],
+        );
+        let r = recover_through(dir.path(), Mode::Check, FIRST_ZXID + 1).unwrap();
+        assert_eq!((r.last_zxid, r.replayed), (FIRST_ZXID + 1, 2));
+        assert!(r.tree.get("/b").is_some());
+        assert!(
+            r.tree.get("/c").is_none(),
+            "a record past the bound was applied"
+        );
+        let status = &r.files.last().unwrap().status;
+        assert!(status.contains("1 past zxid"), "{status}");
+        // The file is untouched: an unbounded recovery still finds all three.
+        assert_eq!(recover(dir.path(), Mode::Check).unwrap().replayed, 3);
     }
 
     /// Where each record of the segment starts, and where the data ends.

@@ -93,7 +93,14 @@ impl Core {
     fn enter_read_only(&mut self, error: &str) {
         tracing::error!(%error, "disk fault: reloading durable state, closing connections, refusing writes until the disk recovers");
         self.log.abandon_pending();
-        let recovered = match recovery::recover(&self.config.data_dir, recovery::Mode::Check) {
+        // Only what the mark covers: the log cuts off the rest when it resumes (see
+        // `recover_through`), and while read-only nothing past the mark could be revealed.
+        let durable = self.log.durable_zxid();
+        let recovered = match recovery::recover_through(
+            &self.config.data_dir,
+            recovery::Mode::Check,
+            durable,
+        ) {
             Ok(recovered) => recovered,
             Err(e) => {
                 // Memory is ahead of a disk that cannot even be read back: nothing safe to serve.
