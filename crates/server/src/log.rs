@@ -27,7 +27,9 @@
 //! the fault on the mark ([`TxnLog::abandon_pending`]) once it has stopped queueing replies for
 //! the state the fault may have lost, so that one count covers everything queued until then:
 //! what was durable at the fault is sent, the rest dropped. It then goes read-only until a
-//! [`TxnLog::resume`] succeeds.
+//! [`TxnLog::resume`] succeeds, which cuts the current segment back to the mark. A segment is
+//! closed only once all it holds is published, so no other segment holds a record past the
+//! mark, and what the core reloads after a fault (through the mark) is what a restart replays.
 
 mod workers;
 
@@ -142,6 +144,8 @@ impl TxnLog {
             working: AtomicBool::new(false),
             #[cfg(test)]
             panic_at_write: AtomicBool::new(false),
+            #[cfg(test)]
+            fail_at_new_segment: AtomicBool::new(false),
             syncing: Mutex::new(0),
             synced: Condvar::new(),
             sync,
@@ -307,6 +311,9 @@ struct Shared {
     /// Tests: the next record write panics.
     #[cfg(test)]
     panic_at_write: AtomicBool,
+    /// Tests: the next segment cannot be created.
+    #[cfg(test)]
+    fail_at_new_segment: AtomicBool,
     /// Groups whose sync is in flight, and its signal when one ends.
     syncing: Mutex<usize>,
     synced: Condvar,
@@ -501,6 +508,25 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Tests make a record write panic, or the next segment fail to open, where they choose.
+    #[cfg(test)]
+    fn injected_fault(&self, opening_segment: bool) -> io::Result<()> {
+        if self.panic_at_write.swap(false, Ordering::SeqCst) {
+            panic!("a record write panicked (test)");
+        }
+        if opening_segment && self.fail_at_new_segment.swap(false, Ordering::SeqCst) {
+            return Err(io::Error::other("no room for a new segment (test)"));
+        }
+        Ok(())
+    }
+
+    #[cfg(not(test))]
+    fn injected_fault(&self, _opening_segment: bool) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Held while a worker takes a group: if the worker panics, the log fails (see
 /// [`Shared::panicked`]) before the writer is let go, so nothing written after the group the
 /// panic may have left half-written, not even by the log's drop, is ever published.
@@ -563,6 +589,20 @@ impl Writer {
                     last_zxid,
                     flushed,
                 } => {
+                    if shared.failed.load(Ordering::SeqCst) {
+                        newest_flush = flushed;
+                        continue;
+                    }
+                    if self
+                        .segment
+                        .as_ref()
+                        .is_some_and(|s| s.offset >= SEGMENT_SIZE)
+                    {
+                        let pending = reached
+                            .take()
+                            .map(|zxid| self.job(shared, zxid, newest_flush, received));
+                        self.roll(shared, me, pending);
+                    }
                     newest_flush = flushed;
                     if shared.failed.load(Ordering::SeqCst) {
                         continue;
@@ -577,12 +617,10 @@ impl Writer {
                     reached = Some(last_zxid);
                 }
                 WriterMsg::Roll => {
-                    if !shared.failed.load(Ordering::SeqCst)
-                        && let Err(e) = self.sync_segment(shared, me)
-                    {
-                        self.fail(shared, e);
-                    }
-                    self.segment = None;
+                    let pending = reached
+                        .take()
+                        .map(|zxid| self.job(shared, zxid, newest_flush, received));
+                    self.roll(shared, me, pending);
                 }
                 WriterMsg::Resume { next_zxid } => self.resume(shared, next_zxid),
             }
@@ -591,20 +629,47 @@ impl Writer {
         if shared.failed.load(Ordering::SeqCst) {
             return None;
         }
+        Some(self.job(shared, zxid, newest_flush, received))
+    }
+
+    /// The sync job for what this group wrote, through `zxid`, to the current segment.
+    fn job(&mut self, shared: &Shared, zxid: i64, flushed: Instant, received: Instant) -> Job {
         let written = Instant::now();
         let seq = self.next_job;
         self.next_job += 1;
-        Some(Job {
+        Job {
             seq,
             epoch: lock(&shared.publish).epoch,
             zxid,
             segment: self.segment.as_ref().map(|s| (s.disk.clone(), s.offset)),
-            flushed: newest_flush,
+            flushed,
             received,
             written,
             // Without syncs the stage is zero, not the cost of reading the clock.
             synced: written,
-        })
+        }
+    }
+
+    /// Closes the current segment: the next record starts a new one. Whatever the segment
+    /// holds is published first, `pending` (what this group wrote to it) included, so no
+    /// segment but the current one ever holds a record past the durable mark: a resume cuts
+    /// back only the current segment, and a record synced at a roll but never published would
+    /// otherwise outlive the fault and come back at the next start, after the core had
+    /// reloaded without it. After a fault the segment stays, for the resume to cut back.
+    fn roll(&mut self, shared: &Shared, me: usize, pending: Option<Job>) {
+        // Every earlier group's sync ends, published or failed, before this segment closes.
+        shared.wait_for_syncs();
+        if let Some(job) = pending {
+            shared.sync_and_publish(me, job);
+        }
+        if shared.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = self.sync_segment(shared, me) {
+            self.fail(shared, e);
+            return;
+        }
+        self.segment = None;
     }
 
     fn write(
@@ -614,18 +679,7 @@ impl Writer {
         first_zxid: i64,
         bytes: &[u8],
     ) -> io::Result<()> {
-        #[cfg(test)]
-        if shared.panic_at_write.swap(false, Ordering::SeqCst) {
-            panic!("a record write panicked (test)");
-        }
-        if self
-            .segment
-            .as_ref()
-            .is_some_and(|s| s.offset >= SEGMENT_SIZE)
-        {
-            self.sync_segment(shared, me)?;
-            self.segment = None;
-        }
+        shared.injected_fault(self.segment.is_none())?;
         let segment = match &mut self.segment {
             Some(segment) => segment,
             None => self.segment.insert(open_segment(&self.dir, first_zxid)?),

@@ -225,6 +225,90 @@ fn a_panicking_log_thread_fails_the_log_and_resumes() {
     panic_through(Runtime::None);
 }
 
+/// A group writes a record, rolls, and then cannot create the next segment. The roll syncs
+/// the record; it must publish it too. Otherwise the old segment, which a resume does not cut
+/// back, holds a record past the mark: the core reloads without it after the fault, and a
+/// restart would replay it.
+fn roll_fault_through(runtime: Runtime) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let first = crate::recovery::FIRST_ZXID;
+    let exercise = move |mut log: TxnLog, mut heard| async move {
+        // A thread holds `publish` while a worker takes the first record, so that worker stops
+        // holding the writer; what is queued meanwhile is taken next, as one group.
+        let shared = log.shared.clone();
+        let (held_tx, held) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _publish = lock(&shared.publish);
+            let _ = held_tx.send(());
+            let _ = release_rx.recv();
+        });
+        held.await.unwrap();
+        log.append(first, 1000, &create(0));
+        log.flush();
+        let until = Instant::now() + std::time::Duration::from_secs(10);
+        while log.shared.queued_msgs.load(Ordering::SeqCst) > 0 {
+            assert!(
+                Instant::now() < until,
+                "the first record was not taken in 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        log.shared.fail_at_new_segment.store(true, Ordering::SeqCst);
+        log.append(first + 1, 1000, &create(1));
+        log.roll();
+        log.append(first + 2, 1000, &create(2));
+        log.flush();
+        release.send(()).unwrap();
+        tokio::task::spawn_blocking(move || holder.join().unwrap())
+            .await
+            .unwrap();
+
+        let failed = next_event(&mut heard).await;
+        assert!(
+            matches!(&failed, LogEvent::Failed(e) if e.contains("new segment")),
+            "{failed:?}"
+        );
+        let on_disk = crate::recovery::recover(&path, crate::recovery::Mode::Check).unwrap();
+        assert_eq!(
+            on_disk.last_zxid,
+            log.durable_zxid(),
+            "the disk holds a record the mark does not cover, in a segment no resume cuts back"
+        );
+        assert_eq!(
+            log.durable_zxid(),
+            first + 1,
+            "the roll published what it synced"
+        );
+
+        log.resume(first + 2);
+        let resumed = next_event(&mut heard).await;
+        assert!(matches!(resumed, LogEvent::Resumed), "{resumed:?}");
+        log.append(first + 2, 1000, &create(12));
+        log.flush();
+        durable_through(&log, first + 2).await;
+        assert!(drop_and_wait(log).await, "the workers outlived the log");
+    };
+    run_in(runtime, dir.path(), exercise);
+    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
+    assert_eq!(
+        (recovered.last_zxid, recovered.replayed),
+        (first + 2, 3),
+        "{runtime:?}"
+    );
+}
+
+#[test]
+fn a_log_task_that_rolls_and_then_fails_leaves_nothing_past_the_mark() {
+    roll_fault_through(Runtime::MultiThread);
+}
+
+#[test]
+fn log_threads_that_roll_and_then_fail_leave_nothing_past_the_mark() {
+    roll_fault_through(Runtime::None);
+}
+
 #[test]
 fn on_a_multi_threaded_runtime_the_log_runs_as_tasks_and_loses_nothing_at_its_drop() {
     let run = log_through(Runtime::MultiThread);
