@@ -146,7 +146,7 @@ impl TxnLog {
             panic_at_write: AtomicBool::new(false),
             #[cfg(test)]
             fail_at_new_segment: AtomicBool::new(false),
-            syncing: Mutex::new(0),
+            syncing: Mutex::new(Syncing::default()),
             synced: Condvar::new(),
             sync,
             durable: durable.clone(),
@@ -314,8 +314,8 @@ struct Shared {
     /// Tests: the next segment cannot be created.
     #[cfg(test)]
     fail_at_new_segment: AtomicBool,
-    /// Groups whose sync is in flight, and its signal when one ends.
-    syncing: Mutex<usize>,
+    /// Groups whose sync is in flight, and the signal when the last one ends.
+    syncing: Mutex<Syncing>,
     synced: Condvar,
     sync: SyncMode,
     durable: Arc<DurableMark>,
@@ -443,11 +443,13 @@ impl Shared {
     /// Waits until no group's sync is in flight.
     fn wait_for_syncs(&self) {
         let mut syncing = lock(&self.syncing);
-        while *syncing > 0 {
+        while syncing.in_flight > 0 {
+            syncing.waiting += 1;
             syncing = self
                 .synced
                 .wait(syncing)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            syncing.waiting -= 1;
         }
     }
 
@@ -540,21 +542,35 @@ impl Drop for FailOnPanic<'_> {
     }
 }
 
+/// What [`Shared::wait_for_syncs`] waits on.
+#[derive(Default)]
+struct Syncing {
+    /// Groups whose sync is in flight.
+    in_flight: usize,
+    /// Workers waiting for none to be.
+    waiting: usize,
+}
+
 /// A group's sync in flight, counted in [`Shared::syncing`] until dropped: a panic while
 /// syncing or publishing still ends the count, so nobody waits for it forever.
 struct SyncInFlight<'a>(&'a Shared);
 
 impl<'a> SyncInFlight<'a> {
     fn start(shared: &'a Shared) -> SyncInFlight<'a> {
-        *lock(&shared.syncing) += 1;
+        lock(&shared.syncing).in_flight += 1;
         SyncInFlight(shared)
     }
 }
 
 impl Drop for SyncInFlight<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.syncing) -= 1;
-        self.0.synced.notify_all();
+        let mut syncing = lock(&self.0.syncing);
+        syncing.in_flight -= 1;
+        // Only when somebody waits: a notification is a system call even when nobody does,
+        // and every sync would pay it.
+        if syncing.in_flight == 0 && syncing.waiting > 0 {
+            self.0.synced.notify_all();
+        }
     }
 }
 
