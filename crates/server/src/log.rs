@@ -419,8 +419,8 @@ impl Shared {
 
     /// The core is gone (the queue is closed): writes what is still queued, syncs and
     /// publishes it, so its replies still go out, on the calling thread. Holding the writer, no
-    /// group can start meanwhile, and the syncs in flight end before anything here is written
-    /// (a roll syncs too), so no descriptor syncs twice at once.
+    /// group can start meanwhile, and the syncs in flight end before anything here is written,
+    /// so no descriptor syncs twice at once.
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         let mut writer = lock(&self.writer);
@@ -429,9 +429,6 @@ impl Shared {
         self.taken(&queued);
         if let Some(job) = writer.write_group(self, 0, queued, Instant::now()) {
             self.sync_and_publish(0, job);
-        }
-        if !self.failed.load(Ordering::SeqCst) {
-            let _ = writer.sync_segment(self, 0);
         }
     }
 
@@ -614,10 +611,7 @@ impl Writer {
                         .as_ref()
                         .is_some_and(|s| s.offset >= SEGMENT_SIZE)
                     {
-                        let pending = reached
-                            .take()
-                            .map(|zxid| self.job(shared, zxid, newest_flush, received));
-                        self.roll(shared, me, pending);
+                        self.roll(shared, me, reached.take(), newest_flush, received);
                     }
                     newest_flush = flushed;
                     if shared.failed.load(Ordering::SeqCst) {
@@ -632,12 +626,7 @@ impl Writer {
                     }
                     reached = Some(last_zxid);
                 }
-                WriterMsg::Roll => {
-                    let pending = reached
-                        .take()
-                        .map(|zxid| self.job(shared, zxid, newest_flush, received));
-                    self.roll(shared, me, pending);
-                }
+                WriterMsg::Roll => self.roll(shared, me, reached.take(), newest_flush, received),
                 WriterMsg::Resume { next_zxid } => self.resume(shared, next_zxid),
             }
         }
@@ -667,25 +656,29 @@ impl Writer {
     }
 
     /// Closes the current segment: the next record starts a new one. Whatever the segment
-    /// holds is published first, `pending` (what this group wrote to it) included, so no
-    /// segment but the current one ever holds a record past the durable mark: a resume cuts
-    /// back only the current segment, and a record synced at a roll but never published would
-    /// otherwise outlive the fault and come back at the next start, after the core had
-    /// reloaded without it. After a fault the segment stays, for the resume to cut back.
-    fn roll(&mut self, shared: &Shared, me: usize, pending: Option<Job>) {
+    /// holds is synced and published first, what this group wrote to it (through `pending`)
+    /// as a job of its own, so no segment but the current one ever holds a record past the
+    /// durable mark: a resume cuts back only the current segment, and a record synced at a
+    /// roll but never published would otherwise outlive the fault and come back at the next
+    /// start, after the core had reloaded without it. After a fault the segment stays, for the
+    /// resume to cut back.
+    fn roll(
+        &mut self,
+        shared: &Shared,
+        me: usize,
+        pending: Option<i64>,
+        flushed: Instant,
+        received: Instant,
+    ) {
         // Every earlier group's sync ends, published or failed, before this segment closes.
         shared.wait_for_syncs();
-        if let Some(job) = pending {
+        if let Some(zxid) = pending {
+            let job = self.job(shared, zxid, flushed, received);
             shared.sync_and_publish(me, job);
         }
-        if shared.failed.load(Ordering::SeqCst) {
-            return;
+        if !shared.failed.load(Ordering::SeqCst) {
+            self.segment = None;
         }
-        if let Err(e) = self.sync_segment(shared, me) {
-            self.fail(shared, e);
-            return;
-        }
-        self.segment = None;
     }
 
     fn write(
@@ -708,23 +701,6 @@ impl Writer {
         }
         file.write_all_at(bytes, segment.offset)?;
         segment.offset = end;
-        Ok(())
-    }
-
-    /// Syncs everything written to the current segment, on this thread (before a segment is
-    /// closed, and when the log shuts down).
-    fn sync_segment(&mut self, shared: &Shared, me: usize) -> io::Result<()> {
-        if let Some(segment) = &self.segment {
-            let disk = &segment.disk;
-            if shared.sync == SyncMode::Always
-                && disk.durable_end.load(Ordering::SeqCst) != segment.offset
-            {
-                let started = Instant::now();
-                disk.files[me].sync_data()?;
-                shared.fsync_time.observe(started.elapsed());
-            }
-            disk.durable_end.fetch_max(segment.offset, Ordering::SeqCst);
-        }
         Ok(())
     }
 
