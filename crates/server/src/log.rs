@@ -49,7 +49,7 @@ use crate::metrics::Summary;
 use crate::sync::lock;
 use crate::trace::SyncStamps;
 use crate::txn::Txn;
-use workers::Workers;
+use workers::{Placement, Workers};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
 pub const SEGMENT_HEADER_LEN: u64 = 16;
@@ -124,10 +124,12 @@ impl TxnLog {
         let durable = DurableMark::new(last_zxid);
         let (tx, rx) = mpsc::channel();
         let fsync_time = Summary::fsync_time();
+        let placement = Placement::here();
         let shared = Arc::new(Shared {
             writer: Mutex::new(Writer {
                 rx,
                 dir: dir.to_path_buf(),
+                syncers: placement.syncers(),
                 segment: None,
                 needed: 0,
                 next_job: 0,
@@ -153,7 +155,7 @@ impl TxnLog {
             events,
             fsync_time: fsync_time.clone(),
         });
-        let workers = Workers::start(&shared)?;
+        let workers = Workers::start(placement, &shared)?;
         Ok(TxnLog {
             batch: Vec::with_capacity(64 * 1024),
             batch_first: None,
@@ -275,9 +277,10 @@ pub fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
 /// One segment file as the syncing workers see it. Each log thread syncs through its own
 /// descriptor, opened before any record is written: Linux reports a writeback error once per
 /// open file, so two threads sharing one descriptor could each miss an error the other took.
-/// The log task and the log's drop use the first one only, one sync at a time.
+/// The log task has one; the log's drop uses the first, one sync at a time.
 struct SegmentFile {
-    files: [File; SYNCERS],
+    /// One per syncing worker, indexed by the worker's number.
+    files: Vec<File>,
     path: PathBuf,
     /// End of the last record whose sync was published (every earlier sync succeeded too).
     durable_end: AtomicU64,
@@ -328,6 +331,8 @@ struct Writer {
     rx: mpsc::Receiver<WriterMsg>,
     dir: PathBuf,
     segment: Option<Segment>,
+    /// Workers that sync at once: each segment opens a descriptor for each.
+    syncers: usize,
     /// Room the last failed write needed: resuming must prove at least this much fits.
     needed: u64,
     /// Number of the next group's sync: marks are published in this order.
@@ -691,7 +696,9 @@ impl Writer {
         shared.injected_fault(self.segment.is_none())?;
         let segment = match &mut self.segment {
             Some(segment) => segment,
-            None => self.segment.insert(open_segment(&self.dir, first_zxid)?),
+            None => self
+                .segment
+                .insert(open_segment(&self.dir, first_zxid, self.syncers)?),
         };
         let file = &segment.disk.files[me];
         let end = segment.offset + bytes.len() as u64;
@@ -717,7 +724,7 @@ impl Writer {
                 file.set_len(segment.disk.durable_end.load(Ordering::SeqCst))?;
                 file.sync_all()?;
             }
-            let mut segment = open_segment(&self.dir, next_zxid)?;
+            let mut segment = open_segment(&self.dir, next_zxid, self.syncers)?;
             // Prove the disk takes writes again, with room for what failed, before accepting any.
             while segment.zeroed < SEGMENT_HEADER_LEN + self.needed {
                 zero_fill(&segment.disk.files[0], segment.zeroed, ZERO_STEP)?;
@@ -741,8 +748,9 @@ impl Writer {
     }
 }
 
-/// Creates a segment with its first zeros and makes its directory entry durable.
-fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
+/// Creates a segment with its first zeros and makes its directory entry durable; it has a
+/// descriptor for each of `syncers` workers.
+fn open_segment(dir: &Path, first_zxid: i64, syncers: usize) -> io::Result<Segment> {
     let path = dir.join(segment_name(first_zxid));
     let file = OpenOptions::new()
         .read(true)
@@ -757,11 +765,14 @@ fn open_segment(dir: &Path, first_zxid: i64) -> io::Result<Segment> {
     file.write_all_at(&header, 0)?;
     file.sync_all()?;
     sync_dir(dir)?;
-    // The second thread's descriptor, opened before any record is written (see SegmentFile).
-    let second = OpenOptions::new().write(true).open(&path)?;
+    // The other threads' descriptors, opened before any record is written (see SegmentFile).
+    let mut files = vec![file];
+    for _ in 1..syncers {
+        files.push(OpenOptions::new().write(true).open(&path)?);
+    }
     Ok(Segment {
         disk: Arc::new(SegmentFile {
-            files: [file, second],
+            files,
             path,
             durable_end: AtomicU64::new(SEGMENT_HEADER_LEN),
         }),

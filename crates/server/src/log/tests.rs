@@ -50,13 +50,25 @@ async fn durable_through(log: &TxnLog, zxid: i64) {
 }
 
 /// What a log did in one run: the zxids recovery found, what the mark said after the
-/// drop, whether it ran tasks, and whether every worker was gone 10 s after the drop.
+/// drop, whether it ran tasks, how many descriptors of its first segment the process held
+/// once a record was durable, and whether every worker was gone 10 s after the drop.
 #[derive(Debug, PartialEq, Eq)]
 struct Run {
     recovered: u64,
     published: i64,
     tasks: bool,
+    descriptors: usize,
     workers_gone: bool,
+}
+
+/// How many of this process's open descriptors are `path`.
+fn descriptors_of(path: &Path) -> usize {
+    let path = path.canonicalize().unwrap();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| *target == path)
+        .count()
 }
 
 /// Opens a log on `dir` in `runtime` (last zxid `FIRST_ZXID - 1`) and runs `exercise` on
@@ -124,12 +136,17 @@ async fn drop_and_wait(log: TxnLog) -> bool {
 fn log_through(runtime: Runtime) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let first = crate::recovery::FIRST_ZXID;
+    let segment = dir.path().join(segment_name(first));
     let exercise = move |mut log: TxnLog, _| async move {
         let tasks = matches!(log.workers, Workers::Task(_));
+        let mut descriptors = 0;
         for i in 0..3 {
             log.append(first + i, 1000, &create(i));
             log.flush();
             durable_through(&log, first + i).await;
+            if i == 0 {
+                descriptors = descriptors_of(&segment);
+            }
         }
         for i in 3..5 {
             log.append(first + i, 1000, &create(i));
@@ -141,15 +158,16 @@ fn log_through(runtime: Runtime) -> Run {
         log.append(first + 6, 1000, &create(6));
         let mark = log.durable();
         let workers_gone = drop_and_wait(log).await;
-        (mark.get().zxid - first, tasks, workers_gone)
+        (mark.get().zxid - first, tasks, descriptors, workers_gone)
     };
-    let (published, tasks, workers_gone) = run_in(runtime, dir.path(), exercise);
+    let (published, tasks, descriptors, workers_gone) = run_in(runtime, dir.path(), exercise);
     let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
     assert_eq!(recovered.last_zxid, first + 6, "{runtime:?}");
     Run {
         recovered: recovered.replayed,
         published,
         tasks,
+        descriptors,
         workers_gone,
     }
 }
@@ -318,6 +336,7 @@ fn on_a_multi_threaded_runtime_the_log_runs_as_tasks_and_loses_nothing_at_its_dr
             recovered: 7,
             published: 6,
             tasks: true,
+            descriptors: 1,
             workers_gone: true
         }
     );
@@ -331,6 +350,7 @@ fn elsewhere_the_log_runs_threads_and_loses_nothing_at_its_drop() {
             recovered: 7,
             published: 6,
             tasks: false,
+            descriptors: SYNCERS,
             workers_gone: true,
         };
         assert_eq!(run, expected, "{runtime:?}");

@@ -39,24 +39,53 @@ pub(super) enum Workers {
     Threads(Vec<JoinHandle<()>>),
 }
 
-impl Workers {
-    pub(super) fn start(shared: &Arc<Shared>) -> io::Result<Workers> {
-        if let Ok(runtime) = Handle::try_current()
-            && runtime.runtime_flavor() == RuntimeFlavor::MultiThread
-        {
-            let wake = Arc::new(Notify::new());
-            runtime.spawn(shared.clone().task(wake.clone()));
-            return Ok(Workers::Task(wake));
+/// Where the workers will run, decided before the log is built: a segment opens one descriptor
+/// per worker that syncs.
+pub(super) enum Placement {
+    Task(Handle),
+    Threads,
+}
+
+impl Placement {
+    /// A task on the current runtime if it is multi-threaded, else threads.
+    pub(super) fn here() -> Placement {
+        match Handle::try_current() {
+            Ok(runtime) if runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                Placement::Task(runtime)
+            }
+            _ => Placement::Threads,
         }
-        let threads = (0..SYNCERS)
-            .map(|me| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("keeper-log-{me}"))
-                    .spawn(move || shared.run(me))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        Ok(Workers::Threads(threads))
+    }
+
+    /// How many workers sync at once, each through its own descriptor of a segment.
+    pub(super) fn syncers(&self) -> usize {
+        match self {
+            Placement::Task(_) => 1,
+            Placement::Threads => SYNCERS,
+        }
+    }
+}
+
+impl Workers {
+    pub(super) fn start(placement: Placement, shared: &Arc<Shared>) -> io::Result<Workers> {
+        match placement {
+            Placement::Task(runtime) => {
+                let wake = Arc::new(Notify::new());
+                runtime.spawn(shared.clone().task(wake.clone()));
+                Ok(Workers::Task(wake))
+            }
+            Placement::Threads => {
+                let threads = (0..SYNCERS)
+                    .map(|me| {
+                        let shared = shared.clone();
+                        std::thread::Builder::new()
+                            .name(format!("keeper-log-{me}"))
+                            .spawn(move || shared.run(me))
+                    })
+                    .collect::<io::Result<Vec<_>>>()?;
+                Ok(Workers::Threads(threads))
+            }
+        }
     }
 
     /// Something was queued: wakes the task if it is not at work. If it is, it takes this
