@@ -357,6 +357,48 @@ fn elsewhere_the_log_runs_threads_and_loses_nothing_at_its_drop() {
     }
 }
 
+/// A log opened on a runtime that shuts down before the log is dropped: the task's work goes
+/// on on a thread, so a flush after the shutdown still becomes durable, promptly, and the
+/// drop loses nothing.
+#[test]
+fn a_log_task_whose_runtime_shuts_down_first_hands_its_work_to_a_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = crate::recovery::FIRST_ZXID;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (events, _heard) = tokio_mpsc::unbounded_channel();
+    let mut log = runtime
+        .block_on(async { TxnLog::open(dir.path(), SyncMode::Always, first - 1, events) })
+        .unwrap();
+    assert!(matches!(log.workers, Workers::Task(_)));
+    let waiter = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    log.append(first, 1000, &create(0));
+    log.flush();
+    waiter.block_on(durable_through(&log, first));
+
+    runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+    for i in 1..3 {
+        log.append(first + i, 1000, &create(i));
+        log.flush();
+        waiter.block_on(durable_through(&log, first + i));
+    }
+    log.append(first + 3, 1000, &create(3));
+    let mark = log.durable();
+    assert!(
+        waiter.block_on(drop_and_wait(log)),
+        "the heir outlived the log"
+    );
+    assert_eq!(mark.get().zxid, first + 3);
+    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Check).unwrap();
+    assert_eq!((recovered.last_zxid, recovered.replayed), (first + 3, 4));
+}
+
 #[test]
 fn a_later_sync_waits_for_the_earlier_one_then_both_publish_at_once() {
     let mut p = publish();

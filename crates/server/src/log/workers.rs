@@ -12,8 +12,8 @@
 //!   pool's thread is woken beside them): on a small machine that wake-up was a tenth of a
 //!   lock cycle. While it is at work, flushes wake nobody: it takes what was queued during its
 //!   sync before it stops, so under a steady load the core keeps its thread and the syncs run
-//!   back to back. The task lives on the runtime the log was opened in, which must outlive the
-//!   log (the server's core and log share one).
+//!   back to back. The task lives on the runtime the log was opened in (the server's core and
+//!   log share one); should that runtime shut down first, a thread inherits the work.
 //! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
 //!   segment files: the one holding the writer waits on the queue, writes a group, lets go and
 //!   syncs it; meanwhile the other can write the next group and, if it is small
@@ -118,6 +118,7 @@ impl Workers {
 impl Shared {
     /// The log task: waits for a flush's wake-up and works until the log closes.
     async fn task(self: Arc<Self>, wake: Arc<Notify>) {
+        let _heir = Heir(self.clone());
         loop {
             // Listening before looking at `closed`, so the stop's wake-up cannot fall between
             // the two.
@@ -142,6 +143,14 @@ impl Shared {
                 self.panicked();
             }
         }
+    }
+
+    /// The thread that carries on the log task's work once its runtime is gone: waits for
+    /// groups as a log thread does, through the one descriptor the task's segments have, until
+    /// the queue closes. A panic fails the log (see `FailOnPanic`) and the thread goes on
+    /// waiting, so a resume finds a worker, as it does after the task's panic.
+    fn inherit(&self) {
+        while std::panic::catch_unwind(AssertUnwindSafe(|| self.run(0))).is_err() {}
     }
 
     /// One log thread: waits for a group and takes it, until the queue closes (the log's drop
@@ -188,5 +197,24 @@ impl Shared {
         };
         self.take_group(0, writer, first);
         true
+    }
+}
+
+/// Held by the log task. The runtime drops the task's future, unfinished, when it shuts down;
+/// if the log is still open then (its owner outlived the runtime the log was opened in), a
+/// thread takes the work over, so what is flushed afterwards still becomes durable and its
+/// replies are released, instead of waiting for the log's drop.
+struct Heir(Arc<Shared>);
+
+impl Drop for Heir {
+    fn drop(&mut self) {
+        if self.0.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let shared = self.0.clone();
+        // If no thread can be had, the work waits for the log's drop, which writes it itself.
+        let _ = std::thread::Builder::new()
+            .name("keeper-log-heir".into())
+            .spawn(move || shared.inherit());
     }
 }
