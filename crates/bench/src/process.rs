@@ -133,6 +133,9 @@ impl KeeperFlags {
 pub struct ServerOptions {
     /// Txns between snapshots: Keeper's `--snap-count`, ZooKeeper's `snapCount`.
     pub snap_count: Option<u64>,
+    /// Keeper only: `--sync none` instead of `--sync always`, for what a write costs besides
+    /// its sync.
+    pub unsynced: bool,
 }
 
 impl Launcher {
@@ -310,7 +313,8 @@ fn launch(
                 .arg("--data-dir")
                 .arg(data_dir);
             if launcher.keeper_flags.sync {
-                cmd.args(["--sync", "always"]);
+                let sync = if options.unsynced { "none" } else { "always" };
+                cmd.args(["--sync", sync]);
             }
             if let (Some(n), true) = (options.snap_count, launcher.keeper_flags.snap_count) {
                 cmd.arg("--snap-count").arg(n.to_string());
@@ -405,6 +409,7 @@ pub(crate) mod tests {
         );
         let snap = ServerOptions {
             snap_count: Some(750),
+            ..ServerOptions::default()
         };
         let cfg = zoo_cfg(Path::new("/tmp/x"), 4242, false, &snap);
         assert!(cfg.contains("forceSync=no\n"), "{cfg}");
@@ -431,8 +436,13 @@ pub(crate) mod tests {
     /// Spawns, retrying on ETXTBSY: a fork in another test thread may briefly hold the freshly
     /// written script open.
     pub(crate) fn spawn_script(launcher: &Launcher) -> ChildServer {
+        spawn_script_with(launcher, &ServerOptions::default())
+    }
+
+    /// [`spawn_script`] with per-start settings.
+    fn spawn_script_with(launcher: &Launcher, options: &ServerOptions) -> ChildServer {
         for _ in 0..100 {
-            match ChildServer::spawn(ServerKind::Keeper, launcher) {
+            match ChildServer::spawn_with(ServerKind::Keeper, launcher, options) {
                 Ok(server) => return server,
                 Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy => {
                     std::thread::sleep(std::time::Duration::from_millis(10))
@@ -523,6 +533,32 @@ pub(crate) mod tests {
         let pid = server.pid();
         drop(server);
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn keeper_is_told_to_sync_every_write_unless_asked_for_an_unsynced_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Writes the arguments after the data dir into the data dir, then idles.
+        let mut launcher = script_launcher(
+            dir.path(),
+            "while [ \"$1\" != --data-dir ]; do shift; done; d=$2; shift 2; \
+             echo \"$*\" > \"$d/args.tmp\"; mv \"$d/args.tmp\" \"$d/args\"; exec sleep 60",
+        );
+        launcher.keeper_flags.sync = true;
+        for (unsynced, expected) in [(false, "--sync always"), (true, "--sync none")] {
+            let options = ServerOptions {
+                unsynced,
+                ..ServerOptions::default()
+            };
+            let server = spawn_script_with(&launcher, &options);
+            let args = server.data_dir().join("args");
+            let deadline = Instant::now() + std::time::Duration::from_secs(10);
+            while !args.exists() && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let written = fs::read_to_string(&args).expect("the script wrote its arguments");
+            assert_eq!(written.trim(), expected, "unsynced: {unsynced}");
+        }
     }
 
     #[test]

@@ -173,6 +173,7 @@ async fn measure(settings: &Settings, report: &mut Report) -> Result<(), BoxErro
     let kind = report.kind;
     let options = ServerOptions {
         snap_count: Some(report.snap_count),
+        ..ServerOptions::default()
     };
     let mut server = ChildServer::spawn_with(kind, &settings.launcher, &options)?;
     let empty = first_session(&mut server, settings.startup_limit).await?;

@@ -361,6 +361,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
 async fn measure(settings: &Settings, report: &mut Report) -> Result<(), BoxError> {
     let options = ServerOptions {
         snap_count: report.snap_count,
+        ..ServerOptions::default()
     };
     let mut server = ChildServer::spawn_with(ServerKind::Keeper, &settings.launcher, &options)?;
     first_session(&mut server, settings.startup_limit).await?;

@@ -12,16 +12,18 @@
 //!    For each: p50/p99 per pair and per op, each stage's mean per traced reply and its share
 //!    of the client's mean per op, and the rest ("client + loopback": the client, the kernel's
 //!    loopback both ways); then the target line, the pairs' p50s beside two fdatasyncs plus
-//!    0.15 ms; then `lockkeeper-zk-client`'s pairs once more from `block_on` on a thread of its
-//!    own, for what a caller off the runtime's workers pays. The clients run on a runtime
-//!    worker, as a service's code does;
+//!    0.15 ms, and the library-free client's pairs on a second Keeper that never syncs
+//!    (`--sync none`): what a pair costs besides its syncs on this machine that day, the part
+//!    the target's 0.15 ms bounds; then `lockkeeper-zk-client`'s pairs once more from
+//!    `block_on` on a thread of its own, for what a caller off the runtime's workers pays. The
+//!    clients run on a runtime worker, as a service's code does;
 //! 2. **a contended handoff**: several sessions of lockkeeper's `zk::Mutex` looping
 //!    lock -> release on one lock, handoffs per second and each stage's time per handoff, with
 //!    `reaction` (a watch event written to the next request on that connection: what the
 //!    waiting client takes to act on its notification).
 //!
 //! Bounded: each run by a count and by `--duration`, each wait by `--connect-timeout` or a
-//! fixed limit; Keeper is killed on every way out (it is a [`ChildServer`]).
+//! fixed limit; both Keepers are killed on every way out (each is a [`ChildServer`]).
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -42,7 +44,7 @@ use zookeeper_client::{Acls, Client, CreateMode};
 mod wire;
 
 use super::locks::{close_all, open, open_many};
-use super::process::{ChildServer, Launcher, ServerKind};
+use super::process::{ChildServer, Launcher, ServerKind, ServerOptions};
 use super::startup::first_session;
 
 /// The pipeline's stages in order, as `mntr` names them (`reaction` is apart).
@@ -108,22 +110,40 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
         settings.launcher.describe(ServerKind::Keeper),
         fmt_duration(ready)
     );
+    let unsynced_options = ServerOptions {
+        unsynced: true,
+        ..ServerOptions::default()
+    };
+    let mut unsynced =
+        ChildServer::spawn_with(ServerKind::Keeper, &settings.launcher, &unsynced_options)?;
+    let ready = first_session(&mut unsynced, settings.connect_limit).await?;
+    println!(
+        "and a Keeper that never syncs: the same with --sync none (first session after {})",
+        fmt_duration(ready)
+    );
     // On a runtime worker, as a service's code runs (see `own_client_off_worker`).
-    let (addr, dir, mine) = (
+    let (addr, unsynced_addr, dir, mine) = (
         server.addr(),
+        unsynced.addr(),
         server.data_dir().to_path_buf(),
         settings.clone(),
     );
-    let json = tokio::spawn(async move { measure(addr, &dir, &mine).await })
+    let json = tokio::spawn(async move { measure(addr, &dir, unsynced_addr, &mine).await })
         .await
         .unwrap_or_else(|e| Err(format!("trace task: {e}").into()));
+    drop(unsynced);
     drop(server);
     json
 }
 
 /// Every figure of the mode, on a Keeper (syncing every write) at `addr` whose data dir is
-/// `data_dir`.
-async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Result<Json, BoxError> {
+/// `data_dir`, and one that never syncs at `unsynced_addr`.
+async fn measure(
+    addr: SocketAddr,
+    data_dir: &Path,
+    unsynced_addr: SocketAddr,
+    settings: &Settings,
+) -> Result<Json, BoxError> {
     let data_dir = data_dir.to_path_buf();
     let sync_p50 = tokio::task::spawn_blocking(move || fdatasync_p50(&data_dir))
         .await
@@ -134,15 +154,9 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
     );
     let library = library_pairs(addr, settings).await?;
     let own = own_client_pairs(addr, settings).await?;
-    let mut wire = tokio::task::spawn_blocking(move || wire::warmed_up(addr, OP_LIMIT))
-        .await
-        .map_err(|e| format!("library-free client: {e}"))??;
-    let before = totals(addr).await?;
-    let (pairs, limit) = (settings.pairs, settings.limit);
-    let times = tokio::task::spawn_blocking(move || wire.pairs(pairs, limit))
-        .await
-        .map_err(|e| format!("library-free client: {e}"))??;
-    let bare = Pairs::of(times, delta(&before, &totals(addr).await?));
+    let bare = bare_pairs(addr, settings).await?;
+    let mut unsynced = bare_pairs(unsynced_addr, settings).await?;
+    unsynced.what = UNSYNCED_PAIRS;
     let cycles = mutex_cycles(addr, settings).await?;
     print_pairs(&[
         ("(a) zookeeper-client", &library),
@@ -154,6 +168,7 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
         "{}",
         target_line(library.p50(), own.p50(), bare.p50(), sync_p50)
     );
+    println!("{}", unsynced_line(&unsynced));
     let off_worker = own_client_off_worker(addr, settings).await?;
     println!(
         "(b) again, driven by block_on instead of a runtime worker: per op mean {:.1} µs, \
@@ -173,6 +188,7 @@ async fn measure(addr: SocketAddr, data_dir: &Path, settings: &Settings) -> Resu
         ("durable_pairs", library.json()),
         ("durable_pairs_lockkeeper_zk_client", own.json()),
         ("durable_pairs_no_library", bare.json()),
+        ("unsynced_pairs_no_library", unsynced.json()),
         ("uncontended_mutex_cycles", cycles.json()),
         (
             "durable_pairs_lockkeeper_zk_client_block_on",
@@ -260,6 +276,8 @@ struct Pairs {
 
 /// What [`timed_pairs`] times unless told otherwise.
 const DURABLE_PAIRS: &str = "durable create+delete pairs";
+/// What the library-free client times on the Keeper that never syncs.
+const UNSYNCED_PAIRS: &str = "create+delete pairs, never synced";
 
 impl Pairs {
     fn of(times: PairTimes, stages: Totals) -> Pairs {
@@ -312,6 +330,20 @@ impl Pairs {
 
 fn target(sync_p50: Duration) -> Duration {
     2 * sync_p50 + TARGET_SLACK
+}
+
+/// One synchronous client with no library (ZooKeeper's wire protocol on a blocking socket, on
+/// a thread of the blocking pool): create+delete pairs, each op answered before the next.
+async fn bare_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
+    let mut wire = tokio::task::spawn_blocking(move || wire::warmed_up(addr, OP_LIMIT))
+        .await
+        .map_err(|e| format!("library-free client on {addr}: {e}"))??;
+    let before = totals(addr).await?;
+    let (pairs, limit) = (settings.pairs, settings.limit);
+    let times = tokio::task::spawn_blocking(move || wire.pairs(pairs, limit))
+        .await
+        .map_err(|e| format!("library-free client on {addr}: {e}"))??;
+    Ok(Pairs::of(times, delta(&before, &totals(addr).await?)))
 }
 
 /// One synchronous client on `zookeeper-client` (the Rust ZooKeeper client most services use):
@@ -701,6 +733,18 @@ pub fn target_line(
     )
 }
 
+/// The library-free pairs on the Keeper that never syncs, beside the target's allowance.
+fn unsynced_line(unsynced: &Pairs) -> String {
+    format!(
+        "(c) again, on a Keeper that never syncs: {} {}, per pair p50 {}: what a pair costs \
+         besides its syncs, where the target allows {}",
+        unsynced.times.pairs,
+        unsynced.what,
+        fmt_us(unsynced.p50()),
+        fmt_us(TARGET_SLACK)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -747,8 +791,8 @@ mod tests {
 
     /// The whole mode in a tiny configuration, on an in-process Keeper that syncs every write:
     /// every synchronous client (and the uncontended Mutex) ran every pair, each synced once
-    /// per op, Keeper traced their writes, and the handoff run took its figures. Speed is not
-    /// asserted.
+    /// per op, Keeper traced their writes, the pairs on a second Keeper synced nothing, and the
+    /// handoff run took its figures. Speed is not asserted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn measures_both_clients_and_the_handoff_in_a_tiny_run() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -766,8 +810,10 @@ mod tests {
             limit: Duration::from_secs(30),
             connect_limit: Duration::from_secs(30),
         };
+        // The test kit's own configuration never syncs.
+        let unsynced = lockkeeper_testkit::Keeper::start();
         use lockkeeper_testkit::TestServer;
-        let json = measure(keeper.addr(), keeper.data_dir(), &settings)
+        let json = measure(keeper.addr(), keeper.data_dir(), unsynced.addr(), &settings)
             .await
             .expect("measured");
         let (field, number) = (super::super::tests::field, super::super::tests::number);
@@ -801,6 +847,14 @@ mod tests {
                 pairs.render()
             );
         }
+        let unsynced = field(&json, "unsynced_pairs_no_library");
+        assert_eq!(number(unsynced, "pairs"), 20.0, "{}", unsynced.render());
+        assert_eq!(
+            number(unsynced, "log_syncs_per_op"),
+            0.0,
+            "the unsynced Keeper synced: {}",
+            unsynced.render()
+        );
         let handoff = field(&json, "contended_handoff");
         assert_eq!(number(handoff, "handoffs"), 21.0, "{}", handoff.render());
         assert!(number(handoff, "handoffs_per_sec") > 0.0);
