@@ -73,7 +73,7 @@ pub struct TraceArgs {
     /// Trace benchmark: start Keeper (`--sync always`), measure fdatasync on its data dir, then
     /// trace a synchronous client's create+delete pairs, an uncontended Mutex's lock -> release
     /// cycles and a contended Mutex handoff through Keeper's write path, stage by stage (each
-    /// run at most --duration).
+    /// run at most --duration); the pairs also on a second Keeper with `--sync none`.
     #[arg(long)]
     pub trace: bool,
 
