@@ -19,6 +19,16 @@
 //! - **A deleted latch path is re-joined** (CURATOR-724): a waiter whose node vanished queues
 //!   again, creating the missing parents as containers; a leader whose node vanished sees
 //!   [`Leadership::lost`], and [`LeaderLatch::run`] queues again.
+//! - **A leader knows at once.** [`Leadership::is_leader`] is live: the term's node is
+//!   watched from the grant on, so the moment it is deleted (by an operator, a revoker, or
+//!   the session's expiry on the server) `is_leader()` is false, before the next participant
+//!   can be granted, whether or not anyone awaits [`Leadership::lost`].
+//! - **No orphans.** A node granted but found not ours on the read-back (rewritten, or gone
+//!   with an expired session) is deleted before queueing again, so a participant never waits
+//!   behind its own leftover node.
+//! - **Maximum hold time.** [`LeaderLatch::max_hold`] ends every term at a fixed time after its
+//!   grant: `is_leader()` turns false and the node is deleted, and [`LeaderLatch::run`] queues
+//!   again at the back.
 //! - **Suspension.** By default a suspended connection ends trust in the leadership at once
 //!   (Curator's standard error policy); [`LeaderLatch::keep_through_suspension`] keeps it
 //!   through a suspension that reconnects to the same session before its deadline (Curator's
@@ -43,7 +53,7 @@ pub use leadership::{LeaderTerm, Leadership};
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::wait::Deadline;
-use crate::zk::hold::Suspension;
+use crate::zk::hold::HoldOptions;
 use crate::zk::path::validate_node_path;
 use crate::zk::queue::{Queue, predecessor_rule};
 use crate::zk::session::Session;
@@ -88,7 +98,8 @@ pub struct LeaderLatch {
     session: Session,
     queue: Queue,
     id: String,
-    suspension: Suspension,
+    /// What each term's hold gets: the suspension policy and the maximum hold time.
+    options: HoldOptions,
 }
 
 /// One participant of an election, as [`LeaderLatch::candidates`] lists them.
@@ -122,7 +133,7 @@ impl LeaderLatch {
                 markers: &[LATCH_MARKER],
             },
             id: id.to_owned(),
-            suspension: Suspension::Lost,
+            options: HoldOptions::default(),
         })
     }
 
@@ -133,8 +144,18 @@ impl LeaderLatch {
     /// seconds of doubt; its writes must then carry the fencing token, because during the
     /// suspension another participant may already lead if the session expired on the server.
     pub fn keep_through_suspension(mut self) -> LeaderLatch {
-        self.suspension = Suspension::Tolerated;
+        self.options = self.options.keep_through_suspension();
         self
+    }
+
+    /// Ends every term `max_hold` after its grant: from then on `is_leader()` is false and
+    /// [`lost`](Leadership::lost) resolves, and the node is deleted, which grants the next
+    /// participant. For a leader that must not keep the role forever (a stuck leader hands
+    /// over instead of blocking the election); [`run`](LeaderLatch::run) queues again.
+    /// [`Error::InvalidArgument`] for zero.
+    pub fn max_hold(mut self, max_hold: Duration) -> Result<LeaderLatch> {
+        self.options = self.options.max_hold(&self.queue.dir, max_hold)?;
+        Ok(self)
     }
 
     /// The election path (the parent of the latch nodes).
@@ -177,21 +198,27 @@ impl LeaderLatch {
                     &predecessor_rule,
                     deadline,
                     self.id.as_bytes(),
+                    self.options,
                 )
                 .await?
             else {
                 return Ok(None);
             };
-            let held = held.on_suspension(self.suspension);
             if leadership::owned_by_session(&held, self.id.as_bytes()).await? {
                 return Ok(Some(Leadership::new(held, self.clone())));
             }
             // Granted on a listing, but the node is not (or no longer) ours on the server:
-            // never lead on it. Queue again unless the caller would not wait.
+            // never lead on it. If it is still there (its data was rewritten), delete it, or
+            // the next node would queue behind it until the session ends. Then queue again,
+            // unless the caller would not wait.
             tracing::warn!(
                 node = held.node(),
                 "latch node not owned by this session when granted; queueing again"
             );
+            match held.release().await {
+                Ok(()) | Err(Error::NotHeld) => {}
+                Err(err) => return Err(err),
+            }
             if deadline.passed() {
                 return Ok(None);
             }
@@ -253,7 +280,8 @@ impl std::fmt::Debug for LeaderLatch {
         f.debug_struct("LeaderLatch")
             .field("path", &self.queue.dir)
             .field("id", &self.id)
-            .field("suspension", &self.suspension)
+            .field("suspension", &self.options.suspension)
+            .field("max_hold", &self.options.max_hold)
             .finish()
     }
 }

@@ -9,6 +9,18 @@
 //! paused longer than its session timeout must not believe its lock is still there just
 //! because nobody has told it otherwise yet.
 //!
+//! **`is_held()` is live.** From the moment a hold is shared ([`Held::share`], which every
+//! guard's constructor goes through) a task watches its node, whether or not anyone awaits
+//! `lost()`. `is_held()` turns false at the first of: the node's deletion event (or the node
+//! found gone, or found re-created by someone else: its czxid is not our token), the
+//! session's suspension or end (read from the session's state, which the client updates as
+//! the connection changes), the local deadline, the maximum hold time. So a holder that polls
+//! `is_held()`, as a Curator user polls `hasLeadership()`, learns of a deletion as soon as the
+//! server's notification arrives. The watch task holds only a weak reference and is aborted
+//! when the hold is dropped; a one-shot watch survives reconnections of the same session
+//! (the client re-registers it), and a read that failed with the connection is sent again
+//! once the session is back.
+//!
 //! A hold may instead be told to *tolerate* suspensions (Curator's session error policy, for a
 //! leader that would rather not step down on every network blip): then only the session's end,
 //! its deadline or the node's deletion count. The deadline still bounds it: a suspension that
@@ -18,9 +30,11 @@
 //! behaves the same:
 //!
 //! - a **maximum hold time** ends the hold at a fixed instant after the grant: `is_held()` is
-//!   false and `lost()` resolves from that instant on, and a timer task releases the node as a
-//!   clean release (no lock-delay for the next holder). The timer holds only a weak reference,
-//!   so a guard dropped earlier is released as usual and the timer finds nothing to do;
+//!   false and `lost()` resolves from that instant on, and a timer task deletes the node. A
+//!   holder past its maximum hold time is by definition still working, so that delete is *not*
+//!   recorded as a clean release: under lock-delay the next holder waits the delay out, as
+//!   after a failure. The timer holds only a weak reference, so a guard dropped earlier is
+//!   released as usual and the timer finds nothing to do;
 //! - **lock-delay** (see [`delay`]) makes a release write its release record, and a grant
 //!   record itself, so that waiters can tell a clean release from a failure.
 
@@ -30,6 +44,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use lockkeeper_zk_client::EventType;
@@ -48,8 +64,12 @@ pub(crate) struct Held {
     generation: Arc<Generation>,
     /// Set by release (or drop) before the delete is sent.
     released: AtomicBool,
-    /// Set when a `lost()` watch saw the node deleted by someone else.
+    /// Set when the node's watch saw it deleted (or replaced) while not released.
     deleted: AtomicBool,
+    /// Wakes `lost()` when `deleted` is set.
+    deletion: Notify,
+    /// The task that watches the node from the grant on: aborted when the hold is dropped.
+    watch: StdMutex<Option<AbortHandle>>,
     /// For a node whose name every holder reuses (a [`SimpleLock`]'s `{path}/lock`): the data
     /// only our node carries. Release then deletes the node only while it is still ours, so a
     /// holder whose node was deleted behind its back cannot delete the next holder's.
@@ -141,6 +161,8 @@ impl Held {
             generation,
             released: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
+            deletion: Notify::new(),
+            watch: StdMutex::default(),
             ours: None,
             linger: StdMutex::default(),
             anchor: StdMutex::default(),
@@ -158,10 +180,50 @@ impl Held {
         self
     }
 
-    /// Starts the maximum hold time's timer, if there is one: at its end the lock is released
-    /// (a clean release). Called once the hold is shared, so the timer can hold a weak
-    /// reference.
-    pub(crate) fn arm(self: &Arc<Self>) {
+    /// Shares this hold, granted just now, and starts what keeps it live: the watch on its node
+    /// (so `is_held()` turns false at its deletion, see the module docs) and the maximum hold
+    /// time's timer, if there is one. Every guard takes its hold through here.
+    pub(crate) fn share(self) -> Arc<Held> {
+        let held = Arc::new(self);
+        held.watch_node();
+        held.arm_max_hold();
+        held
+    }
+
+    /// Starts the task that watches the node until it is deleted, replaced, or the session
+    /// ends, and marks the hold deleted in the first two cases.
+    fn watch_node(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let hold = Arc::downgrade(self);
+        let generation = self.generation.clone();
+        let node = self.node.clone();
+        let czxid = self.token.get() as i64;
+        let task = runtime.spawn(async move {
+            if !watch_until_gone(&generation, &node, czxid).await {
+                return;
+            }
+            if let Some(held) = hold.upgrade() {
+                held.mark_deleted();
+            }
+        });
+        *lock(&self.watch) = Some(task.abort_handle());
+    }
+
+    /// Records that the node is gone without our release, and wakes every `lost()`.
+    fn mark_deleted(&self) {
+        if self.released.load(Ordering::Acquire) {
+            return;
+        }
+        self.deleted.store(true, Ordering::Release);
+        self.deletion.notify_waiters();
+        tracing::debug!(node = self.node, "lock node deleted while held");
+    }
+
+    /// Starts the maximum hold time's timer, if there is one: at its end the node is deleted
+    /// without a release record (see the module docs).
+    fn arm_max_hold(self: &Arc<Self>) {
         let Some(until) = self.max_hold_until else {
             return;
         };
@@ -172,20 +234,14 @@ impl Held {
         runtime.spawn(async move {
             tokio::time::sleep_until(until).await;
             let Some(held) = hold.upgrade() else { return };
-            match held.release().await {
-                Ok(()) => tracing::debug!(node = held.node, "maximum hold time reached; released"),
+            match held.give_up().await {
+                Ok(()) => tracing::debug!(node = held.node, "maximum hold time reached; given up"),
                 Err(Error::NotHeld) => {}
                 Err(err) => {
-                    tracing::warn!(node = held.node, %err, "releasing at the maximum hold time failed")
+                    tracing::warn!(node = held.node, %err, "giving up at the maximum hold time failed")
                 }
             }
         });
-    }
-
-    /// Sets what a suspension means to this hold.
-    pub(crate) fn on_suspension(mut self, suspension: Suspension) -> Held {
-        self.suspension = suspension;
-        self
     }
 
     /// Makes release check that the node still carries `data` and our session before
@@ -247,9 +303,6 @@ impl Held {
     /// Resolves when the holder can no longer be sure it holds the lock: the session is
     /// suspended or ended or past its deadline, the node was deleted behind its back, or it
     /// was released, or its maximum hold time is up.
-    ///
-    /// The node is watched only while someone awaits this, so holders that never ask pay
-    /// nothing for it.
     pub(crate) async fn lost(&self) {
         if !self.is_held() {
             return;
@@ -274,37 +327,17 @@ impl Held {
         }
     }
 
+    /// Resolves once the node's watch has seen it deleted or replaced.
     async fn node_deleted(&self) {
         loop {
-            let Ok(client) = self.generation.client() else {
-                return std::future::pending().await;
-            };
-            match client.get_and_watch_data(&self.node).await {
-                Ok((_, _, watcher)) => {
-                    let event = watcher.changed().await;
-                    match event.event_type {
-                        EventType::NodeDeleted => break,
-                        // A terminal session event: the health watch reports it.
-                        EventType::Session => return std::future::pending().await,
-                        // A data change is not a loss: watch again.
-                        _ => continue,
-                    }
-                }
-                Err(lockkeeper_zk_client::Error::NoNode) => break,
-                // Connection trouble is reported by the health watch; a hold that tolerates
-                // it watches again once the same session is back.
-                Err(err)
-                    if is_connection_loss(&err) && self.suspension == Suspension::Tolerated =>
-                {
-                    if self.generation.connected().await.is_err() {
-                        return std::future::pending().await;
-                    }
-                }
-                Err(_) => return std::future::pending().await,
+            let notified = self.deletion.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so a deletion between the two still wakes us.
+            notified.as_mut().enable();
+            if self.deleted.load(Ordering::Acquire) {
+                return;
             }
-        }
-        if !self.released.load(Ordering::Acquire) {
-            self.deleted.store(true, Ordering::Release);
+            notified.await;
         }
     }
 
@@ -355,6 +388,26 @@ impl Held {
     }
 
     async fn release_node(&self) -> Result<()> {
+        self.end(Ending::Released).await
+    }
+
+    /// Deletes the node at the maximum hold time: like a release, but never recorded as a
+    /// clean one, so lock-delay keeps the next holder out for its delay (the holder is still
+    /// at work, and its writes may still be in flight). A pinned write node is released as
+    /// usual: the read lock it pins is ours, so nothing of another holder can be in flight.
+    async fn give_up(&self) -> Result<()> {
+        let released = self.end(Ending::GivenUp).await;
+        let anchor = lock(&self.anchor).take();
+        if let Some(pinned) = anchor {
+            match pinned.unpin().await {
+                Ok(()) | Err(Error::NotHeld) => {}
+                Err(err) => return released.and(Err(err)),
+            }
+        }
+        released
+    }
+
+    async fn end(&self, ending: Ending) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) || self.deleted.load(Ordering::Acquire) {
             return Err(Error::NotHeld);
         }
@@ -364,9 +417,10 @@ impl Held {
         if self.defer_delete() {
             return Ok(());
         }
-        match &self.ours {
-            Some(data) => delete_if_ours(&self.generation, &self.node, data).await,
-            None => self.delete().await,
+        match (&self.ours, ending) {
+            (Some(data), _) => delete_if_ours(&self.generation, &self.node, data).await,
+            (None, Ending::Released) => self.delete().await,
+            (None, Ending::GivenUp) => delete_node(&self.generation, &self.node).await,
         }
     }
 
@@ -440,8 +494,62 @@ impl Held {
     }
 }
 
+/// How a hold's node is deleted by its holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// A release: recorded as clean under lock-delay.
+    Released,
+    /// The maximum hold time: never recorded as clean.
+    GivenUp,
+}
+
+/// Watches `node` until it is gone: `true` when it was deleted, or is found missing, or is
+/// found to be another node of the same name (its czxid is not `czxid`: someone deleted ours
+/// and created theirs, possibly while we were disconnected); `false` when the session ended
+/// first (the session's state reports that).
+async fn watch_until_gone(generation: &Generation, node: &str, czxid: i64) -> bool {
+    loop {
+        // The client handle is not kept across the wait: the watch must not keep a session
+        // alive that its owner has let go.
+        let read = match generation.client() {
+            Ok(client) => client.check_and_watch_stat(node),
+            Err(_) => return false,
+        };
+        match read.await {
+            Ok((None, _)) => return true,
+            Ok((Some(stat), _)) if stat.czxid != czxid => return true,
+            Ok((Some(_), watcher)) => match watcher.changed().await.event_type {
+                EventType::NodeDeleted => return true,
+                // The only session events a one-shot watch hears are terminal ones.
+                EventType::Session => return false,
+                // A data change (a revocation request, a lock-delay record) or a node
+                // re-created while we were away: look again.
+                _ => continue,
+            },
+            // Watch again once the same session is back; a lost session ends the hold anyway.
+            Err(err) if is_connection_loss(&err) => {
+                if generation.connected().await.is_err() {
+                    return false;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(node, %err, "watching a held lock node failed");
+                return false;
+            }
+        }
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
+        if let Some(watch) = self
+            .watch
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+        {
+            watch.abort();
+        }
         // A read node whose hold was lost without a release: let its pinned write node go.
         let anchor = self
             .anchor

@@ -88,8 +88,10 @@ impl Mutex {
 
     /// Gives the lock up `max_hold` after each grant, whatever the holder is doing: the guard's
     /// [`lost`](LockGuard::lost) resolves and [`is_held`](LockGuard::is_held) turns false at
-    /// that instant, and the node is deleted as a clean release (the next waiter gets the lock
-    /// at once, without lock-delay). A bound on how long a stuck holder can keep everyone out.
+    /// that instant, and the node is deleted. Without lock-delay the next waiter gets the lock
+    /// at once; under [`lock_delay`](Mutex::lock_delay) it waits the delay out, because a holder
+    /// past its maximum hold time is still at work and its writes may be in flight. A bound on
+    /// how long a stuck holder can keep everyone out.
     /// Re-entries share the first grant's limit. [`Error::InvalidArgument`](crate::Error) for
     /// zero.
     ///

@@ -94,8 +94,7 @@ impl Owner {
         let Some(held) = acquire().await? else {
             return Ok(None);
         };
-        let held = Arc::new(held);
-        held.arm();
+        let held = held.share();
         *self.lock_current() = Some(Reentry {
             held: held.clone(),
             count: 1,

@@ -135,16 +135,17 @@ impl Queue {
             .await
     }
 
-    /// [`acquire`](Queue::acquire) with a node carrying `data` instead of the process id (a
-    /// leader latch's node carries the participant's id, as Curator's does).
+    /// [`acquire_with`](Queue::acquire_with) with a node carrying `data` instead of the process
+    /// id (a leader latch's node carries the participant's id, as Curator's does).
     pub(crate) async fn acquire_as(
         &self,
         session: &Session,
         rule: Rule<'_>,
         deadline: Deadline,
         data: &[u8],
+        options: HoldOptions,
     ) -> Result<Option<Held>> {
-        self.acquire_node(session, rule, deadline, data, HoldOptions::default())
+        self.acquire_node(session, rule, deadline, data, options)
             .await
     }
 

@@ -113,7 +113,7 @@ impl Semaphore {
     }
 
     /// Gives every lease up `max_hold` after it was granted: [`Leases::lost`] resolves and
-    /// the lease nodes are deleted (a clean release), as for
+    /// the lease nodes are deleted, as for
     /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). [`Error::InvalidArgument`] for zero.
     ///
     /// ```no_run
@@ -305,16 +305,13 @@ impl Semaphore {
             .into_iter()
             .map(|mut lease| {
                 lease.node.disarm();
-                let held = Arc::new(
-                    Held::new(
-                        format!("{}/{}", self.leases.dir, lease.name),
-                        FencingToken::new(lease.czxid as u64),
-                        generation.clone(),
-                    )
-                    .with_options(self.options),
-                );
-                held.arm();
-                held
+                Held::new(
+                    format!("{}/{}", self.leases.dir, lease.name),
+                    FencingToken::new(lease.czxid as u64),
+                    generation.clone(),
+                )
+                .with_options(self.options)
+                .share()
             })
             .collect();
         Leases {

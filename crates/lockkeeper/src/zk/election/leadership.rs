@@ -87,9 +87,7 @@ impl LeaderTerm {
 impl Leadership {
     pub(super) fn new(held: Held, latch: LeaderLatch) -> Leadership {
         Leadership {
-            term: LeaderTerm {
-                held: Arc::new(held),
-            },
+            term: LeaderTerm { held: held.share() },
             latch,
             done: false,
         }
