@@ -424,3 +424,49 @@ async fn lost_watches_past_a_compaction() {
     );
     assert!(!guard.is_held());
 }
+
+/// A holder given up at its maximum hold time is still at work: under lock-delay the next
+/// holder waits the delay out, as after a failure (a clean release would hand over at once).
+#[tokio::test]
+async fn the_maximum_hold_time_is_not_a_clean_release_under_lock_delay() {
+    let etcd = Etcd::start();
+    let delay = Duration::from_millis(1500);
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let held = a
+        .mutex("capped")
+        .expect("mutex")
+        .lock_delay(delay)
+        .expect("delay")
+        .max_hold(Duration::from_millis(300))
+        .expect("max_hold")
+        .lock()
+        .await
+        .expect("lock");
+    let waiter = tokio::spawn({
+        let m = b
+            .mutex("capped")
+            .expect("mutex")
+            .lock_delay(delay)
+            .expect("delay");
+        async move {
+            let guard = m.lock().await.expect("next lock");
+            (Instant::now(), guard)
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), held.lost())
+        .await
+        .expect("lost at the maximum hold time");
+    let fired = Instant::now();
+    let (granted, next) = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the next holder is granted")
+        .expect("task");
+    assert!(
+        granted + Duration::from_millis(25) >= fired + delay,
+        "granted {:?} after the maximum hold time, before the delay {delay:?}",
+        granted.saturating_duration_since(fired)
+    );
+    assert!(next.fencing_token() > held.fencing_token());
+    next.release().await.expect("release");
+}

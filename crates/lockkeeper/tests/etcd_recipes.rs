@@ -246,3 +246,41 @@ async fn one_leader_observed_proclaimed_and_resigned() {
     assert!(matches!(lead_b.proclaim("b:2").await, Err(Error::NotHeld)));
     assert!(matches!(lead_b.resign().await, Err(Error::NotHeld)));
 }
+
+/// An election's maximum hold time ends the leadership on time and elects the next candidate.
+#[tokio::test]
+async fn an_elections_maximum_hold_time_ends_the_leadership() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let max_hold = Duration::from_millis(400);
+    let ea = a
+        .election("capped")
+        .expect("election")
+        .max_hold(max_hold)
+        .expect("max_hold");
+    let before = tokio::time::Instant::now();
+    let lead_a = ea.campaign("a").await.expect("campaign");
+    let campaign = tokio::spawn({
+        let eb = b.election("capped").expect("election");
+        async move { eb.campaign("b").await.expect("campaign") }
+    });
+    tokio::time::timeout(Duration::from_secs(10), lead_a.lost())
+        .await
+        .expect("lost at the maximum hold time");
+    assert!(tokio::time::Instant::now() >= before + max_hold);
+    assert!(!lead_a.is_held());
+    let lead_b = tokio::time::timeout(Duration::from_secs(10), campaign)
+        .await
+        .expect("b elected after a's maximum hold time")
+        .expect("task");
+    assert!(lead_b.fencing_token() > lead_a.fencing_token());
+    assert!(matches!(lead_a.resign().await, Err(Error::NotHeld)));
+    assert!(matches!(
+        b.election("capped")
+            .expect("election")
+            .max_hold(Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+    lead_b.resign().await.expect("resign");
+}

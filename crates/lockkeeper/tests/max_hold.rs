@@ -224,6 +224,50 @@ async fn zk_multi_lock_is_given_up() {
 }
 
 #[tokio::test]
+async fn zk_leader_latch_term_ends_and_the_next_participant_leads() {
+    for_each_backend(|connect| async move {
+        let path = "/max-hold/latch";
+        let leader = session(&connect).await;
+        let other = session(&connect).await;
+        let latch = leader
+            .leader_latch(path, "capped")
+            .unwrap()
+            .max_hold(MAX_HOLD)
+            .unwrap();
+        let before = Instant::now();
+        let leadership = latch.lead().await.expect("lead");
+        let granted = Instant::now();
+        let waiter = tokio::spawn(async move {
+            let next = other
+                .leader_latch(path, "next")
+                .unwrap()
+                .lead()
+                .await
+                .expect("next leads");
+            let at = Instant::now();
+            next.resign().await.expect("resign");
+            at
+        });
+        assert!(leadership.is_leader());
+        let fired = fires_on_time("latch", before, granted, leadership.lost()).await;
+        assert!(
+            !leadership.is_leader(),
+            "is_leader() after the maximum hold time"
+        );
+        let next = next_gets_it("latch", fired, waiter).await;
+        assert!(next >= fired);
+        not_held("latch", leadership.resign().await);
+        match latch.max_hold(Duration::ZERO) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains("max_hold") && msg.contains(path), "{msg}")
+            }
+            other => panic!("zero max_hold accepted: {other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn zk_zero_maximum_hold_time_is_refused_naming_the_option() {
     for_each_backend(|connect| async move {
         let s = session(&connect).await;

@@ -34,6 +34,8 @@ use crate::wait::Deadline;
 pub struct Election {
     session: Session,
     name: Arc<str>,
+    /// What each leadership gets: the maximum hold time.
+    options: HoldOptions,
 }
 
 /// Who leads an election: its key, proclaimed value and create revision.
@@ -77,6 +79,7 @@ impl Session {
         Ok(Election {
             session: self.clone(),
             name: Arc::from(name),
+            options: HoldOptions::default(),
         })
     }
 }
@@ -87,13 +90,21 @@ impl Election {
         &self.name
     }
 
+    /// Ends every leadership `max_hold` after it was won: from then on `is_held()` is false
+    /// and `lost()` resolves, and the key is deleted, which elects the next candidate. For a
+    /// leader that must not keep the role forever. [`Error::InvalidArgument`] for zero.
+    pub fn max_hold(mut self, max_hold: std::time::Duration) -> Result<Election> {
+        self.options.max_hold = Some(super::positive("max_hold", &self.name, max_hold)?);
+        Ok(self)
+    }
+
     /// Campaigns with `value` and waits until elected. [`Error::SessionLost`] if the session
     /// is lost meanwhile. Cancel-safe: a dropped campaign withdraws its candidacy.
     pub async fn campaign(&self, value: impl Into<Vec<u8>>) -> Result<Leadership> {
         let guard = acquire(
             &self.session,
             &self.place(value.into()),
-            &HoldOptions::default(),
+            &self.options,
             Deadline::Never,
         )
         .await?
@@ -105,13 +116,7 @@ impl Election {
     /// candidacy is withdrawn).
     pub async fn try_campaign(&self, value: impl Into<Vec<u8>>) -> Result<Option<Leadership>> {
         let place = self.place(value.into());
-        let guard = acquire(
-            &self.session,
-            &place,
-            &HoldOptions::default(),
-            Deadline::Now,
-        )
-        .await?;
+        let guard = acquire(&self.session, &place, &self.options, Deadline::Now).await?;
         Ok(guard.map(|guard| Leadership { guard }))
     }
 

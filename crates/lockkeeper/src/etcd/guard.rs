@@ -75,8 +75,10 @@ impl Held {
     }
 
     /// Sets what the lock's options make of the granted key: where a clean release records
-    /// itself, and when the grant (now) ends at the latest, with a timer that releases (cleanly)
-    /// at that end. The timer holds a weak reference: a guard released earlier leaves it nothing
+    /// itself, and when the grant (now) ends at the latest, with a timer that deletes the key
+    /// at that end. That delete writes no release record: a holder past its maximum hold time
+    /// is still at work, so under lock-delay the next holder waits the delay out, as after a
+    /// failure. The timer holds a weak reference: a guard released earlier leaves it nothing
     /// to do.
     fn granted(mut self, options: &HoldOptions) -> Arc<Held> {
         self.record = options
@@ -92,10 +94,10 @@ impl Held {
             runtime.spawn(async move {
                 tokio::time::sleep_until(until).await;
                 let Some(held) = weak.upgrade() else { return };
-                match held.release().await {
+                match held.end(None).await {
                     Ok(()) | Err(Error::NotHeld) => {}
                     Err(err) => tracing::warn!(key = %held.key_text(), %err,
-                        "releasing at the maximum hold time failed"),
+                        "giving up at the maximum hold time failed"),
                 }
             });
         }
@@ -198,11 +200,17 @@ impl Held {
     /// Deletes the key if it is still this one. `NotHeld` when it was known gone: released
     /// before, seen deleted, the session lost, or etcd found another key (or none) there.
     pub(crate) async fn release(&self) -> Result<()> {
+        self.end(self.record.as_deref()).await
+    }
+
+    /// [`release`](Held::release), writing `record` (the lock-delay record of a clean release)
+    /// if there is one.
+    async fn end(&self, record: Option<&[u8]>) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) || self.deleted.load(Ordering::Acquire) {
             return Err(Error::NotHeld);
         }
         let released = if self.session.is_alive() {
-            delete(&self.session, &self.key, self.rev, self.record.as_deref()).await
+            delete(&self.session, &self.key, self.rev, record).await
         } else {
             Err(Error::NotHeld)
         };

@@ -62,7 +62,9 @@ impl Session {
 impl Mutex {
     /// Gives the lock up `max_hold` after each grant, whatever the holder is doing: the
     /// guard's `lost()` resolves and `is_held()` turns false at that instant, and the key is
-    /// deleted as a clean release. [`Error::InvalidArgument`](crate::Error) for zero.
+    /// deleted. That is not a clean release: under [`lock_delay`](Mutex::lock_delay) the next
+    /// holder waits the delay out, since a holder past its maximum hold time is still at work.
+    /// [`Error::InvalidArgument`](crate::Error) for zero.
     pub fn max_hold(mut self, max_hold: Duration) -> Result<Mutex> {
         self.options.max_hold = Some(positive("max_hold", &self.name, max_hold)?);
         Ok(self)

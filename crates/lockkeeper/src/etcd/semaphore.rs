@@ -56,7 +56,7 @@ impl Session {
 }
 
 impl Semaphore {
-    /// Gives each permit up `max_hold` after its grant (a clean release).
+    /// Gives each permit up `max_hold` after its grant.
     /// [`Error::InvalidArgument`] for zero.
     pub fn max_hold(mut self, max_hold: Duration) -> Result<Semaphore> {
         self.options.max_hold = Some(positive("max_hold", &self.name, max_hold)?);

@@ -13,10 +13,12 @@
 //! Two options every lock kind shares, kept here so they behave the same everywhere:
 //!
 //! - a **maximum hold time**: at that instant after the acquire was sent, the lease ends
-//!   (`is_held()` false, `lost()` resolves) and a timer releases the lock with the guard's own
-//!   compare-and-delete, a clean release. Whichever comes first, the guard's release (or drop)
-//!   or the timer, *claims* the release; the other sends nothing (a reentrant hold must not be
-//!   given back twice);
+//!   (`is_held()` false, `lost()` resolves) and a timer gives the lock up. Without lock-delay
+//!   that is the guard's own compare-and-delete. With lock-delay it is a renewal to the delay
+//!   alone: a holder past its maximum hold time is by definition still at work, so the key
+//!   keeps everyone out for the delay, exactly as after a lapsed lease. Whichever comes first,
+//!   the guard's release (or drop) or the timer, *claims* the release; the other sends
+//!   nothing (a reentrant hold must not be given back twice);
 //! - **lock-delay**: the key's TTL on the server is the lease *plus* the delay, while the
 //!   holder trusts only the lease. A clean release deletes the key at once; a holder that
 //!   lapsed (crashed, paused, partitioned) leaves the key to keep everyone out for the delay
@@ -236,15 +238,20 @@ impl Lease {
                 ttl,
                 delay,
                 stop_at,
-                renew,
+                Arc::clone(&renew),
             ))),
         };
         let limit = stop_at.map(|stop_at| {
+            let give_up = if delay.is_zero() {
+                release
+            } else {
+                keep_out_for(delay, Arc::clone(&renew))
+            };
             tokio::spawn(give_up_at(
                 stop_at,
                 Arc::clone(&status),
                 Arc::clone(&claimed),
-                release,
+                give_up,
             ))
         });
         Lease {
@@ -398,6 +405,15 @@ impl Drop for Lease {
 /// The maximum hold time's timer: at `stop_at`, unless the guard released first, ends the
 /// lease (so `lost()` resolves at that instant) and releases the lock, retrying a release
 /// whose answer was lost (the compare-and-delete is idempotent).
+/// What the maximum hold time does under lock-delay: renews the key to `delay` alone, so
+/// nobody is granted until the delay has passed (see the module docs).
+fn keep_out_for(delay: Duration, renew: Renew) -> Release {
+    Arc::new(move || {
+        let renewal = renew(delay);
+        Box::pin(async move { renewal.await.map_err(Error::Redis) })
+    })
+}
+
 async fn give_up_at(
     stop_at: Instant,
     status: Arc<watch::Sender<Status>>,

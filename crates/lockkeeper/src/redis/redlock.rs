@@ -321,8 +321,10 @@ impl RedlockLock {
 
     /// Gives the lock up `max_hold` after each acquisition (when that comes before the
     /// validity's end): the guard's `lost()` resolves and `is_held()` turns false at that
-    /// instant, and the key is deleted on every master (a clean release). Checked at
-    /// acquisition (at least 1 ms).
+    /// instant. Without lock-delay the key is deleted on every master at once; under
+    /// lock-delay it is left to expire (its TTL is the validity plus the delay), since a
+    /// holder past its maximum hold time is still at work. Checked at acquisition (at least
+    /// 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> RedlockLock {
         self.max_hold = Some(max_hold);
         self

@@ -212,8 +212,9 @@ impl ReentrantLock {
     }
 
     /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
-    /// `is_held()` turns false at that instant, and this hold's count is given back (a clean release: the lock is freed when it was the owner's last, so
-    /// the next holder gets it at once). Checked at acquisition (at least 1 ms).
+    /// `is_held()` turns false at that instant, and this hold's count is given up: when it was
+    /// the owner's last, the next holder gets the lock at once, or under lock-delay after the
+    /// delay (the holder is still at work). Checked at acquisition (at least 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> ReentrantLock {
         self.spec.max_hold = Some(max_hold);
         self

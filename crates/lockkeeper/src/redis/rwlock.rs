@@ -131,8 +131,9 @@ impl RwLock {
     }
 
     /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
-    /// `is_held()` turns false at that instant, and the lock is released (a clean release, so
-    /// the next holder gets it at once). Checked at acquisition (at least 1 ms).
+    /// `is_held()` turns false at that instant, and the lock is given up: the next holder gets
+    /// it at once, or under lock-delay after the delay (the holder is still at work). Checked
+    /// at acquisition (at least 1 ms).
     pub fn max_hold(mut self, max_hold: Duration) -> RwLock {
         self.spec.max_hold = Some(max_hold);
         self
