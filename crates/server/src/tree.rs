@@ -268,6 +268,10 @@ impl Default for DataTree {
 impl DataTree {
     /// A fresh tree as ZooKeeper starts one: "/" plus "/zookeeper" with its "quota" and "config"
     /// children, added without transactions (hence root's cversion of -1 and zxids of 0).
+    ///
+    /// Each starts with empty data, not null, as in ZooKeeper: `getConfig` reads
+    /// "/zookeeper/config", which a standalone ZooKeeper leaves empty, and clients parse what it
+    /// answers (Curator's ensemble tracker fails on every connect when given null).
     pub fn new() -> DataTree {
         let mut tree = DataTree {
             nodes: BTreeMap::new(),
@@ -286,14 +290,14 @@ impl DataTree {
                 id: "anyone".into(),
             },
         }]);
-        for (p, acl) in [
-            ("/", &open),
-            ("/zookeeper", &open),
-            ("/zookeeper/quota", &open),
-            ("/zookeeper/config", &read_only),
-        ] {
-            tree.nodes
-                .insert(p.into(), Box::new(Node::new(None, acl.clone(), 0, 0, 0)));
+        for (p, acl) in INITIAL_PATHS
+            .into_iter()
+            .zip([&open, &open, &open, &read_only])
+        {
+            tree.nodes.insert(
+                p.into(),
+                Box::new(Node::new(Some(Bytes::new()), acl.clone(), 0, 0, 0)),
+            );
             if let Some(parent) = path::parent(p).and_then(|parent| tree.get_mut(parent)) {
                 parent.num_children += 1;
             }
@@ -564,6 +568,17 @@ impl DataTree {
                 parent.num_children += 1;
             }
         }
+        // Snapshots taken before these nodes started with empty data hold null for them. A node
+        // no transaction has written (mzxid 0) still has its initial data, so it reads as a
+        // fresh tree's would; one that was written keeps what the write gave it.
+        for p in INITIAL_PATHS {
+            if let Some(node) = tree.get_mut(p)
+                && node.mzxid == 0
+                && node.data.is_none()
+            {
+                node.data = Some(Box::default());
+            }
+        }
         tree.data_size = tree.measure_data_size();
         tree
     }
@@ -633,6 +648,9 @@ impl DataTree {
     }
 }
 
+/// The nodes every tree starts with, parents first, as ZooKeeper creates them.
+const INITIAL_PATHS: [&str; 4] = ["/", "/zookeeper", "/zookeeper/quota", "/zookeeper/config"];
+
 /// What one node adds to [`DataTree::approximate_data_size`].
 fn node_size(path: &str, node: &Node) -> usize {
     path.len() + node.data.as_ref().map_or(0, |d| d.len())
@@ -650,6 +668,31 @@ mod tests {
         let zk = tree.get("/zookeeper").unwrap().stat();
         assert_eq!((zk.cversion, zk.num_children), (-2, 2));
         assert_eq!(tree.get("/zookeeper/config").unwrap().stat().aversion, -1);
+        for p in INITIAL_PATHS {
+            assert_eq!(tree.get(p).unwrap().data.as_deref(), Some(&[][..]), "{p}");
+        }
+    }
+
+    /// A snapshot written when the initial nodes held null data restores them empty, unless a
+    /// transaction wrote them (null included).
+    #[test]
+    fn restore_reads_unwritten_initial_nodes_as_empty() {
+        let fresh = DataTree::new();
+        let mut records: Vec<NodeRecord> = INITIAL_PATHS
+            .iter()
+            .map(|p| {
+                let mut node = fresh.get(p).unwrap().clone();
+                node.data = None;
+                (p.to_string(), node)
+            })
+            .collect();
+        records[0].1.mzxid = 5;
+        records[0].1.version = 1;
+        let tree = DataTree::restore(fresh.acls(), records);
+        assert_eq!(tree.get("/").unwrap().data, None, "written null stays null");
+        for p in &INITIAL_PATHS[1..] {
+            assert_eq!(tree.get(p).unwrap().data.as_deref(), Some(&[][..]), "{p}");
+        }
     }
 
     #[test]

@@ -19,7 +19,9 @@ use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lockkeeper_testkit::{TestServer, both, compile_java, curator_classpath, java};
+use lockkeeper_testkit::{
+    TestServer, both, compile_java, curator_classpath, java, java_classpath, java_jar,
+};
 
 /// Where the Java sources live, next to this file.
 fn sources_dir() -> PathBuf {
@@ -74,9 +76,27 @@ fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
 }
 
 impl Check {
-    /// Starts `class` with the server's connect string followed by `args`.
+    /// Starts `class` with the server's connect string followed by `args`; Curator's own log is
+    /// discarded.
     fn spawn(server: &dyn TestServer, class: &str, args: &[&str]) -> Check {
-        let classpath = format!("{}:{}", classes_dir().display(), curator_classpath());
+        Check::spawn_on(server, class, args, &curator_classpath())
+    }
+
+    /// Like [`Check::spawn`], with Curator's log written to stderr (slf4j-simple at INFO), for
+    /// a check about what Curator logs.
+    fn spawn_logging(server: &dyn TestServer, class: &str, args: &[&str]) -> Check {
+        let jars = format!(
+            "{}:{}",
+            java_classpath(),
+            java_jar("slf4j-simple", "libslf4j-java").display()
+        );
+        Check::spawn_on(server, class, args, &jars)
+    }
+
+    /// Starts `class` on the compiled checks followed by `jars` (the client and one slf4j
+    /// binding: the binding decides whether Curator's log is seen).
+    fn spawn_on(server: &dyn TestServer, class: &str, args: &[&str], jars: &str) -> Check {
+        let classpath = format!("{}:{jars}", classes_dir().display());
         let mut child = Command::new(java())
             .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg("-Djava.net.preferIPv4Stack=true")
@@ -294,6 +314,32 @@ fn persistent_watches_fire_until_removed() {
             "PersistentWatcherCheck",
             "persistent-watch",
             &["/watched"],
+        );
+    }
+}
+
+/// Curator's EnsembleTracker (on in every Curator 5.4 client) reads `/zookeeper/config` with
+/// getConfig at start and on each connect and parses it as properties: the check does a few
+/// operations with Curator's log on and finds no error in it. Null config data made every client
+/// log "Background exception was not retry-able" with a NullPointerException ("buf" is null).
+#[test]
+fn ensemble_tracker_logs_no_error() {
+    for server in both() {
+        let done =
+            Check::spawn_logging(server.as_ref(), "EnsembleTrackerCheck", &[]).finish(JVM_LIMIT);
+        assert_passed(&done, "ensemble-tracker");
+        for needle in ["\"buf\" is null", "NullPointerException", "not retry-able"] {
+            assert!(
+                !done.stdout.contains(needle) && !done.stderr.contains(needle),
+                "Curator's output contains {needle:?}\n{}",
+                done.transcript()
+            );
+        }
+        assert!(
+            done.stderr.contains("New config event received"),
+            "Curator's log does not show the ensemble tracker's work (is slf4j-simple on the \
+             classpath?)\n{}",
+            done.transcript()
         );
     }
 }
