@@ -185,6 +185,9 @@ impl Failure {
             Error::Redis(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
                 exit::UNAVAILABLE
             }
+            // A request the backend never answered (a timed wait's withdrawal past its
+            // deadline, say): the backend stopped answering, which is not our failure.
+            e if e.is_connection_loss() => exit::UNAVAILABLE,
             _ => exit::SOFTWARE,
         };
         Failure {

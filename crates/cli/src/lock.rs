@@ -24,6 +24,7 @@ use std::time::Duration;
 use lockkeeper::FencingToken;
 use lockkeeper::redis::{LeaseGuard, RwGuard, SemaphorePermit};
 use lockkeeper::zk::{Leases, LockGuard};
+use tokio::time::Instant;
 
 use crate::backend::{BackendArgs, Failure, Handle, parse_duration};
 use crate::exit;
@@ -71,6 +72,11 @@ pub struct LockArgs {
     /// SIGKILL.
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     kill_after: Duration,
+    /// How long releasing the lock and closing the connection may take on the way out, all
+    /// told; past it lockkeeper exits anyway, saying the release was not confirmed (the
+    /// backend then frees the lock when the session or lease ends).
+    #[arg(long, value_name = "D", default_value = "2s", value_parser = parse_duration)]
+    release_timeout: Duration,
     /// How long this holder may go unheard before the backend gives its lock away: the
     /// ZooKeeper session timeout (the server may bound it), the Redis lease, renewed every
     /// third of it, or the etcd lease's TTL, likewise.
@@ -131,7 +137,7 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             // The acquisition is dropped, which withdraws it; on ZooKeeper, closing ends the
             // session, and its waiting node with it, before this process exits.
             eprintln!("lockkeeper lock: interrupted while waiting for {name}");
-            close(&handle).await;
+            close(&handle, Instant::now() + args.release_timeout).await;
             return Ok(128 + sig as u8);
         }
     };
@@ -143,12 +149,22 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
                 _ => "held by someone else".into(),
             };
             eprintln!("lockkeeper lock: {name} on {backend}: {why}");
-            close(&handle).await;
+            close(&handle, Instant::now() + args.release_timeout).await;
             return Ok(exit::NOT_ACQUIRED);
         }
         Err(err) => {
-            close(&handle).await;
-            return Err(Failure::from_lib(&format!("{name} on {backend}"), err));
+            close(&handle, Instant::now() + args.release_timeout).await;
+            let what = format!("{name} on {backend}");
+            let cause = err.to_string();
+            let mut failure = Failure::from_lib(&what, err);
+            // The answer a cron wrapper acts on: not "someone else has it" (75), but a backend
+            // that could not say either way.
+            if let (exit::UNAVAILABLE, Wait::Within(d)) = (failure.code, wait) {
+                failure.message = format!(
+                    "{what}: not acquired within {d:?}: the backend is unreachable: {cause}"
+                );
+            }
+            return Err(failure);
         }
     };
     let token = holder.token();
@@ -178,14 +194,23 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             }
         }
     };
-    match holder.release().await {
-        Ok(()) => {}
+    // One deadline for the way out: a backend that stopped answering must not keep the
+    // process (and whoever waits for its exit code) for retries and response timeouts.
+    let until = Instant::now() + args.release_timeout;
+    match tokio::time::timeout_at(until, holder.release()).await {
+        Ok(Ok(())) => {}
         // After a loss there is nothing left to release, and the loss was reported. (A loss
         // just as the command ended is not hidden: its release error is printed below.)
-        Err(lockkeeper::Error::NotHeld) if code == exit::LOST => {}
-        Err(err) => eprintln!("lockkeeper lock: releasing {name}: {err}"),
+        Ok(Err(lockkeeper::Error::NotHeld)) if code == exit::LOST => {}
+        Ok(Err(err)) => eprintln!("lockkeeper lock: releasing {name}: {err}"),
+        Err(_) => eprintln!(
+            "lockkeeper lock: releasing {name} on {backend}: the release was not confirmed \
+             within {:?} (--release-timeout); the backend frees the lock when this session or \
+             lease ends",
+            args.release_timeout
+        ),
     }
-    close(&handle).await;
+    close(&handle, until).await;
     Ok(code)
 }
 
@@ -205,7 +230,8 @@ async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut
     }
 }
 
-/// Ends the connection to the backend before the process exits.
+/// Ends the connection to the backend before the process exits, giving up at `until` (the
+/// `--release-timeout` deadline of the way out) with a line saying what was not confirmed.
 ///
 /// On ZooKeeper, closing the session deletes every node it still has (a withdrawn waiter's
 /// included) at once, rather than a session timeout later: `Session::close` returns once the
@@ -216,18 +242,32 @@ async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut
 ///
 /// On etcd, closing revokes the session's lease, which deletes a withdrawn waiter's key at once
 /// rather than a TTL later.
-async fn close(handle: &Handle) {
-    match handle {
-        Handle::Zk(session) => session.close().await,
-        Handle::Redis(redis) => {
-            redis.close().await;
+async fn close(handle: &Handle, until: Instant) {
+    let closing = async {
+        match handle {
+            Handle::Zk(session) => {
+                session.close().await;
+                true
+            }
+            Handle::Redis(redis) => redis.close().await,
+            #[cfg(feature = "etcd")]
+            Handle::Etcd(session) => match session.close().await {
+                // A lost session has nothing left to close; the loss was reported.
+                Ok(()) | Err(lockkeeper::Error::SessionLost) => true,
+                Err(err) => {
+                    eprintln!("lockkeeper lock: closing the etcd session: {err}");
+                    true
+                }
+            },
         }
-        #[cfg(feature = "etcd")]
-        Handle::Etcd(session) => match session.close().await {
-            // A lost session has nothing left to close; the loss was reported.
-            Ok(()) | Err(lockkeeper::Error::SessionLost) => {}
-            Err(err) => eprintln!("lockkeeper lock: closing the etcd session: {err}"),
-        },
+    };
+    // Polled once even past `until`, so the local part of closing (ending the session on our
+    // side) always happens.
+    if !matches!(tokio::time::timeout_at(until, closing).await, Ok(true)) {
+        eprintln!(
+            "lockkeeper lock: closing the connection to the backend was not confirmed by the \
+             --release-timeout deadline; what it still held goes when its session or lease ends"
+        );
     }
 }
 

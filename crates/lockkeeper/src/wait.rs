@@ -4,10 +4,22 @@
 //!
 //! A zero timeout is refused rather than read as "try once": the `try_` variants say that
 //! explicitly, and a zero computed by mistake should not silently turn a wait into a poll.
+//!
+//! A timed wait is bounded as a whole: once its deadline passes, withdrawing from the wait
+//! (deleting a waiting node, leaving a line) may take at most [`WITHDRAWAL`] more, and a
+//! backend that does not answer the withdrawal in that time is an error, not "not acquired":
+//! `Ok(None)` promises that the backend was heard saying the lock is someone else's.
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+
+/// How long withdrawing from a timed wait may take past its deadline. A working backend
+/// answers in milliseconds; one that has not answered in a second is not going to answer
+/// before a caller who asked for a deadline stops caring.
+pub(crate) const WITHDRAWAL: Duration = Duration::from_secs(1);
 
 /// How long a blocking call may wait.
 #[derive(Clone, Copy, Debug)]
@@ -28,6 +40,15 @@ impl Deadline {
             ));
         }
         Ok(Deadline::At(Instant::now() + timeout))
+    }
+
+    /// The instant by which a timed wait must have withdrawn ([`WITHDRAWAL`] past its
+    /// deadline); `None` for waits without a deadline.
+    pub(crate) fn withdrawn_by(&self) -> Option<Instant> {
+        match self {
+            Deadline::At(at) => Some(*at + WITHDRAWAL),
+            Deadline::Never | Deadline::Now => None,
+        }
     }
 
     pub(crate) fn passed(&self) -> bool {

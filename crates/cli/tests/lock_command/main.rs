@@ -7,17 +7,22 @@
 //! collide on); that a lost lock stops the command's whole process group and exits 76, and
 //! what is not a loss (`loss`: a holder frozen past its session or lease, a revocation, a
 //! deleted node, SIGKILL after `--kill-after`, signal forwarding, a server restart); the exit
-//! codes (`exit_codes`); the other lock kinds and backends (`shapes`: semaphore, read-write,
+//! codes (`exit_codes`); a backend killed or frozen under a `--timeout` wait (`backend_faults`); the other lock kinds and backends (`shapes`: semaphore, read-write,
 //! Sentinel, Cluster); etcd (`etcd`, with the `etcd` feature: exclusion among commands and
 //! with `etcdctl lock`, loss, unreachable members). The processes and their bounded waits are in `support`.
 //!
 //! Every wait is bounded: a process that does not finish in time is killed (by its PID) and the
 //! test fails with what it printed.
 
+mod backend_faults;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod exclusion;
 mod exit_codes;
+/// Keeper as a process of its own (`lockkeeper serve`), which a test can SIGKILL.
+#[allow(dead_code)]
+#[path = "../support/mod.rs"]
+mod keeper_process;
 mod loss;
 mod shapes;
 mod support;

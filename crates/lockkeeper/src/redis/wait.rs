@@ -4,6 +4,12 @@
 //! Every attempt runs in a task of its own. If the caller's future is dropped while an attempt
 //! is on the wire, the task still sees the answer, and if the attempt won the lock it gives it
 //! back at once: a cancelled `lock()` leaves nothing behind on the server.
+//!
+//! A timed wait is bounded as a whole (see [`crate::wait`]): every request it sends must be
+//! answered by [`WITHDRAWAL`] past the deadline, and the last attempt, made at the deadline,
+//! doubles as the proof that the server still answers. So `Ok(None)` means the server said
+//! "busy" at the deadline; a server that stopped answering is an error saying so, however
+//! long the connection's own response timeout is.
 
 use std::future::Future;
 use std::time::Duration;
@@ -15,6 +21,7 @@ use tokio::time::Instant;
 use super::conn::Conn;
 use super::pubsub::Subscriber;
 use crate::Result;
+use crate::wait::WITHDRAWAL;
 
 /// What one attempt found.
 pub(crate) enum Attempt<T> {
@@ -75,19 +82,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
-    if let Attempt::Acquired(held) = attempt().await? {
+    let by = deadline.map(|deadline| deadline + WITHDRAWAL);
+    if let Attempt::Acquired(held) = answered(by, "to an attempt", attempt()).await? {
         return Ok(Some(held));
     }
-    let subscribe = subscriber.subscribe(channel);
-    let mut subscription = match deadline {
-        None => subscribe.await?,
-        Some(deadline) => match tokio::time::timeout_at(deadline, subscribe).await {
-            Ok(subscription) => subscription?,
-            Err(_) => return Ok(None),
-        },
-    };
+    let subscribe = async { Ok(subscriber.subscribe(channel).await?) };
+    let mut subscription = answered(by, "to the subscription", subscribe).await?;
     loop {
-        let retry_after = match attempt().await? {
+        let retry_after = match answered(by, "to an attempt", attempt()).await? {
             Attempt::Acquired(held) => return Ok(Some(held)),
             Attempt::Busy(retry_after) => retry_after,
         };
@@ -113,6 +115,29 @@ where
                 _ = tokio::time::sleep_until(wake) => break,
             }
         }
+    }
+}
+
+/// `request`'s answer, if it comes by `by` (no bound without one); past it, the error of a
+/// server that stopped answering, a timeout naming what went unanswered.
+async fn answered<T>(
+    by: Option<Instant>,
+    what: &str,
+    request: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(by) = by else {
+        return request.await;
+    };
+    match tokio::time::timeout_at(by, request).await {
+        Ok(answer) => answer,
+        Err(_) => Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the server is unreachable: no answer {what} within {WITHDRAWAL:?} of the \
+                 deadline"
+            ),
+        ))
+        .into()),
     }
 }
 

@@ -41,7 +41,7 @@ use crate::wait::Deadline;
 use crate::zk::hold::delay::{self, Vanished};
 use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::{create_parents, delete_node};
-use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
+use crate::zk::session::{Generation, Health, Session, is_connection_loss, is_terminal};
 
 /// A recipe's answer for one node of the queue.
 pub(crate) enum Decision {
@@ -149,6 +149,11 @@ impl Queue {
             .await
     }
 
+    /// Waits in line; a timed wait is bounded as a whole (see [`crate::wait`]): when its
+    /// deadline passes, whatever the wait is doing (waiting for a watch, a connection, a
+    /// retried request) is dropped and the waiting node withdrawn within
+    /// [`WITHDRAWAL`](crate::wait::WITHDRAWAL). `Ok(None)` only when the server confirmed the
+    /// withdrawal; a server that did not answer in time is an error naming why.
     async fn acquire_node(
         &self,
         session: &Session,
@@ -156,6 +161,61 @@ impl Queue {
         deadline: Deadline,
         data: &[u8],
         options: HoldOptions,
+    ) -> Result<Option<Held>> {
+        let mut pending = None;
+        let (Deadline::At(at), Some(by)) = (deadline, deadline.withdrawn_by()) else {
+            let waited = self
+                .wait_in_line(session, rule, deadline, data, options, &mut pending)
+                .await?;
+            if waited.is_none() {
+                if let Some(mut pending) = pending {
+                    pending.withdraw().await?;
+                }
+            }
+            return Ok(waited);
+        };
+        let waiting = self.wait_in_line(session, rule, deadline, data, options, &mut pending);
+        match tokio::time::timeout_at(at, waiting).await {
+            Ok(Ok(Some(held))) => return Ok(Some(held)),
+            // The pending node, if any, is deleted in the background as it is dropped.
+            Ok(Err(err)) => return Err(err),
+            Ok(Ok(None)) | Err(_) => {}
+        }
+        let generation = match &pending {
+            Some(pending) => pending.generation.clone(),
+            None => session.generation(),
+        };
+        let withdrawn = match pending.as_mut() {
+            Some(pending) => tokio::time::timeout_at(by, pending.withdraw())
+                .await
+                .map_err(|_| unanswered(&generation, "while withdrawing the waiting node")),
+            // No node was created: the wait never had a connected session.
+            None if generation.health() == Health::Connected => Ok(Ok(())),
+            None => Err(unanswered(&generation, "while connecting")),
+        };
+        match withdrawn {
+            Ok(Ok(())) => Ok(None),
+            Ok(Err(err)) => Err(err),
+            // Still armed: dropping it leaves the delete to a background task (the node goes
+            // with the session anyway if the server never answers again).
+            Err(err) => {
+                drop(pending);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// The wait itself: creates our node (into `pending`, so that a caller whose deadline cut
+    /// this short can withdraw it), waits for our turn, and queues again if the node is
+    /// deleted. `Ok(None)` when the deadline passed, leaving the node in `pending`, armed.
+    async fn wait_in_line(
+        &self,
+        session: &Session,
+        rule: Rule<'_>,
+        deadline: Deadline,
+        data: &[u8],
+        options: HoldOptions,
+        pending: &mut Option<PendingNode>,
     ) -> Result<Option<Held>> {
         let generation = match deadline {
             // try_lock while disconnected: do not wait for the connection.
@@ -165,11 +225,11 @@ impl Queue {
             _ => session.connected_generation().await?,
         };
         loop {
-            let mut pending = PendingNode::new(self, &generation);
+            let node = pending.insert(PendingNode::new(self, &generation));
             // A waiter with lock-delay that gives up leaves as cleanly as a release.
-            pending.recorded = options.lock_delay.is_some();
-            let (name, czxid, mut listing) = pending.create(self, data).await?;
-            let node = self.path_of(&name);
+            node.recorded = options.lock_delay.is_some();
+            let (name, czxid, mut listing) = node.create(self, data).await?;
+            let path = self.path_of(&name);
             match self
                 .wait_turn(
                     &generation,
@@ -182,26 +242,21 @@ impl Queue {
                 .await?
             {
                 Turn::Granted => {
-                    pending.disarm();
+                    node.disarm();
                     if options.lock_delay.is_some() {
-                        delay::note_held(&generation, &node).await;
+                        delay::note_held(&generation, &path).await;
                     }
-                    let held = Held::new(node, FencingToken::new(czxid as u64), generation);
+                    let held = Held::new(path, FencingToken::new(czxid as u64), generation);
                     return Ok(Some(held.with_options(options)));
                 }
-                Turn::TimedOut => {
-                    pending.disarm();
-                    if pending.recorded {
-                        delay::release_recorded(&generation, &node).await?;
-                    } else {
-                        delete_node(&generation, &node).await?;
-                    }
-                    return Ok(None);
-                }
+                Turn::TimedOut => return Ok(None),
                 // Our node was deleted by someone else while we waited: queue again.
                 Turn::NodeGone => {
-                    pending.disarm();
-                    tracing::warn!(node, "lock node deleted while waiting; queueing again");
+                    node.disarm();
+                    tracing::warn!(
+                        node = path,
+                        "lock node deleted while waiting; queueing again"
+                    );
                 }
             }
         }
@@ -618,6 +673,78 @@ impl PendingNode {
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
+
+    /// Deletes the node now (found by its uuid if the create was not answered), and disarms
+    /// once that is done. A node already gone counts as withdrawn. Cancel-safe: dropped
+    /// before the end, the node is still armed and `Drop` deletes it in the background.
+    pub(crate) async fn withdraw(&mut self) -> Result<()> {
+        remove(
+            &self.generation,
+            &self.dir,
+            &self.protection,
+            self.created.clone(),
+            self.recorded,
+        )
+        .await?;
+        self.armed = false;
+        Ok(())
+    }
+}
+
+/// Deletes what an acquisition created in `dir`: `created`, or every child whose name carries
+/// its `protection` (requests are ordered per session, so a listing sent now sees a create
+/// that was sent before it, even if its answer never reached us). A node already gone is
+/// not an error.
+async fn remove(
+    generation: &Generation,
+    dir: &str,
+    protection: &str,
+    created: Option<String>,
+    recorded: bool,
+) -> Result<()> {
+    let names = match created {
+        Some(name) => vec![name],
+        None => match generation
+            .retry(|client| async move { client.list_children(dir).await })
+            .await
+        {
+            Ok(children) => children
+                .into_iter()
+                .filter(|c| c.starts_with(protection))
+                .collect(),
+            Err(Error::Zk(lockkeeper_zk_client::Error::NoNode)) => Vec::new(),
+            Err(err) => return Err(err),
+        },
+    };
+    for name in names {
+        let node = format!("{dir}/{name}");
+        let deleted = if recorded {
+            delay::release_recorded(generation, &node).await
+        } else {
+            delete_node(generation, &node).await
+        };
+        match deleted {
+            Ok(()) | Err(Error::NotHeld) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+/// The error of a timed wait whose withdrawal the server did not answer within
+/// [`WITHDRAWAL`](crate::wait::WITHDRAWAL) of the deadline: a connection loss (the node may
+/// or may not be gone; it goes with the session if the server never answers), saying what the
+/// session's connection looked like.
+pub(crate) fn unanswered(generation: &Generation, doing: &str) -> lockkeeper_zk_client::Error {
+    let state = match generation.health() {
+        Health::Connected => "connected, but the server did not answer",
+        Health::Suspended => "the connection to the server is down",
+        Health::Ended => "the session ended",
+    };
+    lockkeeper_zk_client::Error::ConnectionLoss(format!(
+        "the server is unreachable: no answer within {:?} of the deadline {doing} ({state})",
+        crate::wait::WITHDRAWAL
+    ))
 }
 
 impl Drop for PendingNode {
@@ -635,36 +762,8 @@ impl Drop for PendingNode {
         let created = self.created.take();
         let recorded = self.recorded;
         runtime.spawn(async move {
-            // Requests are ordered per session, so a listing sent now sees a create that was
-            // sent before it, even if its answer never reached us.
-            let names = match created {
-                Some(name) => vec![name],
-                None => match generation
-                    .retry(|client| {
-                        let dir = dir.clone();
-                        async move { client.list_children(&dir).await }
-                    })
-                    .await
-                {
-                    Ok(children) => children
-                        .into_iter()
-                        .filter(|c| c.starts_with(&protection))
-                        .collect(),
-                    Err(_) => Vec::new(),
-                },
-            };
-            for name in names {
-                let node = format!("{}/{}", dir, name);
-                let deleted = if recorded {
-                    delay::release_recorded(&generation, &node).await
-                } else {
-                    delete_node(&generation, &node).await
-                };
-                if let Err(err) = deleted {
-                    if !matches!(err, Error::NotHeld) {
-                        tracing::warn!(node, %err, "could not delete an abandoned lock node");
-                    }
-                }
+            if let Err(err) = remove(&generation, &dir, &protection, created, recorded).await {
+                tracing::warn!(dir, %err, "could not delete an abandoned lock node");
             }
         });
     }

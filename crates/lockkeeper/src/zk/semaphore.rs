@@ -36,7 +36,7 @@ use crate::wait::Deadline;
 use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::delete_node;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{LOCK_MARKER, PendingNode, Queue, node_data, predecessor_rule};
+use crate::zk::queue::{LOCK_MARKER, PendingNode, Queue, node_data, predecessor_rule, unanswered};
 use crate::zk::session::{Generation, Health, Session};
 
 /// The marker of a lease node, as Curator names it: `_c_{uuid}-lease-{sequence}`.
@@ -236,9 +236,28 @@ impl Semaphore {
             held: Arc::new(lock),
             done: false,
         };
-        let leases = self.take_leases(&generation, n, deadline).await;
+        // A timed acquisition is bounded as a whole (see `crate::wait`): taking the leases and
+        // letting the internal mutex go end by the withdrawal deadline, or say the server did
+        // not answer (what was cut short is deleted in the background).
+        let by = deadline.withdrawn_by();
+        let taking = self.take_leases(&generation, n, deadline);
+        let leases = match by {
+            None => taking.await,
+            Some(by) => tokio::time::timeout_at(by, taking)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(unanswered(&generation, "while withdrawing the waiting leases").into())
+                }),
+        };
         // Granted or not, the next acquisition may go now.
-        let unlocked = lock.release().await;
+        let unlocked = match by {
+            None => lock.release().await,
+            Some(by) => tokio::time::timeout_at(by, lock.release())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(unanswered(&generation, "while releasing the internal lock").into())
+                }),
+        };
         let leases = leases?;
         match unlocked {
             Ok(()) => Ok(leases),
