@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::backend::{BackendArgs, Failure, Handle, parse_duration};
 use crate::exit;
+use crate::loss;
 use crate::run::{self, Outcome, Signals};
 
 const EXIT_CODES: &str = "\
@@ -169,7 +170,7 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
     };
     let token = holder.token();
     let code = if args.command.is_empty() {
-        hold(&holder, name, token, &mut interrupts).await
+        hold(&holder, &handle, name, token, &mut interrupts).await
     } else {
         drop(interrupts);
         let env = [
@@ -177,7 +178,8 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             ("LOCKKEEPER_LOCK", name.to_string()),
             ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
         ];
-        let outcome = run::supervise(&args.command, &env, args.kill_after, holder.lost()).await;
+        let lost = holder.lost(&handle, name);
+        let outcome = run::supervise(&args.command, &env, args.kill_after, lost).await;
         match outcome {
             Ok(Outcome::Exited(code)) => code,
             Ok(Outcome::Stopped {
@@ -216,13 +218,19 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
 
 /// Holds without a command: prints the token, waits for SIGINT/SIGTERM (exit 0) or the loss
 /// (exit 76).
-async fn hold(holder: &Holder, name: &str, token: FencingToken, interrupts: &mut Signals) -> u8 {
+async fn hold(
+    holder: &Holder,
+    handle: &Handle,
+    name: &str,
+    token: FencingToken,
+    interrupts: &mut Signals,
+) -> u8 {
     println!("{token}");
     eprintln!(
         "lockkeeper lock: holding {name} with fencing token {token}; SIGINT or SIGTERM releases it"
     );
     tokio::select! {
-        reason = holder.lost() => {
+        reason = holder.lost(handle, name) => {
             eprintln!("lockkeeper lock: {name}: {reason}");
             exit::LOST
         }
@@ -447,41 +455,88 @@ impl Holder {
         }
     }
 
-    /// Resolves when the command must stop, with why.
-    async fn lost(&self) -> String {
-        const LEASE: &str = "the Redis lease could not be renewed in time: the lock is lost";
-        match self {
+    /// Resolves when the command must stop, with why: the cause established as
+    /// [`crate::loss`] describes.
+    async fn lost(&self, handle: &Handle, name: &str) -> String {
+        let observed = match self {
             Holder::Zk(guard) => tokio::select! {
-                () = guard.lost() => ZK_LOST.into(),
+                observed = loss::observe(guard.lost(), || guard.valid_until()) => observed,
                 () = guard.revocation_requested() => {
-                    "revocation requested (lockkeeper revoke, or a Curator Revoker): \
-                     giving the lock up"
-                        .into()
+                    return "revocation requested (lockkeeper revoke, or a Curator Revoker): \
+                            giving the lock up"
+                        .into();
                 }
             },
-            Holder::ZkLeases(leases) => {
-                leases.lost().await;
-                ZK_LOST.into()
-            }
-            Holder::Redis(guard) => {
-                guard.lost().await;
-                LEASE.into()
-            }
+            Holder::ZkLeases(leases) => loss::observe(leases.lost(), || leases.valid_until()).await,
+            Holder::Redis(guard) => loss::observe(guard.lost(), || guard.valid_until()).await,
             Holder::RedisPermit(permit) => {
-                permit.lost().await;
-                LEASE.into()
+                loss::observe(permit.lost(), || permit.valid_until()).await
             }
-            Holder::RedisRw(guard) => {
-                guard.lost().await;
-                LEASE.into()
+            Holder::RedisRw(guard) => loss::observe(guard.lost(), || guard.valid_until()).await,
+            #[cfg(feature = "etcd")]
+            Holder::Etcd(guard) => loss::observe(guard.lost(), || guard.valid_until()).await,
+        };
+        self.cause(&observed, handle, name).await
+    }
+
+    /// Why the lock was lost, from what was observed up to the loss and, when that does not
+    /// tell, the backend's answer about the node or key.
+    async fn cause(&self, observed: &loss::Observed, handle: &Handle, name: &str) -> String {
+        const REDIS_UNHEARD: &str = "Redis did not answer the lease's renewals in time (lease \
+                                     not renewed)";
+        match (self, handle) {
+            (Holder::Zk(_) | Holder::ZkLeases(_), Handle::Zk(session)) => {
+                let local = observed.local_cause(
+                    "ZooKeeper session",
+                    "the server was not heard from for the session timeout",
+                );
+                if let Some(cause) = local {
+                    return format!("{cause}: the lock is lost");
+                }
+                let (node, token) = match self {
+                    Holder::Zk(guard) => (guard.node().to_owned(), guard.fencing_token()),
+                    Holder::ZkLeases(leases) => (
+                        leases
+                            .nodes()
+                            .first()
+                            .copied()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        self.token(),
+                    ),
+                    _ => unreachable!("matched above"),
+                };
+                loss::zk_cause(session, &node, token).await
+            }
+            (Holder::Redis(guard), Handle::Redis(redis)) => {
+                if let Some(cause) = observed.local_cause("Redis lease", REDIS_UNHEARD) {
+                    return format!("{cause}: the lock is lost");
+                }
+                redis_cause(redis, name, guard.token()).await
+            }
+            (Holder::RedisPermit(_) | Holder::RedisRw(_), _) => {
+                observed
+                    .local_cause("Redis lease", REDIS_UNHEARD)
+                    .unwrap_or_else(|| {
+                        "lease not renewed: Redis refused the renewal (the key was deleted, or \
+                     expired and was taken)"
+                            .into()
+                    })
+                    + ": the lock is lost"
             }
             #[cfg(feature = "etcd")]
-            Holder::Etcd(guard) => {
-                guard.lost().await;
-                "the etcd lease expired or could not be renewed in time (or the process was \
-                 paused past it), or the lock key was deleted: the lock is lost"
-                    .into()
-            }
+            (Holder::Etcd(_), _) => observed
+                .local_cause(
+                    "etcd lease",
+                    "etcd did not answer the lease's keep-alives in time (lease not renewed)",
+                )
+                .map(|cause| format!("{cause}: the lock is lost"))
+                .unwrap_or_else(|| {
+                    "the etcd lease expired or could not be renewed, or the lock key was \
+                     deleted: the lock is lost"
+                        .into()
+                }),
+            _ => "the lock is lost".into(),
         }
     }
 
@@ -498,9 +553,33 @@ impl Holder {
     }
 }
 
-/// Why a ZooKeeper lock was lost, once a suspension was not ridden out.
-const ZK_LOST: &str = "the ZooKeeper session ended, was paused past its timeout, or the lock \
-                       node was deleted: the lock is lost";
+/// Why a Redis lease lock whose deadline had not passed was lost: asks the server (within
+/// [`loss::ASK_LIMIT`]) what its key holds now.
+async fn redis_cause(redis: &lockkeeper::redis::Redis, name: &str, token: &str) -> String {
+    let lock = redis.lease_lock(name);
+    let key = lock.key();
+    let mut get = redis::cmd("GET");
+    get.arg(key);
+    let get = redis.command::<Option<String>>(&get);
+    match tokio::time::timeout(loss::ASK_LIMIT, get).await {
+        Ok(Ok(None)) => format!(
+            "the lock key {key} was deleted (an operator's DEL, `lockkeeper revoke --force`, \
+             force_unlock): the lock is lost"
+        ),
+        Ok(Ok(Some(holder))) if holder != token => format!(
+            "the lock key {key} was deleted or expired, and another holder has it now: the lock \
+             is lost"
+        ),
+        Ok(Ok(Some(_))) => "lease not renewed in time (the key is still ours on the server, \
+                            but its renewal was not confirmed): the lock is given up"
+            .into(),
+        Ok(Err(err)) => format!("lease not renewed: Redis answered {err}: the lock is lost"),
+        Err(_) => format!(
+            "lease not renewed: Redis did not answer within {:?} (unreachable): the lock is lost",
+            loss::ASK_LIMIT
+        ),
+    }
+}
 
 #[cfg(test)]
 mod tests {

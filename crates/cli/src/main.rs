@@ -10,6 +10,7 @@ mod elect;
 mod exit;
 mod inspect;
 mod lock;
+mod loss;
 mod revoke;
 mod run;
 mod serve;

@@ -146,3 +146,95 @@ fn a_timeout_ends_by_its_deadline_when_redis_is_frozen() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// A holder whose server freezes under its running command: the loss is seen within the
+/// session timeout (or lease), named as a local deadline passed with the server unheard, and
+/// the way out (release, close) is bounded by `--release-timeout` (2 s), after which the exit
+/// says the release was not confirmed (`unconfirmed`: on Redis the lease may still be on the
+/// server; a ZooKeeper guard past its deadline has nothing left to release). Before, the
+/// release's retries and the Redis close's three response timeouts kept the process 15 to
+/// 23 s.
+fn exit_after_a_frozen_server(
+    backend: &str,
+    name: &str,
+    session_timeout: Duration,
+    pid: u32,
+    unconfirmed: bool,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let timeout = format!("{}s", session_timeout.as_secs());
+    let (holder, _child) = crate::support::holder_running(
+        backend,
+        name,
+        dir.path(),
+        &["--session-timeout", &timeout],
+        r#"echo $$ > "$1/child.pid"; exec sleep 300"#,
+    );
+    signal(pid, libc::SIGSTOP);
+    let stopped = Instant::now();
+    let output = std::panic::catch_unwind(|| finish(holder, RUN_LIMIT, "the holder"));
+    let took = stopped.elapsed();
+    signal(pid, libc::SIGCONT);
+    let output = output.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    eprintln!(
+        "{backend}: exited {took:?} after SIGSTOP: {}",
+        stderr(&output).trim()
+    );
+    assert_code(&output, 76, backend);
+    let text = stderr(&output);
+    assert!(
+        text.contains("local deadline passed"),
+        "{backend}: the cause is not named\n{}",
+        describe(&output)
+    );
+    assert_eq!(
+        text.contains("not confirmed"),
+        unconfirmed,
+        "{backend}: whether the release was confirmed\n{}",
+        describe(&output)
+    );
+    assert!(
+        !text.contains("paused for"),
+        "{backend}: {}",
+        describe(&output)
+    );
+    // The loss within the session timeout, 2 s for the way out, and a loaded machine's slack.
+    let limit = session_timeout + Duration::from_secs(2) + Duration::from_secs(4);
+    assert!(
+        took < limit,
+        "{backend}: exited {took:?} after SIGSTOP\n{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn the_exit_after_a_frozen_zookeeper_is_bounded() {
+    if !backend_enabled("zookeeper") {
+        return;
+    }
+    let zk = ApacheZk::start();
+    let backend = format!(
+        "zk://{}",
+        lockkeeper_testkit::TestServer::connect_string(&zk)
+    );
+    // 4 s: the shortest session the test server grants (two ticks of 2 s).
+    exit_after_a_frozen_server(
+        &backend,
+        "/locks/hung",
+        Duration::from_secs(4),
+        zk.pid(),
+        false,
+    );
+}
+
+#[test]
+fn the_exit_after_a_frozen_redis_is_bounded() {
+    let redis = RedisServer::start();
+    exit_after_a_frozen_server(
+        &redis.url(),
+        "hung",
+        Duration::from_secs(2),
+        redis.pid(),
+        true,
+    );
+}

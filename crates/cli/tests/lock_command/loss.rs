@@ -50,6 +50,16 @@ pub(crate) fn loss_by_freezing(backend: &str, name: &str, session_timeout: &str)
     );
     assert_code(&output, 76, backend);
     assert_said(&output, "lost");
+    // The cause, not a list of possible ones: this process was paused past its deadline.
+    assert_said(
+        &output,
+        "local deadline passed: this process was paused for",
+    );
+    assert!(
+        !stderr(&output).contains("deleted"),
+        "{}",
+        describe(&output)
+    );
     // Both die of SIGTERM: no SIGKILL, and no waiting out the 3 s grace for them.
     assert_said(&output, "the command was stopped, its exit code 143");
     assert!(thawed.elapsed() < Duration::from_secs(2), "{backend}");
@@ -233,7 +243,17 @@ fn a_lock_node_deleted_behind_the_holder_is_a_loss() {
         let deleted = Instant::now();
         let output = finish(holder, STOP_LIMIT, "the holder");
         assert_code(&output, 76, server.name());
-        assert_said(&output, "deleted");
+        // The cause, and only it: not a pause, not an expiry.
+        assert_said(
+            &output,
+            &format!("the lock node {node} was deleted by another client"),
+        );
+        let text = stderr(&output);
+        assert!(
+            !text.contains("paused") && !text.contains("expired"),
+            "{}: {text}",
+            server.name()
+        );
         assert!(
             deleted.elapsed() < Duration::from_secs(3),
             "{}",
