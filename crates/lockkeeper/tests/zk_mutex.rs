@@ -114,7 +114,8 @@ async fn grants_in_arrival_order_and_each_release_wakes_at_most_two_waiters() {
         }
         // Let every waiter reach its watches before the first release: its predecessor and,
         // but for the first, the node before that.
-        wait_watches(&connect, 2 * WAITERS - 1).await;
+        // (and the holder's watch on its own node, which keeps `is_held()` live).
+        wait_watches(&connect, 2 * WAITERS).await;
         let woken_before: u64 = sessions.iter().map(Session::notifications).sum();
         assert_eq!(
             woken_before, 0,
@@ -212,8 +213,9 @@ async fn a_handoff_costs_the_next_waiter_no_request() {
         let last_waits = tokio::spawn(async move { mutex.lock().await.unwrap() });
         wait_children(&sessions[0], path, 4).await;
         // The last waiter listed [0, 1, 2, last]: it watches 2, and 1 as the node ahead of 2. With
-        // 1 watching 0, and 2 watching 1 and 0, that is five watches.
-        wait_watches(&connect, 5).await;
+        // 1 watching 0, 2 watching 1 and 0, and the holder 0 watching its own node (so that its
+        // `is_held()` is live), that is six watches.
+        wait_watches(&connect, 6).await;
         let queued = requests_received(&connect, &last);
         let mut waiting = waiting.into_iter();
         for _ in 0..2 {
@@ -248,11 +250,26 @@ async fn a_handoff_costs_the_next_waiter_no_request() {
             .await
             .expect("granted")
             .unwrap();
-        let after = requests_received(&connect, &last);
+        // The grant came from the notification alone. The one request after it is the new
+        // holder's watch on its own node, sent once the lock is granted, off the grant's path.
+        let after =
+            lockkeeper_testkit::within(Duration::from_secs(10), "the holder's watch", async {
+                loop {
+                    let now = requests_received(&connect, &last);
+                    if now > before {
+                        break now;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after = after.max(requests_received(&connect, &last));
         assert_eq!(
             after - before,
-            0,
-            "the handoff to the last waiter took {} requests, not the notification alone",
+            1,
+            "the handoff to the last waiter took {} requests, not the notification alone and \
+             the holder's watch",
             after - before
         );
         granted.release().await.unwrap();
@@ -260,8 +277,10 @@ async fn a_handoff_costs_the_next_waiter_no_request() {
     .await;
 }
 
-/// An uncontended lock and release cost three requests, sent in two round trips: the create
-/// and the listing together, then the delete (Curator's cost three round trips).
+/// An uncontended lock and release cost four requests, and the caller waits for two round
+/// trips: the create and the listing together, then the delete (Curator's cost three round
+/// trips). The fourth is the holder's watch on its own node, which keeps `is_held()` live;
+/// it is sent once the lock is granted and nobody waits for its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_uncontended_lock_and_release_cost_three_requests() {
     for_each_backend(|connect| async move {
@@ -277,11 +296,19 @@ async fn an_uncontended_lock_and_release_cost_three_requests() {
         for _ in 0..3 {
             mutex.lock().await.unwrap().release().await.unwrap();
         }
+        // The last watch may still be on its way: wait for it, then for any stray request.
+        lockkeeper_testkit::within(Duration::from_secs(10), "the last holder's watch", async {
+            while requests_received(&connect, &session) < before + 12 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let after = requests_received(&connect, &session);
         assert_eq!(
             after - before,
-            9,
-            "three uncontended lock+release cycles took {} requests, not 3 each",
+            12,
+            "three uncontended lock+release cycles took {} requests, not 4 each",
             after - before
         );
     })

@@ -466,11 +466,12 @@ async fn wakeups_per_release(b: &Backend, simple: bool, waiters: usize) -> u64 {
         sessions.push(session);
     }
     // Each simple waiter watches the lock node. Each mutex waiter watches its predecessor and,
-    // but for the first, the node before that (to list again early).
+    // but for the first, the node before that (to list again early). The holder watches its
+    // own node (so that `is_held()` is live): one more, before and after the handoff.
     let (watching, after_release) = if simple {
-        (waiters, waiters - 1)
+        (waiters + 1, waiters)
     } else {
-        (2 * waiters - 1, 2 * waiters - 3)
+        (2 * waiters, 2 * waiters - 2)
     };
     b.wait_watches(watching, "every waiter watching").await;
     let woken = |sessions: &[Session]| sessions.iter().map(Session::notifications).sum::<u64>();
