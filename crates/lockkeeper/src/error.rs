@@ -75,6 +75,24 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// A [`RedisFence`](crate::fence::RedisFence) was asked for on a Redis server that does not
+    /// persist every write before acknowledging it, or whose settings could not be read
+    /// (`CONFIG` renamed, disabled or denied). Such a server forgets the fence's highest tokens
+    /// when it restarts, and the fence then accepts older tokens again. `address` is the
+    /// server's `host:port`; `found` is what its settings were, or why they are unknown.
+    #[error(
+        "redis at {address} is not known to persist every write ({found}): a fence there would \
+         forget its highest tokens at a restart and then accept older ones; it needs appendonly \
+         yes with appendfsync always, or an explicit RedisFence::builder(..)\
+         .accept_unpersisted_server()"
+    )]
+    NotDurable {
+        /// The server's `host:port` (or which servers, when they could not be told apart).
+        address: String,
+        /// The settings found (`appendonly no, appendfsync everysec`), or why they are unknown.
+        found: String,
+    },
+
     /// An error from ZooKeeper (or Keeper) that the recipe does not handle itself.
     #[error("zookeeper: {0}")]
     Zk(#[from] lockkeeper_zk_client::Error),

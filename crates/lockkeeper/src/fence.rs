@@ -9,16 +9,24 @@
 //! - **The check, the store of the token and the write are one atomic step.** A check followed
 //!   by a separate write lets two writers both pass the check and the older one land last.
 //! - **An equal token is accepted**: one holder writes many times under one token.
-//! - **A refused write is not an error.** It is the fence working, reported as
-//!   [`Outcome::Refused`] with the highest token seen; `Err` is for a backend that failed or an
-//!   argument that is wrong (an empty resource id is [`Error::InvalidArgument`]).
+//! - **A refused write is not an error** where nothing else rides on it: it is the fence
+//!   working, reported as [`Outcome::Refused`] with the highest token seen; `Err` is for a
+//!   backend that failed or an argument that is wrong (an empty resource id is
+//!   [`Error::InvalidArgument`]). The exception is the SQL fence, whose write usually shares a
+//!   transaction with other writes: there a refusal is [`sql::SqlError::Stale`], so that `?`
+//!   leaves before the commit and the transaction rolls back instead of committing the rest.
+//! - **A fence remembers only as long as its store does.** One whose store can forget
+//!   ([`RedisFence`]: a restart without persistence, a failover to a replica that missed the
+//!   latest writes) then accepts older tokens; it says so, and refuses to be built on a store
+//!   it cannot see persist every write unless the caller opts out by name.
 //! - **The highest token never decreases**, so the accepted writes of one resource carry
 //!   non-decreasing tokens in the order they took effect: no lost update.
 //!
 //! The fences, by where the resource lives:
 //! - [`LocalFence`]: in this process (a service that owns its resource);
 //! - [`RedisFence`]: a Redis-held resource, written by a Lua script that checks and stores the
-//!   token in the same step as the write;
+//!   token in the same step as the write; built only on a server with `appendonly yes` and
+//!   `appendfsync always` unless told otherwise, and still forgetful across a failover;
 //! - [`sql`]: the conditional upsert, as SQL to copy and as helpers for PostgreSQL
 //!   (feature `postgres`) and SQLite (feature `sqlite`);
 //! - [`ZkFence`]: a znode written in a multi with a check that the writer's lock node still
@@ -30,7 +38,7 @@ pub mod sql;
 mod zk;
 
 pub use local::LocalFence;
-pub use redis::RedisFence;
+pub use redis::{RedisFence, RedisFenceBuilder};
 pub use zk::ZkFence;
 
 use crate::{Error, FencingToken, Result};

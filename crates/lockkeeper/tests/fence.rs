@@ -12,6 +12,11 @@ mod support;
 
 #[path = "fence/lost_holders.rs"]
 mod lost_holders;
+#[path = "fence/redis_persistence.rs"]
+mod redis_persistence;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[path = "fence/sql_transactions.rs"]
+mod sql_transactions;
 #[path = "fence/targets.rs"]
 mod targets;
 
@@ -194,7 +199,12 @@ async fn bad_input_is_an_invalid_argument_naming_it() {
 
     let server = RedisServer::start();
     let redis = Redis::connect(&server.url()).await.unwrap();
-    let fence = RedisFence::new(&redis);
+    // Arguments are checked whatever the server keeps: testkit's persists nothing.
+    let fence = RedisFence::builder(&redis)
+        .accept_unpersisted_server()
+        .build()
+        .await
+        .unwrap();
     invalid(
         fence.write("", FencingToken::new(1), b"v").await,
         "resource",

@@ -29,6 +29,14 @@
 //! $2`, refused when it updates no row. Other writes in the same transaction as the fenced
 //! statement commit or roll back with it.
 //!
+//! Invariant of the helpers: **a refusal is an error**, [`SqlError::Stale`] naming the token
+//! offered and the highest seen. The fenced write usually shares a transaction with the
+//! caller's other writes, and a refusal reported as a value is easy to drop while those
+//! commit: a stale holder's side effects would land even though its fenced write did not.
+//! As an error, `?` leaves before the commit, and the transaction, dropped uncommitted, rolls
+//! back (`tokio_postgres::Transaction` and `rusqlite::Transaction` both do). Whoever writes
+//! the SQL by hand must do the same: treat "no row changed" as a reason to roll back.
+//!
 //! Tokens are stored as `BIGINT`: a token above `i64::MAX` is refused as an invalid argument
 //! (ZooKeeper's czxids and Redis's counters never get there).
 //!
@@ -36,14 +44,34 @@
 //! `rusqlite` (feature `sqlite`); without either feature the SQL is still here to copy.
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-use super::{Outcome, check_resource};
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use super::check_resource;
 use crate::FencingToken;
 
-/// A failed SQL fence call. A refused write is not one: it is [`Outcome::Refused`].
+/// A failed SQL fence call, a refused (stale) write included: unlike the other fences', the
+/// SQL fence's write shares a transaction with other writes, which must not commit when it is
+/// refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqlError {
+    /// The fence refused the write: `resource` already holds a write with the higher token
+    /// `highest`, so the holder of `token` has been superseded (its lock was lost, maybe while
+    /// it was paused). Nothing of the fenced write was written. An error so that `?` rolls the
+    /// enclosing transaction back: the stale holder's other writes in it must not commit
+    /// either.
+    #[error(
+        "stale write to {resource:?} refused: fencing token {token} is lower than {highest}, \
+         the highest the fence has seen"
+    )]
+    Stale {
+        /// The resource id written to.
+        resource: String,
+        /// The token the refused write carried.
+        token: FencingToken,
+        /// The highest token the fence had seen when it refused (the current holder's, or a
+        /// later one).
+        highest: FencingToken,
+    },
+
     /// A wrong argument (the table name, the resource id, a token beyond `BIGINT`), named in
     /// the message. Nothing was sent to the database.
     #[error("invalid argument: {0}")]
@@ -74,13 +102,14 @@ fn check_id(resource: &str) -> Result<(), SqlError> {
 /// ```no_run
 /// # #[cfg(feature = "postgres")]
 /// # async fn demo(db: tokio_postgres::Client, token: lockkeeper::FencingToken) -> Result<(), lockkeeper::fence::sql::SqlError> {
-/// use lockkeeper::fence::Outcome;
-/// use lockkeeper::fence::sql::SqlFence;
+/// use lockkeeper::fence::sql::{SqlError, SqlFence};
 ///
 /// let fence = SqlFence::new("fenced")?;
 /// fence.create_table_postgres(&db).await?;
-/// if let Outcome::Refused { highest } = fence.write_postgres(&db, "orders", token, b"v2").await? {
-///     eprintln!("a newer holder ({highest}) wrote first");
+/// match fence.write_postgres(&db, "orders", token, b"v2").await {
+///     Ok(()) => {}
+///     Err(SqlError::Stale { highest, .. }) => eprintln!("a newer holder ({highest}) wrote first"),
+///     Err(other) => return Err(other),
 /// }
 /// # Ok(()) }
 /// ```
@@ -165,6 +194,17 @@ fn stored(token: i64) -> FencingToken {
     FencingToken::new(token.max(0).unsigned_abs())
 }
 
+/// The refusal of `token`'s write to `resource`, given the row read back after it (which
+/// exists with a higher token: a refused upsert found the row, and tokens only grow).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn stale(resource: &str, token: FencingToken, row: Option<(FencingToken, Vec<u8>)>) -> SqlError {
+    SqlError::Stale {
+        resource: resource.to_owned(),
+        token,
+        highest: row.map_or(token, |(highest, _)| highest),
+    }
+}
+
 #[cfg(feature = "postgres")]
 impl SqlFence {
     /// Creates the table if it does not exist.
@@ -178,27 +218,43 @@ impl SqlFence {
         Ok(())
     }
 
-    /// Writes `value` for `resource` if `token` is at least the stored token. `client` may be
-    /// a transaction: the fenced write then commits with the rest of it.
+    /// Writes `value` for `resource` if `token` is at least the stored token;
+    /// [`SqlError::Stale`] if a higher token wrote first. `client` may be a transaction: the
+    /// fenced write then commits with the rest of it, and a refusal propagated with `?`
+    /// drops the transaction uncommitted, which rolls the rest back.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")]
+    /// # async fn demo(mut db: tokio_postgres::Client, token: lockkeeper::FencingToken) -> Result<(), lockkeeper::fence::sql::SqlError> {
+    /// use lockkeeper::fence::sql::SqlFence;
+    ///
+    /// let fence = SqlFence::new("fenced")?;
+    /// let tx = db.transaction().await?;
+    /// tx.execute("UPDATE stock SET reserved = reserved + 1 WHERE sku = $1", &[&"A-7"])
+    ///     .await?;
+    /// // A newer holder wrote first: Err(SqlError::Stale { .. }), `?` returns before the
+    /// // commit, and the dropped transaction takes the stock update back too.
+    /// fence.write_postgres(&tx, "orders", token, b"v2").await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn write_postgres(
         &self,
         client: &impl tokio_postgres::GenericClient,
         resource: &str,
         token: FencingToken,
         value: &[u8],
-    ) -> Result<Outcome, SqlError> {
+    ) -> Result<(), SqlError> {
         let raw = check_write(resource, token)?;
         let changed = client
             .execute(&self.write_sql(), &[&resource, &value, &raw])
             .await?;
         if changed > 0 {
-            return Ok(Outcome::Accepted);
+            return Ok(());
         }
         // Refused: the row exists with a higher token, which can only have grown since.
         let highest = self.read_postgres(client, resource).await?;
-        Ok(Outcome::Refused {
-            highest: highest.map_or(token, |(highest, _)| highest),
-        })
+        Err(stale(resource, token, highest))
     }
 
     /// The stored token and value of `resource`, if written.
@@ -221,24 +277,53 @@ impl SqlFence {
         Ok(())
     }
 
-    /// Writes `value` for `resource` if `token` is at least the stored token. `conn` may be
-    /// inside a transaction (`rusqlite::Transaction` derefs to a connection).
+    /// Writes `value` for `resource` if `token` is at least the stored token;
+    /// [`SqlError::Stale`] if a higher token wrote first. `conn` may be inside a transaction
+    /// (`rusqlite::Transaction` derefs to a connection): a refusal propagated with `?` drops
+    /// the transaction uncommitted, which rolls the rest of it back.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")]
+    /// # fn main() -> Result<(), lockkeeper::fence::sql::SqlError> {
+    /// use lockkeeper::FencingToken;
+    /// use lockkeeper::fence::sql::{SqlError, SqlFence};
+    ///
+    /// /// The holder's work: its own write, then the fenced one, committed together or not at all.
+    /// fn ship(db: &mut rusqlite::Connection, fence: &SqlFence, token: FencingToken) -> Result<(), SqlError> {
+    ///     let tx = db.transaction()?;
+    ///     tx.execute("INSERT INTO shipments (item) VALUES ('A-7')", [])?;
+    ///     fence.write_sqlite(&tx, "orders", token, b"shipped")?; // Stale: returns, rolls back
+    ///     tx.commit()?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let mut db = rusqlite::Connection::open_in_memory()?;
+    /// db.execute_batch("CREATE TABLE shipments (item TEXT NOT NULL)")?;
+    /// let fence = SqlFence::new("fenced")?;
+    /// fence.create_table_sqlite(&db)?;
+    /// ship(&mut db, &fence, FencingToken::new(2))?; // the current holder
+    /// let late = ship(&mut db, &fence, FencingToken::new(1)); // a holder that was paused
+    /// assert!(matches!(late, Err(SqlError::Stale { highest, .. }) if highest.get() == 2));
+    /// let shipments: i64 = db.query_row("SELECT count(*) FROM shipments", [], |row| row.get(0))?;
+    /// assert_eq!(shipments, 1, "the late holder's shipment was rolled back with its write");
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sqlite"))]
+    /// # fn main() {}
+    /// ```
     pub fn write_sqlite(
         &self,
         conn: &rusqlite::Connection,
         resource: &str,
         token: FencingToken,
         value: &[u8],
-    ) -> Result<Outcome, SqlError> {
+    ) -> Result<(), SqlError> {
         let raw = check_write(resource, token)?;
         let changed = conn.execute(&self.write_sql(), rusqlite::params![resource, value, raw])?;
         if changed > 0 {
-            return Ok(Outcome::Accepted);
+            return Ok(());
         }
         let highest = self.read_sqlite(conn, resource)?;
-        Ok(Outcome::Refused {
-            highest: highest.map_or(token, |(highest, _)| highest),
-        })
+        Err(stale(resource, token, highest))
     }
 
     /// The stored token and value of `resource`, if written.

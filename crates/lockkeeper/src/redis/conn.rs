@@ -19,6 +19,7 @@ use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::sentinel::SentinelClient;
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
@@ -36,7 +37,8 @@ pub(crate) struct Conn {
 /// Which kind of deployment the connection reaches.
 #[derive(Clone)]
 enum Link {
-    Single(ConnectionManager),
+    /// The connection and the server's `host:port`, for messages about the server itself.
+    Single(ConnectionManager, Arc<str>),
     Cluster(ClusterConnection),
     Sentinel(SentinelConn),
 }
@@ -81,6 +83,7 @@ impl Conn {
 
     /// Connects to one server and checks that it is Redis (it must answer `PING` with `PONG`).
     pub async fn single(client: Client, timeouts: Timeouts) -> Result<Conn, RedisError> {
+        let address = Arc::from(client.get_connection_info().addr().to_string());
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.response))
@@ -91,7 +94,7 @@ impl Conn {
             ConnectionManager::new_with_config(client, config),
         )
         .await?;
-        let mut conn = Conn::new(Link::Single(manager));
+        let mut conn = Conn::new(Link::Single(manager, address));
         conn.check_is_redis(timeouts).await?;
         Ok(conn)
     }
@@ -130,6 +133,71 @@ impl Conn {
         let mut conn = Conn::new(Link::Sentinel(conn));
         conn.check_is_redis(timeouts).await?;
         Ok(conn)
+    }
+
+    /// Sends `cmd` to every server that holds this connection's keys, for questions about the
+    /// servers themselves (a fence asks how they persist): the one server, the master the
+    /// Sentinels name now, or each primary of the cluster. Each answer comes with the
+    /// `host:port` it came from; a server's error answer, or a failure to reach it, is that
+    /// server's entry. A cluster whose primaries could not all be asked is one entry, named
+    /// after the cluster.
+    pub async fn ask_each_primary(&self, cmd: &Cmd) -> Vec<(String, Result<Value, RedisError>)> {
+        match &self.link {
+            Link::Single(manager, address) => {
+                let answer = cmd.query_async(&mut manager.clone()).await;
+                vec![(address.to_string(), answer)]
+            }
+            Link::Sentinel(sentinel) => {
+                // A connection of its own to the master the Sentinels name, so that the
+                // address reported is the one that answered.
+                let timeouts = sentinel.shared.timeouts;
+                let master = match sentinel.master_client().await {
+                    Ok(master) => master,
+                    Err(err) => return vec![("the Sentinels' master".to_owned(), Err(err))],
+                };
+                let address = master.get_connection_info().addr().to_string();
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeouts.connect))
+                    .set_response_timeout(Some(timeouts.response));
+                let answer = async {
+                    let mut conn = within(
+                        timeouts.connect,
+                        master.get_multiplexed_async_connection_with_config(&config),
+                    )
+                    .await?;
+                    cmd.query_async(&mut conn).await
+                };
+                vec![(address, answer.await)]
+            }
+            Link::Cluster(cluster) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                // Without a response policy the answers come back as a map from each
+                // primary's address to its answer, a server's error answer included.
+                match cluster.clone().route_command(cmd.clone(), routing).await {
+                    Ok(Value::Map(answers)) => answers
+                        .into_iter()
+                        .map(|(address, answer)| {
+                            let address = match address {
+                                Value::BulkString(bytes) => {
+                                    String::from_utf8_lossy(&bytes).into_owned()
+                                }
+                                other => format!("{other:?}"),
+                            };
+                            let answer = match answer {
+                                Value::ServerError(err) => Err(RedisError::from(err)),
+                                value => Ok(value),
+                            };
+                            (address, answer)
+                        })
+                        .collect(),
+                    Ok(other) => vec![(
+                        "the cluster's primaries".to_owned(),
+                        Err(unexpected_reply("per-primary answers", other)),
+                    )],
+                    Err(err) => vec![("the cluster's primaries".to_owned(), Err(err))],
+                }
+            }
+        }
     }
 
     /// `PING` must come back as `PONG`: anything else (a garbage reply, an HTTP server, a
@@ -279,7 +347,7 @@ impl ConnectionLike for SentinelConn {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.link {
-            Link::Single(c) => c.req_packed_command(cmd),
+            Link::Single(c, _) => c.req_packed_command(cmd),
             Link::Cluster(c) => c.req_packed_command(cmd),
             Link::Sentinel(c) => c.req_packed_command(cmd),
         }
@@ -292,7 +360,7 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.link {
-            Link::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Single(c, _) => c.req_packed_commands(pipeline, offset, count),
             Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             Link::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -300,7 +368,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match &self.link {
-            Link::Single(c) => c.get_db(),
+            Link::Single(c, _) => c.get_db(),
             Link::Cluster(c) => c.get_db(),
             Link::Sentinel(c) => c.get_db(),
         }

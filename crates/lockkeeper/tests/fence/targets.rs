@@ -17,7 +17,7 @@ use lockkeeper_zk_client::{CreateMode, CreateOptions};
 use crate::support::session;
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-use lockkeeper::fence::sql::SqlFence;
+use lockkeeper::fence::sql::{SqlError, SqlFence};
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub const TABLE: &str = "fenced";
@@ -65,7 +65,14 @@ impl Target {
             Target::Local(store) => Writer::Local(store.clone()),
             Target::Redis(url) => {
                 let redis = Redis::connect(url).await.expect("connect to redis-server");
-                Writer::Redis(RedisFence::new(&redis))
+                // testkit's redis-server keeps nothing on disk, and these tests never restart
+                // it: the fence's forgetting at a restart is tested in redis_persistence.rs.
+                let fence = RedisFence::builder(&redis)
+                    .accept_unpersisted_server()
+                    .build()
+                    .await
+                    .expect("build the Redis fence");
+                Writer::Redis(fence)
             }
             #[cfg(feature = "sqlite")]
             Target::Sqlite(path) => {
@@ -125,9 +132,8 @@ impl Writer {
                 let tx = conn
                     .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                     .expect("begin");
-                let outcome = fence
-                    .write_sqlite(&tx, resource, token, value)
-                    .expect("sqlite write");
+                let outcome =
+                    sql_outcome(fence.write_sqlite(&tx, resource, token, value), "sqlite");
                 if outcome.is_accepted() {
                     tx.execute(
                         "INSERT INTO history (resource, token) VALUES (?1, ?2)",
@@ -141,10 +147,10 @@ impl Writer {
             #[cfg(feature = "postgres")]
             Writer::Postgres(client, fence) => {
                 let tx = client.transaction().await.expect("begin");
-                let outcome = fence
-                    .write_postgres(&tx, resource, token, value)
-                    .await
-                    .expect("postgres write");
+                let outcome = sql_outcome(
+                    fence.write_postgres(&tx, resource, token, value).await,
+                    "postgres",
+                );
                 if outcome.is_accepted() {
                     tx.execute(
                         "INSERT INTO history (resource, token) VALUES ($1, $2)",
@@ -227,6 +233,16 @@ impl Writer {
                 Some(rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect())
             }
         }
+    }
+}
+
+/// The SQL fence's answer seen as the other fences': its refusal, an error, as `Refused`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn sql_outcome(result: Result<(), SqlError>, name: &str) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Accepted,
+        Err(SqlError::Stale { highest, .. }) => Outcome::Refused { highest },
+        Err(err) => panic!("{name} write: {err}"),
     }
 }
 
