@@ -29,9 +29,11 @@ use lockkeeper::FencingToken;
 use lockkeeper::zk::{Candidate, LeaderLatch, Session};
 use lockkeeper_zk_client::{AddWatchMode, EventType};
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendArgs, Failure, Handle, connection_back, parse_duration};
 use crate::exit;
+use crate::loss;
 use crate::run::{self, Outcome};
 
 #[cfg(feature = "etcd")]
@@ -70,6 +72,11 @@ pub struct ElectArgs {
     /// and SIGKILL.
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     kill_after: Duration,
+    /// How long resigning and closing the session may take on the way out, each; past it
+    /// lockkeeper goes on (or exits), saying the resignation was not confirmed (the server
+    /// then ends the term when the session or lease ends).
+    #[arg(long, value_name = "D", default_value = "2s", value_parser = parse_duration)]
+    release_timeout: Duration,
     /// How long this participant may go unheard before the server ends its session and so
     /// its leadership (the server may bound it); on etcd, the lease's TTL.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
@@ -118,14 +125,25 @@ async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let result = if args.listen {
         listen(&session, &latch, &what, &mut interrupts).await
     } else {
-        lead(&latch, &args, &what, &mut interrupts).await
+        lead(&session, &latch, &args, &what, &mut interrupts).await
     };
-    session.close().await;
+    // Polled once even when it runs out, so the session always ends on our side.
+    if tokio::time::timeout(args.release_timeout, session.close())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "lockkeeper elect: closing the session was not confirmed within {:?} \
+             (--release-timeout); the server ends it a session timeout later",
+            args.release_timeout
+        );
+    }
     result
 }
 
 /// Leads, runs the command, re-queues; see the module docs.
 async fn lead(
+    session: &Session,
     latch: &LeaderLatch,
     args: &ElectArgs,
     what: &str,
@@ -144,9 +162,11 @@ async fn lead(
             Err(lockkeeper::Error::SessionLost) => continue,
             Err(err) => return Err(Failure::from_lib(what, err)),
         };
-        if let Some(code) =
-            serve_term(leadership, args, interrupts, (name, id), "queues again").await?
-        {
+        let term = ZkTerm {
+            leadership,
+            session: session.clone(),
+        };
+        if let Some(code) = serve_term(term, args, interrupts, (name, id), "queues again").await? {
             return Ok(code);
         }
     }
@@ -157,26 +177,51 @@ trait Term {
     fn fencing_token(&self) -> FencingToken;
     /// Resolves when the term is lost.
     fn lost(&self) -> impl Future<Output = ()> + Send;
-    /// Why a command was stopped when the term was lost.
-    const LOST: &'static str;
+    /// The instant until which the term is certainly still held, as far as this process knows.
+    fn valid_until(&self) -> Option<Instant>;
+    /// Why the term was lost, from what was observed up to the loss (see [`crate::loss`]).
+    fn cause(&self, observed: &loss::Observed) -> impl Future<Output = String> + Send;
     /// Gives the leadership up cleanly (best effort, reported on stderr).
     fn resign(self, name: &str) -> impl Future<Output = ()> + Send;
 }
 
-impl Term for lockkeeper::zk::Leadership {
-    const LOST: &'static str = "leadership lost";
+/// A ZooKeeper term, with the session it was granted in (to ask after the node at a loss).
+struct ZkTerm {
+    leadership: lockkeeper::zk::Leadership,
+    session: Session,
+}
 
+impl Term for ZkTerm {
     fn fencing_token(&self) -> FencingToken {
-        lockkeeper::zk::Leadership::fencing_token(self)
+        self.leadership.fencing_token()
     }
 
     fn lost(&self) -> impl Future<Output = ()> + Send {
-        let term = self.term();
+        let term = self.leadership.term();
         async move { term.lost().await }
     }
 
+    fn valid_until(&self) -> Option<Instant> {
+        self.leadership.valid_until()
+    }
+
+    async fn cause(&self, observed: &loss::Observed) -> String {
+        let local = observed.local_cause(
+            "ZooKeeper session",
+            "the server was not heard from for the session timeout",
+        );
+        let cause = match local {
+            Some(cause) => cause,
+            None => {
+                let node = self.leadership.node().to_owned();
+                loss::zk_cause(&self.session, &node, self.fencing_token()).await
+            }
+        };
+        format!("leadership lost: {cause}")
+    }
+
     async fn resign(self, name: &str) {
-        if let Err(err) = lockkeeper::zk::Leadership::resign(self).await {
+        if let Err(err) = self.leadership.resign().await {
             eprintln!("lockkeeper elect: resigning {name}: {err}");
         }
     }
@@ -196,14 +241,16 @@ async fn serve_term<T: Term>(
     eprintln!("lockkeeper elect: {id} leads {name} with fencing token {token}");
     if args.command.is_empty() {
         println!("leader {id} token {token}");
-        tokio::select! {
-            () = leadership.lost() => {}
+        let lost = loss::observe(leadership.lost(), || leadership.valid_until());
+        let observed = tokio::select! {
+            observed = lost => observed,
             () = interrupts.recv() => {
-                leadership.resign(name).await;
+                resign(leadership, name, args.release_timeout).await;
                 return Ok(Some(0));
             }
-        }
-        eprintln!("lockkeeper elect: {id} lost the leadership of {name}");
+        };
+        let cause = leadership.cause(&observed).await;
+        eprintln!("lockkeeper elect: {id} lost the leadership of {name}: {cause}");
         return Ok(args.once.then_some(exit::LOST));
     }
     let env = [
@@ -213,13 +260,13 @@ async fn serve_term<T: Term>(
         ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
     ];
     let lost = async {
-        leadership.lost().await;
-        T::LOST.to_owned()
+        let observed = loss::observe(leadership.lost(), || leadership.valid_until()).await;
+        leadership.cause(&observed).await
     };
     // The command gets the operator's signals while it runs, not this loop.
     match run::supervise(&args.command, &env, args.kill_after, lost).await {
         Ok(Outcome::Exited(code)) => {
-            leadership.resign(name).await;
+            resign(leadership, name, args.release_timeout).await;
             Ok(Some(code))
         }
         Ok(Outcome::Stopped {
@@ -236,9 +283,23 @@ async fn serve_term<T: Term>(
             Ok(None)
         }
         Err(failure) => {
-            leadership.resign(name).await;
+            resign(leadership, name, args.release_timeout).await;
             Err(failure)
         }
+    }
+}
+
+/// Resigns within `limit` (`--release-timeout`): a backend that stopped answering must not
+/// hold the exit up; the term then ends with the session or lease.
+async fn resign<T: Term>(leadership: T, name: &str, limit: Duration) {
+    if tokio::time::timeout(limit, leadership.resign(name))
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "lockkeeper elect: resigning {name}: the resignation was not confirmed within \
+             {limit:?} (--release-timeout); the term ends when the session or lease does"
+        );
     }
 }
 

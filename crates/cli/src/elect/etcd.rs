@@ -34,7 +34,7 @@ pub(super) async fn elect(args: &ElectArgs, interrupts: &mut Interrupts) -> Resu
         lead(&mut session, args, &what, interrupts).await
     };
     // The session in use last: `lead` replaces a lost one.
-    close(&session).await;
+    close(&session, args.release_timeout).await;
     result
 }
 
@@ -49,11 +49,16 @@ async fn connect(args: &ElectArgs) -> Result<(String, Session), Failure> {
     }
 }
 
-async fn close(session: &Session) {
-    match session.close().await {
+/// Closes within `limit` (`--release-timeout`; the lease then ends a TTL later at most).
+async fn close(session: &Session, limit: std::time::Duration) {
+    match tokio::time::timeout(limit, session.close()).await {
         // A lost session has nothing left to close; the loss was reported.
-        Ok(()) | Err(lockkeeper::Error::SessionLost) => {}
-        Err(err) => eprintln!("lockkeeper elect: closing the etcd session: {err}"),
+        Ok(Ok(()) | Err(lockkeeper::Error::SessionLost)) => {}
+        Ok(Err(err)) => eprintln!("lockkeeper elect: closing the etcd session: {err}"),
+        Err(_) => eprintln!(
+            "lockkeeper elect: closing the etcd session was not confirmed within {limit:?}; \
+             its lease ends a TTL later"
+        ),
     }
 }
 
@@ -63,7 +68,7 @@ async fn live(session: Session, args: &ElectArgs, interrupts: &mut Interrupts) -
     if session.is_alive() {
         return Some(session);
     }
-    close(&session).await;
+    close(&session, args.release_timeout).await;
     loop {
         let attempt = tokio::select! {
             attempt = connect(args) => attempt,
@@ -122,15 +127,29 @@ async fn lead(
 }
 
 impl Term for Leadership {
-    const LOST: &'static str = "leadership lost (the etcd lease expired or could not be renewed \
-                                in time, or the candidacy key was deleted)";
-
     fn fencing_token(&self) -> FencingToken {
         Leadership::fencing_token(self)
     }
 
     fn lost(&self) -> impl Future<Output = ()> + Send {
         Leadership::lost(self)
+    }
+
+    fn valid_until(&self) -> Option<tokio::time::Instant> {
+        Leadership::valid_until(self)
+    }
+
+    async fn cause(&self, observed: &crate::loss::Observed) -> String {
+        let cause = observed.local_cause(
+            "etcd lease",
+            "etcd did not answer the lease's keep-alives in time (lease not renewed)",
+        );
+        match cause {
+            Some(cause) => format!("leadership lost: {cause}"),
+            None => "leadership lost (the etcd lease expired or could not be renewed in time, \
+                     or the candidacy key was deleted)"
+                .to_owned(),
+        }
     }
 
     async fn resign(self, name: &str) {
