@@ -7,11 +7,31 @@
 //!   exists; waiters return once it is gone.
 //! - double barrier: one ephemeral node `PATH/{uuid}` per member (`PATH` created as a
 //!   container; no data here, Curator writes its client's default data, which nobody reads) and
-//!   the persistent node `PATH/ready`, created by the member that counts N members in. The last
-//!   member out deletes `ready` before its own node; Curator's members each delete it at the
-//!   end of their leave (NoNode ignored).
+//!   the persistent node `PATH/ready`, created by the member that counts N members in. Every
+//!   member that sees the barrier empty at the end of its leave deletes `ready` (NoNode
+//!   ignored), as Curator's members do; the last one out deletes its own node first.
 //!
 //! Invariants:
+//! - **A round ends with its `ready`.** `ready` lets in whoever finds it, so one that outlives
+//!   its group would let the next group's first member in alone. Two rules keep the next round
+//!   honest, whichever member dies (its session ends) at whatever point of enter or leave:
+//!   - a `leave` that returns `Ok` has deleted `ready` after seeing no member node left. The
+//!     last member out is not the only one to do it, because it may die instead of leaving
+//!     (the lowest member, which the others wait for): then the survivors, woken by its node's
+//!     deletion, delete `ready` themselves. This is what keeps Curator's members of the next
+//!     round honest, since they trust any `ready` they find.
+//!   - an `enter` that finds `ready` (rather than seeing it created while it waits) trusts it
+//!     only while a member node created before it (by czxid) still exists, that is while the
+//!     group it let in has a member inside. Otherwise no leave is left to delete it (every
+//!     member died, or the last one died between deleting its node and `ready`), so the
+//!     newcomer deletes it and counts like everyone else. The lone newcomer waits, and so do
+//!     two newcomers of a barrier of three: a count of nodes newer than `ready` could not tell
+//!     a new group from the remains of an old one.
+//!
+//!   A member that dies while entering is not counted once its node is gone, and one that dies
+//!   in leave counts as left; neither lets a later round enter or leave early. What the server
+//!   cannot tell us is not covered: a member whose session ended but has not yet expired still
+//!   counts, as its node is still there.
 //! - **Herd-free.** A barrier waiter holds one exists watch. Entering, a member watches only
 //!   `ready` and is woken once, when it is created. Leaving follows the recipes document: the
 //!   lowest member watches the highest, every other member deletes its node and watches the
@@ -28,10 +48,13 @@
 //! Where Curator differs (read from its 5.4 sources): its `leave` returns for a non-lowest
 //! member as soon as only one member node remains, before the lowest has left; here `leave`
 //! returns once no member node remains. Its `enter` counts once, then takes any wake-up of its
-//! one watcher (shared with `leave`) as "ready", and counts `ready` among the members; here a
-//! member enters only on `ready`'s creation event or on finding `ready`, only member nodes
-//! count, and each watch belongs to the wait that set it. None of this changes the nodes the other side sees, so both can share a
-//! barrier.
+//! one watcher (shared with `leave`) as "ready", counts `ready` among the members, and trusts
+//! any `ready` it finds; here a member enters only on `ready`'s creation event or on finding a
+//! `ready` whose group is still in, only member nodes count, and each watch belongs to the wait
+//! that set it. A Curator `leave` that times out deletes `ready` too; here one that times out
+//! leaves it to the members still in. None of this changes the nodes the other side sees, so
+//! both can share a barrier. A Curator member still enters at once on the `ready` of a round
+//! whose members all died; lockkeeper's members do not, and delete it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,6 +195,14 @@ impl Barrier {
 /// entered, and [`Entered::leave`] once every one of them has left.
 ///
 /// Each `enter` makes a new member (its own node), so one handle can enter again after leaving.
+///
+/// Members that die: a member whose session ends, at any point of `enter` or `leave`, counts as
+/// gone once the server has deleted its node (at once on a close, a session timeout later on a
+/// crash). While entering it is no longer counted; once in, it counts as left, so the others'
+/// `leave` returns without it. Either way the next round is not let in early: a `leave` that
+/// returns has taken the group's `ready` away with it, even when the member that should have
+/// left last died instead, and an `enter` does not trust a `ready` whose group has no member
+/// left (every one of them died), so a lone member of the next round waits for a full group.
 #[derive(Clone, Debug)]
 pub struct DoubleBarrier {
     session: Session,
@@ -193,8 +224,10 @@ impl DoubleBarrier {
 
     /// Enters and waits until `members` members are in.
     ///
-    /// If `ready` already exists (the group is in, or the previous group has not finished
-    /// leaving) this member is in at once, as with Curator.
+    /// If `ready` already exists and a member of the group it let in is still in the barrier
+    /// (the group is in, or has not finished leaving) this member is in at once, as with
+    /// Curator. A `ready` whose group has gone (its members died before any of them could
+    /// delete it) is deleted instead, and this member waits for a full group.
     pub async fn enter(&self) -> Result<Entered> {
         let entered = self.enter_until(Deadline::Never).await?;
         entered.ok_or(Error::SessionLost)
@@ -207,7 +240,10 @@ impl DoubleBarrier {
     }
 
     /// The document's enter: watch `ready`, create our node, count; whoever counts N creates
-    /// `ready`, the others sleep on their one watch until it appears.
+    /// `ready`, the others sleep on their one watch until it appears. A `ready` found rather
+    /// than seen created is trusted only while its group is still in (see
+    /// [`group_still_in`](DoubleBarrier::group_still_in)); one whose group has gone is deleted
+    /// and this member counts like the others.
     async fn enter_until(&self, deadline: Deadline) -> Result<Option<Entered>> {
         let generation = tokio::select! {
             generation = self.session.connected_generation() => generation?,
@@ -223,12 +259,21 @@ impl DoubleBarrier {
             armed: true,
             finished: false,
         };
-        let (ready, mut watcher) = self.watch_ready(&generation).await?;
+        let (mut ready, mut watcher) = self.watch_ready(&generation).await?;
         create_member(&generation, &self.path, &member.node).await?;
-        if ready.is_some() {
-            return Ok(Some(member));
-        }
         loop {
+            if let Some(found) = ready {
+                if self.group_still_in(&generation, &found).await? {
+                    return Ok(Some(member));
+                }
+                // Left by a group whose members all died (or whose last one died between
+                // deleting its node and `ready`): nobody else will delete it, and trusting it
+                // would let this member in alone. Our watch fires on this delete; a fresh one
+                // replaces it.
+                delete_ignoring_missing(&generation, &self.ready).await?;
+                (ready, watcher) = self.watch_ready(&generation).await?;
+                continue;
+            }
             if self.count_members(&generation).await? >= self.members as usize {
                 // Someone may have created it meanwhile: NodeExists is fine.
                 create_persistent(&generation, &self.ready).await?;
@@ -242,15 +287,13 @@ impl DoubleBarrier {
                     }
                     generation.count_notification();
                     if event.event_type == EventType::NodeCreated {
+                        // Created after our watch was set, by a member that had just counted
+                        // N members in: a group that is in now, which we join.
                         return Ok(Some(member));
                     }
                     // No other event is expected on a node that did not exist; should one
                     // come, look again rather than guess.
-                    let (ready, next) = self.watch_ready(&generation).await?;
-                    if ready.is_some() {
-                        return Ok(Some(member));
-                    }
-                    watcher = next;
+                    (ready, watcher) = self.watch_ready(&generation).await?;
                 }
                 () = deadline.sleep() => {
                     member.abandon().await;
@@ -262,6 +305,26 @@ impl DoubleBarrier {
                 }
             }
         }
+    }
+
+    /// Whether the group that `ready` (whose stat is `ready`) let in is still in the barrier:
+    /// some member node was created before `ready` and still exists. Whoever creates `ready`
+    /// counted N member nodes first, so while one of them is there, the group is in (or
+    /// leaving: it waits for us either way), and joining it is Curator's "N is a threshold".
+    /// Once they are all gone, `ready` is the remains of a finished group; members that came
+    /// after it (created later) are newcomers like us, however many.
+    async fn group_still_in(&self, generation: &Generation, ready: &Stat) -> Result<bool> {
+        for name in list_members(generation, &self.path).await? {
+            let node = format!("{}/{name}", self.path);
+            let node = node.as_str();
+            let stat = generation
+                .retry(|client| async move { client.check_stat(node).await })
+                .await?;
+            if stat.is_some_and(|stat| stat.czxid < ready.czxid) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     async fn watch_ready(&self, generation: &Generation) -> Result<(Option<Stat>, OneshotWatcher)> {
@@ -298,8 +361,10 @@ impl Entered {
     }
 
     /// Leaves and waits until every member has left (a member whose session ended counts as
-    /// left). [`Error::SessionLost`] if this member's own session ended first: its node went
-    /// with it, so the others were not held up, but it cannot tell when they were done.
+    /// left), then deletes the group's `ready`, so the next group starts from an empty barrier
+    /// even if the member that should have left last died instead. [`Error::SessionLost`] if
+    /// this member's own session ended first: its node went with it, so the others were not
+    /// held up, but it cannot tell when they were done.
     ///
     /// Cancel-safe: if the future is dropped, this member's node is gone or goes when the
     /// `Entered` is dropped; calling `leave` again carries on waiting for the others.
@@ -317,7 +382,8 @@ impl Entered {
 
     /// The document's leave, repeated until no member node is left: alone, delete ours and
     /// finish; lowest, wait for the highest to go; otherwise delete ours and wait for the
-    /// lowest to go. The lowest leaves last, so it is the one that releases everyone.
+    /// lowest to go. The lowest leaves last, so it is the one that releases everyone; whoever
+    /// finishes deletes `ready`.
     async fn leave_until(&mut self, deadline: Deadline) -> Result<bool> {
         if self.finished {
             return Ok(true);
@@ -341,9 +407,9 @@ impl Entered {
                 break;
             };
             if self.armed && members.len() == 1 {
-                // The last one out: `ready` goes first, so that whoever sees the barrier empty
-                // also sees it ready for the next group.
-                delete_ignoring_missing(&generation, &self.ready).await?;
+                // The last one out. Our node goes before `ready` (below, as every member does):
+                // a newcomer in between finds a `ready` with no member older than it and does
+                // not trust it, where the other order would let it count us.
                 self.delete_ours().await?;
                 break;
             }
@@ -382,6 +448,11 @@ impl Entered {
                 }
             }
         }
+        // Every member that sees the barrier empty deletes `ready`, not only the last one out:
+        // the last one may have died instead of leaving, and a `ready` that outlives its group
+        // lets the next group's first member in alone (Curator's members trust any `ready`
+        // they find). If it fails, `finished` stays unset and the caller learns why.
+        delete_ignoring_missing(&generation, &self.ready).await?;
         self.finished = true;
         Ok(true)
     }
