@@ -71,6 +71,18 @@ impl BackendArgs {
                 session_timeout,
             })
             .await?;
+        // ZooKeeper bounds the session timeout (2 to 20 ticks) and grants what fits without a
+        // word: a holder that asked for 1 s and got 4 s keeps a dead process's lock four times
+        // as long as planned. Said once, with the value in force.
+        if let Handle::Zk(session) = &handle {
+            let granted = session.session_timeout();
+            if granted != session_timeout {
+                eprintln!(
+                    "lockkeeper: warning: --session-timeout {session_timeout:?} is outside what \
+                     {backend} allows; it granted {granted:?}, which is used"
+                );
+            }
+        }
         Ok((backend, handle))
     }
 }

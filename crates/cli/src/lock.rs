@@ -145,9 +145,14 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
     let holder = match acquired {
         Ok(Some(holder)) => holder,
         Ok(None) => {
+            // The backend answered: what it said, in the lock's own terms.
+            let taken = match kind {
+                Kind::Semaphore(n) => format!("all {n} leases are taken"),
+                _ => "held by someone else".to_owned(),
+            };
             let why = match wait {
-                Wait::Within(d) => format!("not acquired within {d:?}"),
-                _ => "held by someone else".into(),
+                Wait::Within(d) => format!("not acquired within {d:?}: {taken}"),
+                _ => taken,
             };
             eprintln!("lockkeeper lock: {name} on {backend}: {why}");
             close(&handle, Instant::now() + args.release_timeout).await;

@@ -146,7 +146,10 @@ async fn mutex_queue_in_order_with_sessions() {
         for participant in &inspection.participants {
             assert_eq!(participant.kind, NodeKind::Mutex);
             assert!(
-                participant.data.starts_with("lockkeeper pid="),
+                participant.data.starts_with("lockkeeper ")
+                    && participant
+                        .data
+                        .ends_with(&format!(":{}", std::process::id())),
                 "{participant:?}"
             );
             assert!(

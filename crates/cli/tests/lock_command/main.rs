@@ -24,5 +24,6 @@ mod exit_codes;
 #[path = "../support/mod.rs"]
 mod keeper_process;
 mod loss;
+mod messages;
 mod shapes;
 mod support;

@@ -4,7 +4,8 @@
 //! ("broken pipe", a parse error), and a refused connection names no address. When connecting
 //! fails, the address is asked Redis's simplest question, `PING`, on a connection of our own:
 //! `+PONG` means Redis is there and the library's error stands; an error reply (`-NOAUTH`,
-//! `-DENIED`) means Redis refused us; anything else, or silence, means it is not Redis.
+//! `-DENIED`) means Redis refused us; anything else means it is not Redis; silence is said as
+//! such (a hung Redis is silent too).
 
 use std::time::Duration;
 
@@ -75,8 +76,10 @@ async fn probe(
         Ok(Answer::Closed) => {
             ConnectCause::NotRedis("it closed the connection without answering PING".into())
         }
-        Err(ConnectCause::NoAnswer(_)) => ConnectCause::NotRedis(format!(
-            "it accepted the connection but did not answer PING within {limit:?}"
+        // Silence is not an answer: a hung (stopped, overloaded) Redis is silent too, and
+        // calling it "not a Redis server" sends the operator to check the wrong port.
+        Err(ConnectCause::NoAnswer(_)) => ConnectCause::Other(format!(
+            "connected, but no answer to PING within {limit:?} (a hung server, or not Redis)"
         )),
         Err(cause) => cause,
     }

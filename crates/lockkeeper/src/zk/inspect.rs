@@ -102,10 +102,10 @@ pub async fn inspect_semaphore(
 ///
 /// ```text
 /// /locks/orders (lock): 1 holding, 2 waiting
-/// STATE  KIND   SEQUENCE    SESSION             AGE    TOKEN  DATA                NODE
-/// holds  mutex  0000000000  0x010000a6e4a10001  4.2s   37     lockkeeper pid=812  _c_3f…-lock-0000000000
-/// waits  mutex  0000000001  0x010000a6e4a10002  3.9s   39     lockkeeper pid=907  _c_8a…-lock-0000000001
-/// waits  mutex  0000000002  0x010000a6e4a10003  120ms  41     lockkeeper pid=913  _c_c1…-lock-0000000002
+/// STATE  KIND   SEQUENCE    SESSION             AGE    TOKEN  DATA                 NODE
+/// holds  mutex  0000000000  0x010000a6e4a10001  4.2s   37     lockkeeper web1:812  _c_3f…-lock-0000000000
+/// waits  mutex  0000000001  0x010000a6e4a10002  3.9s   39     lockkeeper web2:907  _c_8a…-lock-0000000001
+/// waits  mutex  0000000002  0x010000a6e4a10003  120ms  41     lockkeeper web1:913  _c_c1…-lock-0000000002
 /// ```
 ///
 /// ```no_run

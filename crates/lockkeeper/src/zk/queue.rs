@@ -568,9 +568,18 @@ pub(crate) struct PendingNode {
     pub(crate) recorded: bool,
 }
 
-/// Data of a lock node: enough for an operator looking at the queue to find the process.
+/// Data of a lock node: enough for an operator looking at the queue to find the process,
+/// `lockkeeper HOST:PID` (a pid alone names no machine when holders run on several).
 pub(crate) fn node_data() -> Vec<u8> {
-    format!("lockkeeper pid={}", std::process::id()).into_bytes()
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned())
+    });
+    format!("lockkeeper {host}:{}", std::process::id()).into_bytes()
 }
 
 const MAX_PARENT_ATTEMPTS: u32 = 5;
