@@ -13,9 +13,15 @@
 //! the lock's key is deleted if, and only if, it still names the holder that was inspected
 //! (one compare-and-delete script), so a lock released and taken again meanwhile is left alone.
 //!
+//! A semaphore lease is not asked cooperatively: no lease holder listens for requests, so the
+//! request would be reported "requested" and ignored while it overwrote the lease's data.
+//! That is a usage error that changes nothing; `--force` deletes the lease, and a `lockkeeper
+//! lock --semaphore` holder then loses it and stops its command (exit 76).
+//!
 //! Invariants: nothing is changed before the target is known and allowed (a leader latch's or
-//! a simple lock's node, whose data is its owner's identity, is never rewritten); every node
-//! acted on is printed with what happened to it.
+//! a simple lock's node, whose data is its owner's identity, is never rewritten, nor is a
+//! semaphore lease's without `--force`); every node acted on is printed with what happened
+//! to it.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -33,9 +39,11 @@ Curator holders that called makeRevocable listen, others (kazoo) do not.
 --force: ask, wait --grace (default 10s) for a release, then delete the holder's node (Redis: its
 key, only if it still names the same holder). The old holder's fencing token is then stale.
 
-Exit codes: 0 done (or nobody held it); 64 usage (also: cooperative revoke on Redis, an unknown
---node, a leader latch or simple lock without --force); 69 backend unreachable; 70 unexpected
-backend error.";
+Semaphore leases are not asked: their holders do not listen; use --force.
+
+Exit codes: 0 done (or nobody held it); 64 usage, nothing changed (also: cooperative revoke on
+Redis or of a semaphore lease, an unknown --node, a leader latch or simple lock); 69 backend
+unreachable; 70 unexpected backend error.";
 
 const NO_COOPERATIVE_ON_REDIS: &str = "cooperative revocation is not available on Redis (no \
      holder listens for requests); use --force [--grace D] to delete the holder's key";
@@ -145,6 +153,18 @@ async fn zk(session: &Session, args: &RevokeArgs, what: &str) -> Result<(), Fail
         return Ok(());
     }
     for target in &targets {
+        // Nobody holding a lease listens for a request (`lock --semaphore`, Curator's
+        // InterProcessSemaphoreV2, kazoo's Semaphore): it would be "requested" and ignored,
+        // and it would overwrite the lease node's data (its owner's identity) for nothing.
+        if !args.force && matches!(target.kind, NodeKind::Lease | NodeKind::KazooLease) {
+            return Err(Failure::usage(format!(
+                "{}: a semaphore lease's holder does not listen for revocation requests, so \
+                 asking would change nothing but the lease's data; nothing was changed. Use \
+                 --force [--grace D] to delete the lease (its holder, if lockkeeper lock, stops \
+                 its command and exits 76)",
+                target.path
+            )));
+        }
         if matches!(target.kind, NodeKind::Latch | NodeKind::Simple) {
             return Err(Failure::usage(format!(
                 "{}: a {} node's data is its owner's identity, which a revocation request \

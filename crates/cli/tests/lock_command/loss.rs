@@ -267,3 +267,76 @@ fn a_lock_node_deleted_behind_the_holder_is_a_loss() {
         rt.block_on(session.close());
     }
 }
+
+/// `lockkeeper revoke` with `args`, to its end within [`STOP_LIMIT`].
+fn revoke(backend: &str, args: &[&str]) -> std::process::Output {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockkeeper"))
+        .arg("revoke")
+        .arg("--backend")
+        .arg(backend)
+        .args(args)
+        .env_remove("LOCKKEEPER_BACKEND")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lockkeeper revoke");
+    finish(child, STOP_LIMIT, "lockkeeper revoke")
+}
+
+/// A semaphore lease's holder does not listen for revocation requests, so a cooperative
+/// revoke is refused (64) and changes nothing: the lease's data stays its owner's and the
+/// command runs on. `--force` deletes the lease, and the holder stops its command (76).
+/// Before, the request was printed as "revocation requested", overwrote the lease node's data
+/// with `__REVOKE__`, and was ignored.
+#[test]
+fn a_semaphore_lease_is_not_asked_but_can_be_forced() {
+    let rt = runtime();
+    for server in both() {
+        let backend = zk_url(&*server);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = "/semaphores/revoked";
+        let (holder, child) =
+            holder_running(&backend, path, dir.path(), &["--semaphore", "2"], SLEEPER);
+        let session = rt
+            .block_on(lockkeeper::zk::Session::connect(&server.connect_string()))
+            .expect("connect");
+        let leases = |session: &lockkeeper::zk::Session| {
+            let inspection = rt.block_on(session.inspect(path)).expect("inspect");
+            inspection
+                .participants
+                .iter()
+                .filter(|p| p.kind == lockkeeper::zk::NodeKind::Lease)
+                .map(|p| (p.path.clone(), p.data.clone()))
+                .collect::<Vec<_>>()
+        };
+        let before = leases(&session);
+        assert_eq!(before.len(), 1, "{}: {before:?}", server.name());
+        let asked = revoke(&backend, &["--max-leases", "2", path]);
+        assert_code(&asked, 64, server.name());
+        assert_said(&asked, "--force");
+        assert_eq!(
+            leases(&session),
+            before,
+            "{}: the lease changed",
+            server.name()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(alive(child), "{}: the command was stopped", server.name());
+
+        let forced = revoke(
+            &backend,
+            &["--force", "--grace", "1s", "--max-leases", "2", path],
+        );
+        assert_code(&forced, 0, server.name());
+        let output = finish(holder, STOP_LIMIT, "the forced lease holder");
+        assert_code(&output, 76, server.name());
+        assert_said(&output, "was deleted");
+        assert!(
+            !alive(child),
+            "{}: the command outlived its lease",
+            server.name()
+        );
+        rt.block_on(session.close());
+    }
+}
