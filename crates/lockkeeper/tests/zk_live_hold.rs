@@ -1,7 +1,7 @@
 //! `is_held()` and `is_leader()` are live: they turn false when the node is deleted behind the
 //! holder's back, with nobody awaiting `lost()`, on every ZooKeeper guard (mutex, read-write
-//! lock, simple lock, semaphore lease, leader latch), and two participants of an election never
-//! both keep answering `is_leader()`.
+//! lock, simple lock, semaphore lease, leader latch, a queue item taken at least once), and two
+//! participants of an election never both keep answering `is_leader()`.
 //!
 //! Each body deletes the held node from another session (as an operator or a forced revocation
 //! would) and then polls the guard, as a Curator user polls `hasLeadership()`. The answer must
@@ -263,6 +263,31 @@ async fn a_node_replaced_while_the_holder_was_away_is_not_held_after_the_reconne
         turns_false("is_held() after the reconnect", || guard.is_held()).await;
         assert!(theirs.is_held());
         theirs.release().await.expect("release");
+    })
+    .await;
+}
+
+/// An item taken at least once claims it with a lock node: deleting that node (another
+/// consumer may then take the item) turns the item's `is_held()` false on its own.
+#[tokio::test]
+async fn a_deleted_queue_item_lock_ends_is_held() {
+    for_each_backend(|connect| async move {
+        let consumer = session(&connect).await;
+        let operator = session(&connect).await;
+        let queue = consumer.distributed_queue("/live/queue").unwrap();
+        queue.put_all(&[b"job"]).await.expect("put");
+        let taken = queue
+            .take(lockkeeper::zk::Delivery::AtLeastOnce)
+            .await
+            .expect("take");
+        assert!(taken.is_held());
+        let locks = support::children(&operator, "/live/queue-locks").await;
+        assert_eq!(locks.len(), 1, "{locks:?}");
+        delete(&operator, &format!("/live/queue-locks/{}", locks[0])).await;
+        turns_false("queue item is_held()", || taken.is_held()).await;
+        timeout(NOTICE, taken.lost())
+            .await
+            .expect("lost() resolves");
     })
     .await;
 }

@@ -16,10 +16,10 @@
 //! session's suspension or end (read from the session's state, which the client updates as
 //! the connection changes), the local deadline, the maximum hold time. So a holder that polls
 //! `is_held()`, as a Curator user polls `hasLeadership()`, learns of a deletion as soon as the
-//! server's notification arrives. The watch task holds only a weak reference and is aborted
-//! when the hold is dropped; a one-shot watch survives reconnections of the same session
-//! (the client re-registers it), and a read that failed with the connection is sent again
-//! once the session is back.
+//! server's notification arrives. The watch ([`NodeWatch`]) is a task aborted when the hold is
+//! dropped; a one-shot watch survives reconnections of the same session (the client
+//! re-registers it), and a read that failed with the connection is sent again once the
+//! session is back.
 //!
 //! A hold may instead be told to *tolerate* suspensions (Curator's session error policy, for a
 //! leader that would rather not step down on every network blip): then only the session's end,
@@ -64,12 +64,8 @@ pub(crate) struct Held {
     generation: Arc<Generation>,
     /// Set by release (or drop) before the delete is sent.
     released: AtomicBool,
-    /// Set when the node's watch saw it deleted (or replaced) while not released.
-    deleted: AtomicBool,
-    /// Wakes `lost()` when `deleted` is set.
-    deletion: Notify,
-    /// The task that watches the node from the grant on: aborted when the hold is dropped.
-    watch: StdMutex<Option<AbortHandle>>,
+    /// The watch on the node from the grant on ([`Held::share`]); `None` before.
+    watch: Option<NodeWatch>,
     /// For a node whose name every holder reuses (a [`SimpleLock`]'s `{path}/lock`): the data
     /// only our node carries. Release then deletes the node only while it is still ours, so a
     /// holder whose node was deleted behind its back cannot delete the next holder's.
@@ -160,9 +156,7 @@ impl Held {
             token,
             generation,
             released: AtomicBool::new(false),
-            deleted: AtomicBool::new(false),
-            deletion: Notify::new(),
-            watch: StdMutex::default(),
+            watch: None,
             ours: None,
             linger: StdMutex::default(),
             anchor: StdMutex::default(),
@@ -183,42 +177,18 @@ impl Held {
     /// Shares this hold, granted just now, and starts what keeps it live: the watch on its node
     /// (so `is_held()` turns false at its deletion, see the module docs) and the maximum hold
     /// time's timer, if there is one. Every guard takes its hold through here.
-    pub(crate) fn share(self) -> Arc<Held> {
+    pub(crate) fn share(mut self) -> Arc<Held> {
+        let czxid = self.token.get() as i64;
+        self.watch = NodeWatch::start(&self.generation, &self.node, czxid);
         let held = Arc::new(self);
-        held.watch_node();
         held.arm_max_hold();
         held
     }
 
-    /// Starts the task that watches the node until it is deleted, replaced, or the session
-    /// ends, and marks the hold deleted in the first two cases.
-    fn watch_node(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let hold = Arc::downgrade(self);
-        let generation = self.generation.clone();
-        let node = self.node.clone();
-        let czxid = self.token.get() as i64;
-        let task = runtime.spawn(async move {
-            if !watch_until_gone(&generation, &node, czxid).await {
-                return;
-            }
-            if let Some(held) = hold.upgrade() {
-                held.mark_deleted();
-            }
-        });
-        *lock(&self.watch) = Some(task.abort_handle());
-    }
-
-    /// Records that the node is gone without our release, and wakes every `lost()`.
-    fn mark_deleted(&self) {
-        if self.released.load(Ordering::Acquire) {
-            return;
-        }
-        self.deleted.store(true, Ordering::Release);
-        self.deletion.notify_waiters();
-        tracing::debug!(node = self.node, "lock node deleted while held");
+    /// Whether the node's watch saw it deleted or replaced while it was not released.
+    fn deleted(&self) -> bool {
+        !self.released.load(Ordering::Acquire)
+            && self.watch.as_ref().is_some_and(NodeWatch::is_gone)
     }
 
     /// Starts the maximum hold time's timer, if there is one: at its end the node is deleted
@@ -266,7 +236,7 @@ impl Held {
 
     pub(crate) fn is_held(&self) -> bool {
         !self.released.load(Ordering::Acquire)
-            && !self.deleted.load(Ordering::Acquire)
+            && !self.deleted()
             && self.healthy()
             && tokio::time::Instant::now() < self.generation.valid_until()
             && self
@@ -293,7 +263,7 @@ impl Held {
     /// True when this hold can never be held again (unlike a suspension, which may pass).
     pub(crate) fn is_gone(&self) -> bool {
         self.released.load(Ordering::Acquire)
-            || self.deleted.load(Ordering::Acquire)
+            || self.deleted()
             || self.generation.health() == Health::Ended
             || self
                 .max_hold_until
@@ -329,15 +299,9 @@ impl Held {
 
     /// Resolves once the node's watch has seen it deleted or replaced.
     async fn node_deleted(&self) {
-        loop {
-            let notified = self.deletion.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read, so a deletion between the two still wakes us.
-            notified.as_mut().enable();
-            if self.deleted.load(Ordering::Acquire) {
-                return;
-            }
-            notified.await;
+        match &self.watch {
+            Some(watch) => watch.gone().await,
+            None => std::future::pending().await,
         }
     }
 
@@ -408,7 +372,7 @@ impl Held {
     }
 
     async fn end(&self, ending: Ending) -> Result<()> {
-        if self.released.swap(true, Ordering::AcqRel) || self.deleted.load(Ordering::Acquire) {
+        if self.deleted() || self.released.swap(true, Ordering::AcqRel) {
             return Err(Error::NotHeld);
         }
         if self.generation.health() == Health::Ended {
@@ -503,6 +467,70 @@ enum Ending {
     GivenUp,
 }
 
+/// A watch on one node, from its start until the node is gone: deleted, found missing, or found
+/// to be another node of the same name. A task does the watching, so that the answer is there
+/// whether or not anyone awaits it; it is aborted when this is dropped. Used by every hold,
+/// and by a queue item's lock node.
+pub(crate) struct NodeWatch {
+    gone: Arc<Gone>,
+    task: AbortHandle,
+}
+
+/// What the watch task tells its [`NodeWatch`].
+#[derive(Default)]
+struct Gone {
+    flag: AtomicBool,
+    wake: Notify,
+}
+
+impl NodeWatch {
+    /// Starts watching `node`, created with `czxid`; `None` outside a runtime (never in this
+    /// crate: every grant happens in async code).
+    pub(crate) fn start(generation: &Arc<Generation>, node: &str, czxid: i64) -> Option<NodeWatch> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let gone = Arc::new(Gone::default());
+        let task = runtime.spawn({
+            let (gone, generation, node) = (gone.clone(), generation.clone(), node.to_owned());
+            async move {
+                if watch_until_gone(&generation, &node, czxid).await {
+                    gone.flag.store(true, Ordering::Release);
+                    gone.wake.notify_waiters();
+                    tracing::debug!(node, "watched node deleted");
+                }
+            }
+        });
+        Some(NodeWatch {
+            gone,
+            task: task.abort_handle(),
+        })
+    }
+
+    /// Whether the node is known gone.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.flag.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the node is known gone; never, if the session ends first.
+    pub(crate) async fn gone(&self) {
+        loop {
+            let notified = self.gone.wake.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so a deletion between the two still wakes us.
+            notified.as_mut().enable();
+            if self.is_gone() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for NodeWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Watches `node` until it is gone: `true` when it was deleted, or is found missing, or is
 /// found to be another node of the same name (its czxid is not `czxid`: someone deleted ours
 /// and created theirs, possibly while we were disconnected); `false` when the session ended
@@ -542,14 +570,6 @@ async fn watch_until_gone(generation: &Generation, node: &str, czxid: i64) -> bo
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(watch) = self
-            .watch
-            .get_mut()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
-        {
-            watch.abort();
-        }
         // A read node whose hold was lost without a release: let its pinned write node go.
         let anchor = self
             .anchor

@@ -23,12 +23,15 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex};
 
-use lockkeeper_zk_client::{Client, CreateMode, CreateOptions, MultiWriteError, OneshotWatcher};
+use lockkeeper_zk_client::{
+    Client, CreateMode, CreateOptions, MultiWriteError, OneshotWatcher, Stat,
+};
 use rand::Rng;
 
 use super::envelope;
 use crate::error::{Error, Result};
 use crate::wait::Deadline;
+use crate::zk::hold::NodeWatch;
 use crate::zk::node::delete_if_ours;
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
 
@@ -308,9 +311,7 @@ impl Items {
                 Ok((stat, _)) => {
                     generation.heard_at(sent);
                     let taken = match read {
-                        Ok((data, _)) => {
-                            Taken::locked(item, data, lock, stat.version, generation.clone())
-                        }
+                        Ok((data, _)) => Taken::locked(item, data, lock, &stat, generation.clone()),
                         Err(err) => {
                             // Consumed between our listing and our lock (another consumer
                             // is ahead of us in the same listing), or unread: release the
@@ -407,6 +408,9 @@ pub struct Taken {
     decoded: std::result::Result<Vec<Vec<u8>>, String>,
     /// At-least-once: the lock node and the version it was created with.
     lock: Option<(String, i32)>,
+    /// At-least-once: the watch on the lock node, so that `is_held()` turns false when it is
+    /// deleted (by an operator, or anyone but this consumer) with nobody awaiting `lost()`.
+    watch: Option<NodeWatch>,
     generation: Option<Arc<Generation>>,
     settled: bool,
 }
@@ -427,6 +431,7 @@ impl Taken {
             item,
             data,
             lock: None,
+            watch: None,
             generation: None,
             settled: true,
         }
@@ -436,14 +441,16 @@ impl Taken {
         item: String,
         data: Vec<u8>,
         lock: String,
-        version: i32,
+        created: &Stat,
         generation: Arc<Generation>,
     ) -> Taken {
+        let watch = NodeWatch::start(&generation, &lock, created.czxid);
         Taken {
             decoded: envelope::decode(&data),
             item,
             data,
-            lock: Some((lock, version)),
+            lock: Some((lock, created.version)),
+            watch,
             generation: Some(generation),
             settled: false,
         }
@@ -473,8 +480,8 @@ impl Taken {
     }
 
     /// Resolves when this consumer can no longer be sure its lock exists (at-least-once): its
-    /// session ended, or the time the server could have expired it has come without word
-    /// from the server. From then on another consumer may take the item, so a handler should
+    /// session ended, the time the server could have expired it has come without word
+    /// from the server, or the lock node was deleted by someone else. From then on another consumer may take the item, so a handler should
     /// stop; [`DistributedQueue::consume`](super::DistributedQueue::consume) drops it then.
     /// Never resolves for at-most-once items: nobody else can get them.
     pub async fn lost(&self) {
@@ -482,17 +489,26 @@ impl Taken {
             Some(generation) if !self.settled => tokio::select! {
                 () = generation.ended() => {}
                 () = generation.untrusted() => {}
+                () = async {
+                    match &self.watch {
+                        Some(watch) => watch.gone().await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             },
             _ => std::future::pending().await,
         }
     }
 
-    /// Whether the lock is still certainly ours (always true for at-most-once items).
+    /// Whether the lock is still certainly ours (always true for at-most-once items): the
+    /// session is alive and within its deadline, and the lock node was not seen deleted (it is
+    /// watched from the claim on, so this is live).
     pub fn is_held(&self) -> bool {
         match &self.generation {
             Some(generation) => {
                 generation.client().is_ok()
                     && tokio::time::Instant::now() < generation.valid_until()
+                    && !self.watch.as_ref().is_some_and(NodeWatch::is_gone)
             }
             None => true,
         }
