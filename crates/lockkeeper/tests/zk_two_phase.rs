@@ -1,14 +1,20 @@
 //! Two-phase commit against Keeper and Apache ZooKeeper: commit, each reason to abort, the
 //! single decision under a race with recovery, bad input. The multi-process test that SIGKILLs
-//! the coordinator or a site at each step is in `two_phase/faults.rs`.
+//! the coordinator or a site at each step is in `two_phase/faults.rs`; the votes that change
+//! while the coordinator is frozen between its read and its decision, in `two_phase/races.rs`.
 
 mod support;
 
 #[path = "two_phase/faults.rs"]
 mod faults;
+#[path = "two_phase/freezer.rs"]
+mod freezer;
+#[path = "two_phase/races.rs"]
+mod races;
 
 use std::time::Duration;
 
+use freezer::{Freezer, Trigger};
 use lockkeeper::Error;
 use lockkeeper::zk::{AbortReason, Outcome, TwoPhase, Vote};
 use support::{for_each_backend, session};
@@ -141,18 +147,21 @@ async fn a_missing_vote_times_out_into_abort() {
     .await;
 }
 
+/// The coordinator reads a's commit vote and is frozen (its requests held back) until a's
+/// session has ended: it must see the vote vanish and decide abort at once, without waiting
+/// for b (whose vote comes only after the decision, and changes nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_commit_vote_that_vanishes_aborts() {
     for_each_backend(|connect| async move {
-        let coordinator = session(&connect).await;
+        let freezer = Freezer::start(&connect).await;
+        let coordinator = session(&freezer.connect_string()).await;
         let two_phase = coordinator.two_phase("/2pc/died").unwrap();
         let proposing = {
             let two_phase = two_phase.clone();
             tokio::spawn(async move {
                 two_phase
-                    .propose("tx-1", &["a", "b"], b"x", WAIT)
+                    .propose("tx-1", &["a", "b"], b"x", Duration::from_secs(600))
                     .await
-                    .unwrap()
             })
         };
         let doomed = session(&connect).await;
@@ -162,26 +171,23 @@ async fn a_commit_vote_that_vanishes_aborts() {
             .join("tx-1", "a")
             .await
             .unwrap();
+        // Armed once the proposal (a multi) is written, before the vote exists.
+        freezer.arm(Trigger::AfterGetData("/2pc/died/tx-1/votes/a".into()));
         proposal.cast(Vote::Commit).await.unwrap();
         // Voting twice is refused: a vote is written once.
         assert!(matches!(
             proposal.cast(Vote::Abort).await,
             Err(Error::InvalidArgument(m)) if m.contains("\"a\"")
         ));
-        support::wait_children(&coordinator, "/2pc/died/tx-1/votes", 1).await;
-        // "Died" needs the coordinator to have seen the vote before it went. Give it the
-        // notification of the vote (none comes if its first listing already had it: then the
-        // bound passes) and a moment to list again, so a loaded machine does not turn the
-        // vote into one never cast.
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            while coordinator.notifications() == 0 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        freezer.frozen().await;
         doomed.close().await;
-        let outcome = proposing.await.unwrap();
+        support::wait_children(&session(&connect).await, "/2pc/died/tx-1/votes", 0).await;
+        freezer.thaw();
+        let outcome = tokio::time::timeout(WAIT, proposing)
+            .await
+            .expect("decided in time")
+            .unwrap()
+            .unwrap();
         assert_eq!(outcome, Outcome::Abort(AbortReason::Died("a".into())));
         // b votes commit afterwards: the decision stands.
         let b = session(&connect).await;

@@ -6,28 +6,58 @@
 //! Layout under the transaction path `PATH`, for a transaction `TX`:
 //! - `PATH/TX`: persistent, the proposal's payload. `PATH/TX/sites`: persistent, the proposal's
 //!   token (a uuid) and the participating sites, one a line. `PATH/TX/votes`: persistent, the
-//!   parent of the votes. The coordinator creates the three in one multi, so a site sees a
-//!   proposal whole or not at all.
-//! - `PATH/TX/votes/SITE`: the site's vote, `commit` (ephemeral) or `abort` (persistent).
+//!   parent of the votes; its data version counts the votes cast. The coordinator creates the
+//!   three in one multi, so a site sees a proposal whole or not at all.
+//! - `PATH/TX/votes/SITE`: the site's vote, `commit` (ephemeral) or `abort` (persistent),
+//!   created in one multi with an empty write to `votes` (the count).
 //! - `PATH/TX/decision`: persistent, written once, with a create that fails if it exists:
 //!   `commit`, or `abort` and the reason. It is the single point of truth: whoever loses the
 //!   race to create it reads the winner's decision and reports that.
 //!
 //! Invariants:
-//! - **Never commit after an abort vote.** Commit is written only in a multi that also checks
-//!   that every site's vote node exists, after reading each of them as `commit`. A vote is
-//!   written once (a create), so a site cannot turn an abort into a commit; an abort vote is
-//!   persistent, so it cannot vanish before the coordinator reads it.
-//! - **A vote must be cast, and alive, before the decision can name commit.** A commit vote is
-//!   ephemeral: a site that dies before the decision takes its vote with it, the multi's check
-//!   fails, and the coordinator decides abort (`Died`). A site that dies after the decision
-//!   reads it again when it comes back ([`TwoPhase::decision`]).
+//! - **Commit follows the votes standing when it is written, never a vote that was.** The
+//!   coordinator reads each vote as it comes (its data, czxid and version). Once every site's
+//!   vote has been read as `commit`, it reads them back: first the version `V` of `votes` (the
+//!   count of casts), then each vote's stat, which must be the node it read (the same czxid:
+//!   not deleted and created again) unchanged (the same version). Then it writes commit in one
+//!   multi: check `votes` at `V`, check each vote at the version read, create `decision`.
+//!   Why that is atomic against the server: the multi applies at one point of the server's
+//!   total order. There `votes` is still at `V`, so no vote was cast since `V` was read; every
+//!   vote node the multi finds was therefore there when it was read back (creating one again
+//!   takes a cast), and the read-back found each to be the node first read as `commit`. So at
+//!   that point every site has a live commit vote, the very one counted; an ephemeral vote
+//!   that exists there has a session alive there. The count is needed because a multi can
+//!   check a version but not a czxid: a vote deleted and created again between the read-back
+//!   and the multi has the version read. Whatever fails (a check, a vote gone or another node)
+//!   sends the coordinator round again; a vote that vanished is never a commit vote: a counted
+//!   one that vanished, even if its site voted again since, aborts (`Died`). This holds for
+//!   votes cast by this module: a vote node created by hand, without the count, is outside it.
+//! - **Never commit after an abort vote.** An abort vote is persistent, so it cannot vanish
+//!   unread, and a vote is a create, so a site cannot turn an abort into a commit in place; the
+//!   read-back and the multi above make sure an abort cast in place of a counted commit (the
+//!   site died and came back) is not outrun.
 //! - **Everyone learns the same decision**: sites wait on the decision node (one exists watch
 //!   each), never on each other's votes.
 //! - **Aborting is always safe**: no vote in `vote_timeout` means abort (`TimedOut`); a new
 //!   coordinator ([`TwoPhase::recover`]) writes abort when no decision was written, and if the
 //!   proposal itself was never written it writes the transaction node too, so a paused old
 //!   coordinator cannot propose it afterwards.
+//!
+//! What a site's death or session expiry does to its commit vote (an abort vote is persistent
+//! and outlives both):
+//! - **Before the decision**: the vote vanishes when the server ends the session (at the
+//!   session timeout after the site died or was cut off, at once if it closed it), and the
+//!   transaction aborts: `Died` if the coordinator had read the vote, `TimedOut` if not. (A
+//!   site that comes back in a new session and votes again before the coordinator read its
+//!   first vote is counted by the new one, which stands or vanishes the same way.)
+//! - **During the decision**: the session's end and the commit multi are two transactions in
+//!   the server's total order, and one comes first. Session first: abort. Commit first: commit
+//!   stands, although the vote vanishes right after. The site cannot tell which from its side
+//!   (a paused process does not even know its session ended), so a site that voted commit must
+//!   stay able to commit until it reads the decision: [`Proposal::wait`] carries on in the
+//!   session's next generation, and [`TwoPhase::decision`] answers after a restart.
+//! - **After the decision**: nothing changes; the decision stays until
+//!   [`TwoPhase::forget`], and the site reads it when it comes back.
 //!
 //! Who dies when, and what everyone learns:
 //!
@@ -37,11 +67,13 @@
 //! | coordinator | after the proposal, before the decision | sites vote and wait; `recover` writes abort (`Recovered`) |
 //! | coordinator | after the decision | every site reads it; `recover` returns it |
 //! | site | before it joins or votes | the coordinator decides abort at the vote timeout (`TimedOut`) |
-//! | site | after a commit vote, before the decision | its vote vanishes with its session: abort (`Died`), unless every vote was in and commit written first |
+//! | site | after a commit vote, before the decision | its vote vanishes with its session: abort (`Died`), unless commit was written first |
 //! | site | after an abort vote | the vote is persistent: abort (`Voted`) |
 //! | site | after the decision | the others have it; the site reads it again when it comes back |
 //!
-//! Each row is a test that SIGKILLs that process at that step (`tests/two_phase/faults.rs`).
+//! Each row is a test that SIGKILLs that process at that step (`tests/two_phase/faults.rs`);
+//! the votes that change between the coordinator's read and its decision are tests that
+//! freeze the coordinator there (`tests/two_phase/races.rs`), one per check above.
 //! The coordinator owns no ephemeral node, so when its own session ends it carries on in the
 //! next one (its proposal is retried under its token, the decision create is read back).
 //!
@@ -80,6 +112,24 @@ impl Session {
 /// Two-phase commit over the transactions under one path: a coordinator
 /// [`propose`](TwoPhase::propose)s, sites [`join`](TwoPhase::join) and vote, anyone reads the
 /// [`decision`](TwoPhase::decision), a new coordinator [`recover`](TwoPhase::recover)s.
+///
+/// The decision is written once and is the same for everyone. Commit is written only while
+/// every site's commit vote that the coordinator counted is still standing, checked in the
+/// same atomic write, so it never commits over an abort vote or over a vote that vanished.
+///
+/// When a site dies or its session expires:
+/// - before the decision, its commit vote vanishes with its session and the transaction
+///   aborts (an abort vote is persistent and counts whatever happens to the site);
+/// - at the same moment, the server's order decides: if the commit was applied before the
+///   session's end, it stands. A site cannot tell which from its side, so once it has voted
+///   commit it must keep itself able to commit until it reads the decision
+///   ([`Proposal::wait`] carries on in the session's next generation;
+///   [`decision`](TwoPhase::decision) answers after a restart);
+/// - after the decision, nothing changes: the decision stays until
+///   [`forget`](TwoPhase::forget).
+///
+/// A coordinator that dies leaves the transaction undecided until
+/// [`recover`](TwoPhase::recover) writes abort.
 #[derive(Clone, Debug)]
 pub struct TwoPhase {
     session: Session,
@@ -98,7 +148,8 @@ pub enum Vote {
 /// The decision on a transaction, the same for everyone who reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Every site voted commit, and each vote was still there when commit was written.
+    /// Every site voted commit, and each of those votes, the very node read, was still
+    /// standing when commit was written.
     Commit,
     /// The transaction aborted, and why.
     Abort(AbortReason),
@@ -111,7 +162,8 @@ pub enum AbortReason {
     Voted(String),
     /// These sites had not voted when the vote timeout ran out.
     TimedOut(Vec<String>),
-    /// This site's commit vote vanished with its session before the decision.
+    /// This site's commit vote, read by the coordinator, vanished with its session before the
+    /// decision (even if the site voted again in a new session since).
     Died(String),
     /// A new coordinator found no decision and decided abort.
     Recovered,
@@ -375,8 +427,11 @@ impl Proposal {
     }
 
     /// Casts `vote` without waiting. A commit vote lasts as long as this site's session: if the
-    /// session ends before the decision, the vote goes and the transaction aborts. Voting twice
-    /// is [`Error::InvalidArgument`] (a vote is written once).
+    /// session ends before the decision, the vote goes and the transaction aborts; if the
+    /// decision came first, it stands. Either can be the case when the session ends, so keep
+    /// the site able to commit until [`wait`](Proposal::wait) or
+    /// [`TwoPhase::decision`] says. Voting twice is [`Error::InvalidArgument`] (a vote is
+    /// written once).
     pub async fn cast(&self, vote: Vote) -> Result<()> {
         if self.decided.is_some() {
             return Ok(());

@@ -3,10 +3,12 @@
 //! removing a finished transaction.
 //!
 //! The coordinator holds one children watch on `votes` and one exists watch on `decision` (so a
-//! recovery that decides first ends its wait), and reads each vote once (a vote is written
-//! once, so its data never changes): per round it lists the votes, notes new ones and vanished
-//! ones, and decides as soon as the votes allow. It owns no ephemeral node, so when
-//! its session ends it carries on watching from the next one.
+//! recovery that decides first ends its wait). Per round it lists the votes, reads each new one
+//! once (its data, czxid and version), notes the vanished ones, and decides as soon as the votes
+//! allow: abort at once, commit only after reading every vote back and in a multi that checks
+//! the count of casts on `votes` and each vote's version (the argument is in the parent
+//! module's docs). A site's cast writes its vote and that count in one multi. The coordinator
+//! owns no ephemeral node, so when its session ends it carries on watching from the next one.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::wait::Deadline;
-use crate::zk::node::{create_parents, create_unless_exists, look};
+use crate::zk::node::{create_parents, look};
 use crate::zk::session::Generation;
 
 /// How often a create that finds the transaction path missing creates it and tries again (a
@@ -133,7 +135,8 @@ impl TwoPhase {
         Err(Error::Zk(lockkeeper_zk_client::Error::NoNode))
     }
 
-    /// The coordinator's wait: one children watch on `votes`, each vote read once.
+    /// The coordinator's wait: one children watch on `votes`, each vote read once as it
+    /// comes, and every vote read back once more before commit (see the module docs).
     async fn collect_votes(
         &self,
         tx: &str,
@@ -143,8 +146,8 @@ impl TwoPhase {
         let votes_node = format!("{tx}/{VOTES}");
         let votes_node = votes_node.as_str();
         let decision_node = format!("{tx}/{DECISION}");
-        // The votes read so far, and the version each was read at (for the commit's checks).
-        let mut seen: BTreeMap<String, (Vote, i32)> = BTreeMap::new();
+        // The votes read so far: what each said, and which node said it.
+        let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
         // A round ended by the session's end starts again in the next one: the coordinator owns
         // no ephemeral node, and writing the decision is idempotent (a create, read back).
         'round: loop {
@@ -172,8 +175,11 @@ impl TwoPhase {
                 }
             }
             let mut verdict = None;
-            for (site, (vote, _)) in &seen {
-                if *vote == Vote::Commit && !names.contains(site) {
+            // A commit vote read before and no longer listed: its site died. (Not a safety
+            // check, the read-back and the multi are; this one aborts without waiting for the
+            // other votes.)
+            for (site, read) in &seen {
+                if read.vote == Vote::Commit && !names.contains(site) {
                     verdict = Some(AbortReason::Died(site.clone()));
                 }
             }
@@ -196,22 +202,38 @@ impl TwoPhase {
                             // An abort, or anything else: only a clear commit counts as one.
                             Vote::Abort
                         };
-                        seen.insert(site.clone(), (vote, stat.version));
+                        seen.insert(
+                            site.clone(),
+                            Seen {
+                                vote,
+                                czxid: stat.czxid,
+                                version: stat.version,
+                            },
+                        );
                     }
                 }
             }
             if verdict.is_none()
-                && let Some((site, _)) = seen.iter().find(|(_, (vote, _))| *vote == Vote::Abort)
+                && let Some((site, _)) = seen.iter().find(|(_, read)| read.vote == Vote::Abort)
             {
                 verdict = Some(AbortReason::Voted(site.clone()));
             }
             let mut decision = verdict.map(|reason| (Outcome::Abort(reason), Vec::new()));
             if decision.is_none() && seen.len() == sites.len() {
-                let checks: Vec<(String, i32)> = seen
-                    .iter()
-                    .map(|(site, (_, version))| (format!("{votes_node}/{site}"), *version))
-                    .collect();
-                decision = Some((Outcome::Commit, checks));
+                // Every site's vote was read as commit: read them back before writing commit.
+                decision = match read_back(&generation, votes_node, &seen).await {
+                    Ok(ReadBack::Standing(checks)) => Some((Outcome::Commit, checks)),
+                    Ok(ReadBack::Vanished(site)) => {
+                        Some((Outcome::Abort(AbortReason::Died(site)), Vec::new()))
+                    }
+                    Ok(ReadBack::Rewritten(site)) => {
+                        // Not the recipe's doing, but not the vote read either: read it anew.
+                        seen.remove(&site);
+                        continue 'round;
+                    }
+                    Err(Error::SessionLost) => continue 'round,
+                    Err(err) => return Err(err),
+                };
             }
             if decision.is_none() {
                 tokio::select! {
@@ -230,8 +252,8 @@ impl TwoPhase {
             };
             match decide(&generation, tx, &outcome, &checks).await {
                 Ok(decided) => return Ok(decided),
-                // The session ended, or a commit vote went between our read and the multi: the
-                // next round sees which.
+                // The session ended, or a vote was cast or went between the read-back and the
+                // multi: the next round sees which.
                 Err(
                     Error::SessionLost
                     | Error::Zk(
@@ -278,9 +300,66 @@ impl TwoPhase {
     }
 }
 
+/// A vote as the coordinator read it: what it said, and which node said it (a node deleted
+/// and created again has another czxid; one rewritten in place, another version).
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    vote: Vote,
+    czxid: i64,
+    version: i32,
+}
+
+/// What reading the commit votes back found.
+#[derive(Debug)]
+enum ReadBack {
+    /// Every vote is the node read as commit, unchanged: the commit multi's checks, the count
+    /// of casts on `votes` first.
+    Standing(Vec<(String, i32)>),
+    /// This site's vote is gone, or is another node than the one read as commit: the commit
+    /// vote it cast vanished with its session.
+    Vanished(String),
+    /// This site's vote node was written in place since it was read.
+    Rewritten(String),
+}
+
+/// Reads back the commit votes in `seen` (every site's) before the commit: first the count of
+/// casts (the version of `votes`), then each vote's identity. The multi that writes commit
+/// checks that count and each vote's version, so it applies only if no vote was cast since
+/// the count was read, and then every vote node it finds is the one read back here (a node
+/// created again would have taken a cast). See the module docs for the whole argument.
+async fn read_back(
+    generation: &Generation,
+    votes_node: &str,
+    seen: &BTreeMap<String, Seen>,
+) -> Result<ReadBack> {
+    let stat = |node: String| {
+        generation.retry(move |client| {
+            let node = node.clone();
+            async move { client.check_stat(&node).await }
+        })
+    };
+    let Some(votes) = stat(votes_node.to_owned()).await? else {
+        return Err(Error::Zk(lockkeeper_zk_client::Error::NoNode));
+    };
+    let mut checks = vec![(votes_node.to_owned(), votes.version)];
+    for (site, read) in seen {
+        let node = format!("{votes_node}/{site}");
+        match stat(node.clone()).await? {
+            Some(now) if now.czxid != read.czxid => return Ok(ReadBack::Vanished(site.clone())),
+            Some(now) if now.version != read.version => {
+                return Ok(ReadBack::Rewritten(site.clone()));
+            }
+            Some(_) => checks.push((node, read.version)),
+            None => return Ok(ReadBack::Vanished(site.clone())),
+        }
+    }
+    Ok(ReadBack::Standing(checks))
+}
+
 /// Writes `outcome` as the decision of `tx`, in one multi with a version check of each of
-/// `checks` (the commit votes); if a decision exists already, returns that one instead. A failed
-/// check is `Error::Zk(NoNode | BadVersion)`.
+/// `checks` (for commit: the count of casts on `votes`, then each vote, from [`read_back`]); if
+/// a decision exists already, returns that one instead. A failed check is
+/// `Error::Zk(NoNode | BadVersion)`.
 async fn decide(
     generation: &Generation,
     tx: &str,
@@ -332,17 +411,31 @@ fn first_op_failure<T>(
 }
 
 /// Writes `site`'s vote under `tx`: commit as an ephemeral node (it must be alive at the
-/// decision), abort as a persistent one (it must never vanish). A retry that finds the node
-/// checks it is this vote of this session.
+/// decision), abort as a persistent one (it must never vanish), in one multi with a write to
+/// `votes` that counts the cast in its version (the coordinator's commit checks that count:
+/// see the module docs). A retry that finds the node checks it is this vote of this session.
 pub(super) async fn cast(generation: &Generation, tx: &str, site: &str, vote: Vote) -> Result<()> {
-    let node = format!("{tx}/{VOTES}/{site}");
+    let votes = format!("{tx}/{VOTES}");
+    let node = format!("{votes}/{site}");
     let mode = match vote {
         Vote::Commit => CreateMode::Ephemeral,
         Vote::Abort => CreateMode::Persistent,
     };
+    let options = CreateOptions::new(mode);
     let data = vote.encode();
-    if create_unless_exists(generation, &node, data, mode).await? {
-        return Ok(());
+    let (votes_ref, node_ref, options) = (&votes, &node, &options);
+    let written = generation
+        .retry(|client| async move {
+            let mut multi = client.multi();
+            multi.add_create(node_ref, data, options)?;
+            multi.add_set_data(votes_ref, b"", None)?;
+            first_op_failure(multi.commit().await)
+        })
+        .await?;
+    match written {
+        None => return Ok(()),
+        Some(lockkeeper_zk_client::Error::NodeExists) => {}
+        Some(err) => return Err(Error::Zk(err)),
     }
     let ours = match look(generation, &node, false).await? {
         Some((found, stat, _)) => {
