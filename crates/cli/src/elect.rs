@@ -48,6 +48,9 @@ Exit codes:
   69                  the backend could not be reached within --connect-timeout
   70                  internal failure (the command could not be started, ...)
   76                  --once: leadership was lost while the command ran; it was stopped
+                      (the message names the cause)
+
+Resigning and closing on the way out take at most --release-timeout (default 2s) each.
 
 The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LEADER_ID and LOCKKEEPER_BACKEND.";
 

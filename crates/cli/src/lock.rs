@@ -35,14 +35,19 @@ const EXIT_CODES: &str = "\
 Exit codes:
   the command's own   it ran to its end (128 + N when signal N ended it)
   64                  usage: a bad flag, backend URL or name
-  69                  the backend could not be reached within --connect-timeout
+  69                  the backend could not be reached within --connect-timeout, or stopped
+                      answering (also when --timeout passed with it unreachable: never 75)
   70                  internal failure (the command could not be started, ...)
-  75                  not acquired: --try found the lock held, or --timeout passed
+  75                  not acquired: --try found the lock held (a semaphore's leases all
+                      taken), or --timeout passed with it held; the wait ends by --timeout
+                      plus at most a second to withdraw
   76                  the lock was lost (or its revocation requested) while the command ran;
-                      the command's process group was stopped
+                      the command's process group was stopped; the message names the cause
   128 + N             signal N (SIGINT, SIGTERM, SIGHUP) ended the wait for the lock
   0                   without a command: released after SIGINT or SIGTERM
 
+Releasing and closing on the way out take at most --release-timeout (default 2s); past it
+lockkeeper exits anyway and says the release was not confirmed.
 SIGINT, SIGTERM and SIGHUP are passed on to the command's process group.
 The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LOCK and LOCKKEEPER_BACKEND.";
 

@@ -38,8 +38,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Run a command while holding a lock (or hold it until interrupted). Exit codes: the
     /// child's (128 + N when it died of signal N, or a wait was interrupted by signal N); 64
-    /// usage; 69 backend unreachable; 70 internal failure; 75 not acquired (--try, --timeout);
-    /// 76 the lock was lost, or its revocation requested, while the child ran.
+    /// usage; 69 backend unreachable (also when --timeout passed with it unreachable); 70
+    /// internal failure; 75 not acquired (--try, --timeout); 76 the lock was lost, or its
+    /// revocation requested, while the child ran.
     Lock(lock::LockArgs),
     /// Join a leader election and run a command while leader, or watch who leads (--listen).
     Elect(elect::ElectArgs),
