@@ -58,6 +58,8 @@ impl LockGuard {
     /// session is suspended (it may come back true if the same session reconnects) and forever
     /// after the session expired. Answered from local state, with no round trip: a holder
     /// resumed after a pause longer than its session timeout gets `false` at its first check.
+    /// Live: the node is watched from the grant on, so the answer turns false when the
+    /// server's deletion event arrives, whether or not anyone awaits [`lost`](LockGuard::lost).
     ///
     /// [`valid_until`]: LockGuard::valid_until
     pub fn is_held(&self) -> bool {
