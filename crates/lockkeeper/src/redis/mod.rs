@@ -72,12 +72,15 @@
 //! scripts run on one node: `PREFIX:lease:{name}` (the lock), `PREFIX:lease:{name}:fence`
 //! (the counter), `PREFIX:lease:{name}:line` and `...:line:deadlines` (waiters), and the
 //! release channel `PREFIX:lease:{name}:released`; likewise `reentrant`, `rw` (`:readers`,
-//! `:writer`, `:intent`) and `semaphore`. The fencing counter has no expiry (it must outlive
-//! every holder); all other keys expire with their lease.
+//! `:writer`, `:intent`) and `semaphore` (with a `:line` of its waiters that only shows who
+//! waits). The fencing counter has no expiry (it must outlive every holder); all other keys
+//! expire with their lease. [`Redis::inspect`] reads all of a name's keys, of every kind, in
+//! one step: its holders and waiters; [`Redis::revoke`] takes a hold away.
 
 mod client;
 mod conn;
 mod diagnose;
+mod inspect;
 mod keys;
 mod lease;
 mod lease_lock;
@@ -92,6 +95,7 @@ mod semaphore;
 mod wait;
 
 pub use client::{Redis, RedisOptions};
+pub use inspect::{Inspection, Kind, LockKind, Participant, Revoked, State, inspect};
 pub use keys::DEFAULT_PREFIX;
 pub use lease::DEFAULT_WATCHDOG_TTL;
 pub use lease_lock::{LeaseGuard, LeaseLock};

@@ -27,7 +27,7 @@ use super::lease::{
 use super::script::call;
 use super::wait::{self, Attempt};
 
-mod scripts;
+pub(super) mod scripts;
 use crate::{FencingToken, Result};
 use scripts::{
     INTENT_REFRESH, INTENT_TTL, INTENT_WITHDRAW, READ_ACQUIRE, READ_RELEASE, READ_RENEW,

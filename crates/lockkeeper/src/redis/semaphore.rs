@@ -10,6 +10,11 @@
 //! The permit count N travels with every acquire rather than living in Redis: every user of a
 //! semaphore must be created with the same N (the acquire script admits while fewer than the
 //! caller's N are taken).
+//!
+//! A waiter keeps a place in the semaphore's line (`...:line`, [`line`](super::line)) while it
+//! waits, refreshed by each attempt, so that an operator can see who waits
+//! ([`Redis::inspect`]). The line does not decide who gets permits: waiters are not served in
+//! order, and a place lapses on its own if its waiter dies.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -23,14 +28,19 @@ use super::keys::{LockKeys, check_name};
 use super::lease::{
     Lease, LeaseSpec, fencing_token, millis, new_token, release_by, remaining, renew_with,
 };
+use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys};
 use super::script::{NOW, call};
 use super::wait::{self, Attempt};
 use crate::{Error, FencingToken, Result};
 
-/// KEYS: permits, fence. ARGV: id, n, limit, ttl. `{1, fence}` or `{0, wait ms}`.
+/// KEYS: permits, fence, line, line deadlines. ARGV: id, n, limit, ttl, waiter (empty for a
+/// single try, which never joins the line), line ttl. `{1, fence}` or `{0, wait ms}`; a
+/// waiting caller that gets no permits joins (or refreshes its place in) the line.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        r"{NOW}
+        r"{NOW}{LINE_LUA}
+line_reap(KEYS[3], KEYS[4], now)
+local waiter = ARGV[5]
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
@@ -39,8 +49,10 @@ local used = redis.call('ZCARD', KEYS[1])
 if used + n <= limit then
   for i = 1, n do redis.call('ZADD', KEYS[1], now + ttl, ARGV[1] .. ':' .. i) end
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  if waiter ~= '' then line_leave(KEYS[3], KEYS[4], waiter) end
   return {{1, redis.call('INCR', KEYS[2])}}
 end
+if waiter ~= '' then line_join(KEYS[3], KEYS[4], waiter, now, tonumber(ARGV[6])) end
 local need = used + n - limit
 local nth = redis.call('ZRANGE', KEYS[1], need - 1, need - 1, 'WITHSCORES')
 if #nth == 0 then return {{0, -1}} end
@@ -65,7 +77,7 @@ return 1
 });
 
 /// KEYS: permits. ARGV: id, n, channel. 1 if the permits were still live.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"{NOW}
 local n = tonumber(ARGV[2])
@@ -104,6 +116,7 @@ pub struct Semaphore {
     redis: Redis,
     name: Arc<str>,
     keys: Arc<LockKeys>,
+    line: Arc<LineKeys>,
     permits: u32,
     spec: LeaseSpec,
 }
@@ -111,10 +124,12 @@ pub struct Semaphore {
 impl Redis {
     /// The semaphore called `name` with `permits` permits (see [`Semaphore`]).
     pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        let keys = LockKeys::new(self.prefix(), "semaphore", name);
         Semaphore {
             redis: self.clone(),
             name: Arc::from(name),
-            keys: Arc::new(LockKeys::new(self.prefix(), "semaphore", name)),
+            line: Arc::new(LineKeys::for_lock(&keys)),
+            keys: Arc::new(keys),
             permits,
             spec: self.default_lease(),
         }
@@ -171,15 +186,7 @@ impl Semaphore {
     /// Waits for `n` permits.
     pub async fn acquire(&self, n: u32) -> Result<SemaphorePermit> {
         self.check(n)?;
-        let id = new_token();
-        let acquired = wait::acquire(
-            self.redis.subscriber(),
-            &self.keys.channel,
-            "",
-            None,
-            || self.attempt(&id, n),
-        )
-        .await?;
+        let acquired = self.wait(n, None).await?;
         // Without a deadline, `acquire` only returns once it holds the permits.
         Ok(acquired.expect("acquire without a deadline returns the permits"))
     }
@@ -187,7 +194,7 @@ impl Semaphore {
     /// One attempt at `n` permits.
     pub async fn try_acquire(&self, n: u32) -> Result<Option<SemaphorePermit>> {
         self.check(n)?;
-        match self.attempt(&new_token(), n).await? {
+        match self.attempt(&new_token(), n, false).await? {
             Attempt::Acquired(permit) => Ok(Some(permit)),
             Attempt::Busy(_) => Ok(None),
         }
@@ -201,15 +208,34 @@ impl Semaphore {
     ) -> Result<Option<SemaphorePermit>> {
         self.check(n)?;
         let deadline = wait::deadline_in(timeout)?;
+        self.wait(n, Some(deadline)).await
+    }
+
+    /// Attempts until acquired or `deadline`, in line after the first failure. The
+    /// acquisition id doubles as the place in line; whatever ends the wait other than success
+    /// leaves the line. Any release wakes the waiter (`me` is empty): the line only shows who
+    /// waits, it does not order them.
+    async fn wait(&self, n: u32, deadline: Option<Instant>) -> Result<Option<SemaphorePermit>> {
         let id = new_token();
-        wait::acquire(
+        let mut leave = LeaveOnDrop {
+            conn: self.redis.conn(),
+            keys: Arc::clone(&self.line),
+            waiter: id.clone(),
+            armed: true,
+        };
+        let acquired = wait::acquire(
             self.redis.subscriber(),
             &self.keys.channel,
             "",
-            Some(deadline),
-            || self.attempt(&id, n),
+            deadline,
+            || self.attempt(&id, n, true),
         )
-        .await
+        .await?;
+        if acquired.is_some() {
+            // The acquire script took us out of the line.
+            leave.armed = false;
+        }
+        Ok(acquired)
     }
 
     /// Permits free right now (expired ones count as free).
@@ -256,7 +282,8 @@ impl Semaphore {
         self.spec.check()
     }
 
-    async fn attempt(&self, id: &str, n: u32) -> Result<Attempt<SemaphorePermit>> {
+    /// One cancel-safe attempt; `waiting` joins the line if too few permits are free.
+    async fn attempt(&self, id: &str, n: u32, waiting: bool) -> Result<Attempt<SemaphorePermit>> {
         let ttl = self.spec.server_ttl();
         let conn = self.redis.conn();
         let keys = Arc::clone(&self.keys);
@@ -264,17 +291,29 @@ impl Semaphore {
         let limit = self.permits;
         let sent = Instant::now();
         let attempt = {
-            let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+            let (conn, keys, line, id) = (
+                conn.clone(),
+                Arc::clone(&keys),
+                Arc::clone(&self.line),
+                Arc::clone(&id),
+            );
             async move {
+                let waiter = if waiting {
+                    id.to_string()
+                } else {
+                    String::new()
+                };
                 let reply: Vec<i64> = call(
                     &ACQUIRE,
                     conn,
-                    &[&keys.main, &keys.fence],
+                    &[&keys.main, &keys.fence, &line.line, &line.deadlines],
                     &[
                         id.to_string(),
                         n.to_string(),
                         limit.to_string(),
                         millis(ttl).to_string(),
+                        waiter,
+                        millis(LINE_TTL).to_string(),
                     ],
                 )
                 .await?;
@@ -290,10 +329,19 @@ impl Semaphore {
             }
         };
         let undo = {
-            let (conn, keys, id) = (conn.clone(), Arc::clone(&keys), Arc::clone(&id));
+            let (conn, keys, line, id) = (
+                conn.clone(),
+                Arc::clone(&keys),
+                Arc::clone(&self.line),
+                Arc::clone(&id),
+            );
             move |abandoned: Attempt<FencingToken>| async move {
-                if let Attempt::Acquired(_) = abandoned {
-                    let _ = release_once(conn, &keys, &id, n).await;
+                match abandoned {
+                    Attempt::Acquired(_) => {
+                        let _ = release_once(conn, &keys, &id, n).await;
+                    }
+                    Attempt::Busy(_) if waiting => super::line::leave(conn, &line, &id).await,
+                    Attempt::Busy(_) => {}
                 }
             }
         };
@@ -332,6 +380,10 @@ impl Semaphore {
                     lease: Lease::start(sent, self.spec, renew, release),
                     released: false,
                 })
+            }
+            // A waiter comes back at least this often to keep its place in line.
+            Attempt::Busy(retry) if waiting => {
+                Attempt::Busy(Some(retry.map_or(LINE_REFRESH, |r| r.min(LINE_REFRESH))))
             }
             Attempt::Busy(retry) => Attempt::Busy(retry),
         })

@@ -72,7 +72,7 @@ return 1
 
 /// KEYS: readers. ARGV: token, channel. 1 if it was a live reader. The last reader out tells
 /// the waiters.
-pub(super) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"{NOW}
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -99,7 +99,7 @@ return 0
 });
 
 /// KEYS: writer. ARGV: token, channel.
-pub(super) static WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
