@@ -3,8 +3,9 @@
 //! On ZooKeeper it prints the library's inspection ([`lockkeeper::zk::inspect`]): holders and
 //! waiters in queue order with owner session, age, fencing token, data and kind, for every
 //! layout the library knows (lockkeeper's, Curator's and kazoo's locks, semaphores and leader
-//! latches). On Redis it prints the holder of the lease or reentrant lock of that name
-//! ([`redis`]). On etcd it prints the library's inspection of the keys under `NAME/`
+//! latches). On Redis it prints the library's inspection of every lock kind of that name
+//! (`lockkeeper::redis::Redis::inspect`): lease, reentrant and read-write locks and semaphores,
+//! their holders and waiters. On etcd it prints the library's inspection of the keys under `NAME/`
 //! (`lockkeeper::etcd::Session::inspect`). `--json` prints one JSON object instead of the table ([`json`]).
 //!
 //! `--watch` (ZooKeeper) redraws on every change under the lock path: a persistent recursive
@@ -14,7 +15,6 @@
 //! and then exits 0. It only reads; it never changes the lock.
 
 pub mod json;
-pub mod redis;
 
 use std::process::ExitCode;
 
@@ -27,7 +27,8 @@ use crate::backend::{BackendArgs, DEFAULT_SESSION_TIMEOUT, Failure, Handle, conn
 const AFTER_HELP: &str = "\
 ZooKeeper: NAME is the lock path; every layout of lockkeeper, Curator and kazoo is read
 (mutex, read-write lock, simple lock, semaphore, leader latch). Redis: NAME is the lock name;
-the lease and reentrant lock keys are read. etcd: NAME is the lock name; the keys under NAME/
+every kind's keys are read at once (lease, reentrant, read-write lock, semaphore: holders and
+waiters). etcd: NAME is the lock name; the keys under NAME/
 are read (mutex, election and etcdctl lock/elect keys, read-write lock, semaphore).
 
 Exit codes: 0 shown; 64 usage; 69 backend unreachable; 70 unexpected backend error.";
@@ -102,14 +103,14 @@ async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                      inspect again to see a change",
                 ));
             }
-            redis::check_name(&args.target.name)?;
-            let holders = redis::holders(&redis, &args.target.name)
+            let inspection = redis
+                .inspect(&args.target.name)
                 .await
                 .map_err(|e| Failure::from_lib(&what, e))?;
             if args.json {
-                println!("{}", redis::json(&args.target.name, &holders));
+                println!("{}", json::redis(&inspection));
             } else {
-                println!("{}", redis::table(&args.target.name, &holders));
+                println!("{inspection}");
             }
             Ok(())
         }

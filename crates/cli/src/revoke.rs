@@ -9,9 +9,11 @@
 //! token is lower than the next one's, which is what protects the resource from a holder that
 //! is paused or partitioned and does not know yet.
 //!
-//! On Redis no holder listens for requests, so only `--force` exists: after the grace period
-//! the lock's key is deleted if, and only if, it still names the holder that was inspected
-//! (one compare-and-delete script), so a lock released and taken again meanwhile is left alone.
+//! On Redis no holder listens for requests, so only `--force` exists: every holder the
+//! library's inspection finds under the name (lease or reentrant lock, read-write lock readers
+//! or writer, semaphore permits) is given the grace period, then its hold is removed if, and
+//! only if, the same holder still has it ([`lockkeeper::redis::Redis::revoke`]), so a lock
+//! released and taken again meanwhile is left alone.
 //!
 //! A semaphore lease is not asked cooperatively: no lease holder listens for requests, so the
 //! request would be reported "requested" and ignored while it overwrote the lease's data.
@@ -28,10 +30,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use lockkeeper::zk::{NodeKind, Participant, Revoked, Session};
-use tokio::time::Instant;
 
 use crate::backend::{Backend, DEFAULT_SESSION_TIMEOUT, Failure, Handle, parse_duration};
-use crate::inspect::{LockTarget, redis};
+use crate::inspect::LockTarget;
 
 const AFTER_HELP: &str = "\
 Cooperative (default, ZooKeeper only): the holder is asked to release; lockkeeper holders and
@@ -100,7 +101,6 @@ async fn revoke(args: &RevokeArgs) -> Result<(), Failure> {
                     "--node and --max-leases are for ZooKeeper backends",
                 ));
             }
-            redis::check_name(&args.target.name)?;
             redis_force(&redis, &args.target.name, args.grace)
                 .await
                 .map_err(|e| Failure::from_lib(&what, e))
@@ -219,47 +219,54 @@ async fn zk(session: &Session, args: &RevokeArgs, what: &str) -> Result<(), Fail
     failure.map_or(Ok(()), Err)
 }
 
-/// Redis `--force`: the holders as inspected, the grace period (ended early by a release),
-/// then a compare-and-delete of each key still held by the same holder.
+/// Redis `--force`: the holders as inspected, each given the grace period (ended early by
+/// its release), then removed if the same holder still has it.
 async fn redis_force(
     redis: &lockkeeper::redis::Redis,
     name: &str,
     grace: Duration,
 ) -> lockkeeper::Result<()> {
-    let holders = redis::holders(redis, name).await?;
+    use lockkeeper::redis::Revoked;
+    let inspection = redis.inspect(name).await?;
+    let holders: Vec<_> = inspection.holders().collect();
     if holders.is_empty() {
         println!("{name}: nobody holds it; nothing revoked");
         return Ok(());
     }
-    let until = Instant::now() + grace;
-    loop {
-        let now = redis::holders(redis, name).await?;
-        if !holders.iter().any(|h| still_held(&now, h)) || Instant::now() >= until {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100).min(until - Instant::now())).await;
-    }
-    for holder in &holders {
-        let done = if redis::delete_if_still(redis, holder).await? {
-            format!(
-                "deleted after the {grace:?} grace period; fencing token {} is now stale",
-                holder
-                    .token
-                    .map_or_else(|| "-".to_owned(), |t| t.to_string())
-            )
-        } else {
-            "released (or taken by another holder) within the grace period: left alone".to_owned()
+    let revocations = holders
+        .iter()
+        .map(|holder| async move { (holder, redis.revoke(name, holder, grace).await) });
+    let mut failure = None;
+    for (holder, result) in join_all(revocations).await {
+        let done = match result {
+            Ok(Revoked::Deleted) => format!(
+                "deleted after the {grace:?} grace period; its fencing token {} is now stale",
+                holder.fencing_token.map_or_else(
+                    || format!("(at most {})", token_or_dash(holder.latest_token)),
+                    |t| t.to_string()
+                )
+            ),
+            Ok(Revoked::AlreadyGone | Revoked::Released) => {
+                "released (or expired) within the grace period: left alone".to_owned()
+            }
+            Ok(other) => format!("{other:?}"),
+            Err(err) => {
+                eprintln!(
+                    "lockkeeper revoke: {} ({} held by {}): {err}",
+                    holder.key, holder.kind, holder.owner
+                );
+                failure.get_or_insert(err);
+                continue;
+            }
         };
         println!(
-            "{} ({} held by {}): {done}",
-            holder.key, holder.kind, holder.value
+            "{} ({} {} held by {}): {done}",
+            holder.key, holder.state, holder.kind, holder.owner
         );
     }
-    Ok(())
+    failure.map_or(Ok(()), Err)
 }
 
-/// Whether a fresh read of the holders (`now`) still has `holder` on the same key.
-fn still_held(now: &[redis::Holder], holder: &redis::Holder) -> bool {
-    now.iter()
-        .any(|h| h.key == holder.key && h.value == holder.value)
+fn token_or_dash(token: Option<lockkeeper::FencingToken>) -> String {
+    token.map_or_else(|| "-".to_owned(), |t| t.to_string())
 }

@@ -3,6 +3,10 @@
 //! One object per inspection (one line each under `--watch`), with the participants split by
 //! verdict and each one's fields named as the table's columns are. The field names are part of
 //! the command's interface: add fields, never rename them.
+//!
+//! On Redis, `holders` and `waiters` entries keep the fields of the first Redis output (`kind`,
+//! `key`, `value`: the holder, `count`, `ttl_ms`: -1 without expiry, `token`) and add `state`,
+//! `latest_token` and `waited_ms`; `kinds` names the lock kinds found.
 
 use lockkeeper::zk::{Inspection, Layout, Participant, State};
 use serde_json::{Value, json};
@@ -76,5 +80,32 @@ pub fn etcd(inspection: &lockkeeper::etcd::Inspection) -> Value {
         "holders": of(State::Holds),
         "waiters": of(State::Waits),
         "unknown": of(State::Unknown),
+    })
+}
+
+/// The inspection of a Redis lock name (every lock kind under it).
+pub fn redis(inspection: &lockkeeper::redis::Inspection) -> Value {
+    use lockkeeper::redis::Participant;
+    let entry = |p: &Participant| -> Value {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        json!({
+            "state": p.state.to_string(),
+            "kind": p.kind.to_string(),
+            "key": p.key,
+            "value": p.owner,
+            "count": p.count,
+            "ttl_ms": p.ttl_left.map_or(-1, |t| i64::try_from(ms(t)).unwrap_or(i64::MAX)),
+            "token": p.fencing_token.map(|t| t.get()),
+            "latest_token": p.latest_token.map(|t| t.get()),
+            "waited_ms": p.waited.map(ms),
+        })
+    };
+    let kinds: Vec<String> = inspection.kinds().iter().map(ToString::to_string).collect();
+    json!({
+        "backend": "redis",
+        "name": inspection.name,
+        "kinds": kinds,
+        "holders": inspection.holders().map(entry).collect::<Vec<_>>(),
+        "waiters": inspection.waiters().map(entry).collect::<Vec<_>>(),
     })
 }
