@@ -79,7 +79,9 @@ return {token, redis.call('GET', KEYS[2]) or ''}
 /// The fence forgets its highest tokens whenever its Redis loses them (a restart without
 /// persistence, a failover to a replica that missed the latest writes, eviction): it then
 /// accepts older tokens again. So [`RedisFence::new`] refuses a server that does not fsync
-/// every write; see the [module documentation](self) for what the check does not cover.
+/// every write. That check covers restarts only: no setting closes the failover gap, and
+/// eviction (`maxmemory-policy allkeys-*`) or `FLUSHALL` forget tokens too, so keep a resource
+/// that must survive a failover in PostgreSQL or ZooKeeper.
 ///
 /// ```no_run
 /// # async fn demo(guard: lockkeeper::redis::LeaseGuard) -> lockkeeper::Result<()> {
