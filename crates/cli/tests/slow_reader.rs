@@ -8,6 +8,13 @@
 //! queue passes `--max-queued-bytes`, keep its session (it re-attaches with its id and
 //! password), serve the writer throughout, and keep its RSS bounded.
 //!
+//! The work is sized from the bound, not from the machine's speed: the flood plans enough
+//! creates that an unbounded queue would hold twice what the memory check allows, and stops
+//! starting new ones as soon as the server has cut the watcher off. Once cut off, the watcher's
+//! session lives only on its timeout until it re-attaches, so the time from the cut-off to the
+//! re-attach is a handful of round trips however slow the machine is, never the rest of a
+//! flood.
+//!
 //! One test uses a small bound, one the default; every loop is bounded in count and time.
 
 mod support;
@@ -35,16 +42,37 @@ const MEMORY_SLACK_KIB: u64 = 8 * 1024;
 /// How often the slow client pings, well inside its session timeout.
 const PING_EVERY: Duration = Duration::from_millis(500);
 
-/// What the writer does: `nodes` creates, each deleted again, with names of `name_len` bytes.
+/// What the server logs when it cuts a connection off for not reading.
+const CUT_OFF: &str = "is not reading its replies";
+/// The parent of the flood's nodes.
+const FLOOD_DIR: &str = "/flood";
+
+/// What the writer does: at most `nodes` creates, each deleted again, with names of `name_len`
+/// bytes; it starts no more once the watcher is cut off.
 struct Flood {
     nodes: usize,
     name_len: usize,
 }
 
 impl Flood {
+    /// Enough creates that, were the watcher never cut off, their events (two per node, each
+    /// holding at least its path) would queue twice what the memory check allows above the
+    /// bound: so a server without the bound fails the test however fast it is.
+    fn sized_for(bound: u64, name_len: usize) -> Flood {
+        let unbounded = 2 * (bound + MEMORY_SLACK_KIB * 1024);
+        let per_node = 2 * (FLOOD_DIR.len() + 1 + name_len) as u64;
+        Flood {
+            nodes: unbounded.div_ceil(per_node) as usize,
+            name_len,
+        }
+    }
+
     fn path(&self, i: usize) -> String {
         let name = format!("n{i:08}-");
-        format!("/flood/{name}{}", "x".repeat(self.name_len - name.len()))
+        format!(
+            "{FLOOD_DIR}/{name}{}",
+            "x".repeat(self.name_len - name.len())
+        )
     }
 }
 
@@ -78,21 +106,30 @@ fn keep_pinging(
     (stop, task)
 }
 
-/// Runs the flood from one zookeeper-client session and returns how long it took.
-async fn flood(connect_string: &str, flood: &Flood) -> Duration {
+/// Runs the flood from one zookeeper-client session, starting no more creates once
+/// `cut_off()` says the watcher is cut off; returns how many nodes it created (and deleted) and
+/// how long that took.
+async fn flood(
+    connect_string: &str,
+    flood: &Flood,
+    cut_off: impl Fn() -> bool,
+) -> (usize, Duration) {
     let client = connect(connect_string).await;
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
     within(
         "create",
         OP_LIMIT,
-        client.create("/flood", b"", &persistent),
+        client.create(FLOOD_DIR, b"", &persistent),
     )
     .await
-    .expect("create /flood");
+    .expect("create the flood's parent");
     let started = Instant::now();
     let client = &client;
     let persistent = &persistent;
+    // Checked before each create is started; those in flight finish (a create's node is always
+    // deleted again).
     let done = futures::stream::iter(0..flood.nodes)
+        .take_while(|_| std::future::ready(!cut_off()))
         .map(|i| async move {
             let path = flood.path(i);
             within("create", OP_LIMIT, client.create(&path, b"x", persistent))
@@ -104,8 +141,8 @@ async fn flood(connect_string: &str, flood: &Flood) -> Duration {
         })
         .buffer_unordered(IN_FLIGHT)
         .count();
-    within("the flood", FLOOD_LIMIT, done).await;
-    started.elapsed()
+    let nodes = within("the flood", FLOOD_LIMIT, done).await;
+    (nodes, started.elapsed())
 }
 
 /// Whether the server's `cons` lists the connection from `client`.
@@ -113,8 +150,10 @@ fn cons_lists(server: SocketAddr, client: SocketAddr) -> bool {
     lockkeeper_testkit::four_letter_word(server, "cons").contains(&format!(" /{client}["))
 }
 
-/// Runs the whole scenario against a server started with `extra` flags whose bound is `bound`.
-async fn slow_watcher_is_cut_off(extra: &[&str], bound: u64, plan: Flood) {
+/// Runs the whole scenario against a server started with `extra` flags whose bound is `bound`,
+/// flooding with names of `name_len` bytes.
+async fn slow_watcher_is_cut_off(extra: &[&str], bound: u64, name_len: usize) {
+    let plan = Flood::sized_for(bound, name_len);
     let tmp = tempfile::tempdir().expect("temp dir");
     let server = KeeperProcess::start(&tmp.path().join("data"), extra);
     let addr = server.addr();
@@ -125,19 +164,23 @@ async fn slow_watcher_is_cut_off(extra: &[&str], bound: u64, plan: Flood) {
     let (rss_before, _) = server.memory_kib();
 
     let (stop, pinger) = keep_pinging(watcher);
-    let took = flood(&server.connect_string(), &plan).await;
+    let (nodes, took) = flood(&server.connect_string(), &plan, || {
+        server.stderr_text().contains(CUT_OFF)
+    })
+    .await;
     let (rss_after, peak) = server.memory_kib();
-    let events = 2 * plan.nodes;
+    // The events the flood fired at the watcher.
+    let events = 2 * nodes;
     eprintln!(
-        "{} creates and deletes of {}-byte names in {took:?}; keeper RSS {rss_before} KiB before, \
-         {rss_after} KiB after, peak {peak} KiB; bound {bound} bytes",
+        "{nodes} of at most {} creates and deletes of {}-byte names in {took:?}; keeper RSS \
+         {rss_before} KiB before, {rss_after} KiB after, peak {peak} KiB; bound {bound} bytes",
         plan.nodes, plan.name_len
     );
 
     // The server said why it closed the connection.
-    let log = server.stderr_containing("is not reading its replies", LIMIT);
+    let log = server.stderr_containing(CUT_OFF, LIMIT);
     assert!(
-        log.contains("is not reading its replies"),
+        log.contains(CUT_OFF),
         "the server must log why it closed the watcher; log:\n{}",
         support::tail(&log, 30)
     );
@@ -156,7 +199,8 @@ async fn slow_watcher_is_cut_off(extra: &[&str], bound: u64, plan: Flood) {
         .await;
     assert!(
         frames.len() < events,
-        "the watcher was sent all {events} events ({}); it should have been cut off",
+        "the watcher was sent {} frames for the {events} events fired at it; it should have been \
+         cut off",
         frames.len()
     );
 
@@ -171,7 +215,7 @@ async fn slow_watcher_is_cut_off(extra: &[&str], bound: u64, plan: Flood) {
     again.ping().await;
 
     // Memory: the queue may hold `bound`; without one, it would have held every event.
-    let unbounded_kib = (events * (plan.name_len + 200) / 1024) as u64;
+    let unbounded_kib = (2 * plan.nodes * (plan.name_len + 200) / 1024) as u64;
     let allowed_kib = bound / 1024 + MEMORY_SLACK_KIB;
     assert!(
         peak.saturating_sub(rss_before) < allowed_kib,
@@ -184,29 +228,13 @@ async fn slow_watcher_is_cut_off(extra: &[&str], bound: u64, plan: Flood) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_bound_cuts_off_a_watcher_that_stopped_reading() {
     const BOUND: u64 = 256 << 10;
-    slow_watcher_is_cut_off(
-        &["--max-queued-bytes", &BOUND.to_string()],
-        BOUND,
-        Flood {
-            nodes: 20_000,
-            name_len: 500,
-        },
-    )
-    .await;
+    slow_watcher_is_cut_off(&["--max-queued-bytes", &BOUND.to_string()], BOUND, 500).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_bound_cuts_off_a_watcher_that_stopped_reading() {
     let bound = lockkeeper_server::Config::default().max_queued_bytes;
-    slow_watcher_is_cut_off(
-        &[],
-        bound,
-        Flood {
-            nodes: 12_000,
-            name_len: 2_000,
-        },
-    )
-    .await;
+    slow_watcher_is_cut_off(&[], bound, 2_000).await;
 }
 
 /// `cons` says how many packets wait for a connection that does not read and how many were
