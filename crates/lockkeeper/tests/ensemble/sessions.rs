@@ -2,13 +2,51 @@
 //! there as the same session with its lock intact; one that cannot is told at once and loses
 //! the lock only after the ensemble expired it.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkeeper::Error;
 use lockkeeper::zk::ConnectionState;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
 use crate::harness::{ONE_ENSEMBLE, SESSION_TIMEOUT, blocking, ensemble, member_of, session_on};
+
+/// How long a loss signal that was woken by a suspension may take to be seen resolved once the
+/// session is back: only the scheduling of its task, so this only turns a miss into a failure.
+const SEEN_WITHIN: Duration = Duration::from_secs(10);
+
+/// Awaits `lost` in a task of its own, as a holder's work task would, and ends with the instant
+/// it resolved. Returns once that task has polled it once and found it pending, so that it is
+/// already waiting on the session's state before the caller causes a fault. `lost()` answers
+/// from the holder's knowledge when its task runs: a task already waiting is woken by the
+/// suspension itself, while one that first looks once the session is back (after a blocking
+/// kill returned, say: a move can take less than the kill) rightly finds the lock held again.
+async fn awaited_from_now(
+    what: &str,
+    lost: impl Future<Output = ()> + Send + 'static,
+) -> JoinHandle<Instant> {
+    let (armed, was_armed) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut lost = std::pin::pin!(lost);
+        let mut armed = Some(armed);
+        std::future::poll_fn(|cx| {
+            let poll = lost.as_mut().poll(cx);
+            if let Some(armed) = armed.take() {
+                let _ = armed.send(poll.is_pending());
+            }
+            poll
+        })
+        .await;
+        Instant::now()
+    });
+    let pending = was_armed
+        .await
+        .expect("the task awaiting a loss signal runs");
+    assert!(pending, "{what} resolved before any fault");
+    task
+}
 
 /// A session whose member is killed reconnects to another member within its timeout, as the
 /// same session: its lock node stays (same node, same token, still its own), nobody else can
@@ -55,33 +93,36 @@ async fn a_session_moves_to_another_member_and_keeps_its_lock() {
         .unwrap();
     let other = session_on(&zk.member_connect((on + 2) % zk.size())).await;
 
+    // Everything the test observes of the move is listening before the member is killed, so
+    // that what it sees does not depend on how fast the session moves (a move can take a few
+    // milliseconds, less than the kill itself): the session's states are recorded by the
+    // stream from here on, and both loss signals are awaited by tasks of their own, as a
+    // holder's work tasks would await them, already waiting when the fault starts.
     let mut states = holder.states();
-    let mut leadership_lost = Box::pin(leadership.lost());
-    let mut guard_lost = Box::pin(guard.lost());
+    let guard = Arc::new(guard);
+    let guard_lost = awaited_from_now("the mutex guard's lost()", {
+        let guard = guard.clone();
+        async move { guard.lost().await }
+    })
+    .await;
+    let leadership_lost = awaited_from_now("the leadership's lost()", {
+        let term = leadership.term();
+        async move { term.lost().await }
+    })
+    .await;
     let killed_at = Instant::now();
     blocking({
         let zk = zk.clone();
         move || zk.kill(on)
     })
     .await;
-    // Both loss signals are awaited while the member dies and the session moves, as a holder
-    // doing its work in a select would.
     let mut seen = Vec::new();
-    let mut guard_reported_lost = false;
-    let mut leadership_reported_lost = false;
     while seen.last() != Some(&ConnectionState::Reconnected) {
-        tokio::select! {
-            state = timeout(SESSION_TIMEOUT * 2, states.next()) => {
-                let state = state
-                    .unwrap_or_else(|_| panic!("no reconnection; states so far {seen:?}"))
-                    .expect("the session reports states");
-                seen.push(state);
-            }
-            () = &mut guard_lost, if !guard_reported_lost => guard_reported_lost = true,
-            () = &mut leadership_lost, if !leadership_reported_lost => {
-                leadership_reported_lost = true;
-            }
-        }
+        let state = timeout(SESSION_TIMEOUT * 2, states.next())
+            .await
+            .unwrap_or_else(|_| panic!("no reconnection; states so far {seen:?}"))
+            .expect("the session reports states");
+        seen.push(state);
     }
     let moved_in = killed_at.elapsed();
     assert_eq!(
@@ -107,15 +148,20 @@ async fn a_session_moves_to_another_member_and_keeps_its_lock() {
     // a suspension is a possible loss, so it resolved; the leadership was told to keep
     // through suspensions and did not. Neither lock was actually lost: the guard is held
     // again, its node intact, and the leadership never wavered.
-    assert!(
-        guard_reported_lost,
-        "the mutex guard's lost() resolves at a suspension"
+    let guard_lost_at = timeout(SEEN_WITHIN, guard_lost)
+        .await
+        .expect("the mutex guard's lost() resolves at a suspension")
+        .expect("the task awaiting the guard's lost()");
+    eprintln!(
+        "the mutex guard reported lost {:?} after the kill",
+        guard_lost_at - killed_at
     );
     assert!(
-        !leadership_reported_lost,
+        !leadership_lost.is_finished(),
         "a leadership kept through suspensions was reported lost"
     );
-    drop(guard_lost);
+    // The task that awaited the guard's loss is over, and with it its share of the guard.
+    let guard = Arc::into_inner(guard).expect("the guard is the test's alone again");
     assert!(guard.is_held(), "held again once the same session is back");
     assert!(guard.valid_until().is_some());
     let (_, stat) = other
@@ -140,14 +186,13 @@ async fn a_session_moves_to_another_member_and_keeps_its_lock() {
             .is_none(),
         "nobody else can take the lock"
     );
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        timeout(Duration::from_millis(300), &mut leadership_lost)
-            .await
-            .is_err(),
+        !leadership_lost.is_finished(),
         "a leadership kept through suspensions was reported lost after the move"
     );
     assert!(leadership.is_leader());
-    drop(leadership_lost);
+    leadership_lost.abort();
     guard.release().await.expect("released as the holder");
     assert!(
         other
