@@ -470,3 +470,32 @@ async fn the_maximum_hold_time_is_not_a_clean_release_under_lock_delay() {
     assert!(next.fencing_token() > held.fencing_token());
     next.release().await.expect("release");
 }
+
+/// `is_held()` is live: a key deleted behind the holder turns it false with nobody awaiting
+/// `lost()`, on the mutex and on an election's leadership.
+#[tokio::test]
+async fn a_deleted_key_ends_is_held_with_nobody_awaiting_lost() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let guard = a.mutex("live").expect("mutex").lock().await.expect("lock");
+    let leadership = a
+        .election("live-election")
+        .expect("election")
+        .campaign("a")
+        .await
+        .expect("campaign");
+    for key in [guard.key(), leadership.key()] {
+        etcdctl(&[etcd.endpoint()], &["del", &key]).expect("etcdctl del");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while guard.is_held() || leadership.is_held() {
+        assert!(
+            Instant::now() < deadline,
+            "still held 10 s after the keys were deleted: mutex {}, leadership {}",
+            guard.is_held(),
+            leadership.is_held()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+}

@@ -7,7 +7,9 @@
 //! always has a higher one.
 //!
 //! "Held" is the holder's knowledge: not released, key not seen deleted, the session within its
-//! deadline ([`Session::valid_until`]), and before the maximum hold time. A key that is dropped
+//! deadline ([`Session::valid_until`]), and before the maximum hold time. It is live: a granted
+//! key is watched from the grant on ([`KeyWatch`]), so `is_held()` turns false when the key's
+//! deletion (or replacement) is seen, whether or not anyone awaits `lost()`. A key that is dropped
 //! without a release (a guard, or a waiter that gave up) is deleted in a background task, so
 //! every wait is cancel-safe.
 
@@ -44,7 +46,8 @@ pub(crate) struct Held {
     /// The key's create revision.
     pub(crate) rev: i64,
     released: AtomicBool,
-    deleted: AtomicBool,
+    /// The watch on a granted key (none on a waiter's).
+    watch: Option<KeyWatch>,
     max_hold_until: Option<Instant>,
     /// The lock-delay record a clean release writes (see [`delay`]), when the lock has one.
     /// Set only at the grant: a waiter that gives up must not overwrite the holder's `held`
@@ -67,7 +70,7 @@ impl Held {
             key,
             rev,
             released: AtomicBool::new(false),
-            deleted: AtomicBool::new(false),
+            watch: None,
             max_hold_until: None,
             record: None,
             permit: StdMutex::new(permit),
@@ -86,6 +89,7 @@ impl Held {
             .as_ref()
             .map(|(_, record)| record.clone());
         self.max_hold_until = options.max_hold.map(|max| Instant::now() + max);
+        self.watch = KeyWatch::start(&self.session, &self.key, self.rev);
         let held = Arc::new(self);
         if let (Some(until), Ok(runtime)) =
             (held.max_hold_until, tokio::runtime::Handle::try_current())
@@ -110,7 +114,7 @@ impl Held {
 
     fn is_held(&self) -> bool {
         !self.released.load(Ordering::Acquire)
-            && !self.deleted.load(Ordering::Acquire)
+            && !self.deleted()
             && self.session.is_alive()
             && self
                 .max_hold_until
@@ -140,61 +144,17 @@ impl Held {
         }
     }
 
-    /// Resolves when the key is seen deleted (or recreated by someone else).
-    async fn key_deleted(&self) {
-        // Watched from the grant; after a watch ended without an answer (etcd compacted past
-        // the revision, a member went away), from the revision of the read that found the key
-        // still ours.
-        let mut from = self.rev;
-        loop {
-            match self.watch_deletion(from).await {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(err) if is_transient(&err) => {}
-                // A watch etcd refuses for good: the session's deadline still bounds the hold.
-                Err(_) => return std::future::pending().await,
-            }
-            tokio::time::sleep(RETRY_PAUSE).await;
-            if let Ok(found) = self.session.client().get(self.key.clone(), None).await {
-                if !found
-                    .kvs()
-                    .iter()
-                    .any(|kv| kv.create_revision() == self.rev)
-                {
-                    break;
-                }
-                from = found.header().map_or(from, |h| h.revision() + 1);
-            }
-        }
-        if !self.released.load(Ordering::Acquire) {
-            self.deleted.store(true, Ordering::Release);
-        }
+    /// Whether the key's watch saw it deleted or replaced while it was not released.
+    fn deleted(&self) -> bool {
+        !self.released.load(Ordering::Acquire) && self.watch.as_ref().is_some_and(KeyWatch::is_gone)
     }
 
-    /// `true` when a watch from revision `from` saw the key deleted (or replaced); `false`
-    /// when it ended without knowing.
-    async fn watch_deletion(&self, from: i64) -> std::result::Result<bool, etcd_client::Error> {
-        let options = WatchOptions::new().with_start_revision(from);
-        let mut stream = self
-            .session
-            .client()
-            .watch(self.key.clone(), Some(options))
-            .await?;
-        while let Some(answer) = stream.message().await? {
-            if answer.canceled() || answer.compact_revision() != 0 {
-                return Ok(false);
-            }
-            let gone = answer.events().iter().any(|event| {
-                event.event_type() == EventType::Delete
-                    || event
-                        .kv()
-                        .is_some_and(|kv| kv.create_revision() != self.rev)
-            });
-            if gone {
-                return Ok(true);
-            }
+    /// Resolves when the key is seen deleted (or recreated by someone else).
+    async fn key_deleted(&self) {
+        match &self.watch {
+            Some(watch) => watch.gone().await,
+            None => std::future::pending().await,
         }
-        Ok(false)
     }
 
     /// Deletes the key if it is still this one. `NotHeld` when it was known gone: released
@@ -206,7 +166,7 @@ impl Held {
     /// [`release`](Held::release), writing `record` (the lock-delay record of a clean release)
     /// if there is one.
     async fn end(&self, record: Option<&[u8]>) -> Result<()> {
-        if self.released.swap(true, Ordering::AcqRel) || self.deleted.load(Ordering::Acquire) {
+        if self.deleted() || self.released.swap(true, Ordering::AcqRel) {
             return Err(Error::NotHeld);
         }
         let released = if self.session.is_alive() {
@@ -249,6 +209,112 @@ impl Drop for Held {
             drop(permit);
         });
     }
+}
+
+/// A watch on a held key from its grant on, until the key is deleted or replaced: a task, so
+/// that the answer is there whether or not anyone awaits it, aborted when this is dropped.
+struct KeyWatch {
+    gone: Arc<Gone>,
+    task: tokio::task::AbortHandle,
+}
+
+/// What the watch task tells its [`KeyWatch`].
+#[derive(Default)]
+struct Gone {
+    flag: AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl KeyWatch {
+    /// Starts watching `key`, created at revision `rev`; `None` outside a runtime.
+    fn start(session: &Session, key: &[u8], rev: i64) -> Option<KeyWatch> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let gone = Arc::new(Gone::default());
+        let task = runtime.spawn({
+            let (gone, session, key) = (gone.clone(), session.clone(), key.to_vec());
+            async move {
+                watch_until_gone(&session, &key, rev).await;
+                gone.flag.store(true, Ordering::Release);
+                gone.wake.notify_waiters();
+            }
+        });
+        Some(KeyWatch {
+            gone,
+            task: task.abort_handle(),
+        })
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.flag.load(Ordering::Acquire)
+    }
+
+    async fn gone(&self) {
+        loop {
+            let notified = self.gone.wake.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so a deletion between the two still wakes us.
+            notified.as_mut().enable();
+            if self.is_gone() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for KeyWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Returns once `key` (created at `rev`) is seen deleted or replaced; never, if etcd refuses
+/// the watch for good (the session's deadline still bounds the hold).
+async fn watch_until_gone(session: &Session, key: &[u8], rev: i64) {
+    // Watched from the grant; after a watch ended without an answer (etcd compacted past the
+    // revision, a member went away), from the revision of the read that found the key still
+    // ours.
+    let mut from = rev;
+    loop {
+        match watch_deletion(session, key, rev, from).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(err) if is_transient(&err) => {}
+            Err(_) => return std::future::pending().await,
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+        if let Ok(found) = session.client().get(key.to_vec(), None).await {
+            if !found.kvs().iter().any(|kv| kv.create_revision() == rev) {
+                return;
+            }
+            from = found.header().map_or(from, |h| h.revision() + 1);
+        }
+    }
+}
+
+/// `true` when a watch from revision `from` saw `key` (created at `rev`) deleted or replaced;
+/// `false` when it ended without knowing.
+async fn watch_deletion(
+    session: &Session,
+    key: &[u8],
+    rev: i64,
+    from: i64,
+) -> std::result::Result<bool, etcd_client::Error> {
+    let options = WatchOptions::new().with_start_revision(from);
+    let mut stream = session.client().watch(key.to_vec(), Some(options)).await?;
+    while let Some(answer) = stream.message().await? {
+        if answer.canceled() || answer.compact_revision() != 0 {
+            return Ok(false);
+        }
+        let gone = answer.events().iter().any(|event| {
+            event.event_type() == EventType::Delete
+                || event.kv().is_some_and(|kv| kv.create_revision() != rev)
+        });
+        if gone {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Compare-and-delete of `key` at create revision `rev`, writing the lock-delay `record` in the
