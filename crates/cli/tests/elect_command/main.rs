@@ -8,26 +8,26 @@
 //! participants alike, with whatever the dead leader was running) and the next one in line must
 //! take over once the dead session expires; a `--listen` process must print every change of
 //! leader with a rising token. `--once` exits 76 when its leadership is taken away, after
-//! stopping its command. Every wait is bounded.
+//! stopping its command, and says why. A leader whose server freezes exits 76 naming the
+//! server unheard (`loss`). Every wait is bounded.
 
 #[allow(dead_code)]
-#[path = "../../lockkeeper/tests/curator/jvm.rs"]
+#[path = "../../../lockkeeper/tests/curator/jvm.rs"]
 mod jvm;
+/// Keeper as a process of its own (`lockkeeper serve`), which a test can SIGKILL or SIGSTOP
+/// (the module allows its own unused parts).
+#[path = "../support/mod.rs"]
+mod keeper_process;
+mod loss;
+mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
 
 use jvm::Jvm;
 use lockkeeper::zk::Session;
 use lockkeeper_testkit::both;
 
-const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
-/// Bound on a JVM start, a participant joining, and a failover (a 4 s session expiring on a
-/// loaded machine).
-const LIMIT: Duration = Duration::from_secs(90);
+use crate::support::{Cli, LIMIT, assert_says, queued, read, runtime, wait_until};
 
 /// What each command participant runs while it leads: it takes the marker exclusively (or
 /// records the clash), notes its term (id, token, its pid: the group to kill with it), and on
@@ -41,101 +41,9 @@ echo "$LOCKKEEPER_LEADER_ID $LOCKKEEPER_FENCING_TOKEN $$" >> "$MARKERS/terms"
 while :; do sleep 0.1; done
 "#;
 
-/// A `lockkeeper` process with its stdout as lines; SIGKILLed on drop if still running.
-struct Cli {
-    child: Child,
-    lines: Receiver<String>,
-}
-
-impl Cli {
-    fn spawn(args: &[&str], markers: &Path) -> Cli {
-        let mut child = Command::new(LOCKKEEPER)
-            .args(args)
-            .env("MARKERS", markers)
-            .env_remove("LOCKKEEPER_BACKEND")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start lockkeeper");
-        let (sender, lines) = channel();
-        let stdout = child.stdout.take().expect("piped stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Cli { child, lines }
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-    }
-
-    /// Waits (bounded) for the exit; its code.
-    fn exit_code(&mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for lockkeeper") {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "lockkeeper still running after {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn line(&self, limit: Duration) -> String {
-        self.lines
-            .recv_timeout(limit)
-            .unwrap_or_else(|e| panic!("no line from lockkeeper within {limit:?}: {e}"))
-    }
-}
-
-impl Drop for Cli {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 enum Participant {
     Cli(Cli),
     Curator(Jvm),
-}
-
-/// Waits until `check` is true, polling; panics with `what` after [`LIMIT`].
-fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + LIMIT;
-    while !check() {
-        assert!(Instant::now() < deadline, "{what}: not within {LIMIT:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-/// How many participants the election at `path` has, as the library lists them.
-fn queued(rt: &tokio::runtime::Runtime, session: &Session, path: &str) -> usize {
-    rt.block_on(session.inspect(path))
-        .expect("inspect the election")
-        .participants
-        .len()
 }
 
 /// The line `LEADER_SCRIPT` of leader `id` noted in `terms` (its id, token and pid), if any.
@@ -339,6 +247,13 @@ fn once_exits_76_when_leadership_is_taken_and_redis_is_refused() {
         rt.block_on(session.client().expect("client").delete(&leader, None))
             .expect("delete the leader's node");
         assert_eq!(cli.exit_code(LIMIT), Some(76), "{name}: --once on loss");
+        // The cause is the deletion, not this process or its session.
+        assert_says(
+            name,
+            &cli.stderr(),
+            &[&format!("{leader} was deleted by another client")],
+            &["paused", "expired", "local deadline"],
+        );
         // SAFETY: kill(2) with signal 0 only asks whether the pid still exists.
         let alive = unsafe { libc::kill(pid, 0) } == 0;
         assert!(!alive, "{name}: the command was stopped and reaped");
