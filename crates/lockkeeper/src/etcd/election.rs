@@ -120,6 +120,21 @@ impl Election {
         Ok(guard.map(|guard| Leadership { guard }))
     }
 
+    /// Campaigns with `value`, waiting at most `timeout` to be elected; `None` if not elected
+    /// in time (the candidacy is withdrawn before this returns), as
+    /// [`Mutex::lock_timeout`](crate::etcd::Mutex::lock_timeout). A zero timeout is refused:
+    /// use [`try_campaign`](Election::try_campaign).
+    pub async fn campaign_timeout(
+        &self,
+        value: impl Into<Vec<u8>>,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Leadership>> {
+        let place = self.place(value.into());
+        let deadline = Deadline::after(timeout)?;
+        let guard = acquire(&self.session, &place, &self.options, deadline).await?;
+        Ok(guard.map(|guard| Leadership { guard }))
+    }
+
     fn place(&self, value: Vec<u8>) -> Place {
         Place {
             key: format!("{}/{:x}", self.name, self.session.lease_id()).into_bytes(),
