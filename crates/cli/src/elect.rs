@@ -9,6 +9,10 @@
 //! queues again with a fresh node (so the next term's token is higher), or exits 76 with
 //! `--once`. A CMD that ends on its own ends the command with its exit code, resigning first.
 //! Without CMD it leads until SIGINT or SIGTERM, printing `leader ID token N` when it starts.
+//! `--timeout D` bounds each wait to lead (the library's timed wait: over by D plus about a
+//! second to withdraw the candidacy) and `--try` does not wait; either way, not leading is 75
+//! only when the backend said someone else leads, and 69 when it could not be heard, as for
+//! `lock`.
 //!
 //! Invariants:
 //! - CMD starts only once the term is confirmed (the latch reads its own node back as owned
@@ -45,8 +49,13 @@ Exit codes:
   0                   interrupted (SIGINT, SIGTERM) while waiting, leading without a command,
                       or listening
   64                  usage: a bad flag, backend URL or path; a Redis backend
-  69                  the backend could not be reached within --connect-timeout
+  69                  the backend could not be reached within --connect-timeout, or stopped
+                      answering while waiting (also when --timeout passed with it
+                      unreachable: never 75)
   70                  internal failure (the command could not be started, ...)
+  75                  not leading: --try found someone else leading, or --timeout passed
+                      with someone else leading; the wait ends by --timeout plus at most a
+                      second to withdraw
   76                  --once: leadership was lost while the command ran; it was stopped
                       (the message names the cause)
 
@@ -67,6 +76,13 @@ pub struct ElectArgs {
     /// After leadership is lost, exit 76 instead of queueing again.
     #[arg(long, conflicts_with = "listen")]
     once: bool,
+    /// Wait at most this long to lead (e.g. 30s, 5m), each time it waits; someone else still
+    /// leading then: exit 75.
+    #[arg(long, value_name = "D", value_parser = parse_duration, conflicts_with = "listen")]
+    timeout: Option<Duration>,
+    /// Do not wait: lead only if nobody leads now, else exit 75 at once.
+    #[arg(long = "try", conflicts_with_all = ["timeout", "listen"])]
+    try_lead: bool,
     /// Join nothing: print one line per change of leader (`leader ID token N`, `no leader`)
     /// until SIGINT or SIGTERM.
     #[arg(long)]
@@ -90,6 +106,52 @@ pub struct ElectArgs {
     /// The command to run while leader; without it, lead until SIGINT or SIGTERM.
     #[arg(last = true, value_name = "CMD", conflicts_with = "listen")]
     command: Vec<OsString>,
+}
+
+/// How long each wait to lead may take.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    Forever,
+    Try,
+    Within(Duration),
+}
+
+impl ElectArgs {
+    fn wait(&self) -> Wait {
+        match (self.try_lead, self.timeout) {
+            (true, _) => Wait::Try,
+            // As for `lock`: a zero timeout does not wait at all.
+            (_, Some(d)) if d.is_zero() => Wait::Try,
+            (_, Some(d)) => Wait::Within(d),
+            _ => Wait::Forever,
+        }
+    }
+}
+
+/// The backend said someone else leads: says so and gives exit 75.
+fn not_leading(what: &str, wait: Wait) -> u8 {
+    let why = match wait {
+        Wait::Within(d) => format!("not leading within {d:?}: someone else leads"),
+        _ => "someone else leads".to_owned(),
+    };
+    eprintln!("lockkeeper elect: {what}: {why}");
+    exit::NOT_ACQUIRED
+}
+
+/// A wait to lead that failed. The answer a cron wrapper acts on: when the backend could not
+/// be heard, not "someone else leads" (75) but 69, saying so.
+fn wait_failed(what: &str, wait: Wait, err: lockkeeper::Error) -> Failure {
+    let cause = err.to_string();
+    let mut failure = Failure::from_lib(what, err);
+    if failure.code == exit::UNAVAILABLE {
+        let within = match wait {
+            Wait::Within(d) => format!(" within {d:?}"),
+            Wait::Try | Wait::Forever => String::new(),
+        };
+        failure.message =
+            format!("{what}: not leading{within}: the backend is unreachable: {cause}");
+    }
+    failure
 }
 
 /// Runs the command.
@@ -154,16 +216,36 @@ async fn lead(
 ) -> Result<u8, Failure> {
     let name = latch.path();
     let id = latch.id();
+    let wait = args.wait();
     loop {
-        let leadership = tokio::select! {
-            leadership = latch.lead() => leadership,
-            () = interrupts.recv() => return Ok(0),
+        let deadline = match wait {
+            Wait::Within(d) => Some(Instant::now() + d),
+            Wait::Forever | Wait::Try => None,
         };
-        let leadership = match leadership {
-            Ok(leadership) => leadership,
-            // The session ended while queued: the node went with it; queue in the next one.
-            Err(lockkeeper::Error::SessionLost) => continue,
-            Err(err) => return Err(Failure::from_lib(what, err)),
+        let leadership = loop {
+            let left = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+            let attempt = async {
+                match (wait, left) {
+                    // A session lost while queued leaves no time to queue in the next one.
+                    (_, Some(left)) if left.is_zero() => Err(lockkeeper::Error::SessionLost),
+                    (_, Some(left)) => latch.lead_timeout(left).await,
+                    (Wait::Try, _) => latch.try_lead().await,
+                    _ => latch.lead().await.map(Some),
+                }
+            };
+            let attempt = tokio::select! {
+                attempt = attempt => attempt,
+                () = interrupts.recv() => return Ok(0),
+            };
+            match attempt {
+                Ok(Some(leadership)) => break leadership,
+                Ok(None) => return Ok(not_leading(what, wait)),
+                // The session ended while queued: the node went with it; queue in the next
+                // one, within what is left of the wait (none left: it ends below, 69).
+                Err(lockkeeper::Error::SessionLost)
+                    if !matches!(wait, Wait::Try) && !left.is_some_and(|l| l.is_zero()) => {}
+                Err(err) => return Err(wait_failed(what, wait, err)),
+            }
         };
         let term = ZkTerm {
             leadership,
@@ -410,6 +492,50 @@ impl Interrupts {
         tokio::select! {
             _ = self.int.recv() => {}
             _ = self.term.recv() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        elect: ElectArgs,
+    }
+
+    fn wait_of(args: &[&str]) -> Wait {
+        Cli::try_parse_from(args).expect("parse").elect.wait()
+    }
+
+    #[test]
+    fn the_wait_follows_the_flags() {
+        assert!(matches!(wait_of(&["elect", "/e"]), Wait::Forever));
+        assert!(matches!(wait_of(&["elect", "--try", "/e"]), Wait::Try));
+        assert!(matches!(
+            wait_of(&["elect", "--timeout", "3s", "/e"]),
+            Wait::Within(d) if d == Duration::from_secs(3)
+        ));
+        // As `lock --timeout 0`: no wait at all.
+        assert!(matches!(
+            wait_of(&["elect", "--timeout", "0s", "/e"]),
+            Wait::Try
+        ));
+    }
+
+    #[test]
+    fn contradictory_flags_are_refused() {
+        for args in [
+            &["elect", "--try", "--timeout", "1s", "/e"][..],
+            &["elect", "--listen", "--timeout", "1s", "/e"],
+            &["elect", "--listen", "--try", "/e"],
+            &["elect", "--timeout", "soon", "/e"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
         }
     }
 }

@@ -8,7 +8,9 @@
 //! (its next token is higher) or exits 76 with `--once`. Differences, both etcd's:
 //! - an etcd session (one lease) that is lost stays lost, so after a loss the participant opens
 //!   a new session before it campaigns again, retrying every second while etcd does not answer
-//!   (SIGINT or SIGTERM end the wait);
+//!   (SIGINT or SIGTERM end the wait); with `--timeout` or `--try` it tries once (bounded by
+//!   `--connect-timeout`), and a session lost during such a wait ends it with 69, since
+//!   retrying would outlast the bound the operator asked for;
 //! - `--listen` prints `leader ID token N` for each new leader (or new value), as `etcdctl
 //!   elect --listen` does; `no leader` only when there is none at the start, since etcd's
 //!   observation waits for the next leader rather than reporting the gap.
@@ -18,7 +20,7 @@ use std::time::Duration;
 use lockkeeper::FencingToken;
 use lockkeeper::etcd::{Election, Leadership, Session};
 
-use super::{ElectArgs, Interrupts, Term, default_id, serve_term};
+use super::{ElectArgs, Interrupts, Term, Wait, default_id, not_leading, serve_term, wait_failed};
 use crate::backend::{Failure, Handle};
 
 /// How long to wait before opening a new session again when etcd did not answer.
@@ -62,20 +64,27 @@ async fn close(session: &Session, limit: std::time::Duration) {
     }
 }
 
-/// A live session: `session` while it lives, else a new one (retried until it opens or an
-/// interrupt comes: `None`).
-async fn live(session: Session, args: &ElectArgs, interrupts: &mut Interrupts) -> Option<Session> {
+/// A live session: `session` while it lives, else a new one (`None` when an interrupt came
+/// first). Retried until it opens when `wait` is [`Wait::Forever`]; else tried once, and a
+/// failure returned (a bounded wait must not outlast its bound reconnecting).
+async fn live(
+    session: Session,
+    args: &ElectArgs,
+    wait: Wait,
+    interrupts: &mut Interrupts,
+) -> Result<Option<Session>, Failure> {
     if session.is_alive() {
-        return Some(session);
+        return Ok(Some(session));
     }
     close(&session, args.release_timeout).await;
     loop {
         let attempt = tokio::select! {
             attempt = connect(args) => attempt,
-            () = interrupts.recv() => return None,
+            () = interrupts.recv() => return Ok(None),
         };
         match attempt {
-            Ok((_, session)) => return Some(session),
+            Ok((_, session)) => return Ok(Some(session)),
+            Err(failure) if !matches!(wait, Wait::Forever) => return Err(failure),
             Err(failure) => eprintln!(
                 "lockkeeper elect: a new etcd session after the last was lost: {}",
                 failure.message
@@ -83,7 +92,7 @@ async fn live(session: Session, args: &ElectArgs, interrupts: &mut Interrupts) -
         }
         tokio::select! {
             () = tokio::time::sleep(RECONNECT_PAUSE) => {}
-            () = interrupts.recv() => return None,
+            () = interrupts.recv() => return Ok(None),
         }
     }
 }
@@ -98,24 +107,33 @@ async fn lead(
 ) -> Result<u8, Failure> {
     let name = args.name.as_str();
     let id = args.id.clone().unwrap_or_else(default_id);
+    let wait = args.wait();
     loop {
-        *session = match live(session.clone(), args, interrupts).await {
+        *session = match live(session.clone(), args, wait, interrupts).await? {
             Some(session) => session,
             None => return Ok(0),
         };
         let election: Election = session
             .election(name)
             .map_err(|e| Failure::from_lib(what, e))?;
+        let campaign = async {
+            match wait {
+                Wait::Forever => election.campaign(id.as_bytes()).await.map(Some),
+                Wait::Try => election.try_campaign(id.as_bytes()).await,
+                Wait::Within(d) => election.campaign_timeout(id.as_bytes(), d).await,
+            }
+        };
         let leadership = tokio::select! {
-            leadership = election.campaign(id.as_bytes()) => leadership,
+            leadership = campaign => leadership,
             // The campaign is dropped, which withdraws the candidacy.
             () = interrupts.recv() => return Ok(0),
         };
         let leadership = match leadership {
-            Ok(leadership) => leadership,
+            Ok(Some(leadership)) => leadership,
+            Ok(None) => return Ok(not_leading(what, wait)),
             // The lease was lost while waiting: campaign again in a new session.
-            Err(lockkeeper::Error::SessionLost) => continue,
-            Err(err) => return Err(Failure::from_lib(what, err)),
+            Err(lockkeeper::Error::SessionLost) if matches!(wait, Wait::Forever) => continue,
+            Err(err) => return Err(wait_failed(what, wait, err)),
         };
         let term = (name, id.as_str());
         if let Some(code) =

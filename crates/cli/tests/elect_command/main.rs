@@ -9,7 +9,8 @@
 //! take over once the dead session expires; a `--listen` process must print every change of
 //! leader with a rising token. `--once` exits 76 when its leadership is taken away, after
 //! stopping its command, and says why. A leader whose server freezes exits 76 naming the
-//! server unheard (`loss`). Every wait is bounded.
+//! server unheard (`loss`); `--timeout` and `--try` end the wait with 75 when someone else
+//! leads and 69 when the server is gone (`timeout`). Every wait is bounded.
 
 #[allow(dead_code)]
 #[path = "../../../lockkeeper/tests/curator/jvm.rs"]
@@ -20,6 +21,7 @@ mod jvm;
 mod keeper_process;
 mod loss;
 mod support;
+mod timeout;
 
 use std::path::Path;
 
