@@ -281,8 +281,6 @@ fn unavailable_at_the_deadline(etcd: &Etcd, name: &str, label: &str, fault: impl
 }
 
 #[test]
-#[ignore = "the etcd acquisition (lockkeeper::etcd queue) neither bounds the withdrawal of a \
-            timed wait nor reports an unanswered one: it answers not-acquired (75) 9 to 15 s late"]
 fn a_timeout_is_69_by_its_deadline_when_etcd_is_frozen() {
     let etcd = Etcd::start();
     let pid = etcd.pid().expect("etcd runs");
@@ -304,8 +302,6 @@ fn a_timeout_is_69_by_its_deadline_when_etcd_is_frozen() {
 }
 
 #[test]
-#[ignore = "the etcd acquisition (lockkeeper::etcd queue) neither bounds the withdrawal of a \
-            timed wait nor reports an unanswered one: it answers not-acquired (75) 9 to 15 s late"]
 fn a_timeout_is_69_by_its_deadline_when_etcd_is_killed() {
     let etcd = Etcd::start();
     unavailable_at_the_deadline(&etcd, "killed", "etcd killed", || etcd.kill());

@@ -15,6 +15,10 @@
 //! The transaction runs in a spawned task whose result owns the key ([`Held`]): if the caller
 //! goes away (a dropped future, a timeout) while it is in flight, the task's result is dropped
 //! when it lands and the key deleted, so no abandoned key blocks the line.
+//!
+//! A timed wait is bounded as a whole ([`crate::wait`]): past its deadline, entering and
+//! withdrawing get [`WITHDRAWAL`] more, and an etcd that has not answered by then is an error
+//! naming that, not "not acquired". `Ok(None)` means etcd was heard: the key was withdrawn.
 
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp, TxnOpResponse};
 
@@ -23,7 +27,7 @@ use crate::etcd::delay;
 use crate::etcd::guard::{Held, HoldOptions, LockGuard};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::etcd::wait::{Earlier, Waited, wait_for_earlier};
-use crate::wait::Deadline;
+use crate::wait::{Deadline, WITHDRAWAL};
 
 /// How often a stale key of ours is cleared before the acquisition gives up.
 const STALE_CLEARINGS: u32 = 16;
@@ -43,7 +47,8 @@ pub(crate) struct Place {
     pub per_session: bool,
 }
 
-/// Acquires `place`: `Ok(None)` when `deadline` passed first (no key left behind).
+/// Acquires `place`: `Ok(None)` when `deadline` passed first (no key left behind); an error
+/// when etcd did not answer within [`WITHDRAWAL`] of the deadline.
 pub(crate) async fn acquire(
     session: &Session,
     place: &Place,
@@ -75,11 +80,28 @@ pub(crate) async fn acquire(
         // `try_` makes one attempt and reports a transient error as it is.
         let entering = enter(session, place, permit, !matches!(deadline, Deadline::Now));
         let (held, at_once) = match deadline {
-            Deadline::Now => entering.await?,
-            Deadline::At(_) | Deadline::Never => tokio::select! {
-                entered = entering => entered?,
-                () = deadline.sleep() => return Ok(None),
-            },
+            Deadline::Now | Deadline::Never => entering.await?,
+            Deadline::At(at) => {
+                tokio::pin!(entering);
+                tokio::select! {
+                    entered = &mut entering => entered?,
+                    () = tokio::time::sleep_until(at) => {
+                        // Past the deadline: the key, if it lands in time, is withdrawn at once.
+                        let by = at + WITHDRAWAL;
+                        let entered = tokio::time::timeout_at(by, entering)
+                            .await
+                            .map_err(|_| unanswered("while taking a place in line"))?;
+                        let (held, _) = entered.map_err(|err| match err {
+                            Error::Etcd(err) if is_transient(&err) => {
+                                unanswered("while taking a place in line")
+                            }
+                            err => err,
+                        })?;
+                        withdraw(held, Some(by)).await?;
+                        return Ok(None);
+                    }
+                }
+            }
         };
         let earlier = Earlier {
             own: &place.key,
@@ -90,13 +112,13 @@ pub(crate) async fn acquire(
         let mut gone = Vec::new();
         if !at_once {
             if let Deadline::Now = deadline {
-                withdraw(held).await;
+                withdraw(held, None).await?;
                 return Ok(None);
             }
             match wait_for_earlier(session, &earlier, deadline, &mut gone).await? {
                 Waited::Granted => {}
                 Waited::TimedOut => {
-                    withdraw(held).await;
+                    withdraw(held, deadline.withdrawn_by()).await?;
                     return Ok(None);
                 }
                 // Nothing of ours is left in line: take a new place.
@@ -112,14 +134,14 @@ pub(crate) async fn acquire(
                 delay::delayed_until(session, record, &gone, *delay, held.rev).await
             {
                 if let Deadline::Now = deadline {
-                    withdraw(held).await;
+                    withdraw(held, None).await?;
                     return Ok(None);
                 }
                 tokio::select! {
                     () = tokio::time::sleep_until(until) => {}
                     () = session.lost() => return Err(Error::SessionLost),
                     () = deadline.sleep() => {
-                        withdraw(held).await;
+                        withdraw(held, deadline.withdrawn_by()).await?;
                         return Ok(None);
                     }
                 }
@@ -134,17 +156,35 @@ pub(crate) async fn acquire(
 }
 
 /// Deletes the key of a waiter that gives up before answering, so that "not granted" leaves
-/// nothing behind. In a task of its own: a caller going away meanwhile cannot stop it half-way.
-async fn withdraw(held: Held) {
+/// nothing behind. In a task of its own: a caller going away meanwhile cannot stop it half-way,
+/// and one that stops waiting at `by` leaves the task to finish the delete (or the lease to take
+/// the key) while it reports that etcd did not answer.
+async fn withdraw(held: Held, by: Option<tokio::time::Instant>) -> Result<()> {
     let withdrawn = tokio::spawn(async move {
         match held.release().await {
-            Ok(()) | Err(Error::NotHeld) => {}
+            Ok(()) | Err(Error::NotHeld) => Ok(()),
             Err(err) => {
-                tracing::warn!(key = %held.key_text(), %err, "withdrawing a waiter's key failed")
+                tracing::warn!(key = %held.key_text(), %err, "withdrawing a waiter's key failed");
+                Err(err)
             }
         }
     });
-    let _ = withdrawn.await;
+    let answer = match by {
+        Some(by) => tokio::time::timeout_at(by, withdrawn)
+            .await
+            .map_err(|_| unanswered("while withdrawing the waiting key"))?,
+        None => withdrawn.await,
+    };
+    answer.unwrap_or(Ok(()))
+}
+
+/// The error of a timed wait whose deadline passed with etcd not answering `doing`: a transient
+/// etcd error, so callers see the backend as unreachable rather than the lock as taken.
+fn unanswered(doing: &str) -> Error {
+    Error::Etcd(etcd_client::Error::IoError(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("etcd is unreachable: no answer within {WITHDRAWAL:?} of the deadline {doing}"),
+    )))
 }
 
 /// Step 2: the key, and whether the transaction's read already grants it. Transient errors
