@@ -187,13 +187,14 @@ async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let latch = session
         .leader_latch(&args.name, &id)
         .map_err(|e| Failure::from_lib(&what, e))?;
+    let way_out = WayOut::new(args.release_timeout);
     let result = if args.listen {
         listen(&session, &latch, &what, &mut interrupts).await
     } else {
-        lead(&session, &latch, &args, &what, &mut interrupts).await
+        lead(&session, &latch, &args, &what, &mut interrupts, &way_out).await
     };
     // Polled once even when it runs out, so the session always ends on our side.
-    if tokio::time::timeout(args.release_timeout, session.close())
+    if tokio::time::timeout_at(way_out.deadline(), session.close())
         .await
         .is_err()
     {
@@ -213,6 +214,7 @@ async fn lead(
     args: &ElectArgs,
     what: &str,
     interrupts: &mut Interrupts,
+    way_out: &WayOut,
 ) -> Result<u8, Failure> {
     let name = latch.path();
     let id = latch.id();
@@ -251,7 +253,8 @@ async fn lead(
             leadership,
             session: session.clone(),
         };
-        if let Some(code) = serve_term(term, args, interrupts, (name, id), "queues again").await? {
+        let served = serve_term(term, args, interrupts, way_out, (name, id), "queues again");
+        if let Some(code) = served.await? {
             return Ok(code);
         }
     }
@@ -319,6 +322,7 @@ async fn serve_term<T: Term>(
     leadership: T,
     args: &ElectArgs,
     interrupts: &mut Interrupts,
+    way_out: &WayOut,
     (name, id): (&str, &str),
     again: &str,
 ) -> Result<Option<u8>, Failure> {
@@ -330,7 +334,7 @@ async fn serve_term<T: Term>(
         let observed = tokio::select! {
             observed = lost => observed,
             () = interrupts.recv() => {
-                resign(leadership, name, args.release_timeout).await;
+                resign(leadership, name, way_out).await;
                 return Ok(Some(0));
             }
         };
@@ -351,7 +355,7 @@ async fn serve_term<T: Term>(
     // The command gets the operator's signals while it runs, not this loop.
     match run::supervise(&args.command, &env, args.kill_after, lost).await {
         Ok(Outcome::Exited(code)) => {
-            resign(leadership, name, args.release_timeout).await;
+            resign(leadership, name, way_out).await;
             Ok(Some(code))
         }
         Ok(Outcome::Stopped {
@@ -368,22 +372,51 @@ async fn serve_term<T: Term>(
             Ok(None)
         }
         Err(failure) => {
-            resign(leadership, name, args.release_timeout).await;
+            resign(leadership, name, way_out).await;
             Err(failure)
         }
     }
 }
 
-/// Resigns within `limit` (`--release-timeout`): a backend that stopped answering must not
-/// hold the exit up; the term then ends with the session or lease.
-async fn resign<T: Term>(leadership: T, name: &str, limit: Duration) {
-    if tokio::time::timeout(limit, leadership.resign(name))
+/// The one deadline of the way out (`--release-timeout`): it starts when the first step of the
+/// way out (the resignation, or the close when there is none) starts, and bounds the
+/// resignation and the close together, so a backend that stopped answering holds the exit up
+/// no longer than the flag says.
+struct WayOut {
+    limit: Duration,
+    started: std::sync::OnceLock<Instant>,
+}
+
+impl WayOut {
+    fn new(limit: Duration) -> WayOut {
+        WayOut {
+            limit,
+            started: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The way out's deadline, starting it now if it has not started.
+    fn deadline(&self) -> Instant {
+        *self.started.get_or_init(Instant::now) + self.limit
+    }
+
+    /// The limit, for messages.
+    fn limit(&self) -> Duration {
+        self.limit
+    }
+}
+
+/// Resigns within the way out's deadline: a backend that stopped answering must not hold the
+/// exit up; the term then ends with the session or lease.
+async fn resign<T: Term>(leadership: T, name: &str, way_out: &WayOut) {
+    if tokio::time::timeout_at(way_out.deadline(), leadership.resign(name))
         .await
         .is_err()
     {
         eprintln!(
             "lockkeeper elect: resigning {name}: the resignation was not confirmed within \
-             {limit:?} (--release-timeout); the term ends when the session or lease does"
+             {:?} (--release-timeout); the term ends when the session or lease does",
+            way_out.limit()
         );
     }
 }
@@ -506,6 +539,19 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         elect: ElectArgs,
+    }
+
+    /// The resignation and the close share one deadline: the second step of the way out gets
+    /// what the first left, not a limit of its own.
+    #[tokio::test]
+    async fn the_way_out_has_one_deadline() {
+        let limit = Duration::from_secs(2);
+        let way_out = WayOut::new(limit);
+        let first = way_out.deadline();
+        let step = Duration::from_millis(50);
+        tokio::time::sleep(step).await;
+        assert_eq!(way_out.deadline(), first, "the deadline moved with the second step");
+        assert!(first.saturating_duration_since(Instant::now()) <= limit - step);
     }
 
     fn wait_of(args: &[&str]) -> Wait {

@@ -20,7 +20,9 @@ use std::time::Duration;
 use lockkeeper::FencingToken;
 use lockkeeper::etcd::{Election, Leadership, Session};
 
-use super::{ElectArgs, Interrupts, Term, Wait, default_id, not_leading, serve_term, wait_failed};
+use super::{
+    ElectArgs, Interrupts, Term, Wait, WayOut, default_id, not_leading, serve_term, wait_failed,
+};
 use crate::backend::{Failure, Handle};
 
 /// How long to wait before opening a new session again when etcd did not answer.
@@ -30,13 +32,14 @@ const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 pub(super) async fn elect(args: &ElectArgs, interrupts: &mut Interrupts) -> Result<u8, Failure> {
     let (backend, mut session) = connect(args).await?;
     let what = format!("{} on {backend}", args.name);
+    let way_out = WayOut::new(args.release_timeout);
     let result = if args.listen {
         listen(&session, args, &what, interrupts).await
     } else {
-        lead(&mut session, args, &what, interrupts).await
+        lead(&mut session, args, &what, interrupts, &way_out).await
     };
     // The session in use last: `lead` replaces a lost one.
-    close(&session, args.release_timeout).await;
+    close(&session, &way_out).await;
     result
 }
 
@@ -51,9 +54,11 @@ async fn connect(args: &ElectArgs) -> Result<(String, Session), Failure> {
     }
 }
 
-/// Closes within `limit` (`--release-timeout`; the lease then ends a TTL later at most).
-async fn close(session: &Session, limit: std::time::Duration) {
-    match tokio::time::timeout(limit, session.close()).await {
+/// Closes by the way out's deadline (`--release-timeout`, shared with the resignation; the
+/// lease then ends a TTL later at most).
+async fn close(session: &Session, way_out: &WayOut) {
+    let limit = way_out.limit();
+    match tokio::time::timeout_at(way_out.deadline(), session.close()).await {
         // A lost session has nothing left to close; the loss was reported.
         Ok(Ok(()) | Err(lockkeeper::Error::SessionLost)) => {}
         Ok(Err(err)) => eprintln!("lockkeeper elect: closing the etcd session: {err}"),
@@ -76,7 +81,8 @@ async fn live(
     if session.is_alive() {
         return Ok(Some(session));
     }
-    close(&session, args.release_timeout).await;
+    // Not the way out: a lost session closed before a new one, with a deadline of its own.
+    close(&session, &WayOut::new(args.release_timeout)).await;
     loop {
         let attempt = tokio::select! {
             attempt = connect(args) => attempt,
@@ -104,6 +110,7 @@ async fn lead(
     args: &ElectArgs,
     what: &str,
     interrupts: &mut Interrupts,
+    way_out: &WayOut,
 ) -> Result<u8, Failure> {
     let name = args.name.as_str();
     let id = args.id.clone().unwrap_or_else(default_id);
@@ -136,8 +143,15 @@ async fn lead(
             Err(err) => return Err(wait_failed(what, wait, err)),
         };
         let term = (name, id.as_str());
-        if let Some(code) =
-            serve_term(leadership, args, interrupts, term, "campaigns again").await?
+        if let Some(code) = serve_term(
+            leadership,
+            args,
+            interrupts,
+            way_out,
+            term,
+            "campaigns again",
+        )
+        .await?
         {
             return Ok(code);
         }
