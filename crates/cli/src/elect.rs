@@ -59,7 +59,7 @@ Exit codes:
   76                  --once: leadership was lost while the command ran; it was stopped
                       (the message names the cause)
 
-Resigning and closing on the way out take at most --release-timeout (default 2s) each.
+Resigning and closing on the way out take at most --release-timeout (default 2s) together.
 
 The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LEADER_ID and LOCKKEEPER_BACKEND.";
 
@@ -91,7 +91,7 @@ pub struct ElectArgs {
     /// and SIGKILL.
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     kill_after: Duration,
-    /// How long resigning and closing the session may take on the way out, each; past it
+    /// How long resigning and closing the session may take on the way out, together; past it
     /// lockkeeper goes on (or exits), saying the resignation was not confirmed (the server
     /// then ends the term when the session or lease ends).
     #[arg(long, value_name = "D", default_value = "2s", value_parser = parse_duration)]
