@@ -291,3 +291,61 @@ async fn a_deleted_queue_item_lock_ends_is_held() {
     })
     .await;
 }
+
+/// What a handle does with a hold it knows is gone, and with one that may come back: a mutex
+/// whose node was deleted takes the lock afresh on the next `lock()` (a new node, a higher
+/// token); one whose session is only suspended re-enters its hold once the same session is
+/// back, instead of queueing a second node behind its own.
+#[tokio::test]
+async fn a_handle_starts_afresh_after_a_deletion_and_re_enters_after_a_suspension() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the proxy cuts a single server");
+            return;
+        }
+        let operator = session(&connect).await;
+        let holder = session(&connect).await;
+        let mutex = holder.mutex("/live/afresh").unwrap();
+        let first = mutex.lock().await.expect("lock");
+        delete(&operator, first.node()).await;
+        turns_false("is_held() after the deletion", || first.is_held()).await;
+        let again = timeout(NOTICE, mutex.lock())
+            .await
+            .expect("a handle whose node was deleted takes the lock afresh")
+            .expect("lock again");
+        assert!(again.fencing_token() > first.fencing_token());
+        assert_eq!(mutex.hold_count(), 1);
+        drop(first);
+        again.release().await.expect("release");
+
+        let partition = support::Partition::start(&connect).await;
+        let through = Session::builder(&partition.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connect()
+            .await
+            .expect("connect through the proxy");
+        let mutex = through.mutex("/live/re-enter").unwrap();
+        let held = mutex.lock().await.expect("lock");
+        partition.cut();
+        support::wait_state(&through, ConnectionState::Suspended).await;
+        let reentry = tokio::spawn({
+            let mutex = mutex.clone();
+            async move { mutex.lock().await }
+        });
+        partition.heal();
+        let reentered = timeout(NOTICE, reentry)
+            .await
+            .expect("re-entered once the same session was back, not queued behind itself")
+            .expect("task")
+            .expect("lock");
+        assert_eq!(reentered.fencing_token(), held.fencing_token());
+        assert_eq!(mutex.hold_count(), 2);
+        assert_eq!(
+            support::children(&operator, "/live/re-enter").await.len(),
+            1
+        );
+        reentered.release().await.expect("release the re-entry");
+        held.release().await.expect("release");
+    })
+    .await;
+}
