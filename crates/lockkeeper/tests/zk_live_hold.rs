@@ -349,3 +349,30 @@ async fn a_handle_starts_afresh_after_a_deletion_and_re_enters_after_a_suspensio
     })
     .await;
 }
+
+/// A release ends the hold before its delete is sent: a view of the term (`LeaderTerm`, which
+/// the leader's work task keeps) says not leading the moment `resign()` returns, without
+/// waiting for the deletion's notification.
+#[tokio::test]
+async fn a_resigned_term_is_over_when_resign_returns() {
+    for_each_backend(|connect| async move {
+        let s = session(&connect).await;
+        for round in 0..20 {
+            let leadership = s
+                .leader_latch("/live/resigned", "leader")
+                .unwrap()
+                .lead()
+                .await
+                .expect("lead");
+            let term = leadership.term();
+            assert!(term.is_leader());
+            leadership.resign().await.expect("resign");
+            assert!(
+                !term.is_leader(),
+                "round {round}: still leading after resign()"
+            );
+            assert!(term.valid_until().is_none(), "round {round}: valid_until()");
+        }
+    })
+    .await;
+}

@@ -303,3 +303,17 @@ async fn redis_fence_behind_sentinel_checks_the_current_master() {
         &["appendonly no"],
     );
 }
+
+/// A server that cannot be asked at all is a connection error, not a verdict on its settings:
+/// the caller should retry, not reconfigure a server it never heard from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fence_on_a_server_that_cannot_be_asked_is_a_connection_error() {
+    let node = RedisNode::start_with(NodeOptions::new().durable(true));
+    let redis = connect(&node.url()).await;
+    node.kill();
+    match RedisFence::new(&redis).await {
+        Err(Error::Redis(err)) => eprintln!("a connection error, as it should be: {err}"),
+        Err(other) => panic!("want a connection error from a killed server, got: {other}"),
+        Ok(_) => panic!("a fence was built on a server that was not there"),
+    }
+}
