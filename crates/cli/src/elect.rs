@@ -550,7 +550,11 @@ mod tests {
         let first = way_out.deadline();
         let step = Duration::from_millis(50);
         tokio::time::sleep(step).await;
-        assert_eq!(way_out.deadline(), first, "the deadline moved with the second step");
+        assert_eq!(
+            way_out.deadline(),
+            first,
+            "the deadline moved with the second step"
+        );
         assert!(first.saturating_duration_since(Instant::now()) <= limit - step);
     }
 
