@@ -284,3 +284,40 @@ async fn an_elections_maximum_hold_time_ends_the_leadership() {
     ));
     lead_b.resign().await.expect("resign");
 }
+
+/// The bounded campaigns win an election nobody leads, and give up behind a leader leaving no
+/// candidacy behind.
+#[tokio::test]
+async fn try_and_timed_campaigns_win_an_empty_election_and_give_up_behind_a_leader() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let ea = a.election("bounded").expect("election");
+    let eb = b.election("bounded").expect("election");
+    let lead = ea
+        .try_campaign("a")
+        .await
+        .expect("try_campaign")
+        .expect("nobody leads: the try wins");
+    assert!(lead.is_held());
+    assert!(
+        eb.campaign_timeout("b", Duration::from_millis(300))
+            .await
+            .expect("campaign_timeout")
+            .is_none(),
+        "a timed campaign behind a leader gives up"
+    );
+    assert_eq!(
+        keys(&etcd, "bounded/").len(),
+        1,
+        "the timed candidacy was withdrawn"
+    );
+    lead.resign().await.expect("resign");
+    let lead = eb
+        .campaign_timeout("b", Duration::from_secs(10))
+        .await
+        .expect("campaign_timeout")
+        .expect("nobody leads: the timed campaign wins");
+    assert!(lead.is_held());
+    lead.resign().await.expect("resign");
+}
