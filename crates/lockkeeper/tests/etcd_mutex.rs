@@ -499,3 +499,44 @@ async fn a_deleted_key_ends_is_held_with_nobody_awaiting_lost() {
     }
     assert!(matches!(guard.release().await, Err(Error::NotHeld)));
 }
+
+/// Range (read) requests etcd has started serving so far: its own gRPC counter.
+async fn ranges_served(etcd: &Etcd) -> u64 {
+    let addr = etcd.addr();
+    let text = tokio::task::spawn_blocking(move || {
+        lockkeeper_testkit::http_exchange(
+            addr,
+            b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n",
+            Duration::from_secs(10),
+        )
+    })
+    .await
+    .expect("read etcd's metrics");
+    text.lines()
+        .filter(|l| l.starts_with("grpc_server_started_total{") && l.contains("method=\"Range\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A held key is watched, not polled: holding a lock for two seconds costs etcd no reads. (The
+/// watch falls back to reading the key every 100 ms only when a watch stream ends without an
+/// answer, so a watch that never worked would show up here as some twenty reads.)
+#[tokio::test]
+async fn a_held_key_is_watched_not_polled() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let guard = a
+        .mutex("watched")
+        .expect("mutex")
+        .lock()
+        .await
+        .expect("lock");
+    // Let the watch's first answer arrive before counting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = ranges_served(&etcd).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reads = ranges_served(&etcd).await - before;
+    assert!(reads <= 2, "{reads} reads of etcd while one key was held");
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+}
