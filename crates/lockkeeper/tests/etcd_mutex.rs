@@ -540,3 +540,33 @@ async fn a_held_key_is_watched_not_polled() {
     assert!(guard.is_held());
     guard.release().await.expect("release");
 }
+
+/// A watch stream broken under a held key (etcd restarted on the same data: the lease and the
+/// key survive) is taken up again: a deletion after the restart still turns `is_held()` false.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_key_is_watched_again_after_etcd_restarts() {
+    let etcd = Etcd::start();
+    let a = Session::builder(&etcd.endpoint())
+        .ttl(Duration::from_secs(30))
+        .connect()
+        .await
+        .expect("session");
+    let guard = a
+        .mutex("restarted")
+        .expect("mutex")
+        .lock()
+        .await
+        .expect("lock");
+    let key = guard.key();
+    tokio::task::block_in_place(|| etcd.restart());
+    assert!(guard.is_held(), "the key outlives the restart");
+    etcdctl(&[etcd.endpoint()], &["del", &key]).expect("etcdctl del");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while guard.is_held() {
+        assert!(
+            Instant::now() < deadline,
+            "still held 20 s after its key was deleted behind a restarted etcd"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
