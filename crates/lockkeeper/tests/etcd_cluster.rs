@@ -158,12 +158,23 @@ async fn without_a_quorum_timed_and_try_acquisitions_end_on_time() {
     // timed acquisition's transaction still in flight holds the session's key name.)
     assert!(took < Duration::from_secs(6), "try_lock took {took:?}");
 
+    // Not "someone else has it" (`Ok(None)`): nothing answered, which is an error naming
+    // that, by the deadline plus the second a withdrawal may take (and a loose margin).
     let started = Instant::now();
     let timed = mutex.lock_timeout(Duration::from_millis(500)).await;
     let took = started.elapsed();
-    assert!(matches!(timed, Ok(None)), "{timed:?}");
+    match timed {
+        Err(err) => assert!(
+            err.is_connection_loss() && err.to_string().contains("unreachable"),
+            "{err}"
+        ),
+        Ok(got) => panic!(
+            "no write can succeed without a quorum, and no answer is not a busy lock: {:?}",
+            got.is_some()
+        ),
+    }
     assert!(
-        took < Duration::from_millis(1500),
+        took < Duration::from_secs(4),
         "lock_timeout(500 ms) took {took:?}"
     );
 }
