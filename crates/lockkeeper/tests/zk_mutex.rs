@@ -644,3 +644,53 @@ async fn keep_through_suspension_rides_out_a_short_cut() {
     })
     .await;
 }
+
+/// A timed wait is bounded as a whole: a waiter cut off from the server while it waits ends by
+/// its deadline plus the second a withdrawal may take (here with a loose margin), and says the
+/// server is unreachable instead of `Ok(None)`, which would claim someone else holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_wait_cut_off_from_the_server_ends_on_time_as_unreachable() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the proxy cuts a single server");
+            return;
+        }
+        let path = "/locks/cut-wait";
+        let holder = session(&connect).await;
+        let held = holder.mutex(path).unwrap().lock().await.expect("lock");
+        let partition = Partition::start(&connect).await;
+        let waiter = Session::builder(&partition.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connect()
+            .await
+            .expect("connect through the proxy");
+        let mutex = waiter.mutex(path).unwrap();
+        let timeout = Duration::from_secs(2);
+        let started = tokio::time::Instant::now();
+        let waiting = tokio::spawn(async move { mutex.lock_timeout(timeout).await });
+        wait_children(&holder, path, 2).await;
+        partition.cut();
+        let answer = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("the timed wait ended")
+            .expect("task");
+        let took = started.elapsed();
+        match answer {
+            Err(err) => assert!(
+                err.is_connection_loss() && err.to_string().contains("unreachable"),
+                "{err}"
+            ),
+            Ok(got) => panic!(
+                "a wait cut off from its server answered {:?}",
+                got.is_some()
+            ),
+        }
+        assert!(
+            took < timeout + Duration::from_secs(4),
+            "lock_timeout({timeout:?}) took {took:?}"
+        );
+        partition.heal();
+        held.release().await.expect("release");
+    })
+    .await;
+}
