@@ -694,3 +694,41 @@ async fn a_timed_wait_cut_off_from_the_server_ends_on_time_as_unreachable() {
     })
     .await;
 }
+
+/// A timed wait whose session is cut off before it could queue a node ends by its deadline as
+/// unreachable too: nothing was heard, so it cannot say the lock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_wait_that_never_reached_the_server_ends_as_unreachable() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the proxy cuts a single server");
+            return;
+        }
+        let partition = Partition::start(&connect).await;
+        let waiter = Session::builder(&partition.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connect()
+            .await
+            .expect("connect through the proxy");
+        let mutex = waiter.mutex("/locks/never-reached").unwrap();
+        partition.cut();
+        wait_state(&waiter, ConnectionState::Suspended).await;
+        let timeout = Duration::from_secs(1);
+        let started = tokio::time::Instant::now();
+        let answer = mutex.lock_timeout(timeout).await;
+        let took = started.elapsed();
+        match answer {
+            Err(err) => assert!(err.to_string().contains("unreachable"), "{err}"),
+            Ok(got) => panic!(
+                "a wait that never reached its server answered {:?}",
+                got.is_some()
+            ),
+        }
+        assert!(
+            took < timeout + Duration::from_secs(4),
+            "lock_timeout({timeout:?}) took {took:?}"
+        );
+        partition.heal();
+    })
+    .await;
+}
