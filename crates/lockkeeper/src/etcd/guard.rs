@@ -8,7 +8,7 @@
 //!
 //! "Held" is the holder's knowledge: not released, key not seen deleted, the session within its
 //! deadline ([`Session::valid_until`]), and before the maximum hold time. It is live: a granted
-//! key is watched from the grant on ([`KeyWatch`]), so `is_held()` turns false when the key's
+//! key is watched from the grant on ([`watch_key`], a [`Watcher`]), so `is_held()` turns false when the key's
 //! deletion (or replacement) is seen, whether or not anyone awaits `lost()`. A key that is dropped
 //! without a release (a guard, or a waiter that gave up) is deleted in a background task, so
 //! every wait is cancel-safe.
@@ -26,7 +26,7 @@ use crate::etcd::delay;
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::etcd::token;
 use crate::fencing::FencingToken;
-use crate::sync::lock;
+use crate::sync::{Watcher, lock};
 
 /// How long one release waits for its answer before it is sent again: about what electing a
 /// new leader takes. A write that a follower has forwarded to a leader that then dies is never
@@ -47,7 +47,7 @@ pub(crate) struct Held {
     pub(crate) rev: i64,
     released: AtomicBool,
     /// The watch on a granted key (none on a waiter's).
-    watch: Option<KeyWatch>,
+    watch: Option<Watcher>,
     max_hold_until: Option<Instant>,
     /// The lock-delay record a clean release writes (see [`delay`]), when the lock has one.
     /// Set only at the grant: a waiter that gives up must not overwrite the holder's `held`
@@ -89,7 +89,7 @@ impl Held {
             .as_ref()
             .map(|(_, record)| record.clone());
         self.max_hold_until = options.max_hold.map(|max| Instant::now() + max);
-        self.watch = KeyWatch::start(&self.session, &self.key, self.rev);
+        self.watch = watch_key(&self.session, &self.key, self.rev);
         let held = Arc::new(self);
         if let (Some(until), Ok(runtime)) =
             (held.max_hold_until, tokio::runtime::Handle::try_current())
@@ -146,13 +146,13 @@ impl Held {
 
     /// Whether the key's watch saw it deleted or replaced while it was not released.
     fn deleted(&self) -> bool {
-        !self.released.load(Ordering::Acquire) && self.watch.as_ref().is_some_and(KeyWatch::is_gone)
+        !self.released.load(Ordering::Acquire) && self.watch.as_ref().is_some_and(Watcher::is_set)
     }
 
     /// Resolves when the key is seen deleted (or recreated by someone else).
     async fn key_deleted(&self) {
         match &self.watch {
-            Some(watch) => watch.gone().await,
+            Some(watch) => watch.set().await,
             None => std::future::pending().await,
         }
     }
@@ -211,61 +211,14 @@ impl Drop for Held {
     }
 }
 
-/// A watch on a held key from its grant on, until the key is deleted or replaced: a task, so
-/// that the answer is there whether or not anyone awaits it, aborted when this is dropped.
-struct KeyWatch {
-    gone: Arc<Gone>,
-    task: tokio::task::AbortHandle,
-}
-
-/// What the watch task tells its [`KeyWatch`].
-#[derive(Default)]
-struct Gone {
-    flag: AtomicBool,
-    wake: tokio::sync::Notify,
-}
-
-impl KeyWatch {
-    /// Starts watching `key`, created at revision `rev`; `None` outside a runtime.
-    fn start(session: &Session, key: &[u8], rev: i64) -> Option<KeyWatch> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let gone = Arc::new(Gone::default());
-        let task = runtime.spawn({
-            let (gone, session, key) = (gone.clone(), session.clone(), key.to_vec());
-            async move {
-                watch_until_gone(&session, &key, rev).await;
-                gone.flag.store(true, Ordering::Release);
-                gone.wake.notify_waiters();
-            }
-        });
-        Some(KeyWatch {
-            gone,
-            task: task.abort_handle(),
-        })
-    }
-
-    fn is_gone(&self) -> bool {
-        self.gone.flag.load(Ordering::Acquire)
-    }
-
-    async fn gone(&self) {
-        loop {
-            let notified = self.gone.wake.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read, so a deletion between the two still wakes us.
-            notified.as_mut().enable();
-            if self.is_gone() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-impl Drop for KeyWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// Starts the watch on a held key: set once the key (created at `rev`) is seen deleted or
+/// replaced.
+fn watch_key(session: &Session, key: &[u8], rev: i64) -> Option<Watcher> {
+    let (session, key) = (session.clone(), key.to_vec());
+    Watcher::spawn(async move {
+        watch_until_gone(&session, &key, rev).await;
+        true
+    })
 }
 
 /// Returns once `key` (created at `rev`) is seen deleted or replaced; never, if etcd refuses

@@ -16,7 +16,7 @@
 //! session's suspension or end (read from the session's state, which the client updates as
 //! the connection changes), the local deadline, the maximum hold time. So a holder that polls
 //! `is_held()`, as a Curator user polls `hasLeadership()`, learns of a deletion as soon as the
-//! server's notification arrives. The watch ([`NodeWatch`]) is a task aborted when the hold is
+//! server's notification arrives. The watch ([`watch_node`], a [`Watcher`]) is a task aborted when the hold is
 //! dropped; a one-shot watch survives reconnections of the same session (the client
 //! re-registers it), and a read that failed with the connection is sent again once the
 //! session is back.
@@ -44,8 +44,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use lockkeeper_zk_client::EventType;
@@ -53,7 +51,7 @@ use lockkeeper_zk_client::EventType;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::hold_time;
-use crate::sync::lock;
+use crate::sync::{Watcher, lock};
 use crate::zk::node::{delete_if_ours, delete_node};
 use crate::zk::session::{Generation, Health, is_connection_loss};
 
@@ -65,7 +63,7 @@ pub(crate) struct Held {
     /// Set by release (or drop) before the delete is sent.
     released: AtomicBool,
     /// The watch on the node from the grant on ([`Held::share`]); `None` before.
-    watch: Option<NodeWatch>,
+    watch: Option<Watcher>,
     /// For a node whose name every holder reuses (a [`SimpleLock`]'s `{path}/lock`): the data
     /// only our node carries. Release then deletes the node only while it is still ours, so a
     /// holder whose node was deleted behind its back cannot delete the next holder's.
@@ -179,7 +177,7 @@ impl Held {
     /// time's timer, if there is one. Every guard takes its hold through here.
     pub(crate) fn share(mut self) -> Arc<Held> {
         let czxid = self.token.get() as i64;
-        self.watch = NodeWatch::start(&self.generation, &self.node, czxid);
+        self.watch = watch_node(&self.generation, &self.node, czxid);
         let held = Arc::new(self);
         held.arm_max_hold();
         held
@@ -187,8 +185,7 @@ impl Held {
 
     /// Whether the node's watch saw it deleted or replaced while it was not released.
     fn deleted(&self) -> bool {
-        !self.released.load(Ordering::Acquire)
-            && self.watch.as_ref().is_some_and(NodeWatch::is_gone)
+        !self.released.load(Ordering::Acquire) && self.watch.as_ref().is_some_and(Watcher::is_set)
     }
 
     /// Starts the maximum hold time's timer, if there is one: at its end the node is deleted
@@ -300,7 +297,7 @@ impl Held {
     /// Resolves once the node's watch has seen it deleted or replaced.
     async fn node_deleted(&self) {
         match &self.watch {
-            Some(watch) => watch.gone().await,
+            Some(watch) => watch.set().await,
             None => std::future::pending().await,
         }
     }
@@ -467,68 +464,18 @@ enum Ending {
     GivenUp,
 }
 
-/// A watch on one node, from its start until the node is gone: deleted, found missing, or found
-/// to be another node of the same name. A task does the watching, so that the answer is there
-/// whether or not anyone awaits it; it is aborted when this is dropped. Used by every hold,
-/// and by a queue item's lock node.
-pub(crate) struct NodeWatch {
-    gone: Arc<Gone>,
-    task: AbortHandle,
-}
-
-/// What the watch task tells its [`NodeWatch`].
-#[derive(Default)]
-struct Gone {
-    flag: AtomicBool,
-    wake: Notify,
-}
-
-impl NodeWatch {
-    /// Starts watching `node`, created with `czxid`; `None` outside a runtime (never in this
-    /// crate: every grant happens in async code).
-    pub(crate) fn start(generation: &Arc<Generation>, node: &str, czxid: i64) -> Option<NodeWatch> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let gone = Arc::new(Gone::default());
-        let task = runtime.spawn({
-            let (gone, generation, node) = (gone.clone(), generation.clone(), node.to_owned());
-            async move {
-                if watch_until_gone(&generation, &node, czxid).await {
-                    gone.flag.store(true, Ordering::Release);
-                    gone.wake.notify_waiters();
-                    tracing::debug!(node, "watched node deleted");
-                }
-            }
-        });
-        Some(NodeWatch {
-            gone,
-            task: task.abort_handle(),
-        })
-    }
-
-    /// Whether the node is known gone.
-    pub(crate) fn is_gone(&self) -> bool {
-        self.gone.flag.load(Ordering::Acquire)
-    }
-
-    /// Resolves once the node is known gone; never, if the session ends first.
-    pub(crate) async fn gone(&self) {
-        loop {
-            let notified = self.gone.wake.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read, so a deletion between the two still wakes us.
-            notified.as_mut().enable();
-            if self.is_gone() {
-                return;
-            }
-            notified.await;
+/// Starts the watch on a held node (see the module docs): set once the node is deleted, found
+/// missing, or found to be another node of the same name. Used by every hold, and by a queue
+/// item's lock node.
+pub(crate) fn watch_node(generation: &Arc<Generation>, node: &str, czxid: i64) -> Option<Watcher> {
+    let (generation, node) = (generation.clone(), node.to_owned());
+    Watcher::spawn(async move {
+        let gone = watch_until_gone(&generation, &node, czxid).await;
+        if gone {
+            tracing::debug!(node, "watched node deleted");
         }
-    }
-}
-
-impl Drop for NodeWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+        gone
+    })
 }
 
 /// Watches `node` until it is gone: `true` when it was deleted, or is found missing, or is

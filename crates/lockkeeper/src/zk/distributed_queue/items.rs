@@ -30,8 +30,9 @@ use rand::Rng;
 
 use super::envelope;
 use crate::error::{Error, Result};
+use crate::sync::Watcher;
 use crate::wait::Deadline;
-use crate::zk::hold::NodeWatch;
+use crate::zk::hold::watch_node;
 use crate::zk::node::delete_if_ours;
 use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
 
@@ -410,7 +411,7 @@ pub struct Taken {
     lock: Option<(String, i32)>,
     /// At-least-once: the watch on the lock node, so that `is_held()` turns false when it is
     /// deleted (by an operator, or anyone but this consumer) with nobody awaiting `lost()`.
-    watch: Option<NodeWatch>,
+    watch: Option<Watcher>,
     generation: Option<Arc<Generation>>,
     settled: bool,
 }
@@ -444,7 +445,7 @@ impl Taken {
         created: &Stat,
         generation: Arc<Generation>,
     ) -> Taken {
-        let watch = NodeWatch::start(&generation, &lock, created.czxid);
+        let watch = watch_node(&generation, &lock, created.czxid);
         Taken {
             decoded: envelope::decode(&data),
             item,
@@ -491,7 +492,7 @@ impl Taken {
                 () = generation.untrusted() => {}
                 () = async {
                     match &self.watch {
-                        Some(watch) => watch.gone().await,
+                        Some(watch) => watch.set().await,
                         None => std::future::pending().await,
                     }
                 } => {}
@@ -508,7 +509,7 @@ impl Taken {
             Some(generation) => {
                 generation.client().is_ok()
                     && tokio::time::Instant::now() < generation.valid_until()
-                    && !self.watch.as_ref().is_some_and(NodeWatch::is_gone)
+                    && !self.watch.as_ref().is_some_and(Watcher::is_set)
             }
             None => true,
         }
