@@ -3,10 +3,15 @@
 //!
 //! Each turn: acquire (bounded wait), `enter` with the fencing token, a few writes with small
 //! seeded random sleeps, `exit`, release. Invariants:
-//! - Before every write the client asks its guard whether it still holds the lock (the local
-//!   deadline: no round trip), as a careful user does; a pause between that check and the
-//!   write is exactly what fencing exists for.
-//! - A refused `enter` or write ends the turn: the fence said someone newer holds the lock.
+//! - **A zombie between check and write.** Before each sleep the client asks its guard whether
+//!   it still holds the lock (the local deadline: no round trip) and stops if not; after the
+//!   sleep it writes with the token it had, without asking again, as a process that was paused
+//!   between its check and its write does on waking. A pause lands in a sleep far more often
+//!   than anywhere else, so a paused holder's first act on waking is a stale write, which only
+//!   the fences can stop. Each line also says what `is_held()` answered right before it was
+//!   sent, so the resource counts apart what a careful client (checking right before every
+//!   write) would have sent too.
+//! - A refused `enter` or write ends the turn: a fence said someone newer holds the lock.
 //! - Lock errors (a connection lost, a server restarting) end the turn, are logged to stderr
 //!   and retried after a short sleep; the client runs until `--run-for` passes or it is killed.
 //! - On etcd, a session whose lease is lost stays lost (the library's rule), so before each
@@ -30,8 +35,9 @@ use crate::kind::{Endpoint, Kind};
 
 /// How long one acquire may wait before the client tries again.
 const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
-/// How long the resource server may take to answer.
-const RESOURCE_WAIT: Duration = Duration::from_secs(5);
+/// How long the resource server may take to answer: every fence gets
+/// [`FENCE_WAIT`](crate::fences::FENCE_WAIT), and requests are handled one at a time.
+const RESOURCE_WAIT: Duration = Duration::from_secs(30);
 /// The ZooKeeper session timeout (the test servers' minimum).
 pub const ZK_SESSION: Duration = Duration::from_secs(4);
 /// The Redis watchdog lease and the Redlock lease.
@@ -97,10 +103,19 @@ async fn turn(
     rng: &mut StdRng,
 ) -> Result<(), String> {
     let token = held.token().map_or("-".to_owned(), |t| t.to_string());
-    if held.is_held() && resource.call(&format!("enter {name} {token}")).await? == "ok" {
+    let node = held.node().unwrap_or("-").to_owned();
+    let line = |verb: &str, held: &Held| {
+        let state = if held.is_held() { "held" } else { "lost" };
+        format!("{verb} {name} {token} {node} {state}")
+    };
+    if held.is_held() && resource.call(&line("enter", &held)).await? == "ok" {
         for _ in 0..WRITES {
+            if !held.is_held() {
+                break;
+            }
+            // A pause here wakes into the write below with the token it had.
             tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
-            if !held.is_held() || resource.call(&format!("write {name} {token}")).await? != "ok" {
+            if resource.call(&line("write", &held)).await? != "ok" {
                 break;
             }
         }
@@ -331,6 +346,20 @@ impl Held {
             Held::Redlock(_) => None,
             Held::Etcd(g) => Some(g.fencing_token().get()),
             Held::EtcdLeader(l) => Some(l.fencing_token().get()),
+        }
+    }
+
+    /// The ZooKeeper lock node the holder presents to the ZooKeeper fence.
+    fn node(&self) -> Option<&str> {
+        match self {
+            Held::Guard(g) => Some(g.node()),
+            Held::Leases(l) => l.nodes().first().copied(),
+            Held::Leader(l) => Some(l.node()),
+            Held::Lease(_)
+            | Held::Reentrant(_)
+            | Held::Redlock(_)
+            | Held::Etcd(_)
+            | Held::EtcdLeader(_) => None,
         }
     }
 

@@ -14,12 +14,14 @@
 mod backend;
 mod client;
 mod clock;
+mod fences;
 mod keeper_proc;
 mod kind;
 mod report;
 mod resource;
 mod scenario;
 mod shim;
+mod verdict;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -84,6 +86,11 @@ enum Sub {
         /// Stop after this many milliseconds.
         #[arg(long)]
         run_for_ms: u64,
+    },
+    /// Prints the table of a run's `--json` file, as the README shows it.
+    Report {
+        /// The `--json` file of a run.
+        json: PathBuf,
     },
     /// Keeper as a process of its own, so its server fault is a SIGKILL (started by the
     /// orchestrator; runs until killed).
@@ -152,11 +159,40 @@ fn main() -> ExitCode {
                 }
             }
         }
-        None => runtime.block_on(orchestrate(cli)),
+        Some(Sub::Report { json }) => {
+            let parsed = std::fs::read_to_string(&json)
+                .map_err(|e| e.to_string())
+                .and_then(|text| {
+                    serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string())
+                });
+            match parsed {
+                Ok(run) => match run["rows"].as_array() {
+                    Some(rows) => {
+                        print!("{}", report::markdown(rows));
+                        ExitCode::SUCCESS
+                    }
+                    None => {
+                        eprintln!("{}: no \"rows\" array: not a --json file", json.display());
+                        ExitCode::from(65)
+                    }
+                },
+                Err(err) => {
+                    eprintln!("{}: {err}", json.display());
+                    ExitCode::from(66)
+                }
+            }
+        }
+        None => {
+            // The fences' own stores, one set for the whole run (each scenario has its own
+            // resource), started from this long-lived thread: a server's parent-death signal
+            // is tied to the thread that spawned it.
+            let stores = fences::Stores::start();
+            runtime.block_on(orchestrate(cli, &stores))
+        }
     }
 }
 
-async fn orchestrate(cli: Cli) -> ExitCode {
+async fn orchestrate(cli: Cli, stores: &fences::Stores) -> ExitCode {
     let seed = cli.seed.unwrap_or_else(rand::random);
     let scenarios = if !cli.only.is_empty() {
         let picked: Vec<_> = scenario::all()
@@ -202,17 +238,22 @@ async fn orchestrate(cli: Cli) -> ExitCode {
             unreachable!("started above")
         };
         let scenario_seed = scenario.seed(seed);
-        let row = scenario::run(&exe, current, scenario, scenario_seed, length).await;
+        let row = scenario::run(&exe, current, stores, scenario, scenario_seed, length).await;
+        let stale = &row.counts.stale;
         println!(
-            "{scenario}: {} operations, {} overlaps, {} stale accepted, {:.1} s max unavailable (seed {scenario_seed}, {:.1} s)",
+            "{scenario}: {} operations, {} overlaps, stale writes {} attempted ({} careful), {} refused, {} accepted by local/redis/pg/sqlite/zk, {:.1} s max unavailable: {} (seed {scenario_seed}, {:.1} s)",
             row.counts.turns,
             row.counts.overlaps,
+            stale.attempted,
+            stale.attempted_careful,
+            stale.refused,
             if row.counts.fenced {
-                row.counts.stale_accepted.to_string()
+                format!("{:?}", stale.accepted)
             } else {
                 "n/a".into()
             },
             row.counts.max_gap.as_secs_f64(),
+            verdict::judge(&row).word(),
             row.took.as_secs_f64()
         );
         rows.push(row);
@@ -226,5 +267,24 @@ async fn orchestrate(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    ExitCode::SUCCESS
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            let verdict = verdict::judge(row);
+            verdict
+                .fails()
+                .then(|| format!("{}: {}", row.scenario, verdict.word()))
+        })
+        .collect();
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "lockkeeper-faults: {} of {} scenarios failed:\n{}",
+            failed.len(),
+            rows.len(),
+            failed.join("\n")
+        );
+        ExitCode::FAILURE
+    }
 }

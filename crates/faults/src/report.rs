@@ -1,56 +1,101 @@
-//! The results: the table printed at the end of a run and the `--json` file.
+//! The results: the table printed at the end of a run, the `--json` file, and the README table
+//! generated from that file.
 //!
 //! Columns (the README explains them to users): operations are turns begun at the resource;
-//! overlaps are entries while another client was inside (no fencing); stale accepted are
-//! writes the fence accepted from a client someone had entered after (`n/a` for a lock without
-//! fencing tokens); max unavailable is the longest time between two entries.
+//! overlaps are entries while another client was inside (no fencing); stale writes are writes
+//! from a client someone had entered after, as attempted (in brackets: those a careful client
+//! would have sent too), refused by a fence, and accepted by each fence (local, redis,
+//! postgres, sqlite, zk; `n/a` for a lock without fencing tokens); max unavailable is the
+//! longest time between two entries; the verdict is [`crate::verdict::judge`]'s.
 
 use std::fmt::Write as _;
 
-use crate::scenario::Row;
+use serde_json::Value;
 
-/// The table, one line per row, aligned.
+use crate::fences::NAMES;
+use crate::scenario::Row;
+use crate::verdict::{Verdict, judge};
+
+const HEADER: [&str; 10] = [
+    "backend",
+    "lock",
+    "fault",
+    "operations",
+    "overlaps (unfenced)",
+    "stale attempted (careful)",
+    "stale refused",
+    "stale accepted (local/redis/pg/sqlite/zk)",
+    "max unavailable",
+    "verdict",
+];
+
+/// The table of `rows`, aligned, with each row's seed last.
 pub fn table(rows: &[Row]) -> String {
-    let mut out = String::new();
-    let header = [
-        "backend",
-        "lock",
-        "fault",
-        "operations",
-        "overlaps (unfenced)",
-        "stale accepted (fenced)",
-        "max unavailable",
-        "seed",
+    let json: Vec<Value> = rows.iter().map(row_json).collect();
+    markdown(&json)
+}
+
+/// The table of rows in `--json` form (what `report` turns into the README's table).
+pub fn markdown(rows: &[Value]) -> String {
+    let mut lines: Vec<Vec<String>> = vec![
+        HEADER
+            .iter()
+            .map(|h| (*h).to_owned())
+            .chain(["seed".to_owned()])
+            .collect(),
     ];
-    let mut lines: Vec<[String; 8]> = vec![header.map(str::to_owned)];
     for row in rows {
-        let s = row.scenario;
-        let stale = if row.counts.fenced {
-            row.counts.stale_accepted.to_string()
-        } else {
-            "n/a".to_owned()
+        let text = |field: &str| row[field].as_str().unwrap_or("?").to_owned();
+        let number = |field: &str| row[field].as_u64().map_or("?".into(), |n| n.to_string());
+        let stale = &row["stale"];
+        let accepted = match stale["accepted"].as_object() {
+            Some(by_fence) => NAMES
+                .iter()
+                .map(|name| {
+                    by_fence[*name]
+                        .as_u64()
+                        .map_or("?".into(), |n| n.to_string())
+                })
+                .collect::<Vec<_>>()
+                .join("/"),
+            None => "n/a".into(),
         };
-        lines.push([
-            s.backend.name().to_owned(),
-            s.kind.name().to_owned(),
-            fault_cell(row),
-            row.counts.turns.to_string(),
-            row.counts.overlaps.to_string(),
-            stale,
-            format!("{:.1} s", row.counts.max_gap.as_secs_f64()),
-            row.seed.to_string(),
+        let fault = if row["struck"] == Value::Bool(false) {
+            format!("{} (no holder found: not injected)", text("fault"))
+        } else {
+            text("fault")
+        };
+        let ms = row["max_unavailable_ms"].as_u64().unwrap_or(0);
+        lines.push(vec![
+            text("backend"),
+            text("lock"),
+            fault,
+            number("operations"),
+            number("overlaps"),
+            format!(
+                "{} ({})",
+                stale["attempted"].as_u64().unwrap_or(0),
+                stale["attempted_careful"].as_u64().unwrap_or(0)
+            ),
+            stale["refused"].as_u64().unwrap_or(0).to_string(),
+            accepted,
+            format!("{:.1} s", ms as f64 / 1000.0),
+            text("verdict"),
+            number("seed"),
         ]);
     }
-    let widths: Vec<usize> = (0..8)
+    let columns = lines[0].len();
+    let widths: Vec<usize> = (0..columns)
         .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
         .collect();
+    let mut out = String::new();
     for (i, line) in lines.iter().enumerate() {
         let cells: Vec<String> = line
             .iter()
             .zip(&widths)
             .enumerate()
             .map(|(c, (cell, w))| {
-                if (3..7).contains(&c) {
+                if (3..9).contains(&c) {
                     format!("{cell:>w$}")
                 } else {
                     format!("{cell:<w$}")
@@ -66,39 +111,50 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
-/// The fault's name, marked when it found no holder to strike.
-fn fault_cell(row: &Row) -> String {
-    let name = row.scenario.fault.name(row.scenario.backend);
-    if row.struck {
-        name.to_owned()
-    } else {
-        format!("{name} (no holder found: not injected)")
-    }
+/// One row as JSON: `{backend, lock, fault, seed, struck, operations, writes, overlaps,
+/// stale: {attempted, attempted_careful, refused, accepted: {local, redis, postgres, sqlite,
+/// zk} or null without tokens}, unavailable: {per fence}, fence_problems, max_unavailable_ms,
+/// took_ms, verdict, expected_by}`.
+fn row_json(row: &Row) -> Value {
+    let s = row.scenario;
+    let c = &row.counts;
+    let by_fence = |values: &[u64; 5]| {
+        NAMES
+            .iter()
+            .zip(values)
+            .map(|(name, n)| ((*name).to_owned(), Value::from(*n)))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    let verdict = judge(row);
+    serde_json::json!({
+        "backend": s.backend.name(),
+        "lock": s.kind.name(),
+        "fault": s.fault.name(s.backend),
+        "struck": row.struck,
+        "seed": row.seed,
+        "operations": c.turns,
+        "writes": c.writes,
+        "overlaps": c.overlaps,
+        "stale": {
+            "attempted": c.stale.attempted,
+            "attempted_careful": c.stale.attempted_careful,
+            "refused": c.stale.refused,
+            "accepted": c.fenced.then(|| by_fence(&c.stale.accepted)),
+        },
+        "unavailable": by_fence(&c.unavailable),
+        "fence_problems": row.fence_problems,
+        "max_unavailable_ms": c.max_gap.as_millis() as u64,
+        "took_ms": row.took.as_millis() as u64,
+        "verdict": verdict.word(),
+        "expected_by": match verdict {
+            Verdict::Expected(readme) => Some(readme),
+            _ => None,
+        },
+    })
 }
 
-/// The rows as JSON: `{"seed": N, "rows": [{backend, lock, fault, seed, operations, writes,
-/// struck, overlaps, stale_accepted (null without tokens), refused, max_unavailable_ms,
-/// took_ms}]}`.
-pub fn json(seed: u64, rows: &[Row]) -> serde_json::Value {
-    let rows: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|row| {
-            let s = row.scenario;
-            serde_json::json!({
-                "backend": s.backend.name(),
-                "lock": s.kind.name(),
-                "fault": s.fault.name(s.backend),
-                "struck": row.struck,
-                "seed": row.seed,
-                "operations": row.counts.turns,
-                "writes": row.counts.writes,
-                "overlaps": row.counts.overlaps,
-                "stale_accepted": row.counts.fenced.then_some(row.counts.stale_accepted),
-                "refused": row.counts.refused,
-                "max_unavailable_ms": row.counts.max_gap.as_millis() as u64,
-                "took_ms": row.took.as_millis() as u64,
-            })
-        })
-        .collect();
+/// The run as JSON: `{"seed": N, "rows": [...]}` (see [`row_json`]).
+pub fn json(seed: u64, rows: &[Row]) -> Value {
+    let rows: Vec<Value> = rows.iter().map(row_json).collect();
     serde_json::json!({ "seed": seed, "rows": rows })
 }

@@ -1,37 +1,56 @@
 //! The resource server: what the lock clients protect, run inside the orchestrator on a
-//! loopback port, with an unfenced side and a fenced side.
+//! loopback port, with an unfenced side and five fenced copies ([`Fences`]).
 //!
 //! Clients speak one line per request and get one line back:
-//! `enter CLIENT TOKEN` (the holder starts its turn; `TOKEN` is its fencing token, or `-` for
-//! a lock that has none), `write CLIENT TOKEN`, `exit CLIENT`. Replies are `ok`, `refused`
-//! (the fence turned the token away) or `error WHY`.
+//! `enter CLIENT TOKEN NODE HELD` (the holder starts its turn), `write CLIENT TOKEN NODE HELD`,
+//! `exit CLIENT`. `TOKEN` is the fencing token, or `-` for a lock that has none; `NODE` the
+//! holder's ZooKeeper lock node, or `-`; `HELD` is `held` or `lost`: what the client's
+//! `is_held()` said just before it sent the line (a zombie writes either way; a careful client
+//! would not have sent a `lost` line). Replies are `ok`, `refused` (a fence turned the write
+//! away) or `error WHY`.
 //!
 //! Invariants:
+//! - **Requests are handled one at a time**, in arrival order, so the fences see the writes in
+//!   the order the table counts them.
 //! - **Unfenced side**: a client is inside from its `enter` until its `exit` or until its
 //!   connection closes (a killed holder's turn ends with its process). An `enter` while another
 //!   client is inside overlaps that client's turn: two holders at once, which a lock exists to
-//!   prevent. Each turn counts at most once however many enter during it, so a holder paused
-//!   through many turns of others is one overlap.
-//! - **Fenced side**: a [`LocalFence`] per run. `enter` presents the token as the holder's
-//!   first write, as a careful resource user does; every `write` presents it again. A write the
-//!   fence accepts from a client that is not the latest to have sent `enter` (someone entered
-//!   after it) is a **stale write accepted**. With tokens that only grow the fence refuses all of
-//!   those, so the count is nonzero only if a backend handed out a token that did not grow.
+//!   prevent. Each turn counts at most once however many enter during it.
+//! - **Stale writes**: a write (or an `enter`) from a client that is not the latest to have
+//!   entered: someone took the lock after it. Each is *attempted*; it is *refused* if any fence
+//!   refused it, and *accepted* by each fence that took it. With tokens that only grow every
+//!   fence refuses every one (the ZooKeeper fence also refuses a holder whose node is gone), so
+//!   a fence's accepted count is nonzero only if a backend handed out a token that did not grow.
+//!   Attempts sent while `is_held()` still said `held` are counted apart: what a careful client
+//!   would also have sent.
 //! - Malformed lines get `error` naming the line; nothing a client sends panics the server.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockkeeper::FencingToken;
-use lockkeeper::fence::LocalFence;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-/// The fence's resource id: one protected resource per run.
-const RESOURCE_ID: &str = "resource";
+use crate::fences::{Fences, NAMES, Verdict};
+
+/// Stale writes, counted by what happened to them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stale {
+    /// Writes and entries from a client someone had entered after.
+    pub attempted: u64,
+    /// Of those, the ones sent while the client's `is_held()` still said `held`: what a
+    /// careful client, checking right before each write, would have sent too.
+    pub attempted_careful: u64,
+    /// Refused by at least one fence.
+    pub refused: u64,
+    /// Accepted, per fence in [`NAMES`] order.
+    pub accepted: [u64; 5],
+}
 
 /// What the resource saw during one run.
 #[derive(Clone, Debug, Default)]
@@ -42,25 +61,25 @@ pub struct Counts {
     pub writes: u64,
     /// Turns some other client entered during (unfenced): each turn counts once.
     pub overlaps: u64,
-    /// Writes (or entries) the fence accepted from a client someone had entered after.
-    pub stale_accepted: u64,
-    /// Entries and writes the fence refused.
-    pub refused: u64,
-    /// Whether any client presented a token (a lock without tokens leaves the fence unused).
+    /// Stale writes and entries.
+    pub stale: Stale,
+    /// Writes each fence could not judge (its store did not answer in time or failed), per
+    /// fence in [`NAMES`] order.
+    pub unavailable: [u64; 5],
+    /// Whether any client presented a token (a lock without tokens leaves the fences unused).
     pub fenced: bool,
     /// The longest time between two consecutive `enter`s (or from the last one to when the
     /// counts were read): the lock's longest unavailability, plus at most one ordinary turn.
     pub max_gap: Duration,
 }
 
-#[derive(Default)]
 struct State {
     /// Clients inside, each with whether its turn was overlapped already.
     inside: HashMap<String, bool>,
     latest: Option<String>,
     last_enter: Option<Instant>,
     counts: Counts,
-    fence: LocalFence,
+    fences: Fences,
 }
 
 /// The resource server; stops accepting when dropped.
@@ -71,11 +90,18 @@ pub struct Resource {
 }
 
 impl Resource {
-    /// Binds 127.0.0.1 on a free port and serves clients until dropped.
-    pub async fn start() -> std::io::Result<Resource> {
+    /// Binds 127.0.0.1 on a free port and serves clients, writing through `fences`, until
+    /// dropped.
+    pub async fn start(fences: Fences) -> std::io::Result<Resource> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State {
+            inside: HashMap::new(),
+            latest: None,
+            last_enter: None,
+            counts: Counts::default(),
+            fences,
+        }));
         let accept = tokio::spawn({
             let state = state.clone();
             async move {
@@ -97,8 +123,8 @@ impl Resource {
     }
 
     /// The client holding the resource now: the latest to enter, if it is still inside.
-    pub fn holder(&self) -> Option<String> {
-        let state = lock(&self.state);
+    pub async fn holder(&self) -> Option<String> {
+        let state = self.state.lock().await;
         state
             .latest
             .clone()
@@ -106,13 +132,18 @@ impl Resource {
     }
 
     /// The counts so far; the gap since the last `enter` counts as unavailability too.
-    pub fn counts(&self) -> Counts {
-        let state = lock(&self.state);
+    pub async fn counts(&self) -> Counts {
+        let state = self.state.lock().await;
         let mut counts = state.counts.clone();
         if let Some(last) = state.last_enter {
             counts.max_gap = counts.max_gap.max(last.elapsed());
         }
         counts
+    }
+
+    /// Each fence's history checked against its store: one line per problem.
+    pub async fn check_fences(&self) -> Vec<String> {
+        self.state.lock().await.fences.check().await
     }
 }
 
@@ -122,17 +153,19 @@ impl Drop for Resource {
     }
 }
 
-fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// One client connection: requests in order; on close, the clients it spoke for leave.
 async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
     let mut spoke_for = HashSet::new();
     while let Ok(Some(line)) = lines.next_line().await {
-        let reply = handle(&state, &line, &mut spoke_for);
+        let reply = match Request::parse(&line) {
+            Ok(request) => {
+                spoke_for.insert(request.client.to_owned());
+                handle(&mut *state.lock().await, request).await
+            }
+            Err(err) => format!("error {err}"),
+        };
         if write
             .write_all(format!("{reply}\n").as_bytes())
             .await
@@ -141,31 +174,79 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
             break;
         }
     }
-    let mut state = lock(&state);
+    let mut state = state.lock().await;
     for client in spoke_for {
         state.inside.remove(&client);
     }
 }
 
-fn handle(state: &Mutex<State>, line: &str, spoke_for: &mut HashSet<String>) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let (verb, client, token) = match words.as_slice() {
-        [verb @ ("enter" | "write"), client, token] => (*verb, *client, Some(*token)),
-        ["exit", client] => ("exit", *client, None),
-        _ => return format!("error malformed request {line:?}"),
-    };
-    let token = match token {
-        None | Some("-") => None,
-        Some(raw) => match raw.parse::<u64>() {
-            Ok(value) => Some(FencingToken::new(value)),
-            Err(_) => return format!("error token {raw:?} in {line:?} is not a number"),
-        },
-    };
-    spoke_for.insert(client.to_owned());
-    let mut state = lock(state);
-    let state = &mut *state;
-    match verb {
-        "enter" => {
+/// One parsed request line.
+#[derive(Debug, PartialEq, Eq)]
+struct Request<'a> {
+    verb: Verb,
+    client: &'a str,
+    token: Option<FencingToken>,
+    node: Option<&'a str>,
+    held: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    Enter,
+    Write,
+    Exit,
+}
+
+impl<'a> Request<'a> {
+    fn parse(line: &'a str) -> Result<Request<'a>, String> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (verb, client, token, node, held) = match words.as_slice() {
+            [verb @ ("enter" | "write"), client, token, node, held] => {
+                let verb = if *verb == "enter" {
+                    Verb::Enter
+                } else {
+                    Verb::Write
+                };
+                (verb, *client, *token, *node, *held)
+            }
+            ["exit", client] => {
+                return Ok(Request {
+                    verb: Verb::Exit,
+                    client,
+                    token: None,
+                    node: None,
+                    held: true,
+                });
+            }
+            _ => return Err(format!("malformed request {line:?}")),
+        };
+        let token = match token {
+            "-" => None,
+            raw => match raw.parse::<u64>() {
+                Ok(value) => Some(FencingToken::new(value)),
+                Err(_) => return Err(format!("token {raw:?} in {line:?} is not a number")),
+            },
+        };
+        let node = (node != "-").then_some(node);
+        let held = match held {
+            "held" => true,
+            "lost" => false,
+            other => return Err(format!("{other:?} in {line:?} is neither held nor lost")),
+        };
+        Ok(Request {
+            verb,
+            client,
+            token,
+            node,
+            held,
+        })
+    }
+}
+
+async fn handle(state: &mut State, request: Request<'_>) -> String {
+    let client = request.client;
+    match request.verb {
+        Verb::Enter => {
             let now = Instant::now();
             if let Some(last) = state.last_enter {
                 state.counts.max_gap = state.counts.max_gap.max(now - last);
@@ -180,36 +261,87 @@ fn handle(state: &Mutex<State>, line: &str, spoke_for: &mut HashSet<String>) -> 
             }
             state.inside.insert(client.to_owned(), false);
             state.latest = Some(client.to_owned());
-            fenced(state, client, token)
+            fenced(state, &request).await
         }
-        "write" => {
+        Verb::Write => {
             state.counts.writes += 1;
-            fenced(state, client, token)
+            fenced(state, &request).await
         }
-        _ => {
+        Verb::Exit => {
             state.inside.remove(client);
             "ok".into()
         }
     }
 }
 
-/// Presents `token` to the fence; counts a stale acceptance.
-fn fenced(state: &mut State, client: &str, token: Option<FencingToken>) -> String {
-    let Some(token) = token else {
+/// Presents the request's token to every fence, counting a stale attempt and what each fence
+/// did with it.
+async fn fenced(state: &mut State, request: &Request<'_>) -> String {
+    let stale = state.latest.as_deref() != Some(request.client);
+    if stale {
+        state.counts.stale.attempted += 1;
+        if request.held {
+            state.counts.stale.attempted_careful += 1;
+        }
+    }
+    let Some(token) = request.token else {
+        // No token, no fence: the write happens.
         return "ok".into();
     };
     state.counts.fenced = true;
-    match state.fence.write(RESOURCE_ID, token, || ()) {
-        Ok(outcome) if outcome.is_accepted() => {
-            if state.latest.as_deref() != Some(client) {
-                state.counts.stale_accepted += 1;
+    let verdicts = state
+        .fences
+        .write(request.client, token, request.node)
+        .await;
+    for (i, verdict) in verdicts.iter().enumerate() {
+        match verdict {
+            Verdict::Accepted if stale => state.counts.stale.accepted[i] += 1,
+            Verdict::Unavailable(why) => {
+                state.counts.unavailable[i] += 1;
+                eprintln!("fence {}: {why}", NAMES[i]);
             }
-            "ok".into()
+            _ => {}
         }
-        Ok(_) => {
-            state.counts.refused += 1;
-            "refused".into()
+    }
+    if verdicts.iter().all(|v| *v == Verdict::Accepted) {
+        "ok".into()
+    } else {
+        if stale {
+            state.counts.stale.refused += 1;
         }
-        Err(err) => format!("error {err}"),
+        "refused".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_bad_ones_are_named() {
+        assert_eq!(
+            Request::parse("write c1.0 17 /l/_c_x-lock-0000000001 held"),
+            Ok(Request {
+                verb: Verb::Write,
+                client: "c1.0",
+                token: Some(FencingToken::new(17)),
+                node: Some("/l/_c_x-lock-0000000001"),
+                held: true,
+            })
+        );
+        assert_eq!(
+            Request::parse("enter c2.1 - - lost").map(|r| (r.token, r.node, r.held)),
+            Ok((None, None, false))
+        );
+        assert_eq!(Request::parse("exit c0.0").map(|r| r.verb), Ok(Verb::Exit));
+        let bad = Request::parse("write c1.0 x - held").unwrap_err();
+        assert!(bad.contains("\"x\" in"), "{bad}");
+        let bad = Request::parse("write c1.0 1 - maybe").unwrap_err();
+        assert!(bad.contains("neither held nor lost"), "{bad}");
+        assert!(
+            Request::parse("enter c1.0 1")
+                .unwrap_err()
+                .contains("malformed")
+        );
     }
 }

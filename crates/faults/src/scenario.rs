@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, BackendKind};
 use crate::client::{ETCD_TTL, REDIS_LEASE, ZK_SESSION};
 use crate::clock::{CLOCK_JUMP, FakeClock};
+use crate::fences::{Fences, Stores};
 use crate::kind::Kind;
 use crate::resource::{Counts, Resource};
 
@@ -58,6 +59,13 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Whether the fault leaves a holder that writes after someone else took the lock: a
+    /// process paused between its check and its write wakes into a stale write, which only a
+    /// fence can stop. A row of such a fault that saw no stale attempt tested nothing.
+    pub fn makes_zombies(self) -> bool {
+        matches!(self, Fault::Pause | Fault::PauseAndServer)
+    }
+
     /// The name in the table (the server fault is named by the backend).
     pub fn name(self, backend: BackendKind) -> &'static str {
         match self {
@@ -240,6 +248,9 @@ pub struct Row {
     /// Whether the fault was injected: a holder fault needs a client inside the resource, and
     /// none may have been within [`HOLDER_WAIT`] (the table says so).
     pub struck: bool,
+    /// What the fences' history checks found wrong (empty: every fence's accepted tokens rose
+    /// and its store holds the last accepted write).
+    pub fence_problems: Vec<String>,
 }
 
 /// One client process and what the suite can do to it besides signals.
@@ -348,7 +359,7 @@ fn signal(pid: u32, signal: i32) {
 async fn wait_holder(resource: &Resource) -> Option<String> {
     let deadline = Instant::now() + HOLDER_WAIT;
     while Instant::now() < deadline {
-        if let Some(holder) = resource.holder() {
+        if let Some(holder) = resource.holder().await {
             return Some(holder);
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -356,16 +367,34 @@ async fn wait_holder(resource: &Resource) -> Option<String> {
     None
 }
 
-/// Runs `scenario` on `backend` for about `length` (plus the fault's own length).
+/// Runs `scenario` on `backend` for about `length` (plus the fault's own length), its
+/// resource's fences on `stores`.
 pub async fn run(
     exe: &std::path::Path,
     backend: &mut Backend,
+    stores: &Stores,
     scenario: Scenario,
     seed: u64,
     length: Duration,
 ) -> Row {
     let started = Instant::now();
-    let resource = Resource::start()
+    let resource_id = format!(
+        "{}-{}-{}-{seed:x}",
+        scenario.backend,
+        scenario.kind,
+        scenario.fault.name(scenario.backend)
+    );
+    // On a ZooKeeper backend the ZooKeeper fence lives on the backend itself, reached
+    // directly (no client's proxy), and checks each writer's lock node.
+    let zk_backend = scenario
+        .backend
+        .is_zookeeper()
+        .then(|| backend.proxied_upstream())
+        .flatten();
+    let fences = Fences::open(stores, &resource_id, zk_backend.as_deref())
+        .await
+        .unwrap_or_else(|e| panic!("{scenario}: {e}"));
+    let resource = Resource::start(fences)
         .await
         .expect("bind the resource server on 127.0.0.1");
     let lock = if scenario.backend.is_zookeeper() {
@@ -401,7 +430,7 @@ pub async fn run(
         }
         // Warm-up: the clients connected and took turns.
         let warm = Instant::now() + WARM_UP_LIMIT;
-        while resource.counts().turns < CLIENTS as u64 && Instant::now() < warm {
+        while resource.counts().await.turns < CLIENTS as u64 && Instant::now() < warm {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(length / 4).await;
@@ -485,9 +514,9 @@ pub async fn run(
     }
     // The lock must come back: wait (bounded) for the next turn after the fault, so the
     // unavailability it caused is measured even when it outlasts the scenario's length.
-    let after_fault = resource.counts().turns;
+    let after_fault = resource.counts().await.turns;
     let recovered = Instant::now() + RECOVERY_LIMIT;
-    while resource.counts().turns == after_fault && Instant::now() < recovered {
+    while resource.counts().await.turns == after_fault && Instant::now() < recovered {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(length - length / 4).await;
@@ -495,8 +524,9 @@ pub async fn run(
     Row {
         scenario,
         seed,
-        counts: resource.counts(),
+        counts: resource.counts().await,
         took: started.elapsed(),
         struck,
+        fence_problems: resource.check_fences().await,
     }
 }

@@ -1,0 +1,227 @@
+//! The verdict on one row: did the scenario test what it claims, and did anything happen that
+//! the README does not predict?
+//!
+//! A row is, in this order of precedence:
+//! - **violation**: a fence's history check failed (its accepted tokens went down, or its store
+//!   does not hold the last accepted write); or a fence accepted a stale write, or two clients
+//!   were inside at once, on a row whose backend promises otherwise and that is not in
+//!   [`EXPECTED`];
+//! - **vacuous**: the fault makes zombies ([`Fault::makes_zombies`]) and was injected, but no
+//!   stale write was attempted: the fences were never tested;
+//! - **expected**: something a lock cannot prevent happened where [`EXPECTED`] predicts it,
+//!   naming the README passage that says so;
+//! - **pass**.
+//!
+//! A run fails on any violation or vacuous row.
+
+use crate::backend::BackendKind;
+use crate::scenario::{Fault, Row};
+
+/// What may happen on a row without it being a fault of lockkeeper's, and the README passage
+/// that predicts it.
+pub struct Expectation {
+    /// Which rows.
+    pub applies: fn(BackendKind, Fault) -> bool,
+    /// Whether fences may accept stale writes there (the backend's tokens went back).
+    pub stale_accepted: bool,
+    /// Whether two clients may be inside at once there (unfenced).
+    pub overlaps: bool,
+    /// The README passage.
+    pub readme: &'static str,
+}
+
+/// The short list of outcomes the README predicts.
+pub const EXPECTED: &[Expectation] = &[
+    Expectation {
+        applies: |b, f| {
+            b == BackendKind::Sentinel && matches!(f, Fault::Server | Fault::PauseAndServer)
+        },
+        stale_accepted: true,
+        overlaps: true,
+        readme: "Redis, failover: the promoted replica may lack the latest acquisition and the \
+                 latest INCR of the token counter",
+    },
+    Expectation {
+        applies: |b, f| {
+            b == BackendKind::Redlock && matches!(f, Fault::Server | Fault::PauseAndServer)
+        },
+        stale_accepted: false,
+        overlaps: true,
+        readme: "Redlock: masters restarted without persistence forget the lock, so a second \
+                 client can win a majority",
+    },
+    Expectation {
+        applies: |b, f| !b.is_zookeeper() && !b.is_etcd() && f == Fault::ServerClock,
+        stale_accepted: false,
+        overlaps: true,
+        readme: "Redis: a server's clock jumping ahead expires the lease early; the token counter \
+                 does not depend on clocks",
+    },
+];
+
+/// The verdict on one row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing unpredicted happened, and the row tested what it claims.
+    Pass,
+    /// Something a lock cannot prevent happened where the README predicts it.
+    Expected(&'static str),
+    /// A zombie fault without a stale attempt: nothing was tested.
+    Vacuous,
+    /// Something happened that the README does not predict.
+    Violation(String),
+}
+
+impl Verdict {
+    /// Whether the run fails on it.
+    pub fn fails(&self) -> bool {
+        matches!(self, Verdict::Vacuous | Verdict::Violation(_))
+    }
+
+    /// The table's word.
+    pub fn word(&self) -> String {
+        match self {
+            Verdict::Pass => "pass".into(),
+            Verdict::Expected(_) => "expected".into(),
+            Verdict::Vacuous => "VACUOUS".into(),
+            Verdict::Violation(what) => format!("VIOLATION: {what}"),
+        }
+    }
+}
+
+/// Judges `row`.
+pub fn judge(row: &Row) -> Verdict {
+    let (backend, fault) = (row.scenario.backend, row.scenario.fault);
+    let expected = EXPECTED.iter().find(|e| (e.applies)(backend, fault));
+    let counts = &row.counts;
+    if !row.fence_problems.is_empty() {
+        return Verdict::Violation(row.fence_problems.join("; "));
+    }
+    let accepted: u64 = counts.stale.accepted.iter().sum();
+    if counts.fenced && accepted > 0 && !expected.is_some_and(|e| e.stale_accepted) {
+        return Verdict::Violation(format!(
+            "fences accepted stale writes ({:?} by local, redis, postgres, sqlite, zk)",
+            counts.stale.accepted
+        ));
+    }
+    // Two holders at once without a zombie or a clock: the lock itself failed.
+    let overlap_possible = fault.makes_zombies()
+        || matches!(fault, Fault::Cut | Fault::ClientClock)
+        || expected.is_some_and(|e| e.overlaps);
+    if counts.overlaps > 0 && !overlap_possible {
+        return Verdict::Violation(format!("{} overlaps", counts.overlaps));
+    }
+    if row.struck && fault.makes_zombies() && counts.stale.attempted == 0 {
+        return Verdict::Vacuous;
+    }
+    match expected {
+        Some(e) if (e.stale_accepted && accepted > 0) || (e.overlaps && counts.overlaps > 0) => {
+            Verdict::Expected(e.readme)
+        }
+        _ => Verdict::Pass,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::kind::Kind;
+    use crate::resource::Counts;
+    use crate::scenario::Scenario;
+
+    fn row(backend: BackendKind, fault: Fault, counts: Counts) -> Row {
+        Row {
+            scenario: Scenario {
+                backend,
+                kind: backend.kinds()[0],
+                fault,
+            },
+            seed: 1,
+            counts,
+            took: Duration::from_secs(1),
+            struck: true,
+            fence_problems: Vec::new(),
+        }
+    }
+
+    fn zombie_refused() -> Counts {
+        let mut counts = Counts {
+            fenced: true,
+            overlaps: 1,
+            ..Counts::default()
+        };
+        counts.stale.attempted = 2;
+        counts.stale.refused = 2;
+        counts
+    }
+
+    #[test]
+    fn a_refused_zombie_passes_and_an_accepted_one_is_a_violation() {
+        let keeper = BackendKind::Keeper;
+        assert_eq!(
+            judge(&row(keeper, Fault::Pause, zombie_refused())),
+            Verdict::Pass
+        );
+        let mut accepted = zombie_refused();
+        accepted.stale.accepted[1] = 1;
+        assert!(matches!(
+            judge(&row(keeper, Fault::Pause, accepted.clone())),
+            Verdict::Violation(what) if what.contains("stale")
+        ));
+        // Predicted on a Sentinel failover.
+        assert!(matches!(
+            judge(&row(BackendKind::Sentinel, Fault::Server, accepted)),
+            Verdict::Expected(_)
+        ));
+    }
+
+    #[test]
+    fn a_zombie_fault_without_a_stale_attempt_is_vacuous() {
+        let counts = Counts {
+            fenced: true,
+            overlaps: 1,
+            ..Counts::default()
+        };
+        assert_eq!(
+            judge(&row(BackendKind::Etcd, Fault::Pause, counts.clone())),
+            Verdict::Vacuous
+        );
+        // Not when the fault never struck (the table says "not injected"), nor for faults
+        // that make no zombie.
+        let mut missed = row(BackendKind::Etcd, Fault::Pause, counts.clone());
+        missed.struck = false;
+        assert_eq!(judge(&missed), Verdict::Pass);
+        assert_eq!(
+            judge(&row(BackendKind::Etcd, Fault::Kill, Counts::default())),
+            Verdict::Pass
+        );
+    }
+
+    #[test]
+    fn two_holders_without_a_zombie_are_a_violation_unless_predicted() {
+        let counts = Counts {
+            overlaps: 1,
+            ..Counts::default()
+        };
+        assert!(judge(&row(BackendKind::Zookeeper, Fault::Kill, counts.clone())).fails());
+        assert!(judge(&row(BackendKind::Redis, Fault::None, counts.clone())).fails());
+        assert!(matches!(
+            judge(&row(BackendKind::Redlock, Fault::Server, counts.clone())),
+            Verdict::Expected(_)
+        ));
+        assert_eq!(
+            judge(&row(BackendKind::Keeper, Fault::Cut, counts)),
+            Verdict::Pass
+        );
+        assert_eq!(Kind::Redlock, BackendKind::Redlock.kinds()[0]);
+    }
+
+    #[test]
+    fn a_fence_history_problem_is_a_violation_everywhere() {
+        let mut bad = row(BackendKind::Sentinel, Fault::Server, zombie_refused());
+        bad.fence_problems = vec!["redis: accepted token 4 after 5".into()];
+        assert!(matches!(judge(&bad), Verdict::Violation(what) if what.contains("token 4")));
+    }
+}
