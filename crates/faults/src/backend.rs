@@ -84,9 +84,14 @@ impl BackendKind {
     /// The lock kinds that run on it.
     pub fn kinds(self) -> &'static [Kind] {
         match self {
-            BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Ensemble => {
-                &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader]
-            }
+            BackendKind::Keeper | BackendKind::Zookeeper => &[
+                Kind::Mutex,
+                Kind::RwWrite,
+                Kind::Semaphore,
+                Kind::Leader,
+                Kind::AtomicLong,
+            ],
+            BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
             BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
             BackendKind::Redlock => &[Kind::Redlock],
             BackendKind::Etcd | BackendKind::EtcdCluster => {

@@ -26,11 +26,14 @@ pub enum Kind {
     Reentrant,
     /// Redlock over several masters.
     Redlock,
+    /// ZooKeeper `AtomicLong`: not a lock; its clients' history is checked for
+    /// linearizability.
+    AtomicLong,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
@@ -38,6 +41,7 @@ impl Kind {
         Kind::Lease,
         Kind::Reentrant,
         Kind::Redlock,
+        Kind::AtomicLong,
     ];
 
     /// The command-line and table name.
@@ -50,6 +54,7 @@ impl Kind {
             Kind::Lease => "lease-lock",
             Kind::Reentrant => "reentrant",
             Kind::Redlock => "redlock",
+            Kind::AtomicLong => "atomic-long",
         }
     }
 

@@ -12,8 +12,10 @@
 //! run started are signalled.
 
 mod backend;
+mod check;
 mod client;
 mod clock;
+mod counter_run;
 mod fences;
 mod keeper_proc;
 mod kind;

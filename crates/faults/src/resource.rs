@@ -36,6 +36,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use crate::check::exclusion::{self, Event};
 use crate::fences::{Fences, NAMES, Verdict};
 
 /// Stale writes, counted by what happened to them.
@@ -80,6 +81,8 @@ struct State {
     last_enter: Option<Instant>,
     counts: Counts,
     fences: Fences,
+    /// The history for the exclusion checker: accepted entries, exits, accepted writes.
+    events: Vec<Event>,
 }
 
 /// The resource server; stops accepting when dropped.
@@ -101,6 +104,7 @@ impl Resource {
             last_enter: None,
             counts: Counts::default(),
             fences,
+            events: Vec::new(),
         }));
         let accept = tokio::spawn({
             let state = state.clone();
@@ -145,6 +149,19 @@ impl Resource {
     pub async fn check_fences(&self) -> Vec<String> {
         self.state.lock().await.fences.check().await
     }
+
+    /// The resource's history through the exclusion checker, for a lock of `holders` at once
+    /// whose turns are terms (`terms_rise`: a leader's). More than `holders` inside is the
+    /// overlaps count's business, so only the token problems are returned: an accepted write
+    /// below an earlier one, or a term whose token is not above the last.
+    pub async fn check_history(&self, holders: usize, terms_rise: bool) -> Vec<String> {
+        let state = self.state.lock().await;
+        exclusion::check(&state.events, holders, terms_rise)
+            .into_iter()
+            .filter(|problem| !matches!(problem, exclusion::Problem::TooMany { .. }))
+            .map(|problem| format!("{problem:?}"))
+            .collect()
+    }
 }
 
 impl Drop for Resource {
@@ -177,6 +194,7 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
     let mut state = state.lock().await;
     for client in spoke_for {
         state.inside.remove(&client);
+        state.events.push(Event::Exit { client });
     }
 }
 
@@ -261,14 +279,36 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
             }
             state.inside.insert(client.to_owned(), false);
             state.latest = Some(client.to_owned());
-            fenced(state, &request).await
+            let reply = fenced(state, &request).await;
+            if reply == "ok" {
+                state.events.push(Event::Enter {
+                    client: client.to_owned(),
+                    token: request.token.map(|t| t.get()),
+                });
+            }
+            reply
         }
         Verb::Write => {
             state.counts.writes += 1;
-            fenced(state, &request).await
+            let reply = fenced(state, &request).await;
+            match (reply.as_str(), request.token) {
+                ("ok", Some(token)) => state.events.push(Event::Accepted {
+                    client: client.to_owned(),
+                    token: token.get(),
+                }),
+                // A refused holder is out: its writes no longer reach the resource.
+                ("refused", _) => state.events.push(Event::Exit {
+                    client: client.to_owned(),
+                }),
+                _ => {}
+            }
+            reply
         }
         Verb::Exit => {
             state.inside.remove(client);
+            state.events.push(Event::Exit {
+                client: client.to_owned(),
+            });
             "ok".into()
         }
     }

@@ -191,6 +191,12 @@ pub fn all() -> Vec<Scenario> {
         ];
         for &kind in backend.kinds() {
             for fault in faults {
+                // The counter's clients run in this process: no pause, kill or clock of theirs.
+                if kind == Kind::AtomicLong
+                    && !matches!(fault, Fault::None | Fault::Cut | Fault::Server)
+                {
+                    continue;
+                }
                 if (fault == Fault::Cut && !cuttable)
                     || (fault == Fault::ClientClock && !client_clock)
                     || (fault == Fault::ServerClock && !backend.has_server_clock())
@@ -217,6 +223,7 @@ pub fn short() -> Vec<Scenario> {
         (BackendKind::Keeper, Kind::Semaphore, Fault::Server),
         (BackendKind::Zookeeper, Kind::Mutex, Fault::Pause),
         (BackendKind::Zookeeper, Kind::Leader, Fault::PauseAndServer),
+        (BackendKind::Keeper, Kind::AtomicLong, Fault::Server),
         (BackendKind::Redis, Kind::Lease, Fault::Pause),
         (BackendKind::Redis, Kind::Reentrant, Fault::Server),
         (BackendKind::Redis, Kind::Lease, Fault::ClientClock),
@@ -251,6 +258,9 @@ pub struct Row {
     /// What the fences' history checks found wrong (empty: every fence's accepted tokens rose
     /// and its store holds the last accepted write).
     pub fence_problems: Vec<String>,
+    /// What the exclusion checker found in the resource's history (tokens of accepted writes
+    /// going down, a leader's term not above the last).
+    pub history_problems: Vec<String>,
 }
 
 /// One client process and what the suite can do to it besides signals.
@@ -377,6 +387,9 @@ pub async fn run(
     seed: u64,
     length: Duration,
 ) -> Row {
+    if scenario.kind == Kind::AtomicLong {
+        return crate::counter_run::run(backend, scenario, seed, length).await;
+    }
     let started = Instant::now();
     let resource_id = format!(
         "{}-{}-{}-{seed:x}",
@@ -528,5 +541,8 @@ pub async fn run(
         took: started.elapsed(),
         struck,
         fence_problems: resource.check_fences().await,
+        history_problems: resource
+            .check_history(1, scenario.kind == Kind::Leader)
+            .await,
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! A row is, in this order of precedence:
 //! - **violation**: a fence's history check failed (its accepted tokens went down, or its store
-//!   does not hold the last accepted write); or a fence accepted a stale write, or two clients
-//!   were inside at once, on a row whose backend promises otherwise and that is not in
-//!   [`EXPECTED`];
+//!   does not hold the last accepted write); or a fence accepted a stale write, the resource's
+//!   history broke exclusion (an accepted write's token below an earlier one, a leader's term
+//!   token not above the last), or two clients were inside at once, on a row whose backend
+//!   promises otherwise and that is not in [`EXPECTED`];
 //! - **vacuous**: the fault makes zombies ([`Fault::makes_zombies`]) and was injected, but no
 //!   stale write was attempted: the fences were never tested;
 //! - **expected**: something a lock cannot prevent happened where [`EXPECTED`] predicts it,
@@ -98,6 +99,9 @@ pub fn judge(row: &Row) -> Verdict {
         return Verdict::Violation(row.fence_problems.join("; "));
     }
     let accepted: u64 = counts.stale.accepted.iter().sum();
+    if !row.history_problems.is_empty() && !expected.is_some_and(|e| e.stale_accepted) {
+        return Verdict::Violation(row.history_problems.join("; "));
+    }
     if counts.fenced && accepted > 0 && !expected.is_some_and(|e| e.stale_accepted) {
         return Verdict::Violation(format!(
             "fences accepted stale writes ({:?} by local, redis, postgres, sqlite, zk)",
@@ -143,6 +147,7 @@ mod tests {
             took: Duration::from_secs(1),
             struck: true,
             fence_problems: Vec::new(),
+            history_problems: Vec::new(),
         }
     }
 
@@ -216,6 +221,16 @@ mod tests {
             Verdict::Pass
         );
         assert_eq!(Kind::Redlock, BackendKind::Redlock.kinds()[0]);
+    }
+
+    #[test]
+    fn a_broken_resource_history_is_a_violation_unless_tokens_may_go_back() {
+        let mut bad = row(BackendKind::Etcd, Fault::Pause, zombie_refused());
+        bad.history_problems = vec!["TermNotAbove".into()];
+        assert!(judge(&bad).fails());
+        bad.scenario.backend = BackendKind::Sentinel;
+        bad.scenario.fault = Fault::Server;
+        assert!(!judge(&bad).fails());
     }
 
     #[test]
