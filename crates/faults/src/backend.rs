@@ -15,8 +15,11 @@ use lockkeeper_testkit::{
     ZkEnsemble,
 };
 
+use std::sync::Arc;
+
 use crate::keeper_proc::KeeperProcess;
 use crate::kind::Kind;
+use crate::netns::Net;
 use crate::shim::ServerClock;
 
 /// A backend of the suite.
@@ -24,6 +27,9 @@ use crate::shim::ServerClock;
 pub enum BackendKind {
     /// Keeper, a process of its own (this binary's `keeper` subcommand).
     Keeper,
+    /// Keeper on a host of its own (a network namespace), each client on another, so faults
+    /// can drop packets silently ([`crate::netns`]).
+    KeeperNetns,
     /// One Apache ZooKeeper server.
     Zookeeper,
     /// A three-member Apache ZooKeeper ensemble.
@@ -45,6 +51,7 @@ impl BackendKind {
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Keeper => "keeper",
+            BackendKind::KeeperNetns => "keeper-netns",
             BackendKind::Zookeeper => "zookeeper",
             BackendKind::Ensemble => "zk-ensemble",
             BackendKind::Redis => "redis-aof",
@@ -60,8 +67,16 @@ impl BackendKind {
     pub fn is_zookeeper(self) -> bool {
         matches!(
             self,
-            BackendKind::Keeper | BackendKind::Zookeeper | BackendKind::Ensemble
+            BackendKind::Keeper
+                | BackendKind::KeeperNetns
+                | BackendKind::Zookeeper
+                | BackendKind::Ensemble
         )
+    }
+
+    /// Whether its servers and clients are hosts of their own (network namespaces).
+    pub fn is_netns(self) -> bool {
+        self == BackendKind::KeeperNetns
     }
 
     /// Whether it is etcd: locks are key prefixes, held by leases of
@@ -92,6 +107,7 @@ impl BackendKind {
                 Kind::AtomicLong,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
+            BackendKind::KeeperNetns => &[Kind::Mutex, Kind::Leader],
             BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
             BackendKind::Redlock => &[Kind::Redlock],
             BackendKind::Etcd | BackendKind::EtcdCluster => {
@@ -109,6 +125,7 @@ impl fmt::Display for BackendKind {
 
 enum Servers {
     Keeper(KeeperProcess),
+    KeeperNetns(KeeperProcess),
     Zookeeper(ApacheZk),
     Ensemble(ZkEnsemble),
     Redis(RedisNode),
@@ -125,7 +142,13 @@ pub struct Backend {
     /// The clock the servers follow, where [`BackendKind::has_server_clock`]; its directory
     /// holds the compiled shim and the offset file.
     clock: Option<(ServerClock, tempfile::TempDir)>,
+    /// The hosts, for a namespaced backend: host 0 the server, host `1 + i` client slot `i`.
+    /// Declared after `servers`, so the servers stop before their namespaces go.
+    net: Option<Arc<Net>>,
 }
+
+/// The hosts of a namespaced backend: the server and one per client slot.
+pub const NETNS_HOSTS: usize = 1 + crate::scenario::CLIENTS;
 
 /// Runs a blocking testkit call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -148,7 +171,18 @@ impl Backend {
                 .unwrap_or_else(|e| panic!("{kind}'s server clock: {e}"));
             (clock, dir)
         });
+        let mut net = None;
         let servers = match kind {
+            BackendKind::KeeperNetns => {
+                let hosts = Arc::new(
+                    Net::create(NETNS_HOSTS)
+                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
+                );
+                let keeper = KeeperProcess::start_in(exe, hosts.clone(), 0)
+                    .unwrap_or_else(|e| panic!("start Keeper in its namespace: {e}"));
+                net = Some(hosts);
+                Servers::KeeperNetns(keeper)
+            }
             // Spawned from this (long-lived) thread: its parent-death signal is tied to the
             // spawning thread, and blocking threads are retired when idle. Keeper serves within
             // milliseconds, so the wait blocks little.
@@ -165,7 +199,13 @@ impl Backend {
             kind,
             servers,
             clock,
+            net,
         }
+    }
+
+    /// The hosts of a namespaced backend (host 0 the server, `1 + i` client slot `i`).
+    pub fn net(&self) -> Option<&Net> {
+        self.net.as_deref()
     }
 
     /// Starts the servers testkit guards itself (they outlive no test process); the Redis
@@ -176,7 +216,9 @@ impl Backend {
             None => options,
         };
         match kind {
-            BackendKind::Keeper => unreachable!("started on the caller's thread"),
+            BackendKind::Keeper | BackendKind::KeeperNetns => {
+                unreachable!("started on the caller's thread")
+            }
             BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),
             BackendKind::Ensemble => Servers::Ensemble(ZkEnsemble::start(3)),
             BackendKind::Redis => Servers::Redis(RedisNode::start_with(options(
@@ -210,7 +252,7 @@ impl Backend {
     /// the master's address from the sentinels and so would go around a proxy.
     pub fn proxied_upstream(&self) -> Option<String> {
         match &self.servers {
-            Servers::Keeper(k) => Some(k.connect_string()),
+            Servers::Keeper(k) | Servers::KeeperNetns(k) => Some(k.connect_string()),
             Servers::Zookeeper(z) => Some(z.connect_string()),
             Servers::Ensemble(e) => Some(e.connect_string()),
             Servers::Redis(r) => Some(r.addr().to_string()),
@@ -238,7 +280,10 @@ impl Backend {
             .map(Proxy::connect_string)
             .or_else(|| self.proxied_upstream());
         match &self.servers {
-            Servers::Keeper(_) | Servers::Zookeeper(_) | Servers::Ensemble(_) => {
+            Servers::Keeper(_)
+            | Servers::KeeperNetns(_)
+            | Servers::Zookeeper(_)
+            | Servers::Ensemble(_) => {
                 format!("zk://{}", hosts.unwrap_or_default())
             }
             Servers::Redis(_) => format!("redis://{}", hosts.unwrap_or_default()),
@@ -267,7 +312,7 @@ impl Backend {
     /// and restarted on its data; the etcd cluster's leader SIGKILLed and restarted (the
     /// others elect a new leader meanwhile).
     pub async fn server_fault(&mut self) {
-        if let Servers::Keeper(k) = &mut self.servers {
+        if let Servers::Keeper(k) | Servers::KeeperNetns(k) = &mut self.servers {
             // On this thread, as in `start`.
             k.kill_and_restart()
                 .unwrap_or_else(|e| panic!("server fault: {e}"));
@@ -278,7 +323,9 @@ impl Backend {
         self.servers = blocking(move || {
             let mut servers = servers;
             match &mut servers {
-                Servers::Keeper(_) => unreachable!("faulted on the caller's thread"),
+                Servers::Keeper(_) | Servers::KeeperNetns(_) => {
+                    unreachable!("faulted on the caller's thread")
+                }
                 Servers::Zookeeper(z) => z.restart(),
                 Servers::Ensemble(e) => {
                     let leader = e.kill_leader();

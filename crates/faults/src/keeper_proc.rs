@@ -12,15 +12,17 @@
 //!   spawning *thread*, so start and restart must be called from a thread that lives as long as
 //!   the program, never from `spawn_blocking`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkeeper_server::Config;
 use lockkeeper_testkit::{Launch, die_with_parent, on_free_port, on_port, try_four_letter_word};
 use tempfile::TempDir;
 
+use crate::netns::Net;
 use crate::shim::ServerClock;
 
 /// What the `keeper` subcommand prints once it serves.
@@ -48,15 +50,20 @@ pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> Result<(), String> 
     Ok(())
 }
 
-/// A Keeper child process on a loopback port.
+/// A Keeper child process on a loopback port, or on a host of its own.
 pub struct KeeperProcess {
     exe: PathBuf,
     /// The wall clock it follows, across restarts too.
     clock: Option<ServerClock>,
+    /// The namespace it runs in and its host there; `None`: loopback.
+    host: Option<(Arc<Net>, usize)>,
     data: TempDir,
     port: u16,
     child: Child,
 }
+
+/// The port Keeper listens on in a namespace of its own (where every port is free).
+const NETNS_PORT: u16 = 2181;
 
 /// The server's log and data directory, inside the process's temporary directory.
 const LOG: &str = "keeper.log";
@@ -72,8 +79,8 @@ fn launch(log: &Path) -> Launch<'_> {
     }
 }
 
-fn is_serving(port: u16) -> bool {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+fn is_serving(ip: Ipv4Addr, port: u16) -> bool {
+    let addr = SocketAddr::new(IpAddr::V4(ip), port);
     try_four_letter_word(addr, "ruok", Duration::from_millis(500))
         .is_ok_and(|answer| answer == "imok")
 }
@@ -90,21 +97,55 @@ impl KeeperProcess {
         let store = data.path().join(DATA);
         let (child, port) = on_free_port(
             &launch(&log),
-            |port| command(exe, clock.as_ref(), port, &store),
-            is_serving,
+            |port| command(exe, clock.as_ref(), None, port, &store),
+            |port| is_serving(Ipv4Addr::LOCALHOST, port),
         )?;
         Ok(KeeperProcess {
             exe: exe.to_path_buf(),
             clock,
+            host: None,
             data,
             port,
             child,
         })
     }
 
-    /// `127.0.0.1:PORT`.
+    /// Starts `exe keeper` in `host`'s namespace of `net`, on its address; returns once it
+    /// serves.
+    pub fn start_in(exe: &Path, net: Arc<Net>, host: usize) -> Result<KeeperProcess, String> {
+        let data = tempfile::Builder::new()
+            .prefix("lockkeeper-faults-keeper-")
+            .tempdir()
+            .map_err(|e| format!("a data directory for Keeper: {e}"))?;
+        let log = data.path().join(LOG);
+        let store = data.path().join(DATA);
+        let placed = Some((net.clone(), host));
+        let ip = net.addr(host);
+        let child = on_port(
+            &launch(&log),
+            NETNS_PORT,
+            command(exe, None, placed.as_ref(), NETNS_PORT, &store),
+            |port| is_serving(ip, port),
+        )?;
+        Ok(KeeperProcess {
+            exe: exe.to_path_buf(),
+            clock: None,
+            host: placed,
+            data,
+            port: NETNS_PORT,
+            child,
+        })
+    }
+
+    /// `IP:PORT`: loopback, or the address of its host.
     pub fn connect_string(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.ip(), self.port)
+    }
+
+    fn ip(&self) -> Ipv4Addr {
+        self.host
+            .as_ref()
+            .map_or(Ipv4Addr::LOCALHOST, |(net, host)| net.addr(*host))
     }
 
     /// SIGKILLs the server and starts it again on the same port and data directory; returns
@@ -116,23 +157,40 @@ impl KeeperProcess {
         let command = command(
             &self.exe,
             self.clock.as_ref(),
+            self.host.as_ref(),
             self.port,
             &self.data.path().join(DATA),
         );
-        self.child = on_port(&launch(&log), self.port, command, is_serving)?;
+        let ip = self.ip();
+        self.child = on_port(&launch(&log), self.port, command, |port| {
+            is_serving(ip, port)
+        })?;
         Ok(())
     }
 }
 
-fn command(exe: &Path, clock: Option<&ServerClock>, port: u16, data_dir: &Path) -> Command {
+fn command(
+    exe: &Path,
+    clock: Option<&ServerClock>,
+    host: Option<&(Arc<Net>, usize)>,
+    port: u16,
+    data_dir: &Path,
+) -> Command {
     let mut command = Command::new(exe);
     if let Some(clock) = clock {
         clock.apply(&mut command);
     }
+    let ip = host.map_or(Ipv4Addr::LOCALHOST, |(net, host)| net.addr(*host));
+    if let Some((net, host)) = host
+        && let Err(err) = net.enter(*host, &mut command)
+    {
+        // The launcher reports the spawn failing; say why first.
+        eprintln!("Keeper's namespace: {err}");
+    }
     command
         .arg("keeper")
         .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
+        .arg(format!("{ip}:{port}"))
         .arg("--data-dir")
         .arg(data_dir)
         .stdin(Stdio::null());

@@ -19,6 +19,7 @@ mod counter_run;
 mod fences;
 mod keeper_proc;
 mod kind;
+mod netns;
 mod report;
 mod resource;
 mod scenario;
@@ -215,6 +216,24 @@ async fn orchestrate(cli: Cli, stores: &fences::Stores) -> ExitCode {
         scenario::all()
     } else {
         scenario::short()
+    };
+    // Namespaced rows need CAP_NET_ADMIN: said once, and skipped (never passed) without it.
+    let scenarios = if scenarios.iter().any(|s| s.backend.is_netns()) {
+        match netns::Net::create(0) {
+            Ok(_) => scenarios,
+            Err(err) => {
+                println!(
+                    "network namespaces cannot be created here ({err}): the {} rows are skipped",
+                    scenarios.iter().filter(|s| s.backend.is_netns()).count()
+                );
+                scenarios
+                    .into_iter()
+                    .filter(|s| !s.backend.is_netns())
+                    .collect()
+            }
+        }
+    } else {
+        scenarios
     };
     let length = Duration::from_secs(cli.length.unwrap_or(if cli.full { 5 } else { 2 }));
     let exe = match std::env::current_exe() {

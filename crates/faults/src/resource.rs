@@ -93,10 +93,10 @@ pub struct Resource {
 }
 
 impl Resource {
-    /// Binds 127.0.0.1 on a free port and serves clients, writing through `fences`, until
-    /// dropped.
-    pub async fn start(fences: Fences) -> std::io::Result<Resource> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// Binds `ip` (loopback, or the namespaces' bridge) on a free port and serves clients,
+    /// writing through `fences`, until dropped.
+    pub async fn start(fences: Fences, ip: std::net::Ipv4Addr) -> std::io::Result<Resource> {
+        let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State {
             inside: HashMap::new(),

@@ -24,7 +24,7 @@ use crate::kind::Kind;
 use crate::resource::{Counts, Resource};
 
 /// Clients contending for the lock in each scenario.
-const CLIENTS: usize = 3;
+pub const CLIENTS: usize = 3;
 /// The longest wait for the first turns before the fault.
 const WARM_UP_LIMIT: Duration = Duration::from_secs(20);
 /// The longest wait for the lock to be granted again after a fault.
@@ -56,6 +56,12 @@ pub enum Fault {
     /// lock, and back after the outage ([`Backend::server_clock`]: on Redlock three of the
     /// five masters jump together).
     ServerClock,
+    /// The holder's host silently partitioned from the server's for the outage (packets
+    /// dropped both ways, connections left open), then healed; namespaced backends only.
+    Partition,
+    /// The holder's host hears nothing from the server's for the outage (the server still
+    /// hears it), then healed; namespaced backends only.
+    OneWay,
 }
 
 impl Fault {
@@ -77,13 +83,17 @@ impl Fault {
             Fault::ClientClock => "holder-clock-jump",
             Fault::PauseAndServer => mixed_fault_name(backend),
             Fault::ServerClock => "server-clock-jump",
+            Fault::Partition => "holder-partitioned",
+            Fault::OneWay => "holder-deaf",
         }
     }
 }
 
 fn mixed_fault_name(backend: BackendKind) -> &'static str {
     match backend {
-        BackendKind::Keeper | BackendKind::Zookeeper => "paused+server-restart",
+        BackendKind::Keeper | BackendKind::KeeperNetns | BackendKind::Zookeeper => {
+            "paused+server-restart"
+        }
         BackendKind::Ensemble => "paused+leader-kill",
         BackendKind::Redis => "paused+master-kill",
         BackendKind::Sentinel => "paused+failover",
@@ -95,7 +105,7 @@ fn mixed_fault_name(backend: BackendKind) -> &'static str {
 
 fn server_fault_name(backend: BackendKind) -> &'static str {
     match backend {
-        BackendKind::Keeper | BackendKind::Zookeeper => "server-restart",
+        BackendKind::Keeper | BackendKind::KeeperNetns | BackendKind::Zookeeper => "server-restart",
         BackendKind::Ensemble => "leader-kill",
         BackendKind::Redis => "master-kill",
         BackendKind::Sentinel => "failover",
@@ -161,6 +171,7 @@ impl Scenario {
 pub fn all() -> Vec<Scenario> {
     let backends = [
         BackendKind::Keeper,
+        BackendKind::KeeperNetns,
         BackendKind::Zookeeper,
         BackendKind::Ensemble,
         BackendKind::Redis,
@@ -188,6 +199,8 @@ pub fn all() -> Vec<Scenario> {
             Fault::ClientClock,
             Fault::PauseAndServer,
             Fault::ServerClock,
+            Fault::Partition,
+            Fault::OneWay,
         ];
         for &kind in backend.kinds() {
             for fault in faults {
@@ -195,6 +208,13 @@ pub fn all() -> Vec<Scenario> {
                 if kind == Kind::AtomicLong
                     && !matches!(fault, Fault::None | Fault::Cut | Fault::Server)
                 {
+                    continue;
+                }
+                // Namespaced hosts get the faults that are about the network, and a baseline,
+                // a pause and a server restart to compare them with; only they get those.
+                let network = matches!(fault, Fault::Partition | Fault::OneWay);
+                let compared = matches!(fault, Fault::None | Fault::Pause | Fault::Server);
+                if backend.is_netns() && !(network || compared) || !backend.is_netns() && network {
                     continue;
                 }
                 if (fault == Fault::Cut && !cuttable)
@@ -224,6 +244,7 @@ pub fn short() -> Vec<Scenario> {
         (BackendKind::Zookeeper, Kind::Mutex, Fault::Pause),
         (BackendKind::Zookeeper, Kind::Leader, Fault::PauseAndServer),
         (BackendKind::Keeper, Kind::AtomicLong, Fault::Server),
+        (BackendKind::KeeperNetns, Kind::Mutex, Fault::Partition),
         (BackendKind::Redis, Kind::Lease, Fault::Pause),
         (BackendKind::Redis, Kind::Reentrant, Fault::Server),
         (BackendKind::Redis, Kind::Lease, Fault::ClientClock),
@@ -307,9 +328,11 @@ struct Spawner<'a> {
 
 impl Spawner<'_> {
     async fn spawn(&self, index: usize, generation: usize) -> ClientProc {
+        // A client on a host of its own reaches the server directly; one on loopback through
+        // a proxy of its own, to be cut off alone.
         let proxy = match self.backend.proxied_upstream() {
-            Some(upstream) => Some(Proxy::start(&upstream).await),
-            None => None,
+            Some(upstream) if self.backend.net().is_none() => Some(Proxy::start(&upstream).await),
+            _ => None,
         };
         let name = format!("c{index}.{generation}");
         let seed = self.seed.wrapping_add((index * 1000 + generation) as u64);
@@ -345,6 +368,10 @@ impl Spawner<'_> {
         } else {
             None
         };
+        if let Some(net) = self.backend.net() {
+            net.enter(1 + index, &mut command)
+                .unwrap_or_else(|e| panic!("{}: client {name}'s host: {e}", self.scenario));
+        }
         die_with_parent(&mut command);
         let child = command
             .spawn()
@@ -407,9 +434,13 @@ pub async fn run(
     let fences = Fences::open(stores, &resource_id, zk_backend.as_deref())
         .await
         .unwrap_or_else(|e| panic!("{scenario}: {e}"));
-    let resource = Resource::start(fences)
+    // Clients on hosts of their own reach the resource at the bridge's address.
+    let resource_ip = backend
+        .net()
+        .map_or(std::net::Ipv4Addr::LOCALHOST, |net| net.bridge_addr());
+    let resource = Resource::start(fences, resource_ip)
         .await
-        .expect("bind the resource server on 127.0.0.1");
+        .unwrap_or_else(|e| panic!("bind the resource server on {resource_ip}: {e}"));
     let lock = if scenario.backend.is_zookeeper() {
         format!("/faults/{}-{seed:x}", scenario.kind)
     } else if scenario.backend.is_etcd() {
@@ -486,6 +517,17 @@ pub async fn run(
                                 tokio::time::sleep(outage).await;
                                 let _ = clock.jump(0);
                             }
+                        }
+                        Fault::Partition | Fault::OneWay => {
+                            let net = backend.net().unwrap_or_else(|| {
+                                panic!("{scenario}: a partition needs namespaced hosts")
+                            });
+                            let one_way = scenario.fault == Fault::OneWay;
+                            net.cut(1 + slot, net.addr(0), one_way)
+                                .unwrap_or_else(|e| panic!("{scenario}: cut: {e}"));
+                            tokio::time::sleep(outage).await;
+                            net.heal(1 + slot)
+                                .unwrap_or_else(|e| panic!("{scenario}: heal: {e}"));
                         }
                         Fault::None | Fault::Server | Fault::ServerClock => {
                             unreachable!("no victim for these")

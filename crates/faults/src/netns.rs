@@ -1,0 +1,203 @@
+//! Hosts of their own: network namespaces joined by a bridge, for faults that cut packets
+//! silently instead of closing connections.
+//!
+//! Layout: a bridge `lk<id>-br` in this (the orchestrator's) namespace with address
+//! `10.<a>.<b>.1/24`; host `i` is a namespace `lk<id>-h<i>` whose `eth0` (one end of a veth
+//! pair, the other end on the bridge) has `10.<a>.<b>.<i + 2>/24`. Every host reaches every
+//! other and the orchestrator (the resource server listens on the bridge's address); nothing
+//! is routed anywhere else.
+//!
+//! Faults are nftables rules in a host's own namespace: a *partition* drops every packet the
+//! host sends to a peer and every packet it receives from it, so connections stay open and
+//! nobody is told (as a switch that died would leave them); a *one-way* cut drops only what
+//! the host receives from the peer. Healing deletes the host's table.
+//!
+//! Invariants: names carry this process's id, so runs do not collide; everything created is
+//! deleted on drop (namespaces take their veth ends with them); only `ip` and `nft` are run,
+//! and every failure names the command and its output. Needs CAP_NET_ADMIN:
+//! [`Net::create`] fails (and the suite skips the rows) without it.
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The nftables table a fault adds in a host's namespace.
+const TABLE: &str = "lockkeeper_faults";
+
+/// A bridge and its hosts.
+pub struct Net {
+    id: String,
+    bridge: String,
+    subnet: [u8; 3],
+    hosts: usize,
+}
+
+/// Runs `ip`/`nft` with `args`; the error names the command and what it printed.
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program} {}: {e}", args.join(" ")))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim(),
+            String::from_utf8_lossy(&output.stdout).trim()
+        ))
+    }
+}
+
+impl Net {
+    /// Creates the bridge and `hosts` namespaces (at most 250).
+    pub fn create(hosts: usize) -> Result<Net, String> {
+        assert!(hosts <= 250, "at most 250 hosts on one /24");
+        let pid = std::process::id();
+        let id = format!("{}", pid % 100_000);
+        // A /24 per run, from the process id.
+        let subnet = [10, 77 + (pid / 250 % 100) as u8, (pid % 250) as u8];
+        let net = Net {
+            bridge: format!("lk{id}-br"),
+            id,
+            subnet,
+            hosts: 0,
+        };
+        let mut net = net;
+        run("ip", &["link", "add", &net.bridge, "type", "bridge"])?;
+        let cidr = format!("{}/24", net.bridge_addr());
+        run("ip", &["addr", "add", &cidr, "dev", &net.bridge])?;
+        run("ip", &["link", "set", &net.bridge, "up"])?;
+        for host in 0..hosts {
+            // Counted first, so a host that failed halfway is deleted too.
+            net.hosts = host + 1;
+            net.add_host(host)?;
+        }
+        Ok(net)
+    }
+
+    fn add_host(&self, host: usize) -> Result<(), String> {
+        let ns = self.namespace(host);
+        let outside = format!("lk{}-v{host}", self.id);
+        run("ip", &["netns", "add", &ns])?;
+        run(
+            "ip",
+            &[
+                "link", "add", &outside, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ],
+        )?;
+        run("ip", &["link", "set", &outside, "master", &self.bridge])?;
+        run("ip", &["link", "set", &outside, "up"])?;
+        let cidr = format!("{}/24", self.addr(host));
+        for args in [
+            vec!["addr", "add", &cidr, "dev", "eth0"],
+            vec!["link", "set", "eth0", "up"],
+            vec!["link", "set", "lo", "up"],
+        ] {
+            let mut full = vec!["netns", "exec", &ns, "ip"];
+            full.extend(args);
+            run("ip", &full)?;
+        }
+        Ok(())
+    }
+
+    /// The namespace of `host`.
+    pub fn namespace(&self, host: usize) -> String {
+        format!("lk{}-h{host}", self.id)
+    }
+
+    /// The orchestrator's address on the bridge.
+    pub fn bridge_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::new(self.subnet[0], self.subnet[1], self.subnet[2], 1)
+    }
+
+    /// The address of `host`.
+    pub fn addr(&self, host: usize) -> Ipv4Addr {
+        Ipv4Addr::new(
+            self.subnet[0],
+            self.subnet[1],
+            self.subnet[2],
+            host as u8 + 2,
+        )
+    }
+
+    /// Makes `command` start inside `host`'s namespace (the process keeps its own PID, so it
+    /// is signalled as any other child).
+    pub fn enter(&self, host: usize, command: &mut Command) -> Result<(), String> {
+        let path = format!("/var/run/netns/{}", self.namespace(host));
+        let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+        // SAFETY: setns(2) only, between fork and exec; `file` lives in the closure, so the
+        // descriptor is open in the child when it runs.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Cuts `host` from `peer` silently: in `host`'s namespace, every packet to `peer` and,
+    /// unless `one_way`, every packet from it is dropped. One-way keeps what the host sends
+    /// and drops only what it receives (it is heard, but hears nothing back).
+    pub fn cut(&self, host: usize, peer: Ipv4Addr, one_way: bool) -> Result<(), String> {
+        let ns = self.namespace(host);
+        let peer = peer.to_string();
+        let nft = |args: &[&str]| {
+            let mut full = vec!["netns", "exec", &ns, "nft"];
+            full.extend(args);
+            run("ip", &full)
+        };
+        nft(&["add", "table", "inet", TABLE])?;
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            TABLE,
+            "in",
+            "{ type filter hook input priority 0; }",
+        ])?;
+        nft(&[
+            "add", "rule", "inet", TABLE, "in", "ip", "saddr", &peer, "drop",
+        ])?;
+        if !one_way {
+            nft(&[
+                "add",
+                "chain",
+                "inet",
+                TABLE,
+                "out",
+                "{ type filter hook output priority 0; }",
+            ])?;
+            nft(&[
+                "add", "rule", "inet", TABLE, "out", "ip", "daddr", &peer, "drop",
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Ends every cut of `host`.
+    pub fn heal(&self, host: usize) -> Result<(), String> {
+        let ns = self.namespace(host);
+        run(
+            "ip",
+            &[
+                "netns", "exec", &ns, "nft", "delete", "table", "inet", TABLE,
+            ],
+        )
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for host in 0..self.hosts {
+            let _ = run("ip", &["netns", "del", &self.namespace(host)]);
+        }
+        let _ = run("ip", &["link", "del", &self.bridge]);
+    }
+}
