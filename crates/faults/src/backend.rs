@@ -105,6 +105,7 @@ impl BackendKind {
                 Kind::Semaphore,
                 Kind::Leader,
                 Kind::AtomicLong,
+                Kind::Queue,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
             BackendKind::KeeperNetns => &[Kind::Mutex, Kind::Leader],

@@ -13,15 +13,15 @@
 
 //!
 //! The exclusion checker runs on every lock scenario's resource, the counter checker on the
-//! `atomic-long` scenarios. The barrier, two-phase commit and queue checkers have no scenario
-//! driving their recipe under faults yet; until they do, only their own tests run them.
+//! `atomic-long` scenarios, the queue checker on the `queue` scenarios. The barrier and
+//! two-phase commit checkers have no scenario driving their recipe under faults yet; until
+//! they do, only their own tests run them.
 
 // Checked by their tests only, until their recipes' scenarios exist (see above).
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod barrier;
 pub mod counter;
 pub mod exclusion;
-#[cfg_attr(not(test), allow(dead_code))]
 pub mod queue;
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod two_phase;

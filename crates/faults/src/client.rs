@@ -3,14 +3,13 @@
 //!
 //! Each turn: acquire (bounded wait), `enter` with the fencing token, a few writes with small
 //! seeded random sleeps, `exit`, release. Invariants:
-//! - **A zombie between check and write.** Before each sleep the client asks its guard whether
-//!   it still holds the lock (the local deadline: no round trip) and stops if not; after the
-//!   sleep it writes with the token it had, without asking again, as a process that was paused
-//!   between its check and its write does on waking. A pause lands in a sleep far more often
-//!   than anywhere else, so a paused holder's first act on waking is a stale write, which only
-//!   the fences can stop. Each line also says what `is_held()` answered right before it was
-//!   sent, so the resource counts apart what a careful client (checking right before every
-//!   write) would have sent too.
+//! - **A zombie between check and write.** The client asks its guard whether it still holds
+//!   the lock (the local deadline: no round trip) once, before it enters; then it writes with
+//!   the token it had, without asking again, as a process does whose check was followed by a
+//!   pause it knows nothing about. A holder paused anywhere in its turn therefore wakes into a
+//!   stale write (unless the pause fell after its last write), which only the fences can stop.
+//!   Each line also says what `is_held()` answered right before it was sent, so the resource
+//!   counts apart what a careful client (checking right before every write) would have sent.
 //! - A refused `enter` or write ends the turn: a fence said someone newer holds the lock.
 //! - Lock errors (a connection lost, a server restarting) end the turn, are logged to stderr
 //!   and retried after a short sleep; the client runs until `--run-for` passes or it is killed.
@@ -110,10 +109,7 @@ async fn turn(
     };
     if held.is_held() && resource.call(&line("enter", &held)).await? == "ok" {
         for _ in 0..WRITES {
-            if !held.is_held() {
-                break;
-            }
-            // A pause here wakes into the write below with the token it had.
+            // A pause anywhere here wakes into the next write with the token it had.
             tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
             if resource.call(&line("write", &held)).await? != "ok" {
                 break;

@@ -96,6 +96,7 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
         struck,
         fence_problems: Vec::new(),
         history_problems: problems,
+        notes: vec![format!("{} calls, {answered} answered", history.len())],
     }
 }
 

@@ -29,11 +29,14 @@ pub enum Kind {
     /// ZooKeeper `AtomicLong`: not a lock; its clients' history is checked for
     /// linearizability.
     AtomicLong,
+    /// ZooKeeper `DistributedQueue` consumed at least once: not a lock; its producers' and
+    /// consumers' history is checked for lost items.
+    Queue,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
@@ -42,6 +45,7 @@ impl Kind {
         Kind::Reentrant,
         Kind::Redlock,
         Kind::AtomicLong,
+        Kind::Queue,
     ];
 
     /// The command-line and table name.
@@ -55,6 +59,7 @@ impl Kind {
             Kind::Reentrant => "reentrant",
             Kind::Redlock => "redlock",
             Kind::AtomicLong => "atomic-long",
+            Kind::Queue => "queue",
         }
     }
 

@@ -20,6 +20,7 @@ mod fences;
 mod keeper_proc;
 mod kind;
 mod netns;
+mod queue_run;
 mod report;
 mod resource;
 mod scenario;
@@ -90,10 +91,12 @@ enum Sub {
         #[arg(long)]
         run_for_ms: u64,
     },
-    /// Prints the table of a run's `--json` file, as the README shows it.
+    /// Prints the table of runs' `--json` files (their rows one after another), as the README
+    /// shows it.
     Report {
-        /// The `--json` file of a run.
-        json: PathBuf,
+        /// The `--json` files of runs.
+        #[arg(required = true)]
+        json: Vec<PathBuf>,
     },
     /// Keeper as a process of its own, so its server fault is a SIGKILL (started by the
     /// orchestrator; runs until killed).
@@ -163,27 +166,29 @@ fn main() -> ExitCode {
             }
         }
         Some(Sub::Report { json }) => {
-            let parsed = std::fs::read_to_string(&json)
-                .map_err(|e| e.to_string())
-                .and_then(|text| {
-                    serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string())
-                });
-            match parsed {
-                Ok(run) => match run["rows"].as_array() {
-                    Some(rows) => {
-                        print!("{}", report::markdown(rows));
-                        ExitCode::SUCCESS
+            let mut rows = Vec::new();
+            for path in &json {
+                let parsed = std::fs::read_to_string(path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|text| {
+                        serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string())
+                    });
+                match parsed {
+                    Ok(run) => match run["rows"].as_array() {
+                        Some(more) => rows.extend(more.iter().cloned()),
+                        None => {
+                            eprintln!("{}: no \"rows\" array: not a --json file", path.display());
+                            return ExitCode::from(65);
+                        }
+                    },
+                    Err(err) => {
+                        eprintln!("{}: {err}", path.display());
+                        return ExitCode::from(66);
                     }
-                    None => {
-                        eprintln!("{}: no \"rows\" array: not a --json file", json.display());
-                        ExitCode::from(65)
-                    }
-                },
-                Err(err) => {
-                    eprintln!("{}: {err}", json.display());
-                    ExitCode::from(66)
                 }
             }
+            print!("{}", report::markdown(&rows));
+            ExitCode::SUCCESS
         }
         None => {
             // The fences' own stores, one set for the whole run (each scenario has its own

@@ -114,7 +114,7 @@ pub fn markdown(rows: &[Value]) -> String {
 /// One row as JSON: `{backend, lock, fault, seed, struck, operations, writes, overlaps,
 /// stale: {attempted, attempted_careful, refused, accepted: {local, redis, postgres, sqlite,
 /// zk} or null without tokens}, unavailable: {per fence}, fence_problems, history_problems,
-/// max_unavailable_ms,
+/// notes, max_unavailable_ms,
 /// took_ms, verdict, expected_by}`.
 fn row_json(row: &Row) -> Value {
     let s = row.scenario;
@@ -145,6 +145,7 @@ fn row_json(row: &Row) -> Value {
         "unavailable": by_fence(&c.unavailable),
         "fence_problems": row.fence_problems,
         "history_problems": row.history_problems,
+        "notes": row.notes,
         "max_unavailable_ms": c.max_gap.as_millis() as u64,
         "took_ms": row.took.as_millis() as u64,
         "verdict": verdict.word(),

@@ -135,6 +135,11 @@ impl Resource {
             .filter(|latest| state.inside.contains_key(latest))
     }
 
+    /// The client that entered last, inside or not.
+    pub async fn latest(&self) -> Option<String> {
+        self.state.lock().await.latest.clone()
+    }
+
     /// The counts so far; the gap since the last `enter` counts as unavailability too.
     pub async fn counts(&self) -> Counts {
         let state = self.state.lock().await;

@@ -148,6 +148,7 @@ mod tests {
             struck: true,
             fence_problems: Vec::new(),
             history_problems: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
