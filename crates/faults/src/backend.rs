@@ -106,6 +106,7 @@ impl BackendKind {
                 Kind::Leader,
                 Kind::AtomicLong,
                 Kind::Queue,
+                Kind::TwoPhase,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
             BackendKind::KeeperNetns => &[Kind::Mutex, Kind::Leader],

@@ -32,11 +32,13 @@ pub enum Kind {
     /// ZooKeeper `DistributedQueue` consumed at least once: not a lock; its producers' and
     /// consumers' history is checked for lost items.
     Queue,
+    /// ZooKeeper `TwoPhase`: not a lock; each transaction's votes and outcomes are checked.
+    TwoPhase,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
@@ -46,6 +48,7 @@ impl Kind {
         Kind::Redlock,
         Kind::AtomicLong,
         Kind::Queue,
+        Kind::TwoPhase,
     ];
 
     /// The command-line and table name.
@@ -60,6 +63,7 @@ impl Kind {
             Kind::Redlock => "redlock",
             Kind::AtomicLong => "atomic-long",
             Kind::Queue => "queue",
+            Kind::TwoPhase => "two-phase",
         }
     }
 

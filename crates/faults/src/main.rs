@@ -25,6 +25,7 @@ mod report;
 mod resource;
 mod scenario;
 mod shim;
+mod two_phase_run;
 mod verdict;
 
 use std::net::SocketAddr;

@@ -206,7 +206,7 @@ pub fn all() -> Vec<Scenario> {
             for fault in faults {
                 // The counter's and the queue's clients run in this process: no pause, kill or
                 // clock of theirs.
-                if matches!(kind, Kind::AtomicLong | Kind::Queue)
+                if matches!(kind, Kind::AtomicLong | Kind::Queue | Kind::TwoPhase)
                     && !matches!(fault, Fault::None | Fault::Cut | Fault::Server)
                 {
                     continue;
@@ -246,6 +246,7 @@ pub fn short() -> Vec<Scenario> {
         (BackendKind::Zookeeper, Kind::Leader, Fault::PauseAndServer),
         (BackendKind::Keeper, Kind::AtomicLong, Fault::Server),
         (BackendKind::Keeper, Kind::Queue, Fault::Cut),
+        (BackendKind::Zookeeper, Kind::TwoPhase, Fault::Cut),
         (BackendKind::KeeperNetns, Kind::Mutex, Fault::Partition),
         (BackendKind::Redis, Kind::Lease, Fault::Pause),
         (BackendKind::Redis, Kind::Reentrant, Fault::Server),
@@ -434,6 +435,9 @@ pub async fn run(
     match scenario.kind {
         Kind::AtomicLong => return crate::counter_run::run(backend, scenario, seed, length).await,
         Kind::Queue => return crate::queue_run::run(backend, scenario, seed, length).await,
+        Kind::TwoPhase => {
+            return crate::two_phase_run::run(backend, scenario, seed, length).await;
+        }
         _ => {}
     }
     let started = Instant::now();

@@ -1,0 +1,218 @@
+//! The two-phase commit scenario: a coordinator and three sites of
+//! [`TwoPhase`](lockkeeper::zk::TwoPhase) through a fault, each transaction's history checked
+//! ([`crate::check::two_phase`]).
+//!
+//! A coordinator and three sites run in the orchestrator's process, each with its own session
+//! through its own loopback proxy (so one can be cut off alone). Transactions run one after
+//! another for the scenario's length: the coordinator proposes, every site joins and casts a
+//! seeded random vote (abort one time in five), then waits for the decision. The history of
+//! each transaction is the votes the sites cast (a site that could not join or cast has no
+//! vote) and the outcome each site and the coordinator learned.
+//!
+//! What the check can and cannot see: an abort vote is persistent, so any abort cast must end
+//! in abort for everyone; a site without a vote must not see a commit; and everyone who
+//! learns an outcome learns the same one. A commit vote that vanished with its site's session
+//! before the decision cannot be told apart from one that stood (the servers know, the sites do
+//! not), so the check counts every cast commit vote as standing: it is the weaker claim.
+//!
+//! Invariants: every call is bounded; at most [`TRANSACTIONS`] transactions.
+
+use std::time::Duration;
+
+use lockkeeper::zk::{Outcome as TxOutcome, TwoPhase, Vote as TxVote};
+use lockkeeper_testkit::Proxy;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::check::two_phase::{self, Outcome, Transaction, Vote};
+use crate::client::ZK_SESSION;
+use crate::resource::Counts;
+use crate::scenario::{Fault, Row, Scenario};
+
+/// Sites per transaction.
+const SITES: usize = 3;
+/// The most transactions in one scenario.
+const TRANSACTIONS: usize = 40;
+/// How long the coordinator waits for votes before it aborts.
+const VOTE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a site waits to join, and then for the decision.
+const SITE_WAIT: Duration = Duration::from_secs(15);
+
+/// Runs the two-phase commit `scenario` on `backend` for about `length`.
+pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
+    let started = Instant::now();
+    let upstream = backend
+        .proxied_upstream()
+        .unwrap_or_else(|| panic!("{scenario}: two-phase commit needs a ZooKeeper backend"));
+    let path = format!("/faults/2pc-{seed:x}");
+    // Proxy 0 is the coordinator's, 1.. the sites'.
+    let mut proxies = Vec::new();
+    let mut handles = Vec::new();
+    for _ in 0..=SITES {
+        let proxy = Proxy::start(&upstream).await;
+        let session = lockkeeper::zk::Session::builder(&proxy.connect_string())
+            .session_timeout(ZK_SESSION)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{scenario}: connect: {e}"));
+        handles.push(
+            session
+                .two_phase(&path)
+                .unwrap_or_else(|e| panic!("{scenario}: {e}")),
+        );
+        proxies.push(proxy);
+    }
+    let sites: Vec<String> = (0..SITES).map(|i| format!("site{i}")).collect();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let fault_at = started + length / 4;
+    let mut faulted = false;
+    let mut histories = Vec::new();
+    let mut problems = Vec::new();
+    let mut commits = 0;
+    for tx in 0..TRANSACTIONS {
+        if started.elapsed() >= length && faulted {
+            break;
+        }
+        // Spread over the scenario's length, so transactions run before, across and after
+        // the fault.
+        tokio::time::sleep(length / TRANSACTIONS as u32).await;
+        if !faulted && Instant::now() >= fault_at {
+            faulted = true;
+            match scenario.fault {
+                Fault::None => {}
+                Fault::Server => backend.server_fault().await,
+                // A site cut off past its session, transactions going on meanwhile.
+                Fault::Cut => proxies[1].cut(),
+                other => panic!("{scenario}: two-phase commit has no {other:?} fault"),
+            }
+        }
+        if scenario.fault == Fault::Cut
+            && faulted
+            && Instant::now() >= fault_at + ZK_SESSION + Duration::from_secs(2)
+        {
+            proxies[1].heal();
+        }
+        let votes: Vec<TxVote> = (0..SITES)
+            .map(|_| {
+                if rng.gen_range(0..5) == 0 {
+                    TxVote::Abort
+                } else {
+                    TxVote::Commit
+                }
+            })
+            .collect();
+        let history = transaction(&handles, &sites, &format!("tx-{tx}"), &votes).await;
+        if history
+            .learned
+            .iter()
+            .any(|(_, o)| *o == Some(Outcome::Commit))
+        {
+            commits += 1;
+        }
+        problems.extend(
+            two_phase::check(&history)
+                .into_iter()
+                .map(|p| format!("tx-{tx}: {p:?}")),
+        );
+        histories.push(history);
+    }
+    if scenario.fault == Fault::Cut {
+        proxies[1].heal();
+    }
+    Row {
+        scenario,
+        seed,
+        counts: Counts {
+            turns: histories.len() as u64,
+            ..Counts::default()
+        },
+        took: started.elapsed(),
+        struck: faulted,
+        fence_problems: Vec::new(),
+        history_problems: problems,
+        notes: vec![format!(
+            "{} transactions, {commits} committed",
+            histories.len()
+        )],
+    }
+}
+
+/// One transaction: the coordinator proposes while every site joins and votes; what each
+/// cast and learned.
+async fn transaction(
+    handles: &[TwoPhase],
+    sites: &[String],
+    tx: &str,
+    votes: &[TxVote],
+) -> Transaction {
+    let site_names: Vec<&str> = sites.iter().map(String::as_str).collect();
+    let coordinator = async {
+        let proposed = handles[0].propose(tx, &site_names, b"payload", VOTE_TIMEOUT);
+        match tokio::time::timeout(SITE_WAIT, proposed).await {
+            Ok(Ok(outcome)) => Some(learned(&outcome)),
+            _ => None,
+        }
+    };
+    let participants = futures_join(sites.iter().zip(votes).enumerate().map(
+        |(i, (site, vote))| async move {
+            let handle = &handles[1 + i];
+            let joined = match handle.join_timeout(tx, site, SITE_WAIT).await {
+                Ok(Some(proposal)) => proposal,
+                _ => return (site.clone(), Vote::Missing, None),
+            };
+            let cast = match tokio::time::timeout(SITE_WAIT, joined.cast(*vote)).await {
+                Ok(Ok(())) => match vote {
+                    TxVote::Commit => Vote::Commit,
+                    TxVote::Abort => Vote::Abort,
+                },
+                _ => Vote::Missing,
+            };
+            let outcome = match joined.wait_timeout(SITE_WAIT).await {
+                Ok(Some(outcome)) => Some(learned(&outcome)),
+                _ => None,
+            };
+            (site.clone(), cast, outcome)
+        },
+    ));
+    let (decided, sited) = tokio::join!(coordinator, participants);
+    let mut history = Transaction {
+        votes: sited.iter().map(|(s, v, _)| (s.clone(), *v)).collect(),
+        learned: sited.into_iter().map(|(s, _, o)| (s, o)).collect(),
+    };
+    history.learned.push(("coordinator".into(), decided));
+    history
+}
+
+fn learned(outcome: &TxOutcome) -> Outcome {
+    if outcome.is_commit() {
+        Outcome::Commit
+    } else {
+        Outcome::Abort
+    }
+}
+
+/// Runs the futures concurrently; their outputs in order.
+async fn futures_join<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut handles: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (handle, output) in handles.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match handle.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
