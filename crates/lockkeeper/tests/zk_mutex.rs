@@ -180,6 +180,37 @@ fn requests_received(connect: &str, session: &Session) -> u64 {
         .unwrap_or_else(|| panic!("no recved=N in {line}"))
 }
 
+/// A `try_lock` that finds the lock held gives up on that listing: it queues, lists, and
+/// withdraws, and never sets a watch on the holder's node (nothing would ever fire it for a
+/// caller that is not waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_try_lock_lists_once_and_watches_nothing() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/try-once";
+        let long = |connect: String| async move {
+            Session::builder(&connect)
+                .session_timeout(Duration::from_secs(30))
+                .connect()
+                .await
+                .expect("connect")
+        };
+        let holder = long(connect.clone()).await;
+        let _held = holder.mutex(path).unwrap().lock().await.unwrap();
+        let trying = long(connect.clone()).await;
+        let mutex = trying.mutex(path).unwrap();
+        let before = requests_received(&connect, &trying);
+        assert!(mutex.try_lock().await.unwrap().is_none());
+        // The delete's answer came back before try_lock returned, so its request was read.
+        let sent = requests_received(&connect, &trying) - before;
+        println!("a failed try_lock sent {sent} requests");
+        assert_eq!(
+            sent, 3,
+            "create, list, delete: a failed try_lock must not watch the holder"
+        );
+    })
+    .await;
+}
+
 /// A waiter's listing goes stale while the nodes ahead of it take their turns, so it also
 /// watches the node two ahead and lists again when that one goes, while its predecessor holds.
 /// The handoff to it then costs it no request at all: the notification grants.
