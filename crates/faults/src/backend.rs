@@ -107,6 +107,7 @@ impl BackendKind {
                 Kind::AtomicLong,
                 Kind::Queue,
                 Kind::TwoPhase,
+                Kind::DoubleBarrier,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
             BackendKind::KeeperNetns => &[Kind::Mutex, Kind::Leader],

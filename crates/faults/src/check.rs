@@ -14,11 +14,8 @@
 //!
 //! The exclusion checker runs on every lock scenario's resource, the counter checker on the
 //! `atomic-long` scenarios, the queue checker on the `queue` scenarios, the two-phase commit
-//! checker on the `two-phase` scenarios. The barrier checker has no scenario driving barriers
-//! under faults yet; until it does, only its own tests run it.
+//! checker on the `two-phase` scenarios, the barrier checker on the `double-barrier` scenarios.
 
-// Checked by their tests only, until their recipes' scenarios exist (see above).
-#[cfg_attr(not(test), allow(dead_code))]
 pub mod barrier;
 pub mod counter;
 pub mod exclusion;

@@ -34,11 +34,13 @@ pub enum Kind {
     Queue,
     /// ZooKeeper `TwoPhase`: not a lock; each transaction's votes and outcomes are checked.
     TwoPhase,
+    /// ZooKeeper `DoubleBarrier` of three: not a lock; its members' rounds are checked.
+    DoubleBarrier,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
@@ -49,6 +51,7 @@ impl Kind {
         Kind::AtomicLong,
         Kind::Queue,
         Kind::TwoPhase,
+        Kind::DoubleBarrier,
     ];
 
     /// The command-line and table name.
@@ -64,6 +67,7 @@ impl Kind {
             Kind::AtomicLong => "atomic-long",
             Kind::Queue => "queue",
             Kind::TwoPhase => "two-phase",
+            Kind::DoubleBarrier => "double-barrier",
         }
     }
 

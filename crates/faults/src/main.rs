@@ -12,6 +12,7 @@
 //! run started are signalled.
 
 mod backend;
+mod barrier_run;
 mod check;
 mod client;
 mod clock;

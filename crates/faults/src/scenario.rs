@@ -206,8 +206,10 @@ pub fn all() -> Vec<Scenario> {
             for fault in faults {
                 // The counter's and the queue's clients run in this process: no pause, kill or
                 // clock of theirs.
-                if matches!(kind, Kind::AtomicLong | Kind::Queue | Kind::TwoPhase)
-                    && !matches!(fault, Fault::None | Fault::Cut | Fault::Server)
+                if matches!(
+                    kind,
+                    Kind::AtomicLong | Kind::Queue | Kind::TwoPhase | Kind::DoubleBarrier
+                ) && !matches!(fault, Fault::None | Fault::Cut | Fault::Server)
                 {
                     continue;
                 }
@@ -247,6 +249,7 @@ pub fn short() -> Vec<Scenario> {
         (BackendKind::Keeper, Kind::AtomicLong, Fault::Server),
         (BackendKind::Keeper, Kind::Queue, Fault::Cut),
         (BackendKind::Zookeeper, Kind::TwoPhase, Fault::Cut),
+        (BackendKind::Keeper, Kind::DoubleBarrier, Fault::Cut),
         (BackendKind::KeeperNetns, Kind::Mutex, Fault::Partition),
         (BackendKind::Redis, Kind::Lease, Fault::Pause),
         (BackendKind::Redis, Kind::Reentrant, Fault::Server),
@@ -409,6 +412,23 @@ async fn wait_holder(resource: &Resource) -> Option<String> {
     None
 }
 
+/// Waits (bounded) for a client to begin a turn, and names it: a holder struck at the start of
+/// its turn still has all its writes to make, so a pause makes a zombie of it whenever the lock
+/// passes on (struck at the end of its turn it might have none left).
+async fn wait_new_holder(resource: &Resource) -> Option<String> {
+    let deadline = Instant::now() + HOLDER_WAIT;
+    let turns = resource.counts().await.turns;
+    while Instant::now() < deadline {
+        if resource.counts().await.turns > turns
+            && let Some(holder) = resource.holder().await
+        {
+            return Some(holder);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    None
+}
+
 /// Keeps a paused holder stopped until someone else has entered the resource after it
 /// (bounded by [`RECOVERY_LIMIT`]): a zombie is a holder that wakes after the lock passed on,
 /// and how long that takes past the outage depends on the server (a restarted one times
@@ -437,6 +457,9 @@ pub async fn run(
         Kind::Queue => return crate::queue_run::run(backend, scenario, seed, length).await,
         Kind::TwoPhase => {
             return crate::two_phase_run::run(backend, scenario, seed, length).await;
+        }
+        Kind::DoubleBarrier => {
+            return crate::barrier_run::run(backend, scenario, seed, length).await;
         }
         _ => {}
     }
@@ -505,7 +528,7 @@ pub async fn run(
             scenario.fault,
             Fault::None | Fault::Server | Fault::ServerClock
         ) {
-            let victim = wait_holder(&resource).await;
+            let victim = wait_new_holder(&resource).await;
             match victim.as_deref().and_then(|v| clients.slot(v)) {
                 None => eprintln!("{scenario}: no holder to fault within {HOLDER_WAIT:?}"),
                 Some(slot) => {

@@ -66,9 +66,12 @@ fn short_run_shows_fencing_holds_on_zookeeper_and_etcd() {
             "the fault was injected: {row}"
         );
         let lock = row["lock"].as_str().expect("lock");
-        if matches!(lock, "atomic-long" | "queue" | "two-phase") {
-            // Not locks: their histories went through the linearizability, queue and
-            // two-phase commit checkers, with nothing found.
+        if matches!(
+            lock,
+            "atomic-long" | "queue" | "two-phase" | "double-barrier"
+        ) {
+            // Not locks: their histories went through the linearizability, queue, two-phase
+            // commit and barrier checkers, with nothing found.
             assert!(
                 row["history_problems"]
                     .as_array()
