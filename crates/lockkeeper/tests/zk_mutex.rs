@@ -412,6 +412,37 @@ async fn a_dropped_lock_future_removes_its_node() {
     .await;
 }
 
+/// `try_lock` does not wait, not even for a connection: while the session is suspended it
+/// fails at once with `SessionLost`, rather than waiting for the network to heal. The same for
+/// a `SimpleLock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn try_lock_while_disconnected_fails_at_once() {
+    for_each_backend(|connect| async move {
+        let partition = Partition::start(&connect).await;
+        let cut_off = session(&partition.connect_string()).await;
+        let mutex = cut_off.mutex("/locks/try-disconnected").unwrap();
+        partition.cut();
+        wait_state(&cut_off, ConnectionState::Suspended).await;
+        // Far less than the cut lasts (it lasts until healed below): the answer must not
+        // wait for the connection.
+        let tried = tokio::time::timeout(Duration::from_secs(20), mutex.try_lock())
+            .await
+            .expect("try_lock returned while the network was still cut");
+        assert!(matches!(tried, Err(Error::SessionLost)), "{tried:?}");
+        let simple = cut_off
+            .simple_lock("/locks/try-disconnected-simple")
+            .unwrap();
+        let tried = tokio::time::timeout(Duration::from_secs(20), simple.try_lock())
+            .await
+            .expect("SimpleLock::try_lock returned while the network was still cut");
+        assert!(matches!(tried, Err(Error::SessionLost)), "{tried:?}");
+        partition.heal();
+        wait_state(&cut_off, ConnectionState::Reconnected).await;
+        assert!(mutex.try_lock().await.unwrap().is_some());
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn session_expiry_fires_lost_and_frees_the_lock() {
     for_each_backend(|connect| async move {

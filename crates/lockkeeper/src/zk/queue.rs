@@ -218,8 +218,9 @@ impl Queue {
         pending: &mut Option<PendingNode>,
     ) -> Result<Option<Held>> {
         let generation = match deadline {
-            // try_lock while disconnected: do not wait for the connection.
-            Deadline::Now if session.generation().client().is_err() => {
+            // try_lock while disconnected (suspended, or between generations): do not wait
+            // for the connection, which may take as long as the network does to heal.
+            Deadline::Now if session.generation().health() != Health::Connected => {
                 return Err(Error::SessionLost);
             }
             _ => session.connected_generation().await?,

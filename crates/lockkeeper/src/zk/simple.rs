@@ -27,7 +27,7 @@ use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::node::{create_parents, delete_if_ours, is_ours, look};
 use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
-use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
+use crate::zk::session::{Generation, Health, Session, is_connection_loss, is_terminal};
 
 /// The name of a [`SimpleLock`]'s node under its lock path.
 pub(crate) const SIMPLE_NODE: &str = "lock";
@@ -162,7 +162,7 @@ impl SimpleLock {
     async fn attempt(&self, deadline: Deadline) -> Result<Option<Held>> {
         let generation = match deadline {
             // try_lock while disconnected: do not wait for the connection.
-            Deadline::Now if self.session.generation().client().is_err() => {
+            Deadline::Now if self.session.generation().health() != Health::Connected => {
                 return Err(Error::SessionLost);
             }
             _ => self.session.connected_generation().await?,
