@@ -46,10 +46,18 @@ pub const EXPECTED: &[Expectation] = &[
         applies: |b, f| {
             b == BackendKind::Redlock && matches!(f, Fault::Server | Fault::PauseAndServer)
         },
-        stale_accepted: false,
+        // No token: whatever a second holder's predecessor writes late reaches the resource.
+        stale_accepted: true,
         overlaps: true,
         readme: "Redlock: masters restarted without persistence forget the lock, so a second \
                  client can win a majority",
+    },
+    Expectation {
+        applies: |b, _| b == BackendKind::Redlock,
+        stale_accepted: true,
+        overlaps: true,
+        readme: "Redlock: it has no fencing token, so nothing at the resource stops a paused \
+                 holder's late writes",
     },
     Expectation {
         applies: |b, f| !b.is_zookeeper() && !b.is_etcd() && f == Fault::ServerClock,
@@ -98,11 +106,16 @@ pub fn judge(row: &Row) -> Verdict {
     if !row.fence_problems.is_empty() {
         return Verdict::Violation(row.fence_problems.join("; "));
     }
-    let accepted: u64 = counts.stale.accepted.iter().sum();
+    // Without a token there is no fence: every stale write reached the resource.
+    let accepted: u64 = if counts.fenced {
+        counts.stale.accepted.iter().sum()
+    } else {
+        counts.stale.attempted
+    };
     if !row.history_problems.is_empty() && !expected.is_some_and(|e| e.stale_accepted) {
         return Verdict::Violation(row.history_problems.join("; "));
     }
-    if counts.fenced && accepted > 0 && !expected.is_some_and(|e| e.stale_accepted) {
+    if accepted > 0 && !expected.is_some_and(|e| e.stale_accepted) {
         return Verdict::Violation(format!(
             "fences accepted stale writes ({:?} by local, redis, postgres, sqlite, zk)",
             counts.stale.accepted
@@ -132,7 +145,7 @@ mod tests {
 
     use super::*;
     use crate::kind::Kind;
-    use crate::resource::Counts;
+    use crate::resource::{Counts, Stale};
     use crate::scenario::Scenario;
 
     fn row(backend: BackendKind, fault: Fault, counts: Counts) -> Row {
@@ -232,6 +245,24 @@ mod tests {
         bad.scenario.backend = BackendKind::Sentinel;
         bad.scenario.fault = Fault::Server;
         assert!(!judge(&bad).fails());
+    }
+
+    #[test]
+    fn stale_writes_without_a_token_are_accepted_and_only_redlock_is_excused() {
+        let unfenced = Counts {
+            overlaps: 1,
+            stale: Stale {
+                attempted: 3,
+                ..Stale::default()
+            },
+            ..Counts::default()
+        };
+        assert!(matches!(
+            judge(&row(BackendKind::Redlock, Fault::Pause, unfenced.clone())),
+            Verdict::Expected(readme) if readme.contains("no fencing token")
+        ));
+        // A backend with tokens that presented none would be a violation.
+        assert!(judge(&row(BackendKind::Keeper, Fault::Pause, unfenced)).fails());
     }
 
     #[test]
