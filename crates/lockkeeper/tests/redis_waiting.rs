@@ -81,6 +81,27 @@ async fn a_free_lock_goes_to_the_longest_waiter_until_its_place_lapses() {
     guard.release().await.expect("release");
 }
 
+/// A holder that vanishes without releasing (its process died: no release, no message) frees
+/// the lock when its lease runs out, and a waiter without a deadline takes it then: it wakes
+/// on its own a little past the expiry the failed attempt reported, not only on a release
+/// message that will never come.
+#[tokio::test]
+async fn a_waiter_without_a_deadline_takes_a_lock_whose_holder_vanished() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lease = Duration::from_secs(1);
+    let lock = redis.lease_lock("vanished").lease(lease);
+    let guard = lock.lock().await.expect("lock");
+    // The holder's process died: nothing releases, nothing is published.
+    std::mem::forget(guard);
+    let waiter = connect(&server).await.lease_lock("vanished").lease(lease);
+    let taken = tokio::time::timeout(Duration::from_secs(30), waiter.lock())
+        .await
+        .expect("the waiter took the lock once the lease ran out")
+        .expect("lock");
+    taken.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn a_newcomer_may_barge_in_while_the_head_of_the_line_has_not_waited_long() {
     let server = RedisServer::start();
