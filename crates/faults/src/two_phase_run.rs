@@ -1,5 +1,5 @@
 //! The two-phase commit scenario: a coordinator and three sites of
-//! [`TwoPhase`](lockkeeper::zk::TwoPhase) through a fault, each transaction's history checked
+//! [`TwoPhase`] through a fault, each transaction's history checked
 //! ([`crate::check::two_phase`]).
 //!
 //! A coordinator and three sites run in the orchestrator's process, each with its own session
