@@ -24,7 +24,7 @@ use crate::backend::Backend;
 use crate::check::barrier::{self, Event};
 use crate::client::ZK_SESSION;
 use crate::resource::Counts;
-use crate::scenario::{Fault, Row, Scenario};
+use crate::scenario::{Row, Scenario};
 
 /// Members, and the barrier's size.
 const MEMBERS: usize = 3;
@@ -36,9 +36,7 @@ const CALL_WAIT: Duration = Duration::from_secs(15);
 /// Runs the barrier `scenario` on `backend` for about `length`.
 pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
     let started = Instant::now();
-    let upstream = backend
-        .proxied_upstream()
-        .unwrap_or_else(|| panic!("{scenario}: a barrier needs a ZooKeeper backend"));
+    let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/barrier-{seed:x}");
     let events = Arc::new(Mutex::new(Vec::new()));
     let mut proxies = Vec::new();
@@ -59,16 +57,7 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
         )));
     }
     tokio::time::sleep(length / 4).await;
-    match scenario.fault {
-        Fault::None => {}
-        Fault::Server => backend.server_fault().await,
-        Fault::Cut => {
-            proxies[0].cut();
-            tokio::time::sleep(ZK_SESSION + Duration::from_secs(2)).await;
-            proxies[0].heal();
-        }
-        other => panic!("{scenario}: the barrier has no {other:?} fault"),
-    }
+    crate::recipes::strike(backend, scenario, &proxies[0]).await;
     let mut problems = Vec::new();
     let mut failed_calls = 0;
     for member in members {

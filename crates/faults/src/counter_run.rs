@@ -23,7 +23,7 @@ use crate::backend::Backend;
 use crate::check::counter::{self, Answer, Call, Op};
 use crate::client::ZK_SESSION;
 use crate::resource::Counts;
-use crate::scenario::{Fault, Row, Scenario};
+use crate::scenario::{Row, Scenario};
 
 /// Clients calling the counter at once.
 const CLIENTS: u32 = 3;
@@ -35,9 +35,7 @@ const CALL_WAIT: Duration = Duration::from_secs(10);
 /// Runs the counter `scenario` on `backend` for about `length`.
 pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
     let started = Instant::now();
-    let upstream = backend
-        .proxied_upstream()
-        .unwrap_or_else(|| panic!("{scenario}: a counter needs a ZooKeeper backend"));
+    let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/counter-{seed:x}");
     let mut proxies = Vec::new();
     let mut tasks = Vec::new();
@@ -54,20 +52,7 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
         )));
     }
     tokio::time::sleep(length / 4).await;
-    let struck = match scenario.fault {
-        Fault::None => true,
-        Fault::Server => {
-            backend.server_fault().await;
-            true
-        }
-        Fault::Cut => {
-            proxies[0].cut();
-            tokio::time::sleep(ZK_SESSION + Duration::from_secs(2)).await;
-            proxies[0].heal();
-            true
-        }
-        other => panic!("{scenario}: the counter has no {other:?} fault"),
-    };
+    crate::recipes::strike(backend, scenario, &proxies[0]).await;
     let mut history = Vec::new();
     let mut problems = Vec::new();
     for task in tasks {
@@ -93,7 +78,7 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
             ..Counts::default()
         },
         took: started.elapsed(),
-        struck,
+        struck: true,
         fence_problems: Vec::new(),
         history_problems: problems,
         notes: vec![format!("{} calls, {answered} answered", history.len())],

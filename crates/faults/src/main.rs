@@ -22,6 +22,7 @@ mod keeper_proc;
 mod kind;
 mod netns;
 mod queue_run;
+mod recipes;
 mod report;
 mod resource;
 mod scenario;

@@ -26,7 +26,7 @@ use crate::backend::Backend;
 use crate::check::queue;
 use crate::client::ZK_SESSION;
 use crate::resource::Counts;
-use crate::scenario::{Fault, Row, Scenario};
+use crate::scenario::{Row, Scenario};
 
 /// Items each producer puts.
 const ITEMS: usize = 30;
@@ -53,9 +53,7 @@ struct History {
 /// Runs the queue `scenario` on `backend` for about `length`.
 pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
     let started = Instant::now();
-    let upstream = backend
-        .proxied_upstream()
-        .unwrap_or_else(|| panic!("{scenario}: a queue needs a ZooKeeper backend"));
+    let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/queue-{seed:x}");
     let history = Arc::new(Mutex::new(History::default()));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -77,17 +75,7 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
     }
     tokio::time::sleep(length / 4).await;
     // The fault: the server restarted, or the first consumer cut off past its session.
-    let cut = PRODUCERS;
-    match scenario.fault {
-        Fault::None => {}
-        Fault::Server => backend.server_fault().await,
-        Fault::Cut => {
-            proxies[cut].cut();
-            tokio::time::sleep(ZK_SESSION + Duration::from_secs(2)).await;
-            proxies[cut].heal();
-        }
-        other => panic!("{scenario}: the queue has no {other:?} fault"),
-    }
+    crate::recipes::strike(backend, scenario, &proxies[PRODUCERS]).await;
     let mut problems = Vec::new();
     for producer in producers {
         if let Err(err) = producer.await {

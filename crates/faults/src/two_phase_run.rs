@@ -43,9 +43,7 @@ const SITE_WAIT: Duration = Duration::from_secs(15);
 /// Runs the two-phase commit `scenario` on `backend` for about `length`.
 pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
     let started = Instant::now();
-    let upstream = backend
-        .proxied_upstream()
-        .unwrap_or_else(|| panic!("{scenario}: two-phase commit needs a ZooKeeper backend"));
+    let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/2pc-{seed:x}");
     // Proxy 0 is the coordinator's, 1.. the sites'.
     let mut proxies = Vec::new();
