@@ -23,7 +23,6 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::check::barrier::{self, Event};
 use crate::client::ZK_SESSION;
-use crate::resource::Counts;
 use crate::scenario::{Row, Scenario};
 
 /// Members, and the barrier's size.
@@ -76,22 +75,18 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
         .iter()
         .filter(|e| matches!(e, Event::Pass { .. }))
         .count();
-    Row {
+    crate::recipes::row(
         scenario,
         seed,
-        counts: Counts {
-            turns: passes as u64,
-            ..Counts::default()
-        },
-        took: started.elapsed(),
-        struck: true,
-        fence_problems: Vec::new(),
-        history_problems: problems,
-        notes: vec![format!(
+        started,
+        true,
+        (passes, 0),
+        problems,
+        format!(
             "{passes} passes in {} events, {failed_calls} failed calls",
             events.len()
-        )],
-    }
+        ),
+    )
 }
 
 /// One member's rounds until `until`; how many of its calls failed.

@@ -22,7 +22,6 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::check::counter::{self, Answer, Call, Op};
 use crate::client::ZK_SESSION;
-use crate::resource::Counts;
 use crate::scenario::{Row, Scenario};
 
 /// Clients calling the counter at once.
@@ -69,20 +68,15 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
     if let Err(problem) = counter::check(0, &history) {
         problems.push(format!("not linearizable: {problem:?}"));
     }
-    Row {
+    crate::recipes::row(
         scenario,
         seed,
-        counts: Counts {
-            turns: answered as u64,
-            writes: history.len() as u64,
-            ..Counts::default()
-        },
-        took: started.elapsed(),
-        struck: true,
-        fence_problems: Vec::new(),
-        history_problems: problems,
-        notes: vec![format!("{} calls, {answered} answered", history.len())],
-    }
+        started,
+        true,
+        (answered, history.len()),
+        problems,
+        format!("{} calls, {answered} answered", history.len()),
+    )
 }
 
 /// One client's calls; `Err` only if it could never connect.

@@ -89,12 +89,7 @@ impl KeeperProcess {
     /// Starts `exe keeper` on a free port and a fresh data directory, following `clock` if
     /// given; returns once it serves.
     pub fn start(exe: &Path, clock: Option<ServerClock>) -> Result<KeeperProcess, String> {
-        let data = tempfile::Builder::new()
-            .prefix("lockkeeper-faults-keeper-")
-            .tempdir()
-            .map_err(|e| format!("a data directory for Keeper: {e}"))?;
-        let log = data.path().join(LOG);
-        let store = data.path().join(DATA);
+        let (data, log, store) = data_dir()?;
         let (child, port) = on_free_port(
             &launch(&log),
             |port| command(exe, clock.as_ref(), None, port, &store),
@@ -113,12 +108,7 @@ impl KeeperProcess {
     /// Starts `exe keeper` in `host`'s namespace of `net`, on its address; returns once it
     /// serves.
     pub fn start_in(exe: &Path, net: Arc<Net>, host: usize) -> Result<KeeperProcess, String> {
-        let data = tempfile::Builder::new()
-            .prefix("lockkeeper-faults-keeper-")
-            .tempdir()
-            .map_err(|e| format!("a data directory for Keeper: {e}"))?;
-        let log = data.path().join(LOG);
-        let store = data.path().join(DATA);
+        let (data, log, store) = data_dir()?;
         let placed = Some((net.clone(), host));
         let ip = net.addr(host);
         let child = on_port(
@@ -167,6 +157,17 @@ impl KeeperProcess {
         })?;
         Ok(())
     }
+}
+
+/// A fresh temporary directory for one Keeper process: the directory, its log and its data
+/// directory.
+fn data_dir() -> Result<(TempDir, PathBuf, PathBuf), String> {
+    let data = tempfile::Builder::new()
+        .prefix("lockkeeper-faults-keeper-")
+        .tempdir()
+        .map_err(|e| format!("a data directory for Keeper: {e}"))?;
+    let (log, store) = (data.path().join(LOG), data.path().join(DATA));
+    Ok((data, log, store))
 }
 
 fn command(

@@ -25,7 +25,6 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::check::queue;
 use crate::client::ZK_SESSION;
-use crate::resource::Counts;
 use crate::scenario::{Row, Scenario};
 
 /// Items each producer puts.
@@ -106,27 +105,22 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
         problems.push(format!("acknowledged puts never taken: {:?}", report.lost));
     }
     let redelivered: usize = report.duplicates.iter().map(|(_, n)| n - 1).sum();
-    Row {
+    crate::recipes::row(
         scenario,
         seed,
-        counts: Counts {
-            turns: history.taken.len() as u64,
-            writes: history.acknowledged.len() as u64,
-            ..Counts::default()
-        },
-        took: started.elapsed(),
-        struck: true,
-        fence_problems: Vec::new(),
-        history_problems: problems,
-        notes: vec![format!(
+        started,
+        true,
+        (history.taken.len(), history.acknowledged.len()),
+        problems,
+        format!(
             "{} puts acknowledged, {} unanswered, {} takes, {redelivered} redeliveries (at least \
              once allows them), {} taken without an acknowledged put",
             history.acknowledged.len(),
             history.unanswered.len(),
             history.taken.len(),
             report.unacknowledged_taken
-        )],
-    }
+        ),
+    )
 }
 
 async fn produce(

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use lockkeeper_testkit::Proxy;
 
+use tokio::time::Instant;
+
 use crate::backend::Backend;
 use crate::client::ZK_SESSION;
-use crate::scenario::{Fault, Scenario};
+use crate::resource::Counts;
+use crate::scenario::{Fault, Row, Scenario};
 
 /// The backend's servers as a connect string, for the clients' proxies.
 pub fn upstream(backend: &Backend, scenario: Scenario) -> String {
@@ -29,5 +32,33 @@ pub async fn strike(backend: &mut Backend, scenario: Scenario, victim: &Proxy) {
             victim.heal();
         }
         other => panic!("{scenario}: a recipe scenario has no {other:?} fault"),
+    }
+}
+
+/// A recipe scenario's row: whether its fault `struck`, its checker's `problems`, what it
+/// counted (`turns`: its operations; `writes`: its acknowledged writes, if it has such) and a
+/// `note` for the JSON.
+pub fn row(
+    scenario: Scenario,
+    seed: u64,
+    started: Instant,
+    struck: bool,
+    (turns, writes): (usize, usize),
+    problems: Vec<String>,
+    note: String,
+) -> Row {
+    Row {
+        scenario,
+        seed,
+        counts: Counts {
+            turns: turns as u64,
+            writes: writes as u64,
+            ..Counts::default()
+        },
+        took: started.elapsed(),
+        struck,
+        fence_problems: Vec::new(),
+        history_problems: problems,
+        notes: vec![note],
     }
 }

@@ -28,7 +28,6 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::check::two_phase::{self, Outcome, Transaction, Vote};
 use crate::client::ZK_SESSION;
-use crate::resource::Counts;
 use crate::scenario::{Fault, Row, Scenario};
 
 /// Sites per transaction.
@@ -119,22 +118,15 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
     if scenario.fault == Fault::Cut {
         proxies[1].heal();
     }
-    Row {
+    crate::recipes::row(
         scenario,
         seed,
-        counts: Counts {
-            turns: histories.len() as u64,
-            ..Counts::default()
-        },
-        took: started.elapsed(),
-        struck: faulted,
-        fence_problems: Vec::new(),
-        history_problems: problems,
-        notes: vec![format!(
-            "{} transactions, {commits} committed",
-            histories.len()
-        )],
-    }
+        started,
+        faulted,
+        (histories.len(), 0),
+        problems,
+        format!("{} transactions, {commits} committed", histories.len()),
+    )
 }
 
 /// One transaction: the coordinator proposes while every site joins and votes; what each
@@ -153,28 +145,44 @@ async fn transaction(
             _ => None,
         }
     };
-    let participants = futures_join(sites.iter().zip(votes).enumerate().map(
-        |(i, (site, vote))| async move {
-            let handle = &handles[1 + i];
-            let joined = match handle.join_timeout(tx, site, SITE_WAIT).await {
-                Ok(Some(proposal)) => proposal,
-                _ => return (site.clone(), Vote::Missing, None),
-            };
-            let cast = match tokio::time::timeout(SITE_WAIT, joined.cast(*vote)).await {
-                Ok(Ok(())) => match vote {
-                    TxVote::Commit => Vote::Commit,
-                    TxVote::Abort => Vote::Abort,
-                },
-                _ => Vote::Missing,
-            };
-            let outcome = match joined.wait_timeout(SITE_WAIT).await {
-                Ok(Some(outcome)) => Some(learned(&outcome)),
-                _ => None,
-            };
-            (site.clone(), cast, outcome)
-        },
-    ));
-    let (decided, sited) = tokio::join!(coordinator, participants);
+    // Each site in a task of its own, so the sites and the coordinator go at once.
+    let participants: Vec<_> = sites
+        .iter()
+        .zip(votes)
+        .enumerate()
+        .map(|(i, (site, vote))| {
+            let (handle, site, vote, tx) =
+                (handles[1 + i].clone(), site.clone(), *vote, tx.to_owned());
+            tokio::spawn(async move {
+                let joined = match handle.join_timeout(&tx, &site, SITE_WAIT).await {
+                    Ok(Some(proposal)) => proposal,
+                    _ => return (site, Vote::Missing, None),
+                };
+                let cast = match tokio::time::timeout(SITE_WAIT, joined.cast(vote)).await {
+                    Ok(Ok(())) => match vote {
+                        TxVote::Commit => Vote::Commit,
+                        TxVote::Abort => Vote::Abort,
+                    },
+                    _ => Vote::Missing,
+                };
+                let outcome = match joined.wait_timeout(SITE_WAIT).await {
+                    Ok(Some(outcome)) => Some(learned(&outcome)),
+                    _ => None,
+                };
+                (site, cast, outcome)
+            })
+        })
+        .collect();
+    let decided = coordinator.await;
+    let mut sited = Vec::new();
+    for (participant, site) in participants.into_iter().zip(sites) {
+        // A site's task only panics if the library does; then it learned nothing.
+        sited.push(
+            participant
+                .await
+                .unwrap_or_else(|_| (site.clone(), Vote::Missing, None)),
+        );
+    }
     let mut history = Transaction {
         votes: sited.iter().map(|(s, v, _)| (s.clone(), *v)).collect(),
         learned: sited.into_iter().map(|(s, _, o)| (s, o)).collect(),
@@ -189,28 +197,4 @@ fn learned(outcome: &TxOutcome) -> Outcome {
     } else {
         Outcome::Abort
     }
-}
-
-/// Runs the futures concurrently; their outputs in order.
-async fn futures_join<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let mut handles: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (handle, output) in handles.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match handle.as_mut().poll(cx) {
-                    std::task::Poll::Ready(value) => *output = Some(value),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }

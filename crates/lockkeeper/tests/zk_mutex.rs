@@ -166,6 +166,16 @@ async fn wait_watches(connect: &str, count: usize) {
     .await;
 }
 
+/// A session with a long timeout, so that no ping falls into a window whose requests a test
+/// counts.
+async fn long_session(connect: &str) -> Session {
+    Session::builder(connect)
+        .session_timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// Requests the server has read from `session`'s connection, from `cons` (Keeper and
 /// ZooKeeper both print `recved=N` and `sid=0x...` per connection).
 fn requests_received(connect: &str, session: &Session) -> u64 {
@@ -187,16 +197,9 @@ fn requests_received(connect: &str, session: &Session) -> u64 {
 async fn a_failed_try_lock_lists_once_and_watches_nothing() {
     for_each_backend(|connect| async move {
         let path = "/locks/try-once";
-        let long = |connect: String| async move {
-            Session::builder(&connect)
-                .session_timeout(Duration::from_secs(30))
-                .connect()
-                .await
-                .expect("connect")
-        };
-        let holder = long(connect.clone()).await;
+        let holder = long_session(&connect).await;
         let _held = holder.mutex(path).unwrap().lock().await.unwrap();
-        let trying = long(connect.clone()).await;
+        let trying = long_session(&connect).await;
         let mutex = trying.mutex(path).unwrap();
         let before = requests_received(&connect, &trying);
         assert!(mutex.try_lock().await.unwrap().is_none());
@@ -219,19 +222,12 @@ async fn a_handoff_costs_the_next_waiter_no_request() {
     for_each_backend(|connect| async move {
         let path = "/locks/stale-listing";
         // Long timeouts: no ping falls into the counted windows.
-        let long = |connect: String| async move {
-            Session::builder(&connect)
-                .session_timeout(Duration::from_secs(30))
-                .connect()
-                .await
-                .expect("connect")
-        };
         let sessions = [
-            long(connect.clone()).await,
-            long(connect.clone()).await,
-            long(connect.clone()).await,
+            long_session(&connect).await,
+            long_session(&connect).await,
+            long_session(&connect).await,
         ];
-        let last = long(connect.clone()).await;
+        let last = long_session(&connect).await;
         let mut guards = Vec::new();
         guards.push(sessions[0].mutex(path).unwrap().lock().await.unwrap());
         let mut waiting = Vec::new();
