@@ -370,6 +370,11 @@ mod tests {
         history.record(&Verdict::Accepted, 4, "b#2");
         let problems = history.check("local", Some((4, "b#2".into())));
         assert_eq!(problems, ["local: accepted token 4 after 5"]);
+        // One holder writing again under its token is no decrease.
+        let mut same = History::default();
+        same.record(&Verdict::Accepted, 5, "a#1");
+        same.record(&Verdict::Accepted, 5, "a#2");
+        assert!(same.check("local", Some((5, "a#2".into()))).is_empty());
     }
 
     #[test]
@@ -385,6 +390,34 @@ mod tests {
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("last accepted write"), "{problems:?}");
         assert_eq!(history.check("redis", None).len(), 1);
+    }
+
+    /// `Fences::check` against real stores: clean after fenced writes, and a write made behind
+    /// the fences' back (one store changed, the others not) is named.
+    #[test]
+    fn a_store_changed_behind_the_fences_is_caught() {
+        let stores = Stores::start();
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let mut fences = Fences::open(&stores, "forged", None)
+                .await
+                .expect("open the fences");
+            let verdicts = fences.write("c0.0", FencingToken::new(3), None).await;
+            assert!(
+                verdicts.iter().all(|v| *v == Verdict::Accepted),
+                "{verdicts:?}"
+            );
+            let stale = fences.write("c1.0", FencingToken::new(2), None).await;
+            assert!(stale.iter().all(|v| *v == Verdict::Refused), "{stale:?}");
+            assert_eq!(fences.check().await, Vec::<String>::new());
+            fences
+                .sql
+                .write_sqlite(&fences.sqlite, "forged", FencingToken::new(9), b"forged")
+                .expect("the write behind the fences' back");
+            let problems = fences.check().await;
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].starts_with("sqlite:"), "{problems:?}");
+        });
     }
 
     #[test]

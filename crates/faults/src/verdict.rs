@@ -266,6 +266,28 @@ mod tests {
     }
 
     #[test]
+    fn a_predicted_row_where_nothing_happened_is_a_pass() {
+        // A Sentinel failover that lost no token and let nobody in: nothing to excuse.
+        let calm = Counts {
+            fenced: true,
+            ..Counts::default()
+        };
+        assert_eq!(
+            judge(&row(BackendKind::Sentinel, Fault::Server, calm.clone())),
+            Verdict::Pass
+        );
+        // Overlaps alone, where only overlaps are predicted: expected, not a pass.
+        let overlapped = Counts {
+            overlaps: 1,
+            ..calm
+        };
+        assert!(matches!(
+            judge(&row(BackendKind::Redis, Fault::ServerClock, overlapped)),
+            Verdict::Expected(_)
+        ));
+    }
+
+    #[test]
     fn a_fence_history_problem_is_a_violation_everywhere() {
         let mut bad = row(BackendKind::Sentinel, Fault::Server, zombie_refused());
         bad.fence_problems = vec!["redis: accepted token 4 after 5".into()];

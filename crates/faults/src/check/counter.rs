@@ -82,11 +82,6 @@ pub fn check(initial: i64, history: &[Call]) -> Result<(), Problem> {
     if history.len() > MAX_OPS {
         return Err(Problem::TooLong(history.len()));
     }
-    let all: u128 = if history.len() == MAX_OPS {
-        u128::MAX
-    } else {
-        (1u128 << history.len()) - 1
-    };
     // Every call with an answer must be placed; unknown ones may be left out.
     let required: u128 = history
         .iter()
@@ -95,7 +90,6 @@ pub fn check(initial: i64, history: &[Call]) -> Result<(), Problem> {
         .fold(0, |mask, (i, _)| mask | (1 << i));
     let mut search = Search {
         history,
-        all,
         required,
         seen: HashSet::new(),
         best: (0, 0),
@@ -118,7 +112,6 @@ pub fn check(initial: i64, history: &[Call]) -> Result<(), Problem> {
 
 struct Search<'a> {
     history: &'a [Call],
-    all: u128,
     required: u128,
     seen: HashSet<(u128, i64)>,
     /// The mask that placed the most operations, and its value.
@@ -150,7 +143,7 @@ impl Search<'_> {
             .unwrap_or(u64::MAX);
         for (i, call) in self.history.iter().enumerate() {
             let bit = 1u128 << i;
-            if done & bit != 0 || call.called > horizon || self.all & bit == 0 {
+            if done & bit != 0 || call.called > horizon {
                 continue;
             }
             if let Some(next) = apply(value, call) {
@@ -225,6 +218,31 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_calls_reported_stuck_are_the_unplaced_ones_wherever_they_stand() {
+        // The stale read listed first: the increment (second) is placed, the read is not.
+        let history = [
+            call(2, Op::Get, 6, 7, Answer::Value(0)),
+            call(1, Op::Add(1), 0, 5, Answer::Value(1)),
+        ];
+        assert_eq!(
+            check(0, &history),
+            Err(Problem::NotLinearizable {
+                placed: 1,
+                stuck: vec![history[0]]
+            })
+        );
+    }
+
+    #[test]
+    fn a_call_made_the_instant_another_is_answered_is_concurrent_with_it() {
+        let history = [
+            call(1, Op::Add(1), 0, 5, Answer::Value(1)),
+            call(2, Op::Get, 5, 6, Answer::Value(0)),
+        ];
+        assert_eq!(check(0, &history), Ok(()));
     }
 
     #[test]
@@ -325,5 +343,18 @@ mod tests {
             check(0, &[history.clone(), history.clone()].concat()),
             Err(Problem::TooLong(240))
         );
+        // Exactly the most a check takes.
+        let longest: Vec<Call> = (0..MAX_OPS as u64)
+            .map(|n| {
+                call(
+                    0,
+                    Op::Add(1),
+                    n * 10,
+                    n * 10 + 5,
+                    Answer::Value(n as i64 + 1),
+                )
+            })
+            .collect();
+        assert_eq!(check(0, &longest), Ok(()));
     }
 }

@@ -139,6 +139,7 @@ mod tests {
         let events = [
             enter("a", 1),
             accepted("a", 1),
+            accepted("a", 1),
             exit("a"),
             enter("b", 2),
             accepted("b", 2),

@@ -74,7 +74,8 @@ mod tests {
         let report = check(
             &items(&["a", "b", "c"]),
             &items(&["d"]),
-            &items(&["a", "a", "c", "d"]),
+            // "z" was put by nobody here: it is not an unanswered put taken.
+            &items(&["a", "a", "c", "d", "z"]),
         );
         assert!(report.violated());
         assert_eq!(report.lost, ["b"]);
