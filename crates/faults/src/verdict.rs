@@ -266,6 +266,20 @@ mod tests {
     }
 
     #[test]
+    fn stale_writes_accepted_alone_are_what_a_failover_is_expected_for() {
+        let mut accepted = Counts {
+            fenced: true,
+            ..Counts::default()
+        };
+        accepted.stale.attempted = 1;
+        accepted.stale.accepted = [1; 5];
+        assert!(matches!(
+            judge(&row(BackendKind::Sentinel, Fault::Server, accepted)),
+            Verdict::Expected(_)
+        ));
+    }
+
+    #[test]
     fn a_predicted_row_where_nothing_happened_is_a_pass() {
         // A Sentinel failover that lost no token and let nobody in: nothing to excuse.
         let calm = Counts {
