@@ -18,7 +18,7 @@ use std::time::Duration;
 use lockkeeper::redis::Redis;
 use lockkeeper::zk::Session;
 use lockkeeper_testkit::{RedisServer, both};
-use support::{Partition, for_each_backend, session, wait_children};
+use support::{Partition, for_each_backend, session, wait_children, wait_watches};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
@@ -126,6 +126,53 @@ async fn zk_a_deleted_holder_delays_waiters_and_fresh_arrivals() {
         at_least("fresh arrival", Instant::now(), deleted, DELAY);
         taken.release().await.expect("release");
         drop(guard);
+    })
+    .await;
+}
+
+/// A waiter that watched its predecessor take over (the node two ahead released cleanly)
+/// times the predecessor's later failure from the failure, not from the handoff it saw: after
+/// a hold longer than the delay, the delay is still waited out in full.
+#[tokio::test]
+async fn zk_a_failure_after_a_long_hold_is_timed_from_the_failure() {
+    for_each_backend(|connect| async move {
+        let path = "/lock-delay/long-hold";
+        let observer = session(&connect).await;
+        let first = session(&connect).await;
+        let guard = first
+            .mutex(path)
+            .unwrap()
+            .lock_delay(DELAY)
+            .unwrap()
+            .lock()
+            .await
+            .expect("lock");
+        let second = session(&connect).await;
+        let next = second.mutex(path).unwrap().lock_delay(DELAY).unwrap();
+        let taking_over = tokio::spawn(async move { next.lock().await.expect("second lock") });
+        wait_children(&observer, path, 2).await;
+        let waiting = waiter(session(&connect).await, &observer, path, 3).await;
+        // The holder's own watch, the second's on it, and the waiter's on both ahead of it.
+        if !support::is_ensemble(&connect) {
+            wait_watches(&connect, 4).await;
+        }
+        guard.release().await.expect("clean release");
+        let holding = timeout(STEP, taking_over)
+            .await
+            .expect("the second takes over")
+            .expect("second's task");
+        // Longer than the delay: a delay timed from the handoff would be over already.
+        tokio::time::sleep(DELAY + DELAY / 2).await;
+        let deleted = Instant::now();
+        observer
+            .client()
+            .unwrap()
+            .delete(holding.node(), None)
+            .await
+            .expect("delete the second holder's node");
+        at_least("waiter", granted(waiting).await, deleted, DELAY);
+        drop(holding);
+        drop(second);
     })
     .await;
 }

@@ -103,6 +103,31 @@ async fn zk_mutex_is_given_up_at_its_maximum_hold_time() {
     .await;
 }
 
+/// A `lock()` on the same handle once the maximum hold time has passed, but before the timer
+/// that gives the hold up has run, starts afresh: a new node with a new token, the old guard
+/// `NotHeld`. The test's runtime has one thread, and blocking it past the maximum hold time is
+/// what keeps the timer from running first.
+#[tokio::test]
+async fn zk_a_handle_locks_afresh_before_the_maximum_hold_timer_has_run() {
+    for_each_backend(|connect| async move {
+        let path = "/max-hold/afresh";
+        let holder = session(&connect).await;
+        let mutex = holder.mutex(path).unwrap().max_hold(MAX_HOLD).unwrap();
+        let first = mutex.lock().await.expect("lock");
+        std::thread::sleep(MAX_HOLD + TICK);
+        assert!(!first.is_held(), "is_held() after the maximum hold time");
+        let again = timeout(STEP, mutex.lock())
+            .await
+            .expect("lock() again after the maximum hold time")
+            .expect("lock again");
+        assert!(again.is_held(), "the new hold");
+        assert_ne!(again.fencing_token(), first.fencing_token(), "a new node");
+        not_held("mutex", first.release().await);
+        again.release().await.expect("release again");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn zk_rw_lock_both_sides_are_given_up() {
     for_each_backend(|connect| async move {

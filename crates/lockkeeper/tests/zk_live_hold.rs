@@ -292,6 +292,33 @@ async fn a_deleted_queue_item_lock_ends_is_held() {
     .await;
 }
 
+/// Each re-entry of a hold that was lost says so when released: the deletion ended every
+/// count, not only the last, so no `release()` of it returns `Ok`.
+#[tokio::test]
+async fn every_re_entry_of_a_deleted_hold_releases_as_not_held() {
+    for_each_backend(|connect| async move {
+        let holder = session(&connect).await;
+        let operator = session(&connect).await;
+        let mutex = holder.mutex("/live/re-entered").unwrap();
+        let outer = mutex.lock().await.expect("lock");
+        let inner = mutex.lock().await.expect("re-enter");
+        assert_eq!(mutex.hold_count(), 2);
+        delete(&operator, outer.node()).await;
+        turns_false("re-entered mutex is_held()", || inner.is_held()).await;
+        let released = inner.release().await;
+        assert!(
+            matches!(released, Err(lockkeeper::Error::NotHeld)),
+            "releasing a re-entry after the deletion: {released:?}"
+        );
+        let released = outer.release().await;
+        assert!(
+            matches!(released, Err(lockkeeper::Error::NotHeld)),
+            "releasing the last count after the deletion: {released:?}"
+        );
+    })
+    .await;
+}
+
 /// What a handle does with a hold it knows is gone, and with one that may come back: a mutex
 /// whose node was deleted takes the lock afresh on the next `lock()` (a new node, a higher
 /// token); one whose session is only suspended re-enters its hold once the same session is

@@ -10,7 +10,10 @@ use std::time::Duration;
 use lockkeeper::Error;
 use lockkeeper::zk::ConnectionState;
 use lockkeeper::zk::Session;
-use support::{Partition, children, for_each_backend, session, wait_children, wait_state};
+use support::{
+    Partition, children, for_each_backend, long_session, requests_received, session, wait_children,
+    wait_state, wait_watches,
+};
 use tokio::sync::Mutex as AsyncMutex;
 
 /// A resource the lock protects: it counts overlapping holders and, like a real store with
@@ -148,48 +151,6 @@ async fn grants_in_arrival_order_and_each_release_wakes_at_most_two_waiters() {
     .await;
 }
 
-/// Waits until the server holds `count` watches (`wchs`).
-async fn wait_watches(connect: &str, count: usize) {
-    let addr = connect.parse().expect("a single host:port");
-    lockkeeper_testkit::within(Duration::from_secs(10), format!("{count} watches"), async {
-        loop {
-            let total =
-                tokio::task::spawn_blocking(move || lockkeeper_testkit::total_watches(addr))
-                    .await
-                    .expect("wchs");
-            if total == count {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
-
-/// A session with a long timeout, so that no ping falls into a window whose requests a test
-/// counts.
-async fn long_session(connect: &str) -> Session {
-    Session::builder(connect)
-        .session_timeout(Duration::from_secs(30))
-        .connect()
-        .await
-        .expect("connect")
-}
-
-/// Requests the server has read from `session`'s connection, from `cons` (Keeper and
-/// ZooKeeper both print `recved=N` and `sid=0x...` per connection).
-fn requests_received(connect: &str, session: &Session) -> u64 {
-    let addr = connect.parse().expect("a single host:port");
-    let sid = format!("sid=0x{:x}", session.session_id());
-    let cons = lockkeeper_testkit::four_letter_word(addr, "cons");
-    let line = cons
-        .lines()
-        .find(|line| line.contains(&sid))
-        .unwrap_or_else(|| panic!("no connection with {sid} in cons:\n{cons}"));
-    lockkeeper_testkit::cons_field(line, "recved")
-        .unwrap_or_else(|| panic!("no recved=N in {line}"))
-}
-
 /// A `try_lock` that finds the lock held gives up on that listing: it queues, lists, and
 /// withdraws, and never sets a watch on the holder's node (nothing would ever fire it for a
 /// caller that is not waiting).
@@ -210,6 +171,66 @@ async fn a_failed_try_lock_lists_once_and_watches_nothing() {
             sent, 3,
             "create, list, delete: a failed try_lock must not watch the holder"
         );
+    })
+    .await;
+}
+
+/// The waiter's predecessor and the node two ahead of it (both of which it watches) deleted
+/// in one transaction: it lists again and must watch the holder now before it, not take the
+/// fired watch of a node that is gone for the holder's. It is granted only when the holder
+/// releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_whose_two_watched_nodes_vanish_together_waits_for_the_holder() {
+    for_each_backend(|connect| async move {
+        let path = "/locks/two-vanish";
+        let holder = long_session(&connect).await;
+        let guard = holder.mutex(path).unwrap().lock().await.unwrap();
+        // Two waiters behind the holder; deleted, they queue again (behind the last one).
+        let mut others = Vec::new();
+        for i in 1..=2 {
+            let session = long_session(&connect).await;
+            let mutex = session.mutex(path).unwrap();
+            others.push(tokio::spawn(async move {
+                let _session = &session;
+                mutex.lock().await.unwrap()
+            }));
+            wait_children(&holder, path, i + 1).await;
+        }
+        let last = long_session(&connect).await;
+        let mutex = last.mutex(path).unwrap();
+        let granted = Arc::new(AtomicBool::new(false));
+        let flag = granted.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = mutex.lock().await.unwrap();
+            flag.store(true, Ordering::SeqCst);
+            guard
+        });
+        let line = wait_children(&holder, path, 4).await;
+        // The holder's own watch, one by the first waiter, two by each of the others.
+        wait_watches(&connect, 6).await;
+        let mut sorted = line.clone();
+        sorted.sort_by_key(|name| name.rsplit('-').next().unwrap_or_default().to_owned());
+        let client = holder.client().unwrap();
+        let mut both = client.multi();
+        for name in &sorted[1..3] {
+            both.add_delete(&format!("{path}/{name}"), None).unwrap();
+        }
+        both.commit().await.expect("delete both waiters' nodes");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !granted.load(Ordering::SeqCst),
+            "granted while the holder still holds ({sorted:?} less the two deleted)"
+        );
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+        let theirs = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("granted once the holder released")
+            .unwrap();
+        theirs.release().await.unwrap();
+        for other in others {
+            other.abort();
+        }
     })
     .await;
 }

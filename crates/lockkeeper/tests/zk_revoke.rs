@@ -16,11 +16,14 @@ mod zk;
 use std::time::Duration;
 
 use jvm::Jvm;
-use lockkeeper::zk::{Revoked, Session};
+use lockkeeper::zk::{ConnectionState, Revoked, Session};
 use lockkeeper::{Error, FencingToken};
 use lockkeeper_testkit::both;
 use lockkeeper_testkit::test_child::{self, ChildProcess};
-use support::{children, for_each_backend, session, wait_children};
+use support::{
+    Partition, children, for_each_backend, long_session, requests_received, session, wait_children,
+    wait_state, wait_watches,
+};
 use tokio::time::{Instant, timeout};
 use zk::{JVM_START, STEP, runtime};
 
@@ -68,6 +71,86 @@ async fn a_holder_hears_a_revocation_request() {
             revoker.revoke(&node, Duration::ZERO).await.unwrap(),
             Revoked::AlreadyGone
         );
+    })
+    .await;
+}
+
+/// A holder that starts listening while its connection is down hears a request written
+/// meanwhile, once the same session is back: the failed read is sent again, not given up.
+#[tokio::test]
+async fn a_request_written_while_the_holder_is_cut_off_is_heard_after_the_reconnect() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the proxy cuts a single server");
+            return;
+        }
+        let partition = Partition::start(&connect).await;
+        let holder = Session::builder(&partition.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connect()
+            .await
+            .expect("connect through the proxy");
+        let revoker = session(&connect).await;
+        let guard = holder.mutex("/revoke/cut").unwrap().lock().await.unwrap();
+        partition.cut();
+        wait_state(&holder, ConnectionState::Suspended).await;
+        let mut asked = Box::pin(guard.revocation_requested());
+        assert!(still_pending(&mut asked).await, "heard before anyone asked");
+        assert!(revoker.request_revocation(guard.node()).await.unwrap());
+        partition.heal();
+        wait_state(&holder, ConnectionState::Reconnected).await;
+        timeout(WAIT, asked)
+            .await
+            .expect("the request written while cut off was heard after the reconnect");
+        guard.release().await.unwrap();
+    })
+    .await;
+}
+
+/// A listener whose node is deleted, or was deleted before it began, stays pending (`lost()`
+/// reports the deletion) and stops asking: one read each, nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_on_a_deleted_node_stays_pending_and_stops_asking() {
+    for_each_backend(|connect| async move {
+        let holder = long_session(&connect).await;
+        let operator = session(&connect).await;
+        let guard = holder
+            .mutex("/revoke/deleted")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        // The hold's own watch is set by a task of its own: counted before, not in the window.
+        wait_watches(&connect, 1).await;
+        let before = requests_received(&connect, &holder);
+        let mut asked = Box::pin(guard.revocation_requested());
+        assert!(still_pending(&mut asked).await, "heard before anyone asked");
+        operator
+            .client()
+            .unwrap()
+            .delete(guard.node(), None)
+            .await
+            .expect("delete the holder's node");
+        timeout(WAIT, guard.lost())
+            .await
+            .expect("lost() at the deletion");
+        assert!(
+            still_pending(&mut asked).await,
+            "a deleted node is not a request"
+        );
+        let mut late = Box::pin(guard.revocation_requested());
+        assert!(
+            still_pending(&mut late).await,
+            "a listener begun after the deletion"
+        );
+        // Both reads arrive (however slowly), and nothing follows them.
+        let deadline = Instant::now() + WAIT;
+        while requests_received(&connect, &holder) - before < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(still_pending(&mut late).await);
+        let sent = requests_received(&connect, &holder) - before;
+        assert_eq!(sent, 2, "one read per listener, none after the deletion");
     })
     .await;
 }

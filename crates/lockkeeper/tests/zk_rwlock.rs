@@ -379,6 +379,50 @@ async fn a_downgraded_read_keeps_out_a_writer_queued_before_it() {
     .await;
 }
 
+/// A downgraded read guard whose node was deleted behind its back, dropped after its handle
+/// has moved on (so nothing releases it), still lets its pinned write node go: the writer
+/// queued behind that write node gets the lock. Otherwise the released write node would stay
+/// until the session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_downgraded_read_dropped_unreleased_lets_its_write_node_go() {
+    for_each_backend(|connect| async move {
+        let path = "/rw/downgrade-dropped";
+        let a = session(&connect).await;
+        let b = session(&connect).await;
+        let lock = a.rw_lock(path).unwrap();
+        let write = lock.write().await.unwrap();
+        let writer = b.rw_lock(path).unwrap();
+        let waiting = tokio::spawn(async move { writer.write().await.unwrap() });
+        wait_children(&a, path, 2).await;
+        let read = lock.try_read().await.unwrap().expect("downgrade");
+        write.release().await.unwrap();
+        b.client()
+            .unwrap()
+            .delete(read.node(), None)
+            .await
+            .expect("delete the read node");
+        tokio::time::timeout(LIMIT, async {
+            while read.is_held() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("is_held() turns false at the deletion");
+        // The handle starts afresh (behind the pinned write node, so not granted): the lost
+        // guard is no longer its hold, and dropping it releases nothing.
+        assert!(lock.try_read().await.unwrap().is_none());
+        drop(read);
+        let theirs = tokio::time::timeout(LIMIT, waiting)
+            .await
+            .expect("the writer is granted once the lost read is dropped")
+            .unwrap();
+        let nodes = children(&a, path).await;
+        assert_eq!(nodes.len(), 1, "our nodes left behind: {nodes:?}");
+        theirs.release().await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn upgrading_a_read_lock_is_refused() {
     for_each_backend(|connect| async move {

@@ -99,3 +99,45 @@ pub fn curator_name(name: &str, marker: &str) -> bool {
     };
     uuid_ok && sequence.len() == 10 && sequence.bytes().all(|b| b.is_ascii_digit())
 }
+
+/// A session with a long timeout, so that no ping falls into a window whose requests a test
+/// counts.
+pub async fn long_session(connect: &str) -> Session {
+    Session::builder(connect)
+        .session_timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// Requests the server has read from `session`'s connection, from `cons` (Keeper and
+/// ZooKeeper both print `recved=N` and `sid=0x...` per connection).
+pub fn requests_received(connect: &str, session: &Session) -> u64 {
+    let addr = connect.parse().expect("a single host:port");
+    let sid = format!("sid=0x{:x}", session.session_id());
+    let cons = lockkeeper_testkit::four_letter_word(addr, "cons");
+    let line = cons
+        .lines()
+        .find(|line| line.contains(&sid))
+        .unwrap_or_else(|| panic!("no connection with {sid} in cons:\n{cons}"));
+    lockkeeper_testkit::cons_field(line, "recved")
+        .unwrap_or_else(|| panic!("no recved=N in {line}"))
+}
+
+/// Waits until the server holds `count` watches (`wchs`).
+pub async fn wait_watches(connect: &str, count: usize) {
+    let addr = connect.parse().expect("a single host:port");
+    lockkeeper_testkit::within(Duration::from_secs(10), format!("{count} watches"), async {
+        loop {
+            let total =
+                tokio::task::spawn_blocking(move || lockkeeper_testkit::total_watches(addr))
+                    .await
+                    .expect("wchs");
+            if total == count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
