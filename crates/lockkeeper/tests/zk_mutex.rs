@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
-use lockkeeper::zk::ConnectionState;
 use lockkeeper::zk::Session;
+use lockkeeper::zk::{ConnectionState, Delivery};
 use support::{
     Partition, children, for_each_backend, long_session, requests_received, session, wait_children,
     wait_state, wait_watches,
 };
 use tokio::sync::Mutex as AsyncMutex;
+use tokio::time::timeout;
 
 /// A resource the lock protects: it counts overlapping holders and, like a real store with
 /// fencing, rejects a token that is not greater than the last one it accepted.
@@ -429,33 +430,84 @@ async fn a_dropped_lock_future_removes_its_node() {
     .await;
 }
 
-/// `try_lock` does not wait, not even for a connection: while the session is suspended it
-/// fails at once with `SessionLost`, rather than waiting for the network to heal. The same for
-/// a `SimpleLock`.
+/// A try does not wait, not even for a connection: while the session is suspended it fails at
+/// once with `SessionLost`, rather than waiting for the network to heal (or, for a queue,
+/// answering "empty" about a queue it cannot see). Every try of a recipe: `Mutex`,
+/// `SimpleLock`, `Semaphore`, `LeaderLatch`, `DistributedQueue`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn try_lock_while_disconnected_fails_at_once() {
+async fn every_try_while_disconnected_fails_at_once() {
     for_each_backend(|connect| async move {
         let partition = Partition::start(&connect).await;
         let cut_off = session(&partition.connect_string()).await;
         let mutex = cut_off.mutex("/locks/try-disconnected").unwrap();
-        partition.cut();
-        wait_state(&cut_off, ConnectionState::Suspended).await;
-        // Far less than the cut lasts (it lasts until healed below): the answer must not
-        // wait for the connection.
-        let tried = tokio::time::timeout(Duration::from_secs(20), mutex.try_lock())
-            .await
-            .expect("try_lock returned while the network was still cut");
-        assert!(matches!(tried, Err(Error::SessionLost)), "{tried:?}");
         let simple = cut_off
             .simple_lock("/locks/try-disconnected-simple")
             .unwrap();
-        let tried = tokio::time::timeout(Duration::from_secs(20), simple.try_lock())
+        let semaphore = cut_off.semaphore("/locks/try-disconnected-sem", 2).unwrap();
+        let latch = cut_off
+            .leader_latch("/locks/try-disconnected-latch", "cut-off")
+            .unwrap();
+        let queue = cut_off
+            .distributed_queue("/locks/try-disconnected-queue")
+            .unwrap();
+        partition.cut();
+        wait_state(&cut_off, ConnectionState::Suspended).await;
+        // Far less than the cut lasts (it lasts until healed below): no answer may wait for
+        // the connection.
+        let within = Duration::from_secs(20);
+        let tried = timeout(within, mutex.try_lock()).await.expect("Mutex");
+        assert!(matches!(tried, Err(Error::SessionLost)), "Mutex: {tried:?}");
+        let tried = timeout(within, simple.try_lock())
             .await
-            .expect("SimpleLock::try_lock returned while the network was still cut");
-        assert!(matches!(tried, Err(Error::SessionLost)), "{tried:?}");
+            .expect("SimpleLock");
+        assert!(
+            matches!(tried, Err(Error::SessionLost)),
+            "SimpleLock: {tried:?}"
+        );
+        let tried = timeout(within, semaphore.try_acquire(1))
+            .await
+            .expect("Semaphore");
+        assert!(
+            matches!(tried, Err(Error::SessionLost)),
+            "Semaphore: {tried:?}"
+        );
+        let tried = timeout(within, latch.try_lead())
+            .await
+            .expect("LeaderLatch");
+        assert!(
+            matches!(tried, Err(Error::SessionLost)),
+            "LeaderLatch: {tried:?}"
+        );
+        let tried = timeout(within, queue.try_take(Delivery::AtMostOnce))
+            .await
+            .expect("DistributedQueue");
+        assert!(
+            matches!(tried, Err(Error::SessionLost)),
+            "DistributedQueue: {tried:?}"
+        );
         partition.heal();
         wait_state(&cut_off, ConnectionState::Reconnected).await;
-        assert!(mutex.try_lock().await.unwrap().is_some());
+        let guard = mutex
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("free once connected");
+        assert!(
+            queue
+                .try_take(Delivery::AtMostOnce)
+                .await
+                .unwrap()
+                .is_none(),
+            "empty"
+        );
+        guard.release().await.unwrap();
+        // A closed session: not "empty" either.
+        cut_off.close().await;
+        let tried = queue.try_take(Delivery::AtMostOnce).await;
+        assert!(
+            matches!(tried, Err(Error::SessionLost)),
+            "closed: {tried:?}"
+        );
     })
     .await;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockkeeper::Error;
 use lockkeeper::zk::{ConnectionState, Session, StateStream};
-use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, backend_enabled};
+use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, ZkOptions, backend_enabled};
 use support::Partition;
 
 async fn next_state(states: &mut StateStream) -> ConnectionState {
@@ -21,12 +21,12 @@ async fn next_state(states: &mut StateStream) -> ConnectionState {
     state
 }
 
-/// The body, given a server it may restart.
-async fn states_through_restart(mut server: Box<dyn Restartable>) {
+/// The body, given a server it may restart and a session timeout that outlasts its restart
+/// (the server must allow it).
+async fn states_through_restart(mut server: Box<dyn Restartable>, session_timeout: Duration) {
     let connect = server.connect_string();
-    // Long enough to outlast a restart of either server.
     let session = Session::builder(&connect)
-        .session_timeout(Duration::from_secs(30))
+        .session_timeout(session_timeout)
         .connect()
         .await
         .unwrap();
@@ -143,13 +143,20 @@ impl Restartable for ApacheZk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keeper_states() {
     if backend_enabled("keeper") {
-        states_through_restart(Box::new(Keeper::start())).await;
+        // Keeper restarts in well under a second.
+        states_through_restart(Box::new(Keeper::start()), Duration::from_secs(30)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zookeeper_states() {
     if backend_enabled("zookeeper") {
-        states_through_restart(Box::new(ApacheZk::start())).await;
+        // A JVM's restart on a loaded machine can take most of a minute, longer than the
+        // default server allows a session (20 ticks of 2 s): a 6 s tick allows two minutes.
+        let server = ApacheZk::start_with(ZkOptions {
+            tick_time_ms: 6000,
+            ..ZkOptions::default()
+        });
+        states_through_restart(Box::new(server), Duration::from_secs(120)).await;
     }
 }

@@ -172,7 +172,9 @@ impl DistributedQueue {
         self.items.take(delivery, Deadline::after(timeout)?).await
     }
 
-    /// Takes the next item if one can be had at once.
+    /// Takes the next item if one can be had at once; `None` when the queue is empty.
+    /// [`Error::SessionLost`] at once while the session is not connected: an empty answer
+    /// would be a claim about a queue it cannot see.
     pub async fn try_take(&self, delivery: Delivery) -> Result<Option<Taken>> {
         self.items.take(delivery, Deadline::Now).await
     }

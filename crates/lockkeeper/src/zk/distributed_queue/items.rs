@@ -34,7 +34,7 @@ use crate::sync::Watcher;
 use crate::wait::Deadline;
 use crate::zk::hold::watch_node;
 use crate::zk::node::delete_if_ours;
-use crate::zk::session::{Generation, Session, is_connection_loss, is_terminal};
+use crate::zk::session::{Generation, Health, Session, is_connection_loss, is_terminal};
 
 /// The prefix of every item node (Curator's `QUEUE_ITEM_NAME`).
 pub(crate) const ITEM_PREFIX: &str = "queue-";
@@ -140,10 +140,13 @@ impl Items {
     ) -> Result<Option<Taken>> {
         loop {
             let generation = match deadline {
+                // A try while disconnected (suspended, or between sessions) says so at once:
+                // "nothing to take" would be a claim about a queue it cannot see, and waiting
+                // for the connection may take as long as the network does to heal.
                 Deadline::Now => {
                     let generation = self.session.generation();
-                    if generation.client().is_err() {
-                        return Ok(None);
+                    if generation.health() != Health::Connected {
+                        return Err(Error::SessionLost);
                     }
                     generation
                 }
