@@ -445,6 +445,7 @@ async fn followers_wait_for_the_current_leaders_confirmation() {
             session(&connect).await,
         );
         let observer = so.leader_latch(PATH, "observer").unwrap();
+        assert_eq!(observer.id(), "observer");
         let short = Duration::from_millis(300);
         assert!(
             observer
@@ -491,6 +492,15 @@ async fn followers_wait_for_the_current_leaders_confirmation() {
         b.confirm().await.unwrap(); // confirming twice is fine
         let confirmed = observer.confirmed_leader_timeout(WAIT).await.unwrap();
         assert_eq!(confirmed.map(|c| c.id).as_deref(), Some("b"));
+        // The new leader's mark is its own node, not the deposed leader's rewritten: it stays
+        // when the deposed leader's session ends.
+        sa.close().await;
+        let confirmed = observer.confirmed_leader_timeout(short).await.unwrap();
+        assert_eq!(
+            confirmed.map(|c| c.id).as_deref(),
+            Some("b"),
+            "the mark went with the deposed leader's session"
+        );
 
         // Only a leader can confirm.
         let node = b.node().to_owned();
