@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::Path;
 
 use lockkeeper_testkit::{
-    ApacheZk, Etcd, EtcdCluster, NodeOptions, Proxy, RedisNode, RedisSentinel, TestServer,
+    ApacheZk, Etcd, EtcdCluster, Host, NodeOptions, Proxy, RedisNode, RedisSentinel, TestServer,
     ZkEnsemble,
 };
 
@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::keeper_proc::KeeperProcess;
 use crate::kind::Kind;
 use crate::netns::Net;
+use crate::scenario::CLIENTS;
 use crate::shim::ServerClock;
 
 /// A backend of the suite.
@@ -34,6 +35,9 @@ pub enum BackendKind {
     Zookeeper,
     /// A three-member Apache ZooKeeper ensemble.
     Ensemble,
+    /// The ensemble with each member and each client on a host of its own, so members can be
+    /// cut apart (a leader left in a minority) as well as clients from them.
+    EnsembleNetns,
     /// One redis-server with `appendonly yes`, `appendfsync always`.
     Redis,
     /// A master, a replica and three sentinels (no persistence: Sentinel's usual setup).
@@ -54,6 +58,7 @@ impl BackendKind {
             BackendKind::KeeperNetns => "keeper-netns",
             BackendKind::Zookeeper => "zookeeper",
             BackendKind::Ensemble => "zk-ensemble",
+            BackendKind::EnsembleNetns => "zk-ensemble-netns",
             BackendKind::Redis => "redis-aof",
             BackendKind::Sentinel => "redis-sentinel",
             BackendKind::Redlock => "redlock-5",
@@ -71,12 +76,27 @@ impl BackendKind {
                 | BackendKind::KeeperNetns
                 | BackendKind::Zookeeper
                 | BackendKind::Ensemble
+                | BackendKind::EnsembleNetns
         )
     }
 
     /// Whether its servers and clients are hosts of their own (network namespaces).
     pub fn is_netns(self) -> bool {
-        self == BackendKind::KeeperNetns
+        matches!(self, BackendKind::KeeperNetns | BackendKind::EnsembleNetns)
+    }
+
+    /// How many hosts its servers take (hosts `0..n`; client slot `i` is host `n + i`), on a
+    /// namespaced backend.
+    pub fn server_hosts(self) -> usize {
+        match self {
+            BackendKind::EnsembleNetns => ENSEMBLE_SIZE,
+            _ => 1,
+        }
+    }
+
+    /// Whether its servers elect a leader that a partition can leave in a minority.
+    pub fn has_leader(self) -> bool {
+        self == BackendKind::EnsembleNetns
     }
 
     /// Whether it is etcd: locks are key prefixes, held by leases of
@@ -110,7 +130,7 @@ impl BackendKind {
                 Kind::DoubleBarrier,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
-            BackendKind::KeeperNetns => &[Kind::Mutex, Kind::Leader],
+            BackendKind::KeeperNetns | BackendKind::EnsembleNetns => &[Kind::Mutex, Kind::Leader],
             BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
             BackendKind::Redlock => &[Kind::Redlock],
             BackendKind::Etcd | BackendKind::EtcdCluster => {
@@ -145,13 +165,14 @@ pub struct Backend {
     /// The clock the servers follow, where [`BackendKind::has_server_clock`]; its directory
     /// holds the compiled shim and the offset file.
     clock: Option<(ServerClock, tempfile::TempDir)>,
-    /// The hosts, for a namespaced backend: host 0 the server, host `1 + i` client slot `i`.
-    /// Declared after `servers`, so the servers stop before their namespaces go.
+    /// The hosts, for a namespaced backend: the servers' first
+    /// ([`BackendKind::server_hosts`]), then one per client slot. Declared after `servers`,
+    /// so the servers stop before their namespaces go.
     net: Option<Arc<Net>>,
 }
 
-/// The hosts of a namespaced backend: the server and one per client slot.
-pub const NETNS_HOSTS: usize = 1 + crate::scenario::CLIENTS;
+/// Members of the ZooKeeper ensembles.
+const ENSEMBLE_SIZE: usize = 3;
 
 /// Runs a blocking testkit call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -178,7 +199,7 @@ impl Backend {
         let servers = match kind {
             BackendKind::KeeperNetns => {
                 let hosts = Arc::new(
-                    Net::create(NETNS_HOSTS)
+                    Net::create(kind.server_hosts() + CLIENTS)
                         .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
                 );
                 let keeper = KeeperProcess::start_in(exe, hosts.clone(), 0)
@@ -193,6 +214,17 @@ impl Backend {
                 KeeperProcess::start(exe, clock.as_ref().map(|(c, _)| c.clone()))
                     .unwrap_or_else(|e| panic!("start Keeper: {e}")),
             ),
+            BackendKind::EnsembleNetns => {
+                let hosts = Arc::new(
+                    Net::create(kind.server_hosts() + CLIENTS)
+                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
+                );
+                let members: Vec<Host> = (0..kind.server_hosts())
+                    .map(|host| hosts.host(host))
+                    .collect();
+                net = Some(hosts);
+                blocking(move || Servers::Ensemble(ZkEnsemble::start_on(members))).await
+            }
             _ => {
                 let follower = clock.as_ref().map(|(c, _)| c.clone());
                 blocking(move || Backend::start_blocking(kind, follower)).await
@@ -206,9 +238,24 @@ impl Backend {
         }
     }
 
-    /// The hosts of a namespaced backend (host 0 the server, `1 + i` client slot `i`).
+    /// The hosts of a namespaced backend (the servers' first, then the clients').
     pub fn net(&self) -> Option<&Net> {
         self.net.as_deref()
+    }
+
+    /// The host of client slot `slot`, on a namespaced backend.
+    pub fn client_host(&self, slot: usize) -> usize {
+        self.kind.server_hosts() + slot
+    }
+
+    /// The host of the member that leads now (asked of the members, bounded), on a backend
+    /// whose servers elect one ([`BackendKind::has_leader`]).
+    pub async fn leader_host(&self) -> Option<usize> {
+        let Servers::Ensemble(ensemble) = &self.servers else {
+            return None;
+        };
+        // `srvr` of each member: quick, but blocking.
+        tokio::task::block_in_place(|| ensemble.try_leader())
     }
 
     /// Starts the servers testkit guards itself (they outlive no test process); the Redis
@@ -219,7 +266,7 @@ impl Backend {
             None => options,
         };
         match kind {
-            BackendKind::Keeper | BackendKind::KeeperNetns => {
+            BackendKind::Keeper | BackendKind::KeeperNetns | BackendKind::EnsembleNetns => {
                 unreachable!("started on the caller's thread")
             }
             BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),

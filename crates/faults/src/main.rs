@@ -285,6 +285,9 @@ async fn orchestrate(cli: Cli, stores: &fences::Stores) -> ExitCode {
             verdict::judge(&row).word(),
             row.took.as_secs_f64()
         );
+        for note in &row.notes {
+            println!("{scenario}: {note}");
+        }
         rows.push(row);
     }
     drop(backend);

@@ -113,6 +113,14 @@ impl Net {
         Ipv4Addr::new(self.subnet[0], self.subnet[1], self.subnet[2], 1)
     }
 
+    /// `host` as testkit places a server on it.
+    pub fn host(&self, host: usize) -> lockkeeper_testkit::Host {
+        lockkeeper_testkit::Host {
+            netns: self.namespace(host),
+            ip: self.addr(host),
+        }
+    }
+
     /// The address of `host`.
     pub fn addr(&self, host: usize) -> Ipv4Addr {
         Ipv4Addr::new(

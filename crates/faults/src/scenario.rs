@@ -62,6 +62,11 @@ pub enum Fault {
     /// The holder's host hears nothing from the server's for the outage (the server still
     /// hears it), then healed; namespaced backends only.
     OneWay,
+    /// The holder paused at the start of its turn, and it and the leading member cut from
+    /// the other members (a minority with the old leader), until someone else entered; the
+    /// holder then resumed on the minority side, and the partition healed a moment later.
+    /// Backends whose servers elect a leader, on hosts of their own.
+    MinorityLeader,
 }
 
 impl Fault {
@@ -69,7 +74,10 @@ impl Fault {
     /// process paused between its check and its write wakes into a stale write, which only a
     /// fence can stop. A row of such a fault that saw no stale attempt tested nothing.
     pub fn makes_zombies(self) -> bool {
-        matches!(self, Fault::Pause | Fault::PauseAndServer)
+        matches!(
+            self,
+            Fault::Pause | Fault::PauseAndServer | Fault::MinorityLeader
+        )
     }
 
     /// The name in the table (the server fault is named by the backend).
@@ -85,6 +93,7 @@ impl Fault {
             Fault::ServerClock => "server-clock-jump",
             Fault::Partition => "holder-partitioned",
             Fault::OneWay => "holder-deaf",
+            Fault::MinorityLeader => "paused+leader-isolated",
         }
     }
 }
@@ -94,7 +103,7 @@ fn mixed_fault_name(backend: BackendKind) -> &'static str {
         BackendKind::Keeper | BackendKind::KeeperNetns | BackendKind::Zookeeper => {
             "paused+server-restart"
         }
-        BackendKind::Ensemble => "paused+leader-kill",
+        BackendKind::Ensemble | BackendKind::EnsembleNetns => "paused+leader-kill",
         BackendKind::Redis => "paused+master-kill",
         BackendKind::Sentinel => "paused+failover",
         BackendKind::Redlock => "paused+majority-restart",
@@ -106,7 +115,7 @@ fn mixed_fault_name(backend: BackendKind) -> &'static str {
 fn server_fault_name(backend: BackendKind) -> &'static str {
     match backend {
         BackendKind::Keeper | BackendKind::KeeperNetns | BackendKind::Zookeeper => "server-restart",
-        BackendKind::Ensemble => "leader-kill",
+        BackendKind::Ensemble | BackendKind::EnsembleNetns => "leader-kill",
         BackendKind::Redis => "master-kill",
         BackendKind::Sentinel => "failover",
         BackendKind::Redlock => "majority-restart",
@@ -174,6 +183,7 @@ pub fn all() -> Vec<Scenario> {
         BackendKind::KeeperNetns,
         BackendKind::Zookeeper,
         BackendKind::Ensemble,
+        BackendKind::EnsembleNetns,
         BackendKind::Redis,
         BackendKind::Sentinel,
         BackendKind::Redlock,
@@ -201,6 +211,7 @@ pub fn all() -> Vec<Scenario> {
             Fault::ServerClock,
             Fault::Partition,
             Fault::OneWay,
+            Fault::MinorityLeader,
         ];
         for &kind in backend.kinds() {
             for fault in faults {
@@ -215,12 +226,16 @@ pub fn all() -> Vec<Scenario> {
                 }
                 // Namespaced hosts get the faults that are about the network, and a baseline,
                 // a pause and a server restart to compare them with; only they get those.
-                let network = matches!(fault, Fault::Partition | Fault::OneWay);
+                let network = matches!(
+                    fault,
+                    Fault::Partition | Fault::OneWay | Fault::MinorityLeader
+                );
                 let compared = matches!(fault, Fault::None | Fault::Pause | Fault::Server);
                 if backend.is_netns() && !(network || compared) || !backend.is_netns() && network {
                     continue;
                 }
-                if (fault == Fault::Cut && !cuttable)
+                if (fault == Fault::MinorityLeader && !backend.has_leader())
+                    || (fault == Fault::Cut && !cuttable)
                     || (fault == Fault::ClientClock && !client_clock)
                     || (fault == Fault::ServerClock && !backend.has_server_clock())
                 {
@@ -377,7 +392,7 @@ impl Spawner<'_> {
             None
         };
         if let Some(net) = self.backend.net() {
-            net.enter(1 + index, &mut command)
+            net.enter(self.backend.client_host(index), &mut command)
                 .unwrap_or_else(|e| panic!("{}: client {name}'s host: {e}", self.scenario));
         }
         die_with_parent(&mut command);
@@ -427,6 +442,36 @@ async fn wait_new_holder(resource: &Resource) -> Option<String> {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     None
+}
+
+/// How long a holder resumed on a minority's side runs there before the partition heals.
+const MINORITY_AWAKE: Duration = Duration::from_secs(2);
+
+/// Cuts the leading member and client slot `slot`'s host from every other member (both ways,
+/// silently), leaving them a minority of two hosts; the hosts cut (to heal) and the leader's.
+/// Without a leader found (an election under way) the holder alone is cut from the members.
+async fn isolate_with_leader(
+    backend: &Backend,
+    scenario: Scenario,
+    slot: usize,
+) -> (Vec<usize>, Option<usize>) {
+    let net = backend
+        .net()
+        .unwrap_or_else(|| panic!("{scenario}: a minority needs namespaced hosts"));
+    let holder = backend.client_host(slot);
+    let leader = backend.leader_host().await;
+    if leader.is_none() {
+        eprintln!("{scenario}: no leader found; the holder alone is cut off");
+    }
+    let mut isolated = vec![holder];
+    isolated.extend(leader);
+    for server in (0..scenario.backend.server_hosts()).filter(|s| Some(*s) != leader) {
+        for &host in &isolated {
+            net.cut(host, net.addr(server), false)
+                .unwrap_or_else(|e| panic!("{scenario}: cut: {e}"));
+        }
+    }
+    (isolated, leader)
 }
 
 /// Keeps a paused holder stopped until someone else has entered the resource after it
@@ -498,6 +543,7 @@ pub async fn run(
     // Clients outlive the scenario's plan by a margin; they are killed at its end anyway.
     let run_for = WARM_UP_LIMIT + length + outage + Duration::from_secs(60);
     let mut clients = Clients { procs: Vec::new() };
+    let mut notes = Vec::new();
     let mut paused = None;
     let mut struck = matches!(
         scenario.fault,
@@ -570,11 +616,42 @@ pub async fn run(
                                 panic!("{scenario}: a partition needs namespaced hosts")
                             });
                             let one_way = scenario.fault == Fault::OneWay;
-                            net.cut(1 + slot, net.addr(0), one_way)
-                                .unwrap_or_else(|e| panic!("{scenario}: cut: {e}"));
+                            let host = backend.client_host(slot);
+                            for server in 0..scenario.backend.server_hosts() {
+                                net.cut(host, net.addr(server), one_way)
+                                    .unwrap_or_else(|e| panic!("{scenario}: cut: {e}"));
+                            }
                             tokio::time::sleep(outage).await;
-                            net.heal(1 + slot)
+                            net.heal(host)
                                 .unwrap_or_else(|e| panic!("{scenario}: heal: {e}"));
+                        }
+                        Fault::MinorityLeader => {
+                            signal(proc.child.id(), libc::SIGSTOP);
+                            let (isolated, leader) =
+                                isolate_with_leader(backend, scenario, slot).await;
+                            tokio::time::sleep(outage).await;
+                            successor(&resource, &proc.name).await;
+                            signal(proc.child.id(), libc::SIGCONT);
+                            // The holder wakes on the minority side and writes with its token.
+                            tokio::time::sleep(MINORITY_AWAKE).await;
+                            let leads = backend.leader_host().await;
+                            if let Some(net) = backend.net() {
+                                for host in isolated {
+                                    net.heal(host)
+                                        .unwrap_or_else(|e| panic!("{scenario}: heal: {e}"));
+                                }
+                            }
+                            notes.push(match (leader, leads) {
+                                (Some(old), Some(new)) if old != new => format!(
+                                    "member {} isolated while leading; member {} led the majority",
+                                    old + 1,
+                                    new + 1
+                                ),
+                                (old, new) => format!(
+                                    "leading member when isolated: {old:?}; before healing: {new:?} \
+                                     (0-based)"
+                                ),
+                            });
                         }
                         Fault::None | Fault::Server | Fault::ServerClock => {
                             unreachable!("no victim for these")
@@ -634,6 +711,6 @@ pub async fn run(
         history_problems: resource
             .check_history(1, scenario.kind == Kind::Leader)
             .await,
-        notes: Vec::new(),
+        notes,
     }
 }

@@ -1,10 +1,11 @@
-//! A real Apache ZooKeeper ensemble: three (or any odd number of) JVMs on 127.0.0.1, for tests
+//! A real Apache ZooKeeper ensemble: three (or any odd number of) JVMs, for tests
 //! of what clients and recipes do when members crash, the leader among them.
 //!
 //! Each member has its own directory under the ensemble's temporary directory (`zoo.cfg`,
-//! `data/myid`, `data/`, `zookeeper.log`) and three free loopback ports: client, peer and
-//! election, written as `server.N=127.0.0.1:PEER:ELECTION;127.0.0.1:CLIENT` in every member's
-//! zoo.cfg. The JVMs are the ones [`ApacheZk`](crate::ApacheZk) starts (`zk.rs` builds both),
+//! `data/myid`, `data/`, `zookeeper.log`) and three free ports: client, peer and election,
+//! written as `server.N=IP:PEER:ELECTION;IP:CLIENT` in every member's zoo.cfg. The IP is
+//! 127.0.0.1, or with [`ZkEnsemble::start_on`] the address of the member's own [`Host`] (a
+//! network namespace), so that a test can cut members apart silently. The JVMs are the ones [`ApacheZk`](crate::ApacheZk) starts (`zk.rs` builds both),
 //! run as quorum peers.
 //!
 //! Invariants:
@@ -29,6 +30,7 @@ use tempfile::TempDir;
 
 use crate::child::{kill_and_reap, read_from, tail};
 use crate::fourlw::try_four_letter_word;
+use crate::host::Host;
 use crate::ports::free_port;
 use crate::zk::{
     LOG_FILE, Owner, START_ATTEMPTS, START_TIMEOUT, ServerKind, Spawned, StartError, ZkOptions,
@@ -74,6 +76,8 @@ impl MemberMode {
 struct Member {
     /// ZooKeeper's server id (`myid`): the index plus one.
     id: usize,
+    /// Its own network namespace, or `None` on loopback.
+    host: Option<Host>,
     client: u16,
     peer: u16,
     election: u16,
@@ -89,8 +93,14 @@ struct Running {
 }
 
 impl Member {
+    fn ip(&self) -> Ipv4Addr {
+        self.host
+            .as_ref()
+            .map_or(Ipv4Addr::LOCALHOST, |host| host.ip)
+    }
+
     fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.client))
+        SocketAddr::from((self.ip(), self.client))
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -121,13 +131,25 @@ impl ZkEnsemble {
     /// Starts `size` members with `opts` (its tick included) and waits until one leads and the
     /// others follow. Panics with every member's log when that does not happen in time.
     pub fn start_with(size: usize, opts: ZkOptions) -> ZkEnsemble {
+        ZkEnsemble::start_placed(vec![None; size], opts)
+    }
+
+    /// Starts one member on each of `hosts` (network namespaces the caller made, at least 3
+    /// and an odd number), with [`ensemble_options`]; as [`start`](ZkEnsemble::start)
+    /// otherwise. Clients reach member `i` at `hosts[i].ip`.
+    pub fn start_on(hosts: Vec<Host>) -> ZkEnsemble {
+        ZkEnsemble::start_placed(hosts.into_iter().map(Some).collect(), ensemble_options())
+    }
+
+    fn start_placed(hosts: Vec<Option<Host>>, opts: ZkOptions) -> ZkEnsemble {
+        let size = hosts.len();
         assert!(
             size >= 3 && size % 2 == 1,
             "an ensemble needs an odd number of members, at least 3; asked for {size}"
         );
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            let ensemble = ZkEnsemble::spawn_all(size, opts.clone());
+            let ensemble = ZkEnsemble::spawn_all(&hosts, opts.clone());
             match ensemble.await_ready() {
                 Ok(()) => return ensemble,
                 // Dropping the ensemble kills the members that did start.
@@ -142,7 +164,8 @@ impl ZkEnsemble {
     }
 
     /// Lays out the members on fresh ports and spawns every JVM without waiting in between.
-    fn spawn_all(size: usize, opts: ZkOptions) -> ZkEnsemble {
+    fn spawn_all(hosts: &[Option<Host>], opts: ZkOptions) -> ZkEnsemble {
+        let size = hosts.len();
         let dir = tempfile::Builder::new()
             .prefix("lockkeeper-zk-ensemble-")
             .tempdir()
@@ -150,6 +173,7 @@ impl ZkEnsemble {
         let members: Vec<Member> = (0..size)
             .map(|index| Member {
                 id: index + 1,
+                host: hosts[index].clone(),
                 client: free_port(),
                 peer: free_port(),
                 election: free_port(),
@@ -188,6 +212,7 @@ impl ZkEnsemble {
                 "-Dzookeeper.fastleader.maxNotificationInterval=1000".into(),
                 "-Dzookeeper.cnxTimeout=1000".into(),
             ],
+            member.host.as_ref(),
         )?;
         let pid = child.id();
         *member.slot() = Some(Running {
@@ -207,8 +232,12 @@ impl ZkEnsemble {
         ));
         for member in &self.members {
             cfg.push_str(&format!(
-                "server.{}=127.0.0.1:{}:{};127.0.0.1:{}\n",
-                member.id, member.peer, member.election, member.client
+                "server.{}={ip}:{}:{};{ip}:{}\n",
+                member.id,
+                member.peer,
+                member.election,
+                member.client,
+                ip = member.ip()
             ));
         }
         cfg
@@ -289,7 +318,7 @@ impl ZkEnsemble {
         self.members.len()
     }
 
-    /// The connect string naming every member: `127.0.0.1:A,127.0.0.1:B,127.0.0.1:C`.
+    /// The connect string naming every member: `IP:A,IP:B,IP:C`.
     pub fn connect_string(&self) -> String {
         self.members
             .iter()
@@ -298,7 +327,7 @@ impl ZkEnsemble {
             .join(",")
     }
 
-    /// The connect string of member `index` alone (`127.0.0.1:PORT`).
+    /// The connect string of member `index` alone (`IP:PORT`).
     pub fn member_connect(&self, index: usize) -> String {
         self.member(index).addr().to_string()
     }

@@ -24,6 +24,7 @@ use tempfile::TempDir;
 use crate::TestServer;
 use crate::child::{guarded_command, kill_and_reap, read_from, tail};
 use crate::fourlw::try_four_letter_word;
+use crate::host::{Host, command_on};
 use crate::ports::free_port;
 use crate::tools::{SERVER_JARS, classpath_of, java};
 
@@ -258,6 +259,7 @@ pub(crate) fn spawn_server(
     opts: &ZkOptions,
     kind: ServerKind,
     extra_properties: &[String],
+    host: Option<&Host>,
 ) -> Result<Spawned, StartError> {
     fs::create_dir_all(dir.join("data")).map_err(|e| StartError::Failed(format!("{e}")))?;
     let cfg_path = dir.join("zoo.cfg");
@@ -276,8 +278,10 @@ pub(crate) fn spawn_server(
         .map_err(|e| StartError::Failed(format!("dup log file: {e}")))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
 
-    let mut command = guarded_command(dir, java());
+    let (program, leading) = command_on(host, java());
+    let mut command = guarded_command(dir, program);
     command
+        .args(leading)
         .current_dir(dir)
         // Small and quick to start: tests need a few MB of data, and a C1-only JIT starts
         // faster and leaves the second core to the test itself.
@@ -369,6 +373,7 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
         opts,
         ServerKind::Standalone,
         &[],
+        None,
     )?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let started = Instant::now();
