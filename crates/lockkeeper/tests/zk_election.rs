@@ -363,6 +363,77 @@ async fn a_deleted_latch_path_is_rejoined() {
 }
 
 /// Waits until at least `count` terms were recorded; returns them all.
+/// `run` outlives its session: when the session expires (the participant cut off past its
+/// timeout) whether it leads or waits in line, it queues again in the next session and leads
+/// again, with a higher token; it ends, `Ok`, only when the session is closed.
+#[tokio::test]
+async fn run_leads_again_in_the_next_session_and_ends_at_close() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the proxy cuts a single server");
+            return;
+        }
+        let path = "/election/expiring";
+        let partition = Partition::start(&connect).await;
+        let s = session(&partition.connect_string()).await;
+        let latch = s.leader_latch(path, "runner").unwrap();
+        let leading = Arc::new(StdMutex::new(Vec::<(String, u64)>::new()));
+        let runner = tokio::spawn({
+            let leading = leading.clone();
+            async move {
+                latch
+                    .run(|term| {
+                        let leading = leading.clone();
+                        async move {
+                            leading
+                                .lock()
+                                .unwrap()
+                                .push(("runner".to_owned(), term.fencing_token().get()));
+                            std::future::pending::<()>().await
+                        }
+                    })
+                    .await
+            }
+        });
+        let first = wait_terms(&leading, 1).await;
+        let other = session(&connect).await;
+        let other_latch = other.leader_latch(path, "other").unwrap();
+        let mut terms = first;
+        // Expired while leading, then while waiting behind another leader.
+        for waiting in [false, true] {
+            let expired = s.session_id();
+            let other_leads = if waiting {
+                let leads = other_latch.lead();
+                partition.cut();
+                let leads = timeout(WAIT, leads)
+                    .await
+                    .expect("the other leads")
+                    .unwrap();
+                wait_state(&s, ConnectionState::Lost).await;
+                Some(leads)
+            } else {
+                partition.cut();
+                wait_state(&s, ConnectionState::Lost).await;
+                None
+            };
+            partition.heal();
+            wait_state(&s, ConnectionState::Reconnected).await;
+            assert_ne!(s.session_id(), expired, "a new session");
+            assert!(!runner.is_finished(), "run ended at a session's expiry");
+            if let Some(leads) = other_leads {
+                leads.resign().await.unwrap();
+            }
+            let now = wait_terms(&leading, terms.len() + 1).await;
+            assert!(now.last().unwrap().1 > terms.last().unwrap().1, "{now:?}");
+            terms = now;
+        }
+        s.close().await;
+        let ended = timeout(WAIT, runner).await.expect("run ends at close");
+        assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+    })
+    .await;
+}
+
 async fn wait_terms(leading: &StdMutex<Vec<(String, u64)>>, count: usize) -> Vec<(String, u64)> {
     let deadline = Instant::now() + WAIT;
     loop {
