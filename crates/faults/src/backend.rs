@@ -48,6 +48,9 @@ pub enum BackendKind {
     Etcd,
     /// A three-member etcd cluster.
     EtcdCluster,
+    /// The etcd cluster with each member and each client on a host of its own, so members
+    /// can be cut apart (a leader left in a minority) as well as clients from them.
+    EtcdClusterNetns,
 }
 
 impl BackendKind {
@@ -64,6 +67,7 @@ impl BackendKind {
             BackendKind::Redlock => "redlock-5",
             BackendKind::Etcd => "etcd",
             BackendKind::EtcdCluster => "etcd-3",
+            BackendKind::EtcdClusterNetns => "etcd-3-netns",
         }
     }
 
@@ -82,27 +86,36 @@ impl BackendKind {
 
     /// Whether its servers and clients are hosts of their own (network namespaces).
     pub fn is_netns(self) -> bool {
-        matches!(self, BackendKind::KeeperNetns | BackendKind::EnsembleNetns)
+        matches!(
+            self,
+            BackendKind::KeeperNetns | BackendKind::EnsembleNetns | BackendKind::EtcdClusterNetns
+        )
     }
 
     /// How many hosts its servers take (hosts `0..n`; client slot `i` is host `n + i`), on a
     /// namespaced backend.
     pub fn server_hosts(self) -> usize {
         match self {
-            BackendKind::EnsembleNetns => ENSEMBLE_SIZE,
+            BackendKind::EnsembleNetns | BackendKind::EtcdClusterNetns => ENSEMBLE_SIZE,
             _ => 1,
         }
     }
 
     /// Whether its servers elect a leader that a partition can leave in a minority.
     pub fn has_leader(self) -> bool {
-        self == BackendKind::EnsembleNetns
+        matches!(
+            self,
+            BackendKind::EnsembleNetns | BackendKind::EtcdClusterNetns
+        )
     }
 
     /// Whether it is etcd: locks are key prefixes, held by leases of
     /// [`ETCD_TTL`](crate::client::ETCD_TTL).
     pub fn is_etcd(self) -> bool {
-        matches!(self, BackendKind::Etcd | BackendKind::EtcdCluster)
+        matches!(
+            self,
+            BackendKind::Etcd | BackendKind::EtcdCluster | BackendKind::EtcdClusterNetns
+        )
     }
 
     /// Whether its servers run with a jumpable wall clock (the suite's server clock jump):
@@ -130,7 +143,9 @@ impl BackendKind {
                 Kind::DoubleBarrier,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
-            BackendKind::KeeperNetns | BackendKind::EnsembleNetns => &[Kind::Mutex, Kind::Leader],
+            BackendKind::KeeperNetns
+            | BackendKind::EnsembleNetns
+            | BackendKind::EtcdClusterNetns => &[Kind::Mutex, Kind::Leader],
             BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
             BackendKind::Redlock => &[Kind::Redlock],
             BackendKind::Etcd | BackendKind::EtcdCluster => {
@@ -225,6 +240,17 @@ impl Backend {
                 net = Some(hosts);
                 blocking(move || Servers::Ensemble(ZkEnsemble::start_on(members))).await
             }
+            BackendKind::EtcdClusterNetns => {
+                let hosts = Arc::new(
+                    Net::create(kind.server_hosts() + CLIENTS)
+                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
+                );
+                let members: Vec<Host> = (0..kind.server_hosts())
+                    .map(|host| hosts.host(host))
+                    .collect();
+                net = Some(hosts);
+                blocking(move || Servers::EtcdCluster(EtcdCluster::start_on(members))).await
+            }
             _ => {
                 let follower = clock.as_ref().map(|(c, _)| c.clone());
                 blocking(move || Backend::start_blocking(kind, follower)).await
@@ -251,11 +277,14 @@ impl Backend {
     /// The host of the member that leads now (asked of the members, bounded), on a backend
     /// whose servers elect one ([`BackendKind::has_leader`]).
     pub async fn leader_host(&self) -> Option<usize> {
-        let Servers::Ensemble(ensemble) = &self.servers else {
-            return None;
-        };
-        // `srvr` of each member: quick, but blocking.
-        tokio::task::block_in_place(|| ensemble.try_leader())
+        // Each member asked in turn (`srvr`, or etcd's status): quick, but blocking.
+        match &self.servers {
+            Servers::Ensemble(ensemble) => tokio::task::block_in_place(|| ensemble.try_leader()),
+            Servers::EtcdCluster(cluster) => {
+                tokio::task::block_in_place(|| cluster.try_leader_now())
+            }
+            _ => None,
+        }
     }
 
     /// Starts the servers testkit guards itself (they outlive no test process); the Redis
@@ -266,7 +295,10 @@ impl Backend {
             None => options,
         };
         match kind {
-            BackendKind::Keeper | BackendKind::KeeperNetns | BackendKind::EnsembleNetns => {
+            BackendKind::Keeper
+            | BackendKind::KeeperNetns
+            | BackendKind::EnsembleNetns
+            | BackendKind::EtcdClusterNetns => {
                 unreachable!("started on the caller's thread")
             }
             BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),

@@ -108,7 +108,7 @@ fn mixed_fault_name(backend: BackendKind) -> &'static str {
         BackendKind::Sentinel => "paused+failover",
         BackendKind::Redlock => "paused+majority-restart",
         BackendKind::Etcd => "paused+member-kill",
-        BackendKind::EtcdCluster => "paused+leader-kill",
+        BackendKind::EtcdCluster | BackendKind::EtcdClusterNetns => "paused+leader-kill",
     }
 }
 
@@ -120,7 +120,7 @@ fn server_fault_name(backend: BackendKind) -> &'static str {
         BackendKind::Sentinel => "failover",
         BackendKind::Redlock => "majority-restart",
         BackendKind::Etcd => "member-kill",
-        BackendKind::EtcdCluster => "leader-kill",
+        BackendKind::EtcdCluster | BackendKind::EtcdClusterNetns => "leader-kill",
     }
 }
 
@@ -189,6 +189,7 @@ pub fn all() -> Vec<Scenario> {
         BackendKind::Redlock,
         BackendKind::Etcd,
         BackendKind::EtcdCluster,
+        BackendKind::EtcdClusterNetns,
     ];
     let mut scenarios = Vec::new();
     for backend in backends {

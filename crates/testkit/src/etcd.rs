@@ -1,5 +1,7 @@
 //! Real etcd servers for tests: one member ([`Etcd`]) or a cluster ([`EtcdCluster`]) on
-//! 127.0.0.1, each member a child `etcd` process that a test can SIGKILL and start again.
+//! 127.0.0.1 (or, with [`EtcdCluster::start_on`], each member on a [`Host`] of its own: a
+//! network namespace the caller made), each member a child `etcd` process that a test can
+//! SIGKILL and start again.
 //!
 //! Each member has a free client port and a free peer port, a data directory under the
 //! cluster's temporary directory and a log (`<name>.log`, appended over its runs). Every member
@@ -8,8 +10,9 @@
 //! second.
 //!
 //! Invariants:
-//! - Only 127.0.0.1 is listened on: client and peer URLs are loopback, and etcd 3.4 opens no
-//!   other listener unless `--listen-metrics-urls` is given (it is not).
+//! - Only 127.0.0.1 (or the member's host address) is listened on: client and peer URLs are
+//!   that address, and etcd 3.4 opens no other listener unless `--listen-metrics-urls` is
+//!   given (it is not).
 //! - A member keeps its ports and data directory for the cluster's life: a restart is the same
 //!   member coming back after a crash, with what it had made durable.
 //! - A member is *ready* when `GET /health` on its client port answers `"health":"true"`,
@@ -28,6 +31,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::child::{die_with_parent, guarded_command, kill_and_reap, read_from, tail};
+use crate::host::{Host, command_on};
 use crate::http::try_http_exchange;
 use crate::ports::free_port;
 use crate::tools::find_on_path;
@@ -48,6 +52,8 @@ const PORT_TAKEN: &str = "address already in use";
 /// One member's fixed identity and its running process.
 struct Member {
     name: String,
+    /// Its own network namespace, or `None` on loopback.
+    host: Option<Host>,
     client: u16,
     peer: u16,
     data_dir: PathBuf,
@@ -57,8 +63,14 @@ struct Member {
 }
 
 impl Member {
+    fn ip(&self) -> Ipv4Addr {
+        self.host
+            .as_ref()
+            .map_or(Ipv4Addr::LOCALHOST, |host| host.ip)
+    }
+
     fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.client))
+        SocketAddr::from((self.ip(), self.client))
     }
 
     fn endpoint(&self) -> String {
@@ -66,7 +78,7 @@ impl Member {
     }
 
     fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer)
+        format!("http://{}:{}", self.ip(), self.peer)
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<(Child, u64)>> {
@@ -114,12 +126,24 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::start`], returning the failure instead of panicking.
     pub fn try_start(size: usize) -> Result<EtcdCluster, String> {
+        EtcdCluster::try_start_placed(vec![None; size])
+    }
+
+    /// Starts one member on each of `hosts` (network namespaces the caller made); as
+    /// [`start`](EtcdCluster::start) otherwise. Clients reach member `i` at `hosts[i].ip`.
+    pub fn start_on(hosts: Vec<Host>) -> EtcdCluster {
+        EtcdCluster::try_start_placed(hosts.into_iter().map(Some).collect())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_placed(hosts: Vec<Option<Host>>) -> Result<EtcdCluster, String> {
+        let size = hosts.len();
         if size == 0 {
             return Err("an etcd cluster needs at least one member; asked for size 0".into());
         }
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            let cluster = EtcdCluster::lay_out(size)?;
+            let cluster = EtcdCluster::lay_out(&hosts)?;
             let mut started = Ok(());
             for index in 0..size {
                 started = cluster.spawn(index);
@@ -144,15 +168,18 @@ impl EtcdCluster {
         ))
     }
 
-    fn lay_out(size: usize) -> Result<EtcdCluster, String> {
+    fn lay_out(hosts: &[Option<Host>]) -> Result<EtcdCluster, String> {
         let dir = tempfile::Builder::new()
             .prefix("lockkeeper-etcd-")
             .tempdir()
             .map_err(|e| format!("create a temporary directory for etcd: {e}"))?;
-        let members = (0..size)
-            .map(|index| {
+        let members = hosts
+            .iter()
+            .enumerate()
+            .map(|(index, host)| {
                 let name = format!("m{index}");
                 Member {
+                    host: host.clone(),
                     data_dir: dir.path().join(&name),
                     log: dir.path().join(format!("{name}.log")),
                     name,
@@ -165,7 +192,7 @@ impl EtcdCluster {
         Ok(EtcdCluster { members, dir })
     }
 
-    /// The client endpoints, `http://127.0.0.1:PORT`, in member order (fixed for the cluster's
+    /// The client endpoints, `http://IP:PORT`, in member order (fixed for the cluster's
     /// life, whether a member runs or not).
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(Member::endpoint).collect()
@@ -219,6 +246,17 @@ impl EtcdCluster {
             Ok(index) => index,
             Err(StartError::PortTaken(why) | StartError::Failed(why)) => panic!("{why}"),
         }
+    }
+
+    /// The member that reports itself the leader now (each running member asked once), if
+    /// any: no wait for an election. During a partition an isolated leader may still say so
+    /// until its election timeout passes.
+    pub fn try_leader_now(&self) -> Option<usize> {
+        self.members.iter().position(|member| {
+            member.pid().is_some()
+                && http(member.addr(), "POST", "/v3/maintenance/status", "{}")
+                    .is_some_and(|status| reports_itself_leader(&status))
+        })
     }
 
     /// Kills the current leader and returns its index.
@@ -285,8 +323,10 @@ impl EtcdCluster {
             .iter()
             .map(|m| format!("{}={}", m.name, m.peer_url()))
             .collect();
+        let (program, leading) = command_on(member.host.as_ref(), program);
         let mut command: Command = guarded_command(self.dir.path(), program);
         command
+            .args(leading)
             .arg("--name")
             .arg(&member.name)
             .arg("--data-dir")
@@ -337,10 +377,10 @@ impl EtcdCluster {
         };
         let log = member.log_tail();
         let message = format!(
-            "etcd member {} on {} (peer 127.0.0.1:{}) {why}; log:\n{log}",
+            "etcd member {} on {} (peer {}) {why}; log:\n{log}",
             member.name,
             member.addr(),
-            member.peer
+            member.peer_url()
         );
         if log.contains(PORT_TAKEN) {
             Err(StartError::PortTaken(message))
