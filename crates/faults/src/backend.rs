@@ -42,6 +42,10 @@ pub enum BackendKind {
     Redis,
     /// A master, a replica and three sentinels (no persistence: Sentinel's usual setup).
     Sentinel,
+    /// Sentinel's set on hosts of its own: the master with a sentinel, the replica with a
+    /// sentinel, a third sentinel alone; and each client on a host of its own, so the master
+    /// can be split from the rest with a client (split brain).
+    SentinelNetns,
     /// Five independent redis-server masters without persistence.
     Redlock,
     /// One etcd member (testkit's: its data on disk, fsynced as etcd always does).
@@ -64,6 +68,7 @@ impl BackendKind {
             BackendKind::EnsembleNetns => "zk-ensemble-netns",
             BackendKind::Redis => "redis-aof",
             BackendKind::Sentinel => "redis-sentinel",
+            BackendKind::SentinelNetns => "redis-sentinel-netns",
             BackendKind::Redlock => "redlock-5",
             BackendKind::Etcd => "etcd",
             BackendKind::EtcdCluster => "etcd-3",
@@ -88,7 +93,10 @@ impl BackendKind {
     pub fn is_netns(self) -> bool {
         matches!(
             self,
-            BackendKind::KeeperNetns | BackendKind::EnsembleNetns | BackendKind::EtcdClusterNetns
+            BackendKind::KeeperNetns
+                | BackendKind::EnsembleNetns
+                | BackendKind::EtcdClusterNetns
+                | BackendKind::SentinelNetns
         )
     }
 
@@ -96,17 +104,25 @@ impl BackendKind {
     /// namespaced backend.
     pub fn server_hosts(self) -> usize {
         match self {
-            BackendKind::EnsembleNetns | BackendKind::EtcdClusterNetns => ENSEMBLE_SIZE,
+            BackendKind::EnsembleNetns
+            | BackendKind::EtcdClusterNetns
+            | BackendKind::SentinelNetns => ENSEMBLE_SIZE,
             _ => 1,
         }
     }
 
-    /// Whether its servers elect a leader that a partition can leave in a minority.
+    /// Whether its servers elect a leader (Raft, ZAB) that a partition can leave in a
+    /// minority.
     pub fn has_leader(self) -> bool {
         matches!(
             self,
             BackendKind::EnsembleNetns | BackendKind::EtcdClusterNetns
         )
+    }
+
+    /// Whether it is Sentinel's set, whose master a partition can split from the rest.
+    pub fn is_sentinel(self) -> bool {
+        matches!(self, BackendKind::Sentinel | BackendKind::SentinelNetns)
     }
 
     /// Whether it is etcd: locks are key prefixes, held by leases of
@@ -146,7 +162,9 @@ impl BackendKind {
             BackendKind::KeeperNetns
             | BackendKind::EnsembleNetns
             | BackendKind::EtcdClusterNetns => &[Kind::Mutex, Kind::Leader],
-            BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
+            BackendKind::Redis | BackendKind::Sentinel | BackendKind::SentinelNetns => {
+                &[Kind::Lease, Kind::Reentrant]
+            }
             BackendKind::Redlock => &[Kind::Redlock],
             BackendKind::Etcd | BackendKind::EtcdCluster => {
                 &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader]
@@ -251,6 +269,19 @@ impl Backend {
                 net = Some(hosts);
                 blocking(move || Servers::EtcdCluster(EtcdCluster::start_on(members))).await
             }
+            BackendKind::SentinelNetns => {
+                let hosts = Arc::new(
+                    Net::create(kind.server_hosts() + CLIENTS)
+                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
+                );
+                let (master, replica) = (hosts.host(0), hosts.host(1));
+                let sentinels = vec![hosts.host(0), hosts.host(1), hosts.host(2)];
+                net = Some(hosts);
+                blocking(move || {
+                    Servers::Sentinel(RedisSentinel::start_on(master, replica, sentinels))
+                })
+                .await
+            }
             _ => {
                 let follower = clock.as_ref().map(|(c, _)| c.clone());
                 blocking(move || Backend::start_blocking(kind, follower)).await
@@ -274,14 +305,20 @@ impl Backend {
         self.kind.server_hosts() + slot
     }
 
-    /// The host of the member that leads now (asked of the members, bounded), on a backend
-    /// whose servers elect one ([`BackendKind::has_leader`]).
+    /// The host of the member that leads now, or of Sentinel's master (asked of the servers,
+    /// bounded), on a namespaced backend that has one.
     pub async fn leader_host(&self) -> Option<usize> {
         // Each member asked in turn (`srvr`, or etcd's status): quick, but blocking.
         match &self.servers {
             Servers::Ensemble(ensemble) => tokio::task::block_in_place(|| ensemble.try_leader()),
             Servers::EtcdCluster(cluster) => {
                 tokio::task::block_in_place(|| cluster.try_leader_now())
+            }
+            // The master, as the sentinels see it, by its address.
+            Servers::Sentinel(set) => {
+                let net = self.net.as_ref()?;
+                let master = tokio::task::block_in_place(|| set.current_master());
+                (0..self.kind.server_hosts()).find(|&host| net.addr(host) == master.ip())
             }
             _ => None,
         }
@@ -298,7 +335,8 @@ impl Backend {
             BackendKind::Keeper
             | BackendKind::KeeperNetns
             | BackendKind::EnsembleNetns
-            | BackendKind::EtcdClusterNetns => {
+            | BackendKind::EtcdClusterNetns
+            | BackendKind::SentinelNetns => {
                 unreachable!("started on the caller's thread")
             }
             BackendKind::Zookeeper => Servers::Zookeeper(ApacheZk::start()),

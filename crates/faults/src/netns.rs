@@ -103,6 +103,11 @@ impl Net {
         Ok(())
     }
 
+    /// How many hosts it has.
+    pub fn hosts(&self) -> usize {
+        self.hosts
+    }
+
     /// The namespace of `host`.
     pub fn namespace(&self, host: usize) -> String {
         format!("lk{}-h{host}", self.id)

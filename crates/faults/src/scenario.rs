@@ -67,6 +67,11 @@ pub enum Fault {
     /// holder then resumed on the minority side, and the partition healed a moment later.
     /// Backends whose servers elect a leader, on hosts of their own.
     MinorityLeader,
+    /// Sentinel's master and the holder split from the replica, the other sentinels and the
+    /// other clients (both ways, silently) until the majority's sentinels have promoted the
+    /// replica and someone else holds the lock there; then healed. The holder is not
+    /// paused: it goes on renewing and writing through the old master.
+    SplitBrain,
 }
 
 impl Fault {
@@ -94,6 +99,7 @@ impl Fault {
             Fault::Partition => "holder-partitioned",
             Fault::OneWay => "holder-deaf",
             Fault::MinorityLeader => "paused+leader-isolated",
+            Fault::SplitBrain => "master-isolated",
         }
     }
 }
@@ -105,7 +111,7 @@ fn mixed_fault_name(backend: BackendKind) -> &'static str {
         }
         BackendKind::Ensemble | BackendKind::EnsembleNetns => "paused+leader-kill",
         BackendKind::Redis => "paused+master-kill",
-        BackendKind::Sentinel => "paused+failover",
+        BackendKind::Sentinel | BackendKind::SentinelNetns => "paused+failover",
         BackendKind::Redlock => "paused+majority-restart",
         BackendKind::Etcd => "paused+member-kill",
         BackendKind::EtcdCluster | BackendKind::EtcdClusterNetns => "paused+leader-kill",
@@ -117,7 +123,7 @@ fn server_fault_name(backend: BackendKind) -> &'static str {
         BackendKind::Keeper | BackendKind::KeeperNetns | BackendKind::Zookeeper => "server-restart",
         BackendKind::Ensemble | BackendKind::EnsembleNetns => "leader-kill",
         BackendKind::Redis => "master-kill",
-        BackendKind::Sentinel => "failover",
+        BackendKind::Sentinel | BackendKind::SentinelNetns => "failover",
         BackendKind::Redlock => "majority-restart",
         BackendKind::Etcd => "member-kill",
         BackendKind::EtcdCluster | BackendKind::EtcdClusterNetns => "leader-kill",
@@ -186,6 +192,7 @@ pub fn all() -> Vec<Scenario> {
         BackendKind::EnsembleNetns,
         BackendKind::Redis,
         BackendKind::Sentinel,
+        BackendKind::SentinelNetns,
         BackendKind::Redlock,
         BackendKind::Etcd,
         BackendKind::EtcdCluster,
@@ -213,6 +220,7 @@ pub fn all() -> Vec<Scenario> {
             Fault::Partition,
             Fault::OneWay,
             Fault::MinorityLeader,
+            Fault::SplitBrain,
         ];
         for &kind in backend.kinds() {
             for fault in faults {
@@ -229,13 +237,14 @@ pub fn all() -> Vec<Scenario> {
                 // a pause and a server restart to compare them with; only they get those.
                 let network = matches!(
                     fault,
-                    Fault::Partition | Fault::OneWay | Fault::MinorityLeader
+                    Fault::Partition | Fault::OneWay | Fault::MinorityLeader | Fault::SplitBrain
                 );
                 let compared = matches!(fault, Fault::None | Fault::Pause | Fault::Server);
                 if backend.is_netns() && !(network || compared) || !backend.is_netns() && network {
                     continue;
                 }
                 if (fault == Fault::MinorityLeader && !backend.has_leader())
+                    || (fault == Fault::SplitBrain && !backend.is_sentinel())
                     || (fault == Fault::Cut && !cuttable)
                     || (fault == Fault::ClientClock && !client_clock)
                     || (fault == Fault::ServerClock && !backend.has_server_clock())
@@ -448,9 +457,10 @@ async fn wait_new_holder(resource: &Resource) -> Option<String> {
 /// How long a holder resumed on a minority's side runs there before the partition heals.
 const MINORITY_AWAKE: Duration = Duration::from_secs(2);
 
-/// Cuts the leading member and client slot `slot`'s host from every other member (both ways,
-/// silently), leaving them a minority of two hosts; the hosts cut (to heal) and the leader's.
-/// Without a leader found (an election under way) the holder alone is cut from the members.
+/// Cuts the leading member (or Sentinel's master, with the sentinel beside it) and client
+/// slot `slot`'s host from every other host, servers and clients (both ways, silently),
+/// leaving them a minority of two hosts; the hosts cut (to heal) and the leader's. Without a
+/// leader found (an election under way) the holder alone is cut off.
 async fn isolate_with_leader(
     backend: &Backend,
     scenario: Scenario,
@@ -466,9 +476,9 @@ async fn isolate_with_leader(
     }
     let mut isolated = vec![holder];
     isolated.extend(leader);
-    for server in (0..scenario.backend.server_hosts()).filter(|s| Some(*s) != leader) {
+    for other in (0..net.hosts()).filter(|h| !isolated.contains(h)) {
         for &host in &isolated {
-            net.cut(host, net.addr(server), false)
+            net.cut(host, net.addr(other), false)
                 .unwrap_or_else(|e| panic!("{scenario}: cut: {e}"));
         }
     }
@@ -653,6 +663,26 @@ pub async fn run(
                                      (0-based)"
                                 ),
                             });
+                        }
+                        Fault::SplitBrain => {
+                            let (isolated, master) =
+                                isolate_with_leader(backend, scenario, slot).await;
+                            // Until the majority's sentinels promoted the replica and someone
+                            // else holds the lock there, then a while with both sides writing.
+                            tokio::time::sleep(outage).await;
+                            successor(&resource, &proc.name).await;
+                            tokio::time::sleep(MINORITY_AWAKE).await;
+                            if let Some(net) = backend.net() {
+                                for host in isolated {
+                                    net.heal(host)
+                                        .unwrap_or_else(|e| panic!("{scenario}: heal: {e}"));
+                                }
+                            }
+                            notes.push(format!(
+                                "the master (host {master:?}) split off with the holder; \
+                                 the master after healing: host {:?}",
+                                backend.leader_host().await
+                            ));
                         }
                         Fault::None | Fault::Server | Fault::ServerClock => {
                             unreachable!("no victim for these")

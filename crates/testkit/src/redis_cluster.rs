@@ -208,7 +208,7 @@ fn start_master(dir: &Path) -> Master {
     for _ in 0..START_ATTEMPTS {
         let port = free_port();
         let bus_port = free_port();
-        let mut args = base_args(port, dir);
+        let mut args = base_args(port, dir, std::net::Ipv4Addr::LOCALHOST);
         args.extend(
             [
                 "--cluster-enabled",

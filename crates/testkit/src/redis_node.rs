@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::child::{guarded_command, kill_and_reap, tail};
+use crate::host::{Host, command_on};
 use crate::ports::free_port;
 use crate::resp::{self, Reply};
 use crate::tools::find_on_path;
@@ -37,6 +38,8 @@ const LOG_FILE: &str = "redis.log";
 #[derive(Clone, Debug, Default)]
 pub struct NodeOptions {
     durable: bool,
+    /// A host of its own (a network namespace), or `None` on loopback.
+    host: Option<Host>,
     args: Vec<String>,
     env: Vec<(OsString, OsString)>,
 }
@@ -65,6 +68,20 @@ impl NodeOptions {
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> NodeOptions {
         self.env.push((key.into(), value.into()));
         self
+    }
+
+    /// Runs the node on `host` (a network namespace the caller made), listening on its
+    /// address instead of 127.0.0.1.
+    pub fn on(mut self, host: Host) -> NodeOptions {
+        self.host = Some(host);
+        self
+    }
+
+    /// The address a server with these options listens on.
+    pub(crate) fn ip(&self) -> Ipv4Addr {
+        self.host
+            .as_ref()
+            .map_or(Ipv4Addr::LOCALHOST, |host| host.ip)
     }
 
     /// Whether writes survive a crash.
@@ -123,7 +140,7 @@ impl RedisNode {
             let port = free_port();
             let args = node_args(port, dir.path(), &options);
             let log = dir.path().join(LOG_FILE);
-            match spawn_redis_with(dir.path(), &args, &options.env, port, &log) {
+            match spawn_redis_with(dir.path(), &args, &options, port, &log) {
                 Ok(child) => {
                     return RedisNode {
                         child: Mutex::new(Some(child)),
@@ -160,7 +177,7 @@ impl RedisNode {
         let started = Instant::now();
         // The port was ours a moment ago; retry briefly in case the kernel is slow to free it.
         loop {
-            match spawn_redis_with(self.dir.path(), &args, &self.options.env, self.port, &log) {
+            match spawn_redis_with(self.dir.path(), &args, &self.options, self.port, &log) {
                 Ok(child) => {
                     *self.lock_child() = Some(child);
                     return;
@@ -190,12 +207,12 @@ impl RedisNode {
         }
     }
 
-    /// The loopback address it listens on (the same across restarts).
+    /// The address it listens on (the same across restarts): loopback, or its host's.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        SocketAddr::from((self.options.ip(), self.port))
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://IP:PORT`.
     pub fn url(&self) -> String {
         format!("redis://{}", self.addr())
     }
@@ -242,21 +259,23 @@ impl std::fmt::Debug for RedisNode {
 }
 
 fn node_args(port: u16, dir: &Path, options: &NodeOptions) -> Vec<String> {
-    let mut args = base_args(port, dir);
+    let mut args = base_args(port, dir, options.ip());
     args.extend(options.persistence_args());
     args.extend(options.args.iter().cloned());
     args
 }
 
-/// The arguments every test redis-server gets: loopback only, in the foreground, data and
-/// log in `dir`, and its command line left alone (it names `dir`, which the orphan guard
-/// checks before killing a left-over server).
-pub(crate) fn base_args(port: u16, dir: &Path) -> Vec<String> {
+/// The arguments every test redis-server gets: bound to `ip` only (loopback, or a host's
+/// address: protected mode, which refuses every address but loopback when there is no
+/// password, is then off), in the foreground, data and log in `dir`, and its command line
+/// left alone (it names `dir`, which the orphan guard checks before killing a left-over
+/// server).
+pub(crate) fn base_args(port: u16, dir: &Path, ip: Ipv4Addr) -> Vec<String> {
     vec![
         "--port".into(),
         port.to_string(),
         "--bind".into(),
-        "127.0.0.1".into(),
+        ip.to_string(),
         "--dir".into(),
         dir.display().to_string(),
         "--daemonize".into(),
@@ -264,7 +283,7 @@ pub(crate) fn base_args(port: u16, dir: &Path) -> Vec<String> {
         "--set-proc-title".into(),
         "no".into(),
         "--protected-mode".into(),
-        "yes".into(),
+        if ip.is_loopback() { "yes" } else { "no" }.into(),
     ]
 }
 
@@ -292,14 +311,15 @@ pub(crate) fn spawn_redis(
     port: u16,
     log_path: &Path,
 ) -> Result<Child, SpawnError> {
-    spawn_redis_with(marker, args, &[], port, log_path)
+    spawn_redis_with(marker, args, &NodeOptions::new(), port, log_path)
 }
 
-/// [`spawn_redis`] with extra environment variables for the server.
-fn spawn_redis_with(
+/// [`spawn_redis`] on `options`' host, with its environment variables for the server (its
+/// other options are in `args` already).
+pub(crate) fn spawn_redis_with(
     marker: &Path,
     args: &[String],
-    env: &[(OsString, OsString)],
+    options: &NodeOptions,
     port: u16,
     log_path: &Path,
 ) -> Result<Child, SpawnError> {
@@ -310,16 +330,18 @@ fn spawn_redis_with(
         .append(true)
         .open(log_path)
         .expect("open the redis log");
-    let mut command = guarded_command(marker, &program);
+    let (program, leading) = command_on(options.host.as_ref(), program);
+    let mut command = guarded_command(marker, program);
     command
         .current_dir(marker)
+        .args(leading)
         .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(options.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("dup the redis log"))
         .stderr(log);
     let mut child = command.spawn().expect("spawn redis-server");
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let addr = SocketAddr::from((options.ip(), port));
     let started = Instant::now();
     let why = loop {
         if let Ok(Some(status)) = child.try_wait() {

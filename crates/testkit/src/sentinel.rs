@@ -1,6 +1,7 @@
-//! Redis Sentinel on random loopback ports: one master, one replica and one to three
-//! sentinels monitoring them, for testing the locks through a Sentinel-aware client and across
-//! a failover.
+//! Redis Sentinel on random loopback ports (or, with [`RedisSentinel::start_on`], on hosts of
+//! their own: network namespaces the caller made, so a test can split the master from the
+//! rest): one master, one replica and one to three sentinels monitoring them, for testing the
+//! locks through a Sentinel-aware client and across a failover.
 //!
 //! Handed out only once it is fully formed (the replica in sync, every sentinel aware of the
 //! replica and of every other sentinel), because a failover asked of a half-formed set either
@@ -18,8 +19,9 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::child::{kill_and_reap, tail};
+use crate::host::Host;
 use crate::ports::free_port;
-use crate::redis_node::{NodeOptions, RedisNode, SpawnError, spawn_redis};
+use crate::redis_node::{NodeOptions, RedisNode, SpawnError, spawn_redis_with};
 use crate::resp::{self, Reply};
 
 const START_ATTEMPTS: usize = 4;
@@ -30,6 +32,7 @@ const DOWN_AFTER_MS: u64 = 5000;
 
 struct SentinelProcess {
     child: Mutex<Child>,
+    ip: Ipv4Addr,
     port: u16,
     dir: PathBuf,
 }
@@ -57,6 +60,26 @@ impl RedisSentinel {
     /// Starts a master, a replica of it, and `sentinels` sentinels (1 to 3) with a quorum of a
     /// majority of them; returns once the set is fully formed.
     pub fn start(sentinels: usize) -> RedisSentinel {
+        RedisSentinel::start_placed(None, None, vec![None; sentinels])
+    }
+
+    /// [`start`](RedisSentinel::start) with the master on `master`, the replica on `replica`
+    /// and one sentinel on each of `sentinels` (hosts may be shared: a sentinel beside each
+    /// data node is Sentinel's usual layout).
+    pub fn start_on(master: Host, replica: Host, sentinels: Vec<Host>) -> RedisSentinel {
+        RedisSentinel::start_placed(
+            Some(master),
+            Some(replica),
+            sentinels.into_iter().map(Some).collect(),
+        )
+    }
+
+    fn start_placed(
+        master: Option<Host>,
+        replica: Option<Host>,
+        sentinel_hosts: Vec<Option<Host>>,
+    ) -> RedisSentinel {
+        let sentinels = sentinel_hosts.len();
         assert!(
             (1..=3).contains(&sentinels),
             "1 to 3 sentinels, not {sentinels}"
@@ -65,22 +88,29 @@ impl RedisSentinel {
             .prefix("lockkeeper-redis-sentinel-")
             .tempdir()
             .expect("create a temporary directory for Sentinel");
-        let master = RedisNode::start();
+        let placed = |host: Option<Host>| match host {
+            Some(host) => NodeOptions::new().on(host),
+            None => NodeOptions::new(),
+        };
+        let master = RedisNode::start_with(placed(master));
         let replica = RedisNode::start_with(
-            NodeOptions::new()
+            placed(replica)
                 .arg("--replicaof")
-                .arg("127.0.0.1")
+                .arg(master.addr().ip().to_string())
                 .arg(master.addr().port().to_string()),
         );
         let name = "lockkeeper-master".to_string();
         let quorum = sentinels / 2 + 1;
-        let sentinels = (0..sentinels)
-            .map(|i| {
+        let sentinels = sentinel_hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, host)| {
                 start_sentinel(
                     &dir.path().join(format!("sentinel-{i}")),
                     &name,
                     master.addr(),
                     quorum,
+                    host,
                 )
             })
             .collect();
@@ -99,7 +129,7 @@ impl RedisSentinel {
         &self.name
     }
 
-    /// `redis://127.0.0.1:PORT` of every sentinel.
+    /// `redis://IP:PORT` of every sentinel.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinel_addrs()
             .iter()
@@ -111,7 +141,7 @@ impl RedisSentinel {
     pub fn sentinel_addrs(&self) -> Vec<SocketAddr> {
         self.sentinels
             .iter()
-            .map(|s| SocketAddr::from((Ipv4Addr::LOCALHOST, s.port)))
+            .map(|s| SocketAddr::from((s.ip, s.port)))
             .collect()
     }
 
@@ -265,7 +295,18 @@ impl std::fmt::Debug for RedisSentinel {
     }
 }
 
-fn start_sentinel(dir: &Path, name: &str, master: SocketAddr, quorum: usize) -> SentinelProcess {
+fn start_sentinel(
+    dir: &Path,
+    name: &str,
+    master: SocketAddr,
+    quorum: usize,
+    host: Option<Host>,
+) -> SentinelProcess {
+    let options = match host {
+        Some(host) => NodeOptions::new().on(host),
+        None => NodeOptions::new(),
+    };
+    let ip = options.ip();
     fs::create_dir_all(dir).expect("create a sentinel directory");
     let config = dir.join("sentinel.conf");
     let log = dir.join("sentinel.log");
@@ -275,25 +316,28 @@ fn start_sentinel(dir: &Path, name: &str, master: SocketAddr, quorum: usize) -> 
         // Sentinel rewrites this file as it learns (replicas, other sentinels, epochs).
         let text = format!(
             "port {port}\n\
-             bind 127.0.0.1\n\
+             bind {ip}\n\
+             protected-mode {protected}\n\
              daemonize no\n\
              set-proc-title no\n\
              dir {dir}\n\
              sentinel resolve-hostnames no\n\
-             sentinel monitor {name} {ip} {mport} {quorum}\n\
+             sentinel monitor {name} {mip} {mport} {quorum}\n\
              sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {name} 20000\n\
              sentinel parallel-syncs {name} 1\n",
             dir = dir.display(),
-            ip = master.ip(),
+            protected = if ip.is_loopback() { "yes" } else { "no" },
+            mip = master.ip(),
             mport = master.port(),
         );
         fs::write(&config, text).expect("write sentinel.conf");
         let args = vec![config.display().to_string(), "--sentinel".to_string()];
-        match spawn_redis(dir, &args, port, &log) {
+        match spawn_redis_with(dir, &args, &options, port, &log) {
             Ok(child) => {
                 return SentinelProcess {
                     child: Mutex::new(child),
+                    ip,
                     port,
                     dir: dir.to_path_buf(),
                 };
