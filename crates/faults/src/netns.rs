@@ -10,9 +10,11 @@
 //! Faults are nftables rules in a host's own namespace: a *partition* drops every packet the
 //! host sends to a peer and every packet it receives from it, so connections stay open and
 //! nobody is told (as a switch that died would leave them); a *one-way* cut drops only what
-//! the host receives from the peer. Healing deletes the host's table.
+//! the host receives from the peer; a *lossy* host drops a share of what it receives, at
+//! random. Healing deletes the host's table.
 //!
-//! Invariants: names carry this process's id, so runs do not collide; everything created is
+//! Invariants: names carry this process's id and the net's number in it, so runs and
+//! backends do not collide; everything created is
 //! deleted on drop (namespaces take their veth ends with them); only `ip` and `nft` are run,
 //! and every failure names the command and its output. Needs CAP_NET_ADMIN:
 //! [`Net::create`] fails (and the suite skips the rows) without it.
@@ -55,10 +57,14 @@ impl Net {
     /// Creates the bridge and `hosts` namespaces (at most 250).
     pub fn create(hosts: usize) -> Result<Net, String> {
         assert!(hosts <= 250, "at most 250 hosts on one /24");
+        // Names and a /24 from the process id and a count of this process's nets: a net
+        // just dropped may linger a moment (a namespace goes once its last process has
+        // exited), and the next backend's must not collide with it.
+        static CREATED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let seq = CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pid = std::process::id();
-        let id = format!("{}", pid % 100_000);
-        // A /24 per run, from the process id.
-        let subnet = [10, 77 + (pid / 250 % 100) as u8, (pid % 250) as u8];
+        let id = format!("{}n{}", pid % 100_000, seq % 100);
+        let subnet = [10, 77 + ((pid / 250 + seq) % 100) as u8, (pid % 250) as u8];
         let net = Net {
             bridge: format!("lk{id}-br"),
             id,
@@ -192,6 +198,37 @@ impl Net {
             ])?;
         }
         Ok(())
+    }
+
+    /// Makes `host` drop `percent` % of the packets it receives from the other hosts, at
+    /// random (nftables' `numgen random`): a lossy network. This kernel's traffic control has
+    /// no `netem`, so latency cannot be added the same way; loss alone is what TCP turns into
+    /// retransmissions and stalls of hundreds of milliseconds.
+    pub fn lossy(&self, host: usize, percent: u32) -> Result<(), String> {
+        let ns = self.namespace(host);
+        let subnet = format!(
+            "{}.{}.{}.0/24",
+            self.subnet[0], self.subnet[1], self.subnet[2]
+        );
+        let below = percent.to_string();
+        let nft = |args: &[&str]| {
+            let mut full = vec!["netns", "exec", &ns, "nft"];
+            full.extend(args);
+            run("ip", &full)
+        };
+        nft(&["add", "table", "inet", TABLE])?;
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            TABLE,
+            "in",
+            "{ type filter hook input priority 0; }",
+        ])?;
+        nft(&[
+            "add", "rule", "inet", TABLE, "in", "ip", "saddr", &subnet, "numgen", "random", "mod",
+            "100", "<", &below, "drop",
+        ])
     }
 
     /// Ends every cut of `host`.

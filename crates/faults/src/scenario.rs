@@ -72,6 +72,9 @@ pub enum Fault {
     /// replica and someone else holds the lock there; then healed. The holder is not
     /// paused: it goes on renewing and writing through the old master.
     SplitBrain,
+    /// Every host, servers and clients, drops [`LOSS_PERCENT`] % of the packets it receives,
+    /// at random, for [`LOSSY_FOR`]: a lossy network under everyone. Namespaced backends only.
+    Lossy,
 }
 
 impl Fault {
@@ -100,6 +103,7 @@ impl Fault {
             Fault::OneWay => "holder-deaf",
             Fault::MinorityLeader => "paused+leader-isolated",
             Fault::SplitBrain => "master-isolated",
+            Fault::Lossy => "network-lossy-5%",
         }
     }
 }
@@ -221,6 +225,7 @@ pub fn all() -> Vec<Scenario> {
             Fault::OneWay,
             Fault::MinorityLeader,
             Fault::SplitBrain,
+            Fault::Lossy,
         ];
         for &kind in backend.kinds() {
             for fault in faults {
@@ -237,7 +242,11 @@ pub fn all() -> Vec<Scenario> {
                 // a pause and a server restart to compare them with; only they get those.
                 let network = matches!(
                     fault,
-                    Fault::Partition | Fault::OneWay | Fault::MinorityLeader | Fault::SplitBrain
+                    Fault::Partition
+                        | Fault::OneWay
+                        | Fault::MinorityLeader
+                        | Fault::SplitBrain
+                        | Fault::Lossy
                 );
                 let compared = matches!(fault, Fault::None | Fault::Pause | Fault::Server);
                 if backend.is_netns() && !(network || compared) || !backend.is_netns() && network {
@@ -454,6 +463,11 @@ async fn wait_new_holder(resource: &Resource) -> Option<String> {
     None
 }
 
+/// The share of packets a lossy network drops ([`Fault::Lossy`]), in percent.
+const LOSS_PERCENT: u32 = 5;
+/// How long the network is lossy.
+const LOSSY_FOR: Duration = Duration::from_secs(8);
+
 /// How long a holder resumed on a minority's side runs there before the partition heals.
 const MINORITY_AWAKE: Duration = Duration::from_secs(2);
 
@@ -558,7 +572,7 @@ pub async fn run(
     let mut paused = None;
     let mut struck = matches!(
         scenario.fault,
-        Fault::None | Fault::Server | Fault::ServerClock
+        Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy
     );
     let dir = tempfile::tempdir().expect("a temporary directory for the clients' clocks");
     {
@@ -583,7 +597,7 @@ pub async fn run(
         tokio::time::sleep(length / 4).await;
         if !matches!(
             scenario.fault,
-            Fault::None | Fault::Server | Fault::ServerClock
+            Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy
         ) {
             let victim = wait_new_holder(&resource).await;
             match victim.as_deref().and_then(|v| clients.slot(v)) {
@@ -684,7 +698,7 @@ pub async fn run(
                                 backend.leader_host().await
                             ));
                         }
-                        Fault::None | Fault::Server | Fault::ServerClock => {
+                        Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy => {
                             unreachable!("no victim for these")
                         }
                     }
@@ -722,6 +736,25 @@ pub async fn run(
             "{scenario}: server fault took {:.2} s",
             struck.elapsed().as_secs_f64()
         );
+    }
+    if scenario.fault == Fault::Lossy {
+        let net = backend
+            .net()
+            .unwrap_or_else(|| panic!("{scenario}: a lossy network needs namespaced hosts"));
+        let turns = resource.counts().await.turns;
+        for host in 0..net.hosts() {
+            net.lossy(host, LOSS_PERCENT)
+                .unwrap_or_else(|e| panic!("{scenario}: lossy: {e}"));
+        }
+        tokio::time::sleep(LOSSY_FOR).await;
+        for host in 0..net.hosts() {
+            net.heal(host)
+                .unwrap_or_else(|e| panic!("{scenario}: heal: {e}"));
+        }
+        notes.push(format!(
+            "{} turns while every host dropped {LOSS_PERCENT} % of what it received",
+            resource.counts().await.turns - turns
+        ));
     }
     // The lock must come back: wait (bounded) for the next turn after the fault, so the
     // unavailability it caused is measured even when it outlasts the scenario's length.
