@@ -162,9 +162,9 @@ impl BackendKind {
             BackendKind::KeeperNetns
             | BackendKind::EnsembleNetns
             | BackendKind::EtcdClusterNetns => &[Kind::Mutex, Kind::Leader],
-            BackendKind::Redis | BackendKind::Sentinel | BackendKind::SentinelNetns => {
-                &[Kind::Lease, Kind::Reentrant]
-            }
+            BackendKind::Redis | BackendKind::Sentinel => &[Kind::Lease, Kind::Reentrant],
+            // The split brain is the master's, whichever lock the client holds.
+            BackendKind::SentinelNetns => &[Kind::Lease],
             BackendKind::Redlock => &[Kind::Redlock],
             BackendKind::Etcd | BackendKind::EtcdCluster => {
                 &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader]
