@@ -64,6 +64,62 @@ async fn outcomes(sites: Vec<tokio::task::JoinHandle<(Outcome, Vec<u8>)>>) -> Ve
     all
 }
 
+/// A site that joins before anything is proposed waits on watches, is woken by the proposal
+/// (a notification, counted), and sees it whole: its transaction, every site, the payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_site_waiting_for_the_proposal_is_woken_by_it() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: watches are counted on one server");
+            return;
+        }
+        let coordinator = session(&connect).await;
+        let two_phase = coordinator.two_phase("/2pc/early").unwrap();
+        assert_eq!(two_phase.path(), "/2pc/early");
+        let site_session = session(&connect).await;
+        let site = site_session.two_phase("/2pc/early").unwrap();
+        let joining =
+            tokio::spawn(async move { site.join_timeout("tx-early", "a", WAIT).await.unwrap() });
+        // The site's watches are on the server before the proposal is written.
+        let addr = connect.parse().expect("a single host:port");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while tokio::task::spawn_blocking(move || lockkeeper_testkit::total_watches(addr))
+            .await
+            .unwrap()
+            == 0
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the site set no watch"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let proposing = tokio::spawn(async move {
+            two_phase
+                .propose("tx-early", &["a", "b"], b"payload", Duration::from_secs(1))
+                .await
+        });
+        let proposal = tokio::time::timeout(WAIT, joining)
+            .await
+            .expect("joined")
+            .unwrap()
+            .expect("a proposal, not a timeout");
+        assert_eq!(proposal.tx_id(), "tx-early");
+        assert_eq!(proposal.site(), "a");
+        assert_eq!(proposal.sites(), ["a", "b"]);
+        assert_eq!(proposal.payload(), b"payload");
+        assert!(
+            site_session.notifications() >= 1,
+            "the proposal's notification was not counted"
+        );
+        // Nobody voted: the vote times out.
+        let outcome = proposing.await.unwrap().unwrap();
+        let nobody = vec!["a".to_owned(), "b".to_owned()];
+        assert_eq!(outcome, Outcome::Abort(AbortReason::TimedOut(nobody)));
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_commit_vote_commits_and_everyone_learns_it() {
     for_each_backend(|connect| async move {
