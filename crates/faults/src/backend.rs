@@ -157,6 +157,7 @@ impl BackendKind {
                 Kind::Queue,
                 Kind::TwoPhase,
                 Kind::DoubleBarrier,
+                Kind::Cache,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
             BackendKind::KeeperNetns

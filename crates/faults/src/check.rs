@@ -7,6 +7,8 @@
 //! - [`two_phase`]: no commit unless every standing vote was commit; one outcome for all.
 //! - [`barrier`]: nobody passes before N entered; no round overtakes the one before.
 //! - [`queue`]: every acknowledged put taken at least once; duplicates counted.
+//! - [`cache`]: after the fault heals, every tree cache holds the server's tree and every
+//!   name watch the name's address.
 //! - [`counter`]: linearizability of increments, reads and compare-and-sets: Wing and Gong's
 //!   search with Lowe's memoization, the algorithm of Knossos and Porcupine, written here over
 //!   the counter's own model.
@@ -14,9 +16,11 @@
 //!
 //! The exclusion checker runs on every lock scenario's resource, the counter checker on the
 //! `atomic-long` scenarios, the queue checker on the `queue` scenarios, the two-phase commit
-//! checker on the `two-phase` scenarios, the barrier checker on the `double-barrier` scenarios.
+//! checker on the `two-phase` scenarios, the barrier checker on the `double-barrier` scenarios,
+//! the cache checker on the `tree-cache` scenarios.
 
 pub mod barrier;
+pub mod cache;
 pub mod counter;
 pub mod exclusion;
 pub mod queue;

@@ -36,11 +36,14 @@ pub enum Kind {
     TwoPhase,
     /// ZooKeeper `DoubleBarrier` of three: not a lock; its members' rounds are checked.
     DoubleBarrier,
+    /// ZooKeeper tree caches and name watches following a changing subtree: not a lock;
+    /// their views are checked against the server's once the fault healed.
+    Cache,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
@@ -52,6 +55,7 @@ impl Kind {
         Kind::Queue,
         Kind::TwoPhase,
         Kind::DoubleBarrier,
+        Kind::Cache,
     ];
 
     /// The command-line and table name.
@@ -68,6 +72,7 @@ impl Kind {
             Kind::Queue => "queue",
             Kind::TwoPhase => "two-phase",
             Kind::DoubleBarrier => "double-barrier",
+            Kind::Cache => "tree-cache",
         }
     }
 

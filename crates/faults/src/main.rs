@@ -13,6 +13,7 @@
 
 mod backend;
 mod barrier_run;
+mod cache_run;
 mod check;
 mod client;
 mod clock;

@@ -233,7 +233,11 @@ pub fn all() -> Vec<Scenario> {
                 // clock of theirs.
                 if matches!(
                     kind,
-                    Kind::AtomicLong | Kind::Queue | Kind::TwoPhase | Kind::DoubleBarrier
+                    Kind::AtomicLong
+                        | Kind::Queue
+                        | Kind::TwoPhase
+                        | Kind::DoubleBarrier
+                        | Kind::Cache
                 ) && !matches!(fault, Fault::None | Fault::Cut | Fault::Server)
                 {
                     continue;
@@ -289,6 +293,7 @@ pub fn short() -> Vec<Scenario> {
         (BackendKind::Keeper, Kind::Queue, Fault::Cut),
         (BackendKind::Zookeeper, Kind::TwoPhase, Fault::Cut),
         (BackendKind::Keeper, Kind::DoubleBarrier, Fault::Cut),
+        (BackendKind::Keeper, Kind::Cache, Fault::Cut),
         (BackendKind::KeeperNetns, Kind::Mutex, Fault::Partition),
         (BackendKind::Redis, Kind::Lease, Fault::Pause),
         (BackendKind::Redis, Kind::Reentrant, Fault::Server),
@@ -533,6 +538,7 @@ pub async fn run(
         Kind::TwoPhase => {
             return crate::two_phase_run::run(backend, scenario, seed, length).await;
         }
+        Kind::Cache => return crate::cache_run::run(backend, scenario, seed, length).await,
         Kind::DoubleBarrier => {
             return crate::barrier_run::run(backend, scenario, seed, length).await;
         }
