@@ -395,6 +395,33 @@ async fn bad_input_is_refused_with_its_name() {
     .await;
 }
 
+/// A second coordinator proposing a transaction id another one proposed is refused: it must
+/// not take the other's proposal for a retry of its own and collect its votes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_coordinator_of_one_transaction_is_refused() {
+    for_each_backend(|connect| async move {
+        let first = session(&connect).await.two_phase("/2pc/twice").unwrap();
+        let second = session(&connect).await.two_phase("/2pc/twice").unwrap();
+        let proposing = tokio::spawn(async move {
+            first
+                .propose("tx", &["a"], b"first", Duration::from_secs(2))
+                .await
+        });
+        let joined = session(&connect).await.two_phase("/2pc/twice").unwrap();
+        let proposal = joined.join("tx", "a").await.expect("the first proposal");
+        assert_eq!(proposal.payload(), b"first");
+        match second.propose("tx", &["a"], b"second", WAIT).await {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("exists already"), "{m}"),
+            other => panic!("a second proposal of tx: {other:?}"),
+        }
+        assert_eq!(
+            proposing.await.unwrap().unwrap(),
+            Outcome::Abort(AbortReason::TimedOut(vec!["a".into()]))
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_coordinator_whose_session_expires_carries_on_in_the_next() {
     use lockkeeper::zk::ConnectionState;
