@@ -4,7 +4,8 @@
 //! The election is the library's [`LeaderLatch`] (Curator's `LeaderLatch` layout: Curator and
 //! lockkeeper participants share one election at NAME). While this participant leads, CMD runs
 //! under [`run::supervise`] with `LOCKKEEPER_FENCING_TOKEN` (the term's token),
-//! `LOCKKEEPER_LEADER_ID` and `LOCKKEEPER_BACKEND` in its environment; when leadership is lost
+//! `LOCKKEEPER_LEADER_ID`, `LOCKKEEPER_BACKEND` and `LOCKKEEPER_LEADER_NODE` (the term's latch
+//! node) in its environment; when leadership is lost
 //! its process group is stopped (SIGTERM, SIGKILL after `--kill-after`) and the participant
 //! queues again with a fresh node (so the next term's token is higher), or exits 76 with
 //! `--once`. A CMD that ends on its own ends the command with its exit code, resigning first.
@@ -61,7 +62,8 @@ Exit codes:
 
 Resigning and closing on the way out take at most --release-timeout (default 2s) together.
 
-The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LEADER_ID and LOCKKEEPER_BACKEND.";
+The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LEADER_ID, LOCKKEEPER_BACKEND and, on
+ZooKeeper, LOCKKEEPER_LEADER_NODE (the term's latch node).";
 
 /// Arguments of `lockkeeper elect`.
 #[derive(clap::Args, Debug)]
@@ -271,6 +273,9 @@ trait Term {
     fn cause(&self, observed: &loss::Observed) -> impl Future<Output = String> + Send;
     /// Gives the leadership up cleanly (best effort, reported on stderr).
     fn resign(self, name: &str) -> impl Future<Output = ()> + Send;
+    /// The term's latch node, where the backend has one (ZooKeeper), for the command's
+    /// environment.
+    fn node(&self) -> Option<&str>;
 }
 
 /// A ZooKeeper term, with the session it was granted in (to ask after the node at a loss).
@@ -282,6 +287,10 @@ struct ZkTerm {
 impl Term for ZkTerm {
     fn fencing_token(&self) -> FencingToken {
         self.leadership.fencing_token()
+    }
+
+    fn node(&self) -> Option<&str> {
+        Some(self.leadership.node())
     }
 
     fn lost(&self) -> impl Future<Output = ()> + Send {
@@ -342,12 +351,16 @@ async fn serve_term<T: Term>(
         eprintln!("lockkeeper elect: {id} lost the leadership of {name}: {cause}");
         return Ok(args.once.then_some(exit::LOST));
     }
-    let env = [
+    let mut env = vec![
         ("LOCKKEEPER_FENCING_TOKEN", token.to_string()),
         ("LOCKKEEPER_LEADER_ID", id.to_owned()),
         // As given (not the canonical form), so the command can connect with it too.
         ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
     ];
+    // The term's latch node, for a ZooKeeper fence that checks the writer still has it.
+    if let Some(node) = leadership.node() {
+        env.push(("LOCKKEEPER_LEADER_NODE", node.to_owned()));
+    }
     let lost = async {
         let observed = loss::observe(leadership.lost(), || leadership.valid_until()).await;
         leadership.cause(&observed).await

@@ -158,6 +158,7 @@ impl BackendKind {
                 Kind::TwoPhase,
                 Kind::DoubleBarrier,
                 Kind::Cache,
+                Kind::CliElect,
             ],
             BackendKind::Ensemble => &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader],
             BackendKind::KeeperNetns

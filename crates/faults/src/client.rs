@@ -45,7 +45,7 @@ pub const REDIS_LEASE: Duration = Duration::from_secs(2);
 /// etcd's minimum lease TTL with testkit's Raft timings).
 pub const ETCD_TTL: Duration = Duration::from_secs(3);
 /// Writes per turn.
-const WRITES: usize = 5;
+pub(crate) const WRITES: usize = 5;
 
 /// What one client process was told.
 #[derive(Debug)]
@@ -69,6 +69,9 @@ pub struct ClientArgs {
 /// Runs turns until `run_for` passes. `Err` only when the setup itself is impossible (the
 /// resource server unreachable, an argument the library refuses).
 pub async fn run(args: ClientArgs) -> Result<(), String> {
+    if args.kind == Kind::CliElect {
+        return crate::cli_client::run(args).await;
+    }
     let deadline = Instant::now() + args.run_for;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut resource = ResourceConn::connect(args.resource).await?;
@@ -124,13 +127,13 @@ async fn turn(
 }
 
 /// The connection to the resource server.
-struct ResourceConn {
+pub(crate) struct ResourceConn {
     lines: Lines<BufReader<OwnedReadHalf>>,
     write: OwnedWriteHalf,
 }
 
 impl ResourceConn {
-    async fn connect(addr: SocketAddr) -> Result<ResourceConn, String> {
+    pub(crate) async fn connect(addr: SocketAddr) -> Result<ResourceConn, String> {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("resource server {addr}: {e}"))?;
@@ -141,7 +144,7 @@ impl ResourceConn {
         })
     }
 
-    async fn call(&mut self, request: &str) -> Result<String, String> {
+    pub(crate) async fn call(&mut self, request: &str) -> Result<String, String> {
         self.write
             .write_all(format!("{request}\n").as_bytes())
             .await

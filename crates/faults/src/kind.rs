@@ -39,11 +39,14 @@ pub enum Kind {
     /// ZooKeeper tree caches and name watches following a changing subtree: not a lock;
     /// their views are checked against the server's once the fault healed.
     Cache,
+    /// The `lockkeeper elect` command running each leader's work as a child process
+    /// ([`crate::cli_client`]).
+    CliElect,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
@@ -56,6 +59,7 @@ impl Kind {
         Kind::TwoPhase,
         Kind::DoubleBarrier,
         Kind::Cache,
+        Kind::CliElect,
     ];
 
     /// The command-line and table name.
@@ -73,6 +77,7 @@ impl Kind {
             Kind::TwoPhase => "two-phase",
             Kind::DoubleBarrier => "double-barrier",
             Kind::Cache => "tree-cache",
+            Kind::CliElect => "cli-elect",
         }
     }
 

@@ -15,6 +15,7 @@ mod backend;
 mod barrier_run;
 mod cache_run;
 mod check;
+mod cli_client;
 mod client;
 mod clock;
 mod counter_run;
@@ -95,6 +96,19 @@ enum Sub {
         #[arg(long)]
         run_for_ms: u64,
     },
+    /// One leader's work under `lockkeeper elect` (started by a `cli-elect` client through
+    /// it): enter the resource with `LOCKKEEPER_FENCING_TOKEN`, write, exit.
+    Term {
+        /// The resource server, IP:PORT.
+        #[arg(long)]
+        resource: SocketAddr,
+        /// The client's name at the resource.
+        #[arg(long)]
+        name: String,
+        /// Seeds the sleeps between writes.
+        #[arg(long)]
+        seed: u64,
+    },
     /// Prints the table of runs' `--json` files (their rows one after another), as the README
     /// shows it.
     Report {
@@ -160,6 +174,17 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some(Sub::Term {
+            resource,
+            name,
+            seed,
+        }) => match runtime.block_on(cli_client::term(resource, &name, seed)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("lockkeeper-faults term: {err}");
+                ExitCode::FAILURE
+            }
+        },
         Some(Sub::Keeper { listen, data_dir }) => {
             match runtime.block_on(keeper_proc::serve(listen, data_dir)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -241,6 +266,25 @@ async fn orchestrate(cli: Cli, stores: &fences::Stores) -> ExitCode {
                     .collect()
             }
         }
+    } else {
+        scenarios
+    };
+    // The `cli-elect` rows run the `lockkeeper` binary: said once, and skipped without it.
+    let scenarios = if scenarios.iter().any(|s| s.kind == Kind::CliElect)
+        && cli_client::lockkeeper_binary().is_none()
+    {
+        println!(
+            "no `lockkeeper` binary beside this one (cargo build -p lockkeeper-cli, with the \
+             same profile): the {} cli-elect rows are skipped",
+            scenarios
+                .iter()
+                .filter(|s| s.kind == Kind::CliElect)
+                .count()
+        );
+        scenarios
+            .into_iter()
+            .filter(|s| s.kind != Kind::CliElect)
+            .collect()
     } else {
         scenarios
     };

@@ -261,7 +261,9 @@ pub fn all() -> Vec<Scenario> {
                 if backend.is_netns() && !(network || compared) || !backend.is_netns() && network {
                     continue;
                 }
-                if (fault == Fault::MinorityLeader && !backend.has_leader())
+                // The command's children do not share the client's fake clock.
+                if (kind == Kind::CliElect && fault == Fault::ClientClock)
+                    || (fault == Fault::MinorityLeader && !backend.has_leader())
                     || (fault == Fault::SplitBrain && !backend.is_sentinel())
                     || (fault == Fault::Cut && !cuttable)
                     || (fault == Fault::ClientClock && !client_clock)
@@ -360,8 +362,7 @@ impl Clients {
 impl Drop for Clients {
     fn drop(&mut self) {
         for proc in &mut self.procs {
-            let _ = proc.child.kill(); // SIGKILL, also ends a stopped process
-            let _ = proc.child.wait();
+            kill(&mut proc.child);
         }
     }
 }
@@ -438,10 +439,86 @@ impl Spawner<'_> {
 }
 
 fn signal(pid: u32, signal: i32) {
-    // SAFETY: kill(2) on a PID this run spawned and has not reaped.
+    // SAFETY: kill(2) on a PID this run spawned (or its descendant) and has not reaped.
     unsafe {
         libc::kill(pid as i32, signal);
     }
+}
+
+/// `pid` and its descendants, parents before children (read from `/proc`): a client is one
+/// process, or (`cli-elect`) `lockkeeper elect` and its command under it.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(child) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // `pid (comm) state ppid ...`: the command may hold spaces, so split after ')'.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<u32>().ok());
+            if let Some(ppid) = ppid {
+                parents.push((child, ppid));
+            }
+        }
+    }
+    let mut tree = vec![pid];
+    let mut next = 0;
+    while next < tree.len() {
+        let parent = tree[next];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        next += 1;
+    }
+    tree
+}
+
+/// Stops a client and everything it runs, parents first (so none reacts to a child's stop).
+fn pause(pid: u32) {
+    for process in process_tree(pid) {
+        signal(process, libc::SIGSTOP);
+    }
+}
+
+/// Resumes a client stopped by [`pause`], children first, the deepest (the one writing to the
+/// resource) a moment before the rest: a paused leader's work may wake before its supervisor
+/// notices the loss, as scheduling may have it.
+async fn resume(pid: u32) {
+    let mut tree = process_tree(pid);
+    tree.reverse();
+    let mut processes = tree.into_iter();
+    if let Some(deepest) = processes.next() {
+        signal(deepest, libc::SIGCONT);
+    }
+    let rest: Vec<u32> = processes.collect();
+    if !rest.is_empty() {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for process in rest {
+        signal(process, libc::SIGCONT);
+    }
+}
+
+/// SIGKILLs a client and everything it runs, and reaps the client.
+fn kill(child: &mut Child) {
+    for process in process_tree(child.id()).into_iter().skip(1) {
+        signal(process, libc::SIGKILL);
+    }
+    let _ = child.kill(); // SIGKILL, also ends a stopped process
+    let _ = child.wait();
 }
 
 /// Waits (bounded) for a client to be inside the resource; its name.
@@ -618,19 +695,18 @@ pub async fn run(
                     let proc = &mut clients.procs[slot];
                     match scenario.fault {
                         Fault::Pause => {
-                            signal(proc.child.id(), libc::SIGSTOP);
+                            pause(proc.child.id());
                             tokio::time::sleep(outage).await;
                             successor(&resource, &proc.name).await;
-                            signal(proc.child.id(), libc::SIGCONT);
+                            resume(proc.child.id()).await;
                         }
                         Fault::PauseAndServer => {
                             // Resumed below, after the server fault (which needs the backend).
-                            signal(proc.child.id(), libc::SIGSTOP);
+                            pause(proc.child.id());
                             paused = Some((proc.child.id(), proc.name.clone(), Instant::now()));
                         }
                         Fault::Kill => {
-                            let _ = proc.child.kill();
-                            let _ = proc.child.wait();
+                            kill(&mut proc.child);
                             clients.procs[slot] = spawner.spawn(slot, 1).await;
                         }
                         Fault::Cut => {
@@ -662,12 +738,12 @@ pub async fn run(
                                 .unwrap_or_else(|e| panic!("{scenario}: heal: {e}"));
                         }
                         Fault::MinorityLeader => {
-                            signal(proc.child.id(), libc::SIGSTOP);
+                            pause(proc.child.id());
                             let (isolated, leader) =
                                 isolate_with_leader(backend, scenario, slot).await;
                             tokio::time::sleep(outage).await;
                             successor(&resource, &proc.name).await;
-                            signal(proc.child.id(), libc::SIGCONT);
+                            resume(proc.child.id()).await;
                             // The holder wakes on the minority side and writes with its token.
                             tokio::time::sleep(MINORITY_AWAKE).await;
                             let leads = backend.leader_host().await;
@@ -721,7 +797,7 @@ pub async fn run(
         backend.server_fault().await;
         tokio::time::sleep(outage.saturating_sub(since.elapsed())).await;
         successor(&resource, &name).await;
-        signal(pid, libc::SIGCONT);
+        resume(pid).await;
     }
     if matches!(scenario.fault, Fault::Server | Fault::ServerClock) {
         // Strike while someone holds the lock: a fault between turns tests nothing.
@@ -784,7 +860,7 @@ pub async fn run(
         struck,
         fence_problems: resource.check_fences().await,
         history_problems: resource
-            .check_history(1, scenario.kind == Kind::Leader)
+            .check_history(1, matches!(scenario.kind, Kind::Leader | Kind::CliElect))
             .await,
         notes,
     }

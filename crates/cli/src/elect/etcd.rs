@@ -163,6 +163,10 @@ impl Term for Leadership {
         Leadership::fencing_token(self)
     }
 
+    fn node(&self) -> Option<&str> {
+        None
+    }
+
     fn lost(&self) -> impl Future<Output = ()> + Send {
         Leadership::lost(self)
     }

@@ -209,7 +209,8 @@ fn once_exits_76_when_leadership_is_taken_and_redis_is_refused() {
         let pidfile = dir.path().join("pid");
         let envfile = dir.path().join("env");
         let script = format!(
-            "echo \"$LOCKKEEPER_BACKEND $LOCKKEEPER_LEADER_ID $LOCKKEEPER_FENCING_TOKEN\" > {}; \
+            "echo \"$LOCKKEEPER_BACKEND $LOCKKEEPER_LEADER_ID $LOCKKEEPER_FENCING_TOKEN \
+             $LOCKKEEPER_LEADER_NODE\" > {}; \
              echo $$ > {}; trap 'exit 3' TERM; while :; do sleep 0.1; done",
             envfile.display(),
             pidfile.display()
@@ -242,7 +243,7 @@ fn once_exits_76_when_leadership_is_taken_and_redis_is_refused() {
         let holder = inspection.holders().next().expect("a leader");
         assert_eq!(
             read(&envfile).trim(),
-            format!("{backend} solo {}", holder.fencing_token),
+            format!("{backend} solo {} {}", holder.fencing_token, holder.path),
             "{name}: the command's environment"
         );
         let leader = holder.path.clone();
