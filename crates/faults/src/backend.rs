@@ -152,6 +152,7 @@ impl BackendKind {
                 Kind::Mutex,
                 Kind::RwWrite,
                 Kind::Semaphore,
+                Kind::Semaphore2,
                 Kind::Leader,
                 Kind::AtomicLong,
                 Kind::Queue,
@@ -168,7 +169,14 @@ impl BackendKind {
             // The split brain is the master's, whichever lock the client holds.
             BackendKind::SentinelNetns => &[Kind::Lease],
             BackendKind::Redlock => &[Kind::Redlock],
-            BackendKind::Etcd | BackendKind::EtcdCluster => {
+            BackendKind::Etcd => &[
+                Kind::Mutex,
+                Kind::RwWrite,
+                Kind::Semaphore,
+                Kind::Semaphore2,
+                Kind::Leader,
+            ],
+            BackendKind::EtcdCluster => {
                 &[Kind::Mutex, Kind::RwWrite, Kind::Semaphore, Kind::Leader]
             }
         }

@@ -199,7 +199,9 @@ impl EtcdLock {
         Ok(match kind {
             Kind::Mutex => EtcdLock::Mutex(session.mutex(name)?),
             Kind::RwWrite => EtcdLock::RwWrite(session.rw_lock(name)?),
-            Kind::Semaphore => EtcdLock::Semaphore(session.semaphore(name, 1)?),
+            Kind::Semaphore | Kind::Semaphore2 => {
+                EtcdLock::Semaphore(session.semaphore(name, kind.holders())?)
+            }
             Kind::Leader => EtcdLock::Leader(session.election(name)?),
             other => return Err(mismatch(other, "etcd")),
         })
@@ -231,7 +233,9 @@ impl Locker {
                 match kind {
                     Kind::Mutex => Locker::Mutex(session.mutex(lock)?),
                     Kind::RwWrite => Locker::RwWrite(session.rw_lock(lock)?),
-                    Kind::Semaphore => Locker::Semaphore(session.semaphore(lock, 1)?),
+                    Kind::Semaphore | Kind::Semaphore2 => {
+                        Locker::Semaphore(session.semaphore(lock, args.kind.holders() as u32)?)
+                    }
                     Kind::Leader => Locker::Leader(session.leader_latch(lock, &args.name)?),
                     other => return Err(mismatch(other, "zk")),
                 }

@@ -18,6 +18,11 @@ pub enum Kind {
     RwWrite,
     /// ZooKeeper `Semaphore` with one lease (etcd's with one permit on an etcd backend).
     Semaphore,
+    /// ZooKeeper `Semaphore` with two leases (etcd's with two permits), each client taking
+    /// one: two holders at once are allowed, three are not. Two concurrent holders hold two
+    /// tokens, which no single fence can tell from a stale one, so the resource fences none of
+    /// its writes (it uses the tokens to tell which holder's lease lapsed).
+    Semaphore2,
     /// ZooKeeper leader election (`LeaderLatch`), or etcd's `Election` on an etcd backend.
     Leader,
     /// Redis `LeaseLock` (watchdog lease).
@@ -46,10 +51,11 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
+        Kind::Semaphore2,
         Kind::Leader,
         Kind::Lease,
         Kind::Reentrant,
@@ -68,6 +74,7 @@ impl Kind {
             Kind::Mutex => "mutex",
             Kind::RwWrite => "rwlock-write",
             Kind::Semaphore => "semaphore-1",
+            Kind::Semaphore2 => "semaphore-2",
             Kind::Leader => "leader",
             Kind::Lease => "lease-lock",
             Kind::Reentrant => "reentrant",
@@ -78,6 +85,14 @@ impl Kind {
             Kind::DoubleBarrier => "double-barrier",
             Kind::Cache => "tree-cache",
             Kind::CliElect => "cli-elect",
+        }
+    }
+
+    /// How many clients may hold it at once.
+    pub fn holders(self) -> usize {
+        match self {
+            Kind::Semaphore2 => 2,
+            _ => 1,
         }
     }
 

@@ -13,11 +13,14 @@
 //! - **Requests are handled one at a time**, in arrival order, so the fences see the writes in
 //!   the order the table counts them.
 //! - **Unfenced side**: a client is inside from its `enter` until its `exit` or until its
-//!   connection closes (a killed holder's turn ends with its process). An `enter` while another
-//!   client is inside overlaps that client's turn: two holders at once, which a lock exists to
-//!   prevent. Each turn counts at most once however many enter during it.
-//! - **Stale writes**: a write (or an `enter`) from a client that is not the latest to have
-//!   entered: someone took the lock after it. Each is *attempted*; it is *refused* if any fence
+//!   connection closes (a killed holder's turn ends with its process). An `enter` while as
+//!   many clients as the lock admits (its *capacity*: 1, or N for a semaphore of N leases)
+//!   are inside overlaps their turns: more holders at once than the lock allows, which it
+//!   exists to prevent. Each turn counts at most once however many enter during it.
+//! - **Stale writes**: a write (or an `enter`) from a client someone entered after (a lock of
+//!   one holder), or whose turn was overlapped (a lock of several): the lock passed on past
+//!   it. (`is_recent` tells the orchestrator when as many as the lock admits entered after a
+//!   client.) Each is *attempted*; it is *refused* if any fence
 //!   refused it, and *accepted* by each fence that took it. With tokens that only grow every
 //!   fence refuses every one (the ZooKeeper fence also refuses a holder whose node is gone), so
 //!   a fence's accepted count is nonzero only if a backend handed out a token that did not grow.
@@ -25,7 +28,7 @@
 //!   would also have sent.
 //! - Malformed lines get `error` naming the line; nothing a client sends panics the server.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,9 +78,14 @@ pub struct Counts {
 }
 
 struct State {
-    /// Clients inside, each with whether its turn was overlapped already.
-    inside: HashMap<String, bool>,
+    /// How many clients the lock admits at once.
+    capacity: usize,
+    /// Clients inside, each with whether its turn was overlapped already and the token it
+    /// entered with.
+    inside: HashMap<String, Inside>,
     latest: Option<String>,
+    /// The last `capacity` clients to enter, distinct, the latest last.
+    recent: VecDeque<String>,
     last_enter: Option<Instant>,
     counts: Counts,
     fences: Fences,
@@ -93,14 +101,20 @@ pub struct Resource {
 }
 
 impl Resource {
-    /// Binds `ip` (loopback, or the namespaces' bridge) on a free port and serves clients,
-    /// writing through `fences`, until dropped.
-    pub async fn start(fences: Fences, ip: std::net::Ipv4Addr) -> std::io::Result<Resource> {
+    /// Binds `ip` (loopback, or the namespaces' bridge) on a free port and serves clients of a
+    /// lock that admits `capacity` at once, writing through `fences`, until dropped.
+    pub async fn start(
+        fences: Fences,
+        ip: std::net::Ipv4Addr,
+        capacity: usize,
+    ) -> std::io::Result<Resource> {
         let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State {
+            capacity: capacity.max(1),
             inside: HashMap::new(),
             latest: None,
+            recent: VecDeque::new(),
             last_enter: None,
             counts: Counts::default(),
             fences,
@@ -135,9 +149,10 @@ impl Resource {
             .filter(|latest| state.inside.contains_key(latest))
     }
 
-    /// The client that entered last, inside or not.
-    pub async fn latest(&self) -> Option<String> {
-        self.state.lock().await.latest.clone()
+    /// Whether `client` is among the last clients to enter, as many as the lock admits: the
+    /// lock has not passed on past it.
+    pub async fn is_recent(&self, client: &str) -> bool {
+        self.state.lock().await.recent.iter().any(|c| c == client)
     }
 
     /// The counts so far; the gap since the last `enter` counts as unavailability too.
@@ -200,6 +215,41 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
     for client in spoke_for {
         state.inside.remove(&client);
         state.events.push(Event::Exit { client });
+    }
+}
+
+/// A client inside the resource.
+#[derive(Clone, Copy, Debug)]
+struct Inside {
+    /// Whether its turn was overlapped (counted once).
+    overlapped: bool,
+    /// The token it entered with, if its lock has tokens.
+    token: Option<u64>,
+}
+
+impl State {
+    /// Whether `client`'s write is stale: the lock passed on past it. With one holder at a
+    /// time, someone entered after it. With several, it is not inside, or it is one of those
+    /// inside beyond what the lock admits with the lowest tokens (granted first, so theirs are
+    /// the leases that lapsed); without tokens, its turn was overlapped.
+    fn is_stale(&self, client: &str) -> bool {
+        if self.capacity == 1 {
+            return self.latest.as_deref() != Some(client);
+        }
+        let Some(inside) = self.inside.get(client) else {
+            return true;
+        };
+        match inside.token {
+            Some(token) => {
+                let newer = self
+                    .inside
+                    .values()
+                    .filter(|other| other.token.is_some_and(|t| t > token))
+                    .count();
+                newer >= self.capacity
+            }
+            None => inside.overlapped,
+        }
     }
 }
 
@@ -276,14 +326,28 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
             }
             state.last_enter = Some(now);
             state.counts.turns += 1;
-            for (other, overlapped) in &mut state.inside {
-                if other != client && !*overlapped {
-                    *overlapped = true;
-                    state.counts.overlaps += 1;
+            let others = state.inside.keys().filter(|other| *other != client).count();
+            if others >= state.capacity {
+                for (other, inside) in &mut state.inside {
+                    if other != client && !inside.overlapped {
+                        inside.overlapped = true;
+                        state.counts.overlaps += 1;
+                    }
                 }
             }
-            state.inside.insert(client.to_owned(), false);
+            state.inside.insert(
+                client.to_owned(),
+                Inside {
+                    overlapped: false,
+                    token: request.token.map(|t| t.get()),
+                },
+            );
             state.latest = Some(client.to_owned());
+            state.recent.retain(|c| c != client);
+            state.recent.push_back(client.to_owned());
+            if state.recent.len() > state.capacity {
+                state.recent.pop_front();
+            }
             let reply = fenced(state, &request).await;
             if reply == "ok" {
                 state.events.push(Event::Enter {
@@ -297,7 +361,8 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
             state.counts.writes += 1;
             let reply = fenced(state, &request).await;
             match (reply.as_str(), request.token) {
-                ("ok", Some(token)) => state.events.push(Event::Accepted {
+                // Only fenced writes are accepted by token: several holders' are not.
+                ("ok", Some(token)) if state.capacity == 1 => state.events.push(Event::Accepted {
                     client: client.to_owned(),
                     token: token.get(),
                 }),
@@ -322,15 +387,16 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
 /// Presents the request's token to every fence, counting a stale attempt and what each fence
 /// did with it.
 async fn fenced(state: &mut State, request: &Request<'_>) -> String {
-    let stale = state.latest.as_deref() != Some(request.client);
+    let stale = state.is_stale(request.client);
     if stale {
         state.counts.stale.attempted += 1;
         if request.held {
             state.counts.stale.attempted_careful += 1;
         }
     }
-    let Some(token) = request.token else {
-        // No token, no fence: the write happens.
+    let Some(token) = request.token.filter(|_| state.capacity == 1) else {
+        // No token, no fence: the write happens. Several holders at once hold several tokens,
+        // which no single fence can tell from a stale one: the write happens too.
         return "ok".into();
     };
     state.counts.fenced = true;

@@ -592,7 +592,8 @@ async fn isolate_with_leader(
 /// sessions anew). If nobody enters in time the row shows no stale attempt, and is vacuous.
 async fn successor(resource: &Resource, paused: &str) {
     let deadline = Instant::now() + RECOVERY_LIMIT;
-    while resource.latest().await.as_deref() == Some(paused) && Instant::now() < deadline {
+    // As many entered after it as the lock admits (one, or a semaphore's N).
+    while resource.is_recent(paused).await && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The successor's first write lands before the zombie's.
@@ -642,7 +643,7 @@ pub async fn run(
     let resource_ip = backend
         .net()
         .map_or(std::net::Ipv4Addr::LOCALHOST, |net| net.bridge_addr());
-    let resource = Resource::start(fences, resource_ip)
+    let resource = Resource::start(fences, resource_ip, scenario.kind.holders())
         .await
         .unwrap_or_else(|e| panic!("bind the resource server on {resource_ip}: {e}"));
     let lock = if scenario.backend.is_zookeeper() {
@@ -860,7 +861,10 @@ pub async fn run(
         struck,
         fence_problems: resource.check_fences().await,
         history_problems: resource
-            .check_history(1, matches!(scenario.kind, Kind::Leader | Kind::CliElect))
+            .check_history(
+                scenario.kind.holders(),
+                matches!(scenario.kind, Kind::Leader | Kind::CliElect),
+            )
             .await,
         notes,
     }

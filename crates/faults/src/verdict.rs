@@ -16,13 +16,14 @@
 //! A run fails on any violation or vacuous row.
 
 use crate::backend::BackendKind;
+use crate::kind::Kind;
 use crate::scenario::{Fault, Row};
 
 /// What may happen on a row without it being a fault of lockkeeper's, and the README passage
 /// that predicts it.
 pub struct Expectation {
     /// Which rows.
-    pub applies: fn(BackendKind, Fault) -> bool,
+    pub applies: fn(BackendKind, Kind, Fault) -> bool,
     /// Whether fences may accept stale writes there (the backend's tokens went back).
     pub stale_accepted: bool,
     /// Whether two clients may be inside at once there (unfenced).
@@ -34,14 +35,22 @@ pub struct Expectation {
 /// The short list of outcomes the README predicts.
 pub const EXPECTED: &[Expectation] = &[
     Expectation {
-        applies: |b, f| b.is_sentinel() && matches!(f, Fault::Server | Fault::PauseAndServer),
+        applies: |_, k, f| k.holders() > 1 && f.makes_zombies(),
+        stale_accepted: true,
+        overlaps: true,
+        readme: "Semaphores of N leases: N holders hold N tokens at once, so no single fence \
+                 can refuse a paused holder's late writes; the lock promises only that no more \
+                 than N are inside while their leases stand",
+    },
+    Expectation {
+        applies: |b, _, f| b.is_sentinel() && matches!(f, Fault::Server | Fault::PauseAndServer),
         stale_accepted: true,
         overlaps: true,
         readme: "Redis, failover: the promoted replica may lack the latest acquisition and the \
                  latest INCR of the token counter",
     },
     Expectation {
-        applies: |b, f| b.is_sentinel() && f == Fault::SplitBrain,
+        applies: |b, _, f| b.is_sentinel() && f == Fault::SplitBrain,
         stale_accepted: true,
         overlaps: true,
         readme: "Redis, split brain: a master cut off with a client goes on granting and \
@@ -49,7 +58,7 @@ pub const EXPECTED: &[Expectation] = &[
                  replica, whose token counter then repeats the old master's",
     },
     Expectation {
-        applies: |b, f| {
+        applies: |b, _, f| {
             b == BackendKind::Redlock && matches!(f, Fault::Server | Fault::PauseAndServer)
         },
         // No token: whatever a second holder's predecessor writes late reaches the resource.
@@ -59,14 +68,14 @@ pub const EXPECTED: &[Expectation] = &[
                  client can win a majority",
     },
     Expectation {
-        applies: |b, _| b == BackendKind::Redlock,
+        applies: |b, _, _| b == BackendKind::Redlock,
         stale_accepted: true,
         overlaps: true,
         readme: "Redlock: it has no fencing token, so nothing at the resource stops a paused \
                  holder's late writes",
     },
     Expectation {
-        applies: |b, f| !b.is_zookeeper() && !b.is_etcd() && f == Fault::ServerClock,
+        applies: |b, _, f| !b.is_zookeeper() && !b.is_etcd() && f == Fault::ServerClock,
         stale_accepted: false,
         overlaps: true,
         readme: "Redis: a server's clock jumping ahead expires the lease early; the token counter \
@@ -107,7 +116,8 @@ impl Verdict {
 /// Judges `row`.
 pub fn judge(row: &Row) -> Verdict {
     let (backend, fault) = (row.scenario.backend, row.scenario.fault);
-    let expected = EXPECTED.iter().find(|e| (e.applies)(backend, fault));
+    let kind = row.scenario.kind;
+    let expected = EXPECTED.iter().find(|e| (e.applies)(backend, kind, fault));
     let counts = &row.counts;
     if !row.fence_problems.is_empty() {
         return Verdict::Violation(row.fence_problems.join("; "));
@@ -180,6 +190,26 @@ mod tests {
         counts.stale.attempted = 2;
         counts.stale.refused = 2;
         counts
+    }
+
+    #[test]
+    fn a_semaphores_unfenced_zombie_is_expected_but_too_many_inside_without_one_is_not() {
+        let mut zombie = Counts {
+            overlaps: 3,
+            ..Counts::default()
+        };
+        zombie.stale.attempted = 2;
+        let mut paused = row(BackendKind::Keeper, Fault::Pause, zombie.clone());
+        paused.scenario.kind = Kind::Semaphore2;
+        assert!(
+            matches!(judge(&paused), Verdict::Expected(readme) if readme.contains("N leases")),
+            "{:?}",
+            judge(&paused)
+        );
+        // Three inside with no fault that makes zombies: the semaphore failed.
+        let mut calm = row(BackendKind::Keeper, Fault::Server, zombie);
+        calm.scenario.kind = Kind::Semaphore2;
+        assert!(matches!(judge(&calm), Verdict::Violation(_)));
     }
 
     #[test]
