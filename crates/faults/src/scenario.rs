@@ -261,8 +261,14 @@ pub fn all() -> Vec<Scenario> {
                 if backend.is_netns() && !(network || compared) || !backend.is_netns() && network {
                     continue;
                 }
-                // The command's children do not share the client's fake clock.
-                if (kind == Kind::CliElect && fault == Fault::ClientClock)
+                // The command and the second lease: the faults that differ for them (a
+                // paused or killed process tree, a lapsed lease among two), not the clocks and
+                // mixes the other kinds show on the same backends.
+                let core = matches!(
+                    fault,
+                    Fault::None | Fault::Pause | Fault::Kill | Fault::Server
+                ) || (kind == Kind::Semaphore2 && fault == Fault::Cut);
+                if (matches!(kind, Kind::CliElect | Kind::Semaphore2) && !core)
                     || (fault == Fault::MinorityLeader && !backend.has_leader())
                     || (fault == Fault::SplitBrain && !backend.is_sentinel())
                     || (fault == Fault::Cut && !cuttable)
