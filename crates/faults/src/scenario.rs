@@ -75,6 +75,10 @@ pub enum Fault {
     /// Every host, servers and clients, drops [`LOSS_PERCENT`] % of the packets it receives,
     /// at random, for [`LOSSY_FOR`]: a lossy network under everyone. Namespaced backends only.
     Lossy,
+    /// The holder's proxy holds everything it relays, both ways, for [`SLOW_LATENCY`] plus up
+    /// to [`SLOW_JITTER`], for as long as a pause: a slow link (what `netem delay` would do;
+    /// this kernel has none). Backends with per-client proxies.
+    Slow,
 }
 
 impl Fault {
@@ -104,6 +108,7 @@ impl Fault {
             Fault::MinorityLeader => "paused+leader-isolated",
             Fault::SplitBrain => "master-isolated",
             Fault::Lossy => "network-lossy-5%",
+            Fault::Slow => "holder-slow-200ms",
         }
     }
 }
@@ -226,6 +231,7 @@ pub fn all() -> Vec<Scenario> {
             Fault::MinorityLeader,
             Fault::SplitBrain,
             Fault::Lossy,
+            Fault::Slow,
         ];
         for &kind in backend.kinds() {
             for fault in faults {
@@ -268,7 +274,9 @@ pub fn all() -> Vec<Scenario> {
                     fault,
                     Fault::None | Fault::Pause | Fault::Kill | Fault::Server
                 ) || (kind == Kind::Semaphore2 && fault == Fault::Cut);
-                if (matches!(kind, Kind::CliElect | Kind::Semaphore2) && !core)
+                // A slow link once per backend, on its first lock kind.
+                if (fault == Fault::Slow && (!cuttable || kind != backend.kinds()[0]))
+                    || (matches!(kind, Kind::CliElect | Kind::Semaphore2) && !core)
                     || (fault == Fault::MinorityLeader && !backend.has_leader())
                     || (fault == Fault::SplitBrain && !backend.is_sentinel())
                     || (fault == Fault::Cut && !cuttable)
@@ -556,6 +564,11 @@ async fn wait_new_holder(resource: &Resource) -> Option<String> {
     None
 }
 
+/// A slow link's latency, each way ([`Fault::Slow`]), and its jitter: 150 to 250 ms, as
+/// `netem delay 200ms 50ms` would hold packets.
+const SLOW_LATENCY: Duration = Duration::from_millis(150);
+const SLOW_JITTER: Duration = Duration::from_millis(100);
+
 /// The share of packets a lossy network drops ([`Fault::Lossy`]), in percent.
 const LOSS_PERCENT: u32 = 5;
 /// How long the network is lossy.
@@ -721,6 +734,13 @@ pub async fn run(
                                 proxy.cut();
                                 tokio::time::sleep(outage).await;
                                 proxy.heal();
+                            }
+                        }
+                        Fault::Slow => {
+                            if let Some(proxy) = &proc.proxy {
+                                proxy.set_latency(SLOW_LATENCY, SLOW_JITTER);
+                                tokio::time::sleep(outage).await;
+                                proxy.set_latency(Duration::ZERO, Duration::ZERO);
                             }
                         }
                         Fault::ClientClock => {

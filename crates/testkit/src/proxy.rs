@@ -8,12 +8,22 @@
 //! In front of an ensemble (a connect string of several servers) it relays each server on a
 //! port of its own and cuts them all at once: the client is partitioned from the whole
 //! ensemble, as a client host losing its network would be.
+//!
+//! It can also slow the network down ([`Proxy::set_latency`]): each chunk read from either
+//! side is held for the latency (plus a random jitter) before it is written on, in order, as
+//! a slow link (`netem delay`, which this kernel lacks) would deliver it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use rand::Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// A loopback proxy in front of a server. A ZooKeeper session connected through it stops
 /// pinging while it is cut, so the server expires it after its timeout, the way a real
@@ -23,6 +33,8 @@ pub struct Proxy {
     /// One listening address per upstream server, in the connect string's order.
     addrs: Vec<SocketAddr>,
     cut: Arc<AtomicBool>,
+    /// The added latency and its jitter, in microseconds (0: relayed at once).
+    latency: Arc<Latency>,
     relays: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accepts: Vec<JoinHandle<()>>,
 }
@@ -33,20 +45,34 @@ impl Proxy {
     /// tokio runtime, which runs the relays.
     pub async fn start(upstream: &str) -> Proxy {
         let cut = Arc::new(AtomicBool::new(false));
+        let latency = Arc::new(Latency::default());
         let relays: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
         let mut addrs = Vec::new();
         let mut accepts = Vec::new();
         for server in upstream.split(',').map(str::trim) {
-            let (addr, accept) = relay(server, &cut, &relays).await;
+            let (addr, accept) = relay(server, &cut, &latency, &relays).await;
             addrs.push(addr);
             accepts.push(accept);
         }
         Proxy {
             addrs,
             cut,
+            latency,
             relays,
             accepts,
         }
+    }
+
+    /// Holds every chunk relayed from now on, either way, for `latency` plus a random jitter
+    /// of up to `jitter` (in order: a chunk never overtakes the one before it). Zero for both
+    /// relays at once again.
+    pub fn set_latency(&self, latency: Duration, jitter: Duration) {
+        self.latency
+            .base
+            .store(latency.as_micros() as u64, Ordering::SeqCst);
+        self.latency
+            .jitter
+            .store(jitter.as_micros() as u64, Ordering::SeqCst);
     }
 
     /// The address clients connect to (the first server's, in front of an ensemble).
@@ -84,10 +110,32 @@ impl Proxy {
     }
 }
 
+/// The latency a proxy adds, read as each chunk arrives.
+#[derive(Default)]
+struct Latency {
+    base: AtomicU64,
+    jitter: AtomicU64,
+}
+
+impl Latency {
+    /// How long a chunk read now is held.
+    fn draw(&self) -> Duration {
+        let base = self.base.load(Ordering::SeqCst);
+        let jitter = self.jitter.load(Ordering::SeqCst);
+        let extra = if jitter == 0 {
+            0
+        } else {
+            rand::thread_rng().gen_range(0..=jitter)
+        };
+        Duration::from_micros(base + extra)
+    }
+}
+
 /// Listens on a free loopback port and relays each connection to `upstream` unless cut.
 async fn relay(
     upstream: &str,
     cut: &Arc<AtomicBool>,
+    latency: &Arc<Latency>,
     relays: &Arc<Mutex<Vec<JoinHandle<()>>>>,
 ) -> (SocketAddr, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -97,18 +145,29 @@ async fn relay(
     let upstream = upstream.to_owned();
     let accept = tokio::spawn({
         let cut = cut.clone();
+        let latency = latency.clone();
         let relays = relays.clone();
         async move {
             // Ends with the proxy: the task is aborted on drop.
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 if cut.load(Ordering::SeqCst) {
                     continue; // dropped: closed at once
                 }
-                let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                     continue;
                 };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                let latency = latency.clone();
                 let relay = tokio::spawn(async move {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    // Each direction until its reader ends, passing the end on: the
+                    // connection closes when both have (a half-close stays one).
+                    tokio::join!(
+                        pump(client_read, server_write, latency.clone()),
+                        pump(server_read, client_write, latency)
+                    );
                 });
                 let mut relays = relays.lock().unwrap_or_else(|p| p.into_inner());
                 relays.retain(|r| !r.is_finished());
@@ -117,6 +176,48 @@ async fn relay(
         }
     });
     (addr, accept)
+}
+
+/// Relays `from` to `to`, each chunk held for the latency drawn when it was read; in order.
+/// Returns when `from` ends (after passing the end on) or either side fails.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, latency: Arc<Latency>) {
+    // Chunks in flight, each with when it may be written; at most 64 (then reading waits).
+    let (sender, mut receiver) = mpsc::channel::<(Instant, Option<Vec<u8>>)>(64);
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut last = Instant::now();
+        loop {
+            let read = from.read(&mut buf).await;
+            // Never before the chunk ahead of it: a link delivers in order.
+            let due = (Instant::now() + latency.draw()).max(last);
+            last = due;
+            let chunk = match read {
+                Ok(0) | Err(_) => None,
+                Ok(n) => Some(buf[..n].to_vec()),
+            };
+            let end = chunk.is_none();
+            if sender.send((due, chunk)).await.is_err() || end {
+                return;
+            }
+        }
+    };
+    let writer = async move {
+        while let Some((due, chunk)) = receiver.recv().await {
+            tokio::time::sleep_until(due).await;
+            match chunk {
+                Some(bytes) => {
+                    if to.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    let _ = to.shutdown().await;
+                    return;
+                }
+            }
+        }
+    };
+    tokio::join!(reader, writer);
 }
 
 impl Drop for Proxy {
@@ -134,5 +235,49 @@ impl std::fmt::Debug for Proxy {
             .field("addrs", &self.addrs)
             .field("cut", &self.is_cut())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on loopback; its address.
+    async fn echo() -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut read, mut write) = stream.split();
+                    let _ = tokio::io::copy(&mut read, &mut write).await;
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn latency_holds_each_chunk_both_ways_and_keeps_the_order() {
+        let proxy = Proxy::start(&echo().await.to_string()).await;
+        let mut stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+        let latency = Duration::from_millis(100);
+        proxy.set_latency(latency, Duration::from_millis(20));
+        let sent = Instant::now();
+        for i in 0..20u8 {
+            stream.write_all(&[i]).await.unwrap();
+        }
+        let mut got = vec![0u8; 20];
+        stream.read_exact(&mut got).await.unwrap();
+        // Held on the way there and on the way back: never sooner than twice the latency.
+        assert!(sent.elapsed() >= 2 * latency, "{:?}", sent.elapsed());
+        assert_eq!(got, (0..20).collect::<Vec<u8>>(), "in order");
+        // Back to relaying at once; a half-close still reaches the server, and its reply back.
+        proxy.set_latency(Duration::ZERO, Duration::ZERO);
+        stream.write_all(b"end").await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"end");
     }
 }
