@@ -23,6 +23,7 @@ mod fences;
 mod keeper_proc;
 mod kind;
 mod netns;
+mod process;
 mod queue_run;
 mod recipes;
 mod report;

@@ -21,6 +21,7 @@ use crate::client::{ETCD_TTL, REDIS_LEASE, ZK_SESSION};
 use crate::clock::{CLOCK_JUMP, FakeClock};
 use crate::fences::{Fences, Stores};
 use crate::kind::Kind;
+use crate::process::{kill, pause, resume};
 use crate::resource::{Counts, Resource};
 
 /// Clients contending for the lock in each scenario.
@@ -450,89 +451,6 @@ impl Spawner<'_> {
             clock,
         }
     }
-}
-
-fn signal(pid: u32, signal: i32) {
-    // SAFETY: kill(2) on a PID this run spawned (or its descendant) and has not reaped.
-    unsafe {
-        libc::kill(pid as i32, signal);
-    }
-}
-
-/// `pid` and its descendants, parents before children (read from `/proc`): a client is one
-/// process, or (`cli-elect`) `lockkeeper elect` and its command under it.
-fn process_tree(pid: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(child) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            // `pid (comm) state ppid ...`: the command may hold spaces, so split after ')'.
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|ppid| ppid.parse::<u32>().ok());
-            if let Some(ppid) = ppid {
-                parents.push((child, ppid));
-            }
-        }
-    }
-    let mut tree = vec![pid];
-    let mut next = 0;
-    while next < tree.len() {
-        let parent = tree[next];
-        tree.extend(
-            parents
-                .iter()
-                .filter(|(_, p)| *p == parent)
-                .map(|(c, _)| *c),
-        );
-        next += 1;
-    }
-    tree
-}
-
-/// Stops a client and everything it runs, parents first (so none reacts to a child's stop).
-fn pause(pid: u32) {
-    for process in process_tree(pid) {
-        signal(process, libc::SIGSTOP);
-    }
-}
-
-/// Resumes a client stopped by [`pause`], children first, the deepest (the one writing to the
-/// resource) a moment before the rest: a paused leader's work may wake before its supervisor
-/// notices the loss, as scheduling may have it.
-async fn resume(pid: u32) {
-    let mut tree = process_tree(pid);
-    tree.reverse();
-    let mut processes = tree.into_iter();
-    if let Some(deepest) = processes.next() {
-        signal(deepest, libc::SIGCONT);
-    }
-    let rest: Vec<u32> = processes.collect();
-    if !rest.is_empty() {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    for process in rest {
-        signal(process, libc::SIGCONT);
-    }
-}
-
-/// SIGKILLs a client and everything it runs, and reaps the client.
-fn kill(child: &mut Child) {
-    for process in process_tree(child.id()).into_iter().skip(1) {
-        signal(process, libc::SIGKILL);
-    }
-    let _ = child.kill(); // SIGKILL, also ends a stopped process
-    let _ = child.wait();
 }
 
 /// Waits (bounded) for a client to be inside the resource; its name.
