@@ -324,10 +324,10 @@ impl Backend {
             Servers::EtcdCluster(cluster) => {
                 tokio::task::block_in_place(|| cluster.try_leader_now())
             }
-            // The master, as the sentinels see it, by its address.
+            // The master, as a majority of the sentinels see it, by its address.
             Servers::Sentinel(set) => {
                 let net = self.net.as_ref()?;
-                let master = tokio::task::block_in_place(|| set.current_master());
+                let master = tokio::task::block_in_place(|| set.master_by_majority())?;
                 (0..self.kind.server_hosts()).find(|&host| net.addr(host) == master.ip())
             }
             _ => None,

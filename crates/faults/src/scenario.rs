@@ -718,6 +718,7 @@ pub async fn run(
                             tokio::time::sleep(outage).await;
                             successor(&resource, &proc.name).await;
                             tokio::time::sleep(MINORITY_AWAKE).await;
+                            let majority = backend.leader_host().await;
                             if let Some(net) = backend.net() {
                                 for host in isolated {
                                     net.heal(host)
@@ -725,9 +726,8 @@ pub async fn run(
                                 }
                             }
                             notes.push(format!(
-                                "the master (host {master:?}) split off with the holder; \
-                                 the master after healing: host {:?}",
-                                backend.leader_host().await
+                                "the master (host {master:?}) split off with the holder; the \
+                                 majority's sentinels' master before healing: host {majority:?}"
                             ));
                         }
                         Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy => {

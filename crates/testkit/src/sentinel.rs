@@ -236,6 +236,21 @@ impl RedisSentinel {
         )
     }
 
+    /// The master as a majority of the sentinels report it now, if a majority agrees: during
+    /// a partition, the majority side's view (a sentinel cut off with the old master still
+    /// names it).
+    pub fn master_by_majority(&self) -> Option<SocketAddr> {
+        let seen: Vec<SocketAddr> = self
+            .sentinel_addrs()
+            .into_iter()
+            .filter_map(|sentinel| self.master_seen_by(sentinel))
+            .collect();
+        let majority = self.sentinels.len() / 2 + 1;
+        seen.iter()
+            .copied()
+            .find(|master| seen.iter().filter(|m| *m == master).count() >= majority)
+    }
+
     fn master_seen_by(&self, sentinel: SocketAddr) -> Option<SocketAddr> {
         let reply = resp::command(
             sentinel,
