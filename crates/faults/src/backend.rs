@@ -428,6 +428,15 @@ impl Backend {
         }
     }
 
+    /// Keeper's data directory, on a Keeper backend: its log is the server's own order of
+    /// events, which a checker may read.
+    pub fn keeper_data_dir(&self) -> Option<std::path::PathBuf> {
+        match &self.servers {
+            Servers::Keeper(k) | Servers::KeeperNetns(k) => Some(k.data_dir()),
+            _ => None,
+        }
+    }
+
     /// The clock the servers follow, if the backend has one.
     pub fn server_clock(&self) -> Option<&ServerClock> {
         self.clock.as_ref().map(|(clock, _)| clock)

@@ -127,6 +127,11 @@ impl KeeperProcess {
         })
     }
 
+    /// The server's data directory (its transaction log and snapshots).
+    pub fn data_dir(&self) -> PathBuf {
+        self.data.path().join(DATA)
+    }
+
     /// `IP:PORT`: loopback, or the address of its host.
     pub fn connect_string(&self) -> String {
         format!("{}:{}", self.ip(), self.port)
