@@ -547,6 +547,35 @@ mod tests {
         assert_eq!(Outcome::decode(b"commit\nextra"), None);
         assert_eq!(Outcome::decode(b"\xff"), None);
         assert_eq!(Outcome::decode(b"abort\nvoted"), None);
+        // A reason with one field takes exactly one.
+        assert_eq!(Outcome::decode(b"abort\nvoted\na\nb"), None);
+        assert_eq!(Outcome::decode(b"abort\ndied\na\nb"), None);
+        assert_eq!(Outcome::decode(b"abort\nrecovered\na"), None);
+    }
+
+    #[test]
+    fn outcomes_say_why() {
+        let said = |outcome: Outcome| outcome.to_string();
+        assert_eq!(said(Outcome::Commit), "commit");
+        assert_eq!(
+            said(Outcome::Abort(AbortReason::Voted("a".into()))),
+            "abort: a voted abort"
+        );
+        assert_eq!(
+            said(Outcome::Abort(AbortReason::TimedOut(vec![
+                "a".into(),
+                "b".into()
+            ]))),
+            "abort: no vote in time from a, b"
+        );
+        assert_eq!(
+            said(Outcome::Abort(AbortReason::Died("c".into()))),
+            "abort: c died before the decision"
+        );
+        assert_eq!(
+            said(Outcome::Abort(AbortReason::Recovered)),
+            "abort: decided by a recovering coordinator"
+        );
     }
 
     #[test]
