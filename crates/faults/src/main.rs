@@ -19,6 +19,7 @@ mod cli_client;
 mod client;
 mod clock;
 mod counter_run;
+mod delay;
 mod fences;
 mod keeper_proc;
 mod kind;
@@ -110,6 +111,19 @@ enum Sub {
         #[arg(long)]
         seed: u64,
     },
+    /// Holds the packets of a netfilter queue for a latency, then lets them through (started
+    /// by the orchestrator inside a host's namespace, for a slow network).
+    Delay {
+        /// The netfilter queue number.
+        #[arg(long, default_value_t = 0)]
+        queue: u16,
+        /// Milliseconds each packet is held.
+        #[arg(long)]
+        latency_ms: u64,
+        /// Up to this many milliseconds more, at random.
+        #[arg(long, default_value_t = 0)]
+        jitter_ms: u64,
+    },
     /// Prints the table of runs' `--json` files (their rows one after another), as the README
     /// shows it.
     Report {
@@ -183,6 +197,21 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("lockkeeper-faults term: {err}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Sub::Delay {
+            queue,
+            latency_ms,
+            jitter_ms,
+        }) => match delay::run(
+            queue,
+            Duration::from_millis(latency_ms),
+            Duration::from_millis(jitter_ms),
+        ) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("lockkeeper-faults delay: queue {queue}: {err}");
                 ExitCode::FAILURE
             }
         },

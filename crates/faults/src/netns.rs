@@ -11,11 +11,13 @@
 //! host sends to a peer and every packet it receives from it, so connections stay open and
 //! nobody is told (as a switch that died would leave them); a *one-way* cut drops only what
 //! the host receives from the peer; a *lossy* host drops a share of what it receives, at
-//! random. Healing deletes the host's table.
+//! random. Healing deletes the host's table. A *slow* host hands what it receives to a
+//! delaying process through an iptables `NFQUEUE` rule ([`crate::delay`]).
 //!
 //! Invariants: names carry this process's id and the net's number in it, so runs and
 //! backends do not collide; everything created is
-//! deleted on drop (namespaces take their veth ends with them); only `ip` and `nft` are run,
+//! deleted on drop (namespaces take their veth ends with them); only `ip`, `nft` and
+//! `iptables` are run,
 //! and every failure names the command and its output. Needs CAP_NET_ADMIN:
 //! [`Net::create`] fails (and the suite skips the rows) without it.
 
@@ -229,6 +231,62 @@ impl Net {
             "add", "rule", "inet", TABLE, "in", "ip", "saddr", &subnet, "numgen", "random", "mod",
             "100", "<", &below, "drop",
         ])
+    }
+
+    /// Slows `host` down: every packet it receives from the other hosts is handed to the
+    /// `delay` subcommand of `exe` (started in `host`'s namespace, returned to be killed),
+    /// which holds it `latency` plus up to `jitter`. An iptables `NFQUEUE` rule, because this
+    /// kernel has no `netem`; `--queue-bypass` lets packets through once the delayer is gone.
+    pub fn slow(
+        &self,
+        host: usize,
+        exe: &std::path::Path,
+        latency: std::time::Duration,
+        jitter: std::time::Duration,
+    ) -> Result<std::process::Child, String> {
+        let ns = self.namespace(host);
+        let mut delayer = Command::new(exe);
+        delayer
+            .arg("delay")
+            .arg("--latency-ms")
+            .arg(latency.as_millis().to_string())
+            .arg("--jitter-ms")
+            .arg(jitter.as_millis().to_string())
+            .stdin(std::process::Stdio::null());
+        self.enter(host, &mut delayer)?;
+        lockkeeper_testkit::die_with_parent(&mut delayer);
+        let child = delayer
+            .spawn()
+            .map_err(|e| format!("{} delay: {e}", exe.display()))?;
+        let subnet = format!(
+            "{}.{}.{}.0/24",
+            self.subnet[0], self.subnet[1], self.subnet[2]
+        );
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns,
+                "iptables",
+                "-A",
+                "INPUT",
+                "-s",
+                &subnet,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                "0",
+                "--queue-bypass",
+            ],
+        )?;
+        Ok(child)
+    }
+
+    /// Ends [`slow`](Net::slow) on `host`: the rule goes (the caller kills the delayer).
+    pub fn unslow(&self, host: usize) -> Result<(), String> {
+        let ns = self.namespace(host);
+        run("ip", &["netns", "exec", &ns, "iptables", "-F", "INPUT"])
     }
 
     /// Ends every cut of `host`.

@@ -80,6 +80,10 @@ pub enum Fault {
     /// to [`SLOW_JITTER`], for as long as a pause: a slow link (what `netem delay` would do;
     /// this kernel has none). Backends with per-client proxies.
     Slow,
+    /// Every host, servers and clients, holds each packet it receives from the others for
+    /// [`SLOW_LATENCY`] plus up to [`SLOW_JITTER`] (an `NFQUEUE` delayer: [`crate::delay`]),
+    /// for [`LOSSY_FOR`]: a slow network between the servers too. Namespaced backends only.
+    SlowNetwork,
 }
 
 impl Fault {
@@ -110,6 +114,7 @@ impl Fault {
             Fault::SplitBrain => "master-isolated",
             Fault::Lossy => "network-lossy-5%",
             Fault::Slow => "holder-slow-200ms",
+            Fault::SlowNetwork => "network-slow-200ms",
         }
     }
 }
@@ -233,6 +238,7 @@ pub fn all() -> Vec<Scenario> {
             Fault::SplitBrain,
             Fault::Lossy,
             Fault::Slow,
+            Fault::SlowNetwork,
         ];
         for &kind in backend.kinds() {
             for fault in faults {
@@ -258,13 +264,11 @@ pub fn all() -> Vec<Scenario> {
                         | Fault::MinorityLeader
                         | Fault::SplitBrain
                         | Fault::Lossy
+                        | Fault::SlowNetwork
                 );
-                // The pause and the server fault once on hosts of their own (Keeper's), to
-                // compare with loopback; the other namespaced backends have loopback twins
-                // that run those.
-                let compared = fault == Fault::None
-                    || backend == BackendKind::KeeperNetns
-                        && matches!(fault, Fault::Pause | Fault::Server);
+                // Beside the network faults, a baseline: the other faults run on the loopback
+                // twins of the namespaced backends.
+                let compared = fault == Fault::None;
                 if backend.is_netns() && !(network || compared) || !backend.is_netns() && network {
                     continue;
                 }
@@ -275,8 +279,10 @@ pub fn all() -> Vec<Scenario> {
                     fault,
                     Fault::None | Fault::Pause | Fault::Kill | Fault::Server
                 ) || (kind == Kind::Semaphore2 && fault == Fault::Cut);
-                // A slow link once per backend, on its first lock kind.
-                if (fault == Fault::Slow && (!cuttable || kind != backend.kinds()[0]))
+                // A slow link or network once per backend, on its first lock kind.
+                let first_kind = kind == backend.kinds()[0];
+                if (fault == Fault::Slow && (!cuttable || !first_kind))
+                    || (fault == Fault::SlowNetwork && !first_kind)
                     || (matches!(kind, Kind::CliElect | Kind::Semaphore2) && !core)
                     || (fault == Fault::MinorityLeader && !backend.has_leader())
                     || (fault == Fault::SplitBrain && !backend.is_sentinel())
@@ -598,7 +604,7 @@ pub async fn run(
     let mut paused = None;
     let mut struck = matches!(
         scenario.fault,
-        Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy
+        Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy | Fault::SlowNetwork
     );
     let dir = tempfile::tempdir().expect("a temporary directory for the clients' clocks");
     {
@@ -623,7 +629,7 @@ pub async fn run(
         tokio::time::sleep(length / 4).await;
         if !matches!(
             scenario.fault,
-            Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy
+            Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy | Fault::SlowNetwork
         ) {
             let victim = wait_new_holder(&resource).await;
             match victim.as_deref().and_then(|v| clients.slot(v)) {
@@ -730,7 +736,11 @@ pub async fn run(
                                  majority's sentinels' master before healing: host {majority:?}"
                             ));
                         }
-                        Fault::None | Fault::Server | Fault::ServerClock | Fault::Lossy => {
+                        Fault::None
+                        | Fault::Server
+                        | Fault::ServerClock
+                        | Fault::Lossy
+                        | Fault::SlowNetwork => {
                             unreachable!("no victim for these")
                         }
                     }
@@ -786,6 +796,34 @@ pub async fn run(
         notes.push(format!(
             "{} turns while every host dropped {LOSS_PERCENT} % of what it received",
             resource.counts().await.turns - turns
+        ));
+    }
+    if scenario.fault == Fault::SlowNetwork {
+        let net = backend
+            .net()
+            .unwrap_or_else(|| panic!("{scenario}: a slow network needs namespaced hosts"));
+        let turns = resource.counts().await.turns;
+        let mut delayers = Vec::new();
+        for host in 0..net.hosts() {
+            delayers.push(
+                net.slow(host, exe, SLOW_LATENCY, SLOW_JITTER)
+                    .unwrap_or_else(|e| panic!("{scenario}: slow: {e}")),
+            );
+        }
+        tokio::time::sleep(LOSSY_FOR).await;
+        for host in 0..net.hosts() {
+            net.unslow(host)
+                .unwrap_or_else(|e| panic!("{scenario}: unslow: {e}"));
+        }
+        for mut delayer in delayers {
+            let _ = delayer.kill();
+            let _ = delayer.wait();
+        }
+        notes.push(format!(
+            "{} turns while every host held what it received {}-{} ms",
+            resource.counts().await.turns - turns,
+            SLOW_LATENCY.as_millis(),
+            (SLOW_LATENCY + SLOW_JITTER).as_millis()
         ));
     }
     // The lock must come back: wait (bounded) for the next turn after the fault, so the
