@@ -428,11 +428,19 @@ impl Backend {
         }
     }
 
-    /// Keeper's data directory, on a Keeper backend: its log is the server's own order of
-    /// events, which a checker may read.
-    pub fn keeper_data_dir(&self) -> Option<std::path::PathBuf> {
+    /// The server's transaction log, the server's own order of events, which a checker may
+    /// read: Keeper's, or one Apache ZooKeeper's (not an ensemble's: no one member's log is
+    /// the whole order a checker would need across a leader change).
+    pub fn server_history(
+        &self,
+    ) -> Option<Result<Vec<(i64, lockkeeper_server::txn::Txn)>, String>> {
         match &self.servers {
-            Servers::Keeper(k) | Servers::KeeperNetns(k) => Some(k.data_dir()),
+            Servers::Keeper(k) | Servers::KeeperNetns(k) => {
+                Some(lockkeeper_server::recovery::history(&k.data_dir()).map_err(|e| e.to_string()))
+            }
+            Servers::Zookeeper(z) => Some(crate::check::zk_log::history(
+                &z.dir().join("data").join("version-2"),
+            )),
             _ => None,
         }
     }

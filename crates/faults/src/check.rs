@@ -5,8 +5,10 @@
 //! - [`exclusion`]: locks, write locks, semaphores with N leases, leaders: never more than N
 //!   inside at the resource; accepted tokens never go down; a leader's term tokens rise.
 //! - [`two_phase`]: no commit unless every standing vote was commit; one outcome for all.
-//!   [`standing`] reads the votes standing at each decision from Keeper's transaction log.
-//!   [`standing`] reads the votes standing at each decision from Keeper's transaction log.
+//!   [`standing`] reads the votes standing at each decision from the servers' transaction log
+//!   (Keeper's, or Apache ZooKeeper's through [`zk_log`]).
+//!   [`standing`] reads the votes standing at each decision from the servers' transaction log
+//!   (Keeper's, or Apache ZooKeeper's through [`zk_log`]).
 //! - [`barrier`]: nobody passes before N entered; no round overtakes the one before.
 //! - [`queue`]: every acknowledged put taken at least once; duplicates counted.
 //! - [`cache`]: after the fault heals, every tree cache holds the server's tree and every
@@ -28,3 +30,4 @@ pub mod exclusion;
 pub mod queue;
 pub mod standing;
 pub mod two_phase;
+pub mod zk_log;

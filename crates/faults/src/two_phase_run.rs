@@ -13,9 +13,10 @@
 //! in abort for everyone; a site without a vote must not see a commit; and everyone who
 //! learns an outcome learns the same one. A commit vote that vanished with its site's session
 //! before the decision cannot be told apart from one that stood from the sites' side; the
-//! server knows. On Keeper the check reads the votes standing at each decision from Keeper's
-//! transaction log ([`crate::check::standing`]); on Apache ZooKeeper, whose log is not read,
-//! it counts every cast commit vote as standing: the weaker claim, said in the row's note.
+//! server knows. So the check reads the votes standing at each decision from the server's
+//! transaction log, Keeper's or Apache ZooKeeper's ([`crate::check::standing`]); where there
+//! is none to read it counts every cast commit vote as standing, the weaker claim, and the
+//! row's note says which applied.
 //!
 //! Invariants: every call is bounded; at most [`TRANSACTIONS`] transactions.
 
@@ -118,9 +119,7 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
     }
     // The server's own order, where there is one to read: the votes that stood at each
     // decision replace the votes the sites cast.
-    let log = backend
-        .keeper_data_dir()
-        .map(|dir| lockkeeper_server::recovery::history(&dir));
+    let log = backend.server_history();
     let mut from_log = 0;
     for (tx, history) in histories.iter_mut().enumerate() {
         if let Some(Ok(log)) = &log {
@@ -137,11 +136,11 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
     }
     let votes_read = match &log {
         Some(Ok(_)) => format!(
-            "standing votes read from Keeper's log for {from_log} of them (the rest show no \
-             decision there)"
+            "standing votes read from the server's log for {from_log} of them (the rest show \
+             no decision there)"
         ),
         Some(Err(err)) => {
-            format!("Keeper's log unreadable ({err}): cast votes counted as standing")
+            format!("the server's log unreadable ({err}): cast votes counted as standing")
         }
         None => "cast commit votes counted as standing (the servers' log is not read)".into(),
     };
