@@ -422,6 +422,50 @@ async fn a_second_coordinator_of_one_transaction_is_refused() {
     .await;
 }
 
+/// A site votes once. The same vote again from its own session is the vote it cast (a retry
+/// whose first answer was lost looks the same): it waits for the decision with it. Another
+/// vote, or the same vote from another session, is refused as "has voted already".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_site_votes_once() {
+    for_each_backend(|connect| async move {
+        let coordinator = session(&connect).await.two_phase("/2pc/once").unwrap();
+        let proposing = tokio::spawn(async move {
+            coordinator
+                .propose("tx", &["a", "b"], b"p", Duration::from_secs(3))
+                .await
+        });
+        let site_session = session(&connect).await;
+        let site = site_session.two_phase("/2pc/once").unwrap();
+        let first = site.join("tx", "a").await.expect("join");
+        let voting = tokio::spawn(async move { first.vote(Vote::Commit).await });
+        support::wait_children(&site_session, "/2pc/once/tx/votes", 1).await;
+        let refused = |what: &str, voted: lockkeeper::Result<Outcome>| match voted {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("voted already"), "{what}: {m}"),
+            other => panic!("{what}: {other:?}"),
+        };
+        let again = site.join("tx", "a").await.expect("join again");
+        let voted = tokio::time::timeout(WAIT, again.vote(Vote::Abort)).await;
+        refused("another vote", voted.expect("answered"));
+        let elsewhere = session(&connect).await.two_phase("/2pc/once").unwrap();
+        let other = elsewhere.join("tx", "a").await.expect("join elsewhere");
+        let voted = tokio::time::timeout(WAIT, other.vote(Vote::Commit)).await;
+        refused(
+            "the same vote from another session",
+            voted.expect("answered"),
+        );
+        let same = site.join("tx", "a").await.expect("join once more");
+        let outcome = tokio::time::timeout(WAIT, same.vote(Vote::Commit))
+            .await
+            .expect("decided")
+            .expect("the vote it cast");
+        let timed_out = Outcome::Abort(AbortReason::TimedOut(vec!["b".into()]));
+        assert_eq!(outcome, timed_out);
+        assert_eq!(voting.await.unwrap().unwrap(), timed_out);
+        assert_eq!(proposing.await.unwrap().unwrap(), timed_out);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_coordinator_whose_session_expires_carries_on_in_the_next() {
     use lockkeeper::zk::ConnectionState;
