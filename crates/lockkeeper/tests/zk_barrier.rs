@@ -48,6 +48,7 @@ async fn barrier_holds_waiters_until_removed_waking_each_once() {
         let path = "/barriers/gate";
         let owner = session(&connect).await;
         let barrier = owner.barrier(path).unwrap();
+        assert_eq!(barrier.path(), path);
         assert!(!barrier.is_set().await.unwrap());
         // Not set: waiting passes at once.
         assert!(barrier.wait_timeout(QUIET).await.unwrap());
@@ -220,6 +221,7 @@ async fn timeouts_and_dropped_futures_leave_no_member_behind() {
         let path = "/barriers/timeouts";
         let a = session(&connect).await;
         let barrier = a.double_barrier(path, 2).unwrap();
+        assert_eq!(barrier.path(), path);
         assert!(barrier.enter_timeout(QUIET).await.unwrap().is_none());
         assert!(
             members_of(&a, path).await.is_empty(),
