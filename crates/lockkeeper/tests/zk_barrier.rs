@@ -222,6 +222,7 @@ async fn timeouts_and_dropped_futures_leave_no_member_behind() {
         let a = session(&connect).await;
         let barrier = a.double_barrier(path, 2).unwrap();
         assert_eq!(barrier.path(), path);
+        assert_eq!(barrier.members(), 2);
         assert!(barrier.enter_timeout(QUIET).await.unwrap().is_none());
         assert!(
             members_of(&a, path).await.is_empty(),
