@@ -14,16 +14,10 @@
 use std::path::Path;
 
 use bytes::Bytes;
+use lockkeeper_proto::OpCode;
 use lockkeeper_server::txn::Txn;
 
 const MAGIC: &[u8; 4] = b"ZKLG";
-const CREATE: i32 = 1;
-const DELETE: i32 = 2;
-const MULTI: i32 = 14;
-const CREATE2: i32 = 15;
-const CREATE_CONTAINER: i32 = 19;
-const CREATE_TTL: i32 = 21;
-const CLOSE_SESSION: i32 = -11;
 
 /// Every txn in the log files of `dir` (a `version-2` directory), in zxid order, with its
 /// zxid. A file that is not a ZooKeeper log, or a record cut short, is an error naming it.
@@ -89,9 +83,10 @@ fn header(t: &mut Reader) -> Result<(i64, i64, i32), String> {
     Ok((client, zxid, t.int()?))
 }
 
+/// A txn of type `kind` (an [`OpCode`], as ZooKeeper logs them).
 fn record(t: &mut Reader, kind: i32, client: i64) -> Result<Txn, String> {
-    Ok(match kind {
-        CREATE | CREATE2 | CREATE_TTL => {
+    Ok(match OpCode::try_from(kind) {
+        Ok(OpCode::Create | OpCode::Create2 | OpCode::CreateTtl) => {
             let path = t.string()?;
             let data = t.buffer()?;
             t.acls()?;
@@ -103,7 +98,7 @@ fn record(t: &mut Reader, kind: i32, client: i64) -> Result<Txn, String> {
                 ephemeral_owner: if ephemeral { client } else { 0 },
             }
         }
-        CREATE_CONTAINER => {
+        Ok(OpCode::CreateContainer) => {
             let path = t.string()?;
             let data = t.buffer()?;
             Txn::Create {
@@ -113,9 +108,9 @@ fn record(t: &mut Reader, kind: i32, client: i64) -> Result<Txn, String> {
                 ephemeral_owner: 0,
             }
         }
-        DELETE => Txn::Delete { path: t.string()? },
-        CLOSE_SESSION => Txn::CloseSession { session_id: client },
-        MULTI => {
+        Ok(OpCode::Delete) => Txn::Delete { path: t.string()? },
+        Ok(OpCode::CloseSession) => Txn::CloseSession { session_id: client },
+        Ok(OpCode::Multi) => {
             let count = t.int()?;
             let mut parts = Vec::new();
             for _ in 0..count.max(0) {
@@ -232,20 +227,25 @@ mod tests {
         file.extend(MAGIC);
         file.extend(2i32.to_be_bytes());
         file.extend(0i64.to_be_bytes());
-        file.extend(record(7, 1, CREATE2, &create("/v", "commit", true)));
+        file.extend(record(
+            7,
+            1,
+            OpCode::Create2 as i32,
+            &create("/v", "commit", true),
+        ));
         let mut multi = Vec::new();
         multi.extend(2i32.to_be_bytes());
-        multi.extend(DELETE.to_be_bytes());
+        multi.extend((OpCode::Delete as i32).to_be_bytes());
         let mut delete = Vec::new();
         string(&mut delete, "/old");
         multi.extend((delete.len() as i32).to_be_bytes());
         multi.extend(&delete);
-        multi.extend(CREATE.to_be_bytes());
+        multi.extend((OpCode::Create as i32).to_be_bytes());
         let created = create("/d", "x", false);
         multi.extend((created.len() as i32).to_be_bytes());
         multi.extend(&created);
-        file.extend(record(8, 2, MULTI, &multi));
-        file.extend(record(7, 3, CLOSE_SESSION, &[]));
+        file.extend(record(8, 2, OpCode::Multi as i32, &multi));
+        file.extend(record(7, 3, OpCode::CloseSession as i32, &[]));
         file.extend([0u8; 64]); // preallocated
         let mut read = Vec::new();
         read_file(&file, &mut read).unwrap();
