@@ -28,7 +28,7 @@ pub struct Expectation {
     pub stale_accepted: bool,
     /// Whether two clients may be inside at once there (unfenced).
     pub overlaps: bool,
-    /// The README passage.
+    /// The README sentence that predicts it, quoted (a test checks it is there).
     pub readme: &'static str,
 }
 
@@ -38,24 +38,22 @@ pub const EXPECTED: &[Expectation] = &[
         applies: |_, k, f| k.holders() > 1 && f.makes_zombies(),
         stale_accepted: true,
         overlaps: true,
-        readme: "Semaphores of N leases: N holders hold N tokens at once, so no single fence \
-                 can refuse a paused holder's late writes; the lock promises only that no more \
-                 than N are inside while their leases stand",
+        readme: "a semaphore of N leases hands out N tokens at once, so no single fence refuses \
+                 its paused holder's late writes",
     },
     Expectation {
         applies: |b, _, f| b.is_sentinel() && matches!(f, Fault::Server | Fault::PauseAndServer),
         stale_accepted: true,
         overlaps: true,
-        readme: "Redis, failover: the promoted replica may lack the latest acquisition and the \
-                 latest INCR of the token counter",
+        readme: "A failover, or a restart without persistence, can lose the latest acquisition \
+                 and set the fencing counter back, and then fencing no longer protects.",
     },
     Expectation {
         applies: |b, _, f| b.is_sentinel() && f == Fault::SplitBrain,
         stale_accepted: true,
         overlaps: true,
-        readme: "Redis, split brain: a master cut off with a client goes on granting and \
-                 renewing that client's lock while the other side's sentinels promote the \
-                 replica, whose token counter then repeats the old master's",
+        readme: "the other side's sentinels promote the replica, whose token counter then \
+                 repeats the old master's: two holders at once, and fences accept both",
     },
     Expectation {
         applies: |b, _, f| {
@@ -64,22 +62,22 @@ pub const EXPECTED: &[Expectation] = &[
         // No token: whatever a second holder's predecessor writes late reaches the resource.
         stale_accepted: true,
         overlaps: true,
-        readme: "Redlock: masters restarted without persistence forget the lock, so a second \
-                 client can win a majority",
+        readme: "a master that crashes and comes back empty before the TTL passes lets a second \
+                 client in while the first still holds the lock.",
     },
     Expectation {
         applies: |b, _, _| b == BackendKind::Redlock,
         stale_accepted: true,
         overlaps: true,
-        readme: "Redlock: it has no fencing token, so nothing at the resource stops a paused \
-                 holder's late writes",
+        readme: "there is **no fencing token**",
     },
     Expectation {
         applies: |b, _, f| !b.is_zookeeper() && !b.is_etcd() && f == Fault::ServerClock,
         stale_accepted: false,
         overlaps: true,
-        readme: "Redis: a server's clock jumping ahead expires the lease early; the token counter \
-                 does not depend on clocks",
+        readme: "A server clock stepped ahead (an NTP step, `date -s`) expires the lease at once; \
+                 the holder finds out at its next renewal (within ttl/3) and `lost()` fires, but \
+                 until then another client may get in.",
     },
 ];
 
@@ -192,6 +190,20 @@ mod tests {
         counts
     }
 
+    /// Each expectation quotes a sentence the README says, word for word (line breaks aside).
+    #[test]
+    fn every_expectation_quotes_the_readme() {
+        let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let readme = words(include_str!("../../../README.md"));
+        for expectation in EXPECTED {
+            assert!(
+                readme.contains(&words(expectation.readme)),
+                "not in README.md: {:?}",
+                expectation.readme
+            );
+        }
+    }
+
     #[test]
     fn a_semaphores_unfenced_zombie_is_expected_but_too_many_inside_without_one_is_not() {
         let mut zombie = Counts {
@@ -202,7 +214,7 @@ mod tests {
         let mut paused = row(BackendKind::Keeper, Fault::Pause, zombie.clone());
         paused.scenario.kind = Kind::Semaphore2;
         assert!(
-            matches!(judge(&paused), Verdict::Expected(readme) if readme.contains("N leases")),
+            matches!(judge(&paused), Verdict::Expected(readme) if readme.contains("N tokens")),
             "{:?}",
             judge(&paused)
         );
