@@ -238,16 +238,24 @@ impl Backend {
                 .unwrap_or_else(|e| panic!("{kind}'s server clock: {e}"));
             (clock, dir)
         });
-        let mut net = None;
+        // A namespaced backend's hosts: its servers' first, then one per client slot.
+        let net = kind.is_netns().then(|| {
+            Arc::new(
+                Net::create(kind.server_hosts() + CLIENTS)
+                    .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
+            )
+        });
+        let servers_on = |net: &Option<Arc<Net>>| -> Vec<Host> {
+            let net = net.as_ref().expect("a namespaced backend has hosts");
+            (0..kind.server_hosts())
+                .map(|host| net.host(host))
+                .collect()
+        };
         let servers = match kind {
             BackendKind::KeeperNetns => {
-                let hosts = Arc::new(
-                    Net::create(kind.server_hosts() + CLIENTS)
-                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
-                );
-                let keeper = KeeperProcess::start_in(exe, hosts.clone(), 0)
+                let hosts = net.clone().expect("a namespaced backend has hosts");
+                let keeper = KeeperProcess::start_in(exe, hosts, 0)
                     .unwrap_or_else(|e| panic!("start Keeper in its namespace: {e}"));
-                net = Some(hosts);
                 Servers::KeeperNetns(keeper)
             }
             // Spawned from this (long-lived) thread: its parent-death signal is tied to the
@@ -258,39 +266,19 @@ impl Backend {
                     .unwrap_or_else(|e| panic!("start Keeper: {e}")),
             ),
             BackendKind::EnsembleNetns => {
-                let hosts = Arc::new(
-                    Net::create(kind.server_hosts() + CLIENTS)
-                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
-                );
-                let members: Vec<Host> = (0..kind.server_hosts())
-                    .map(|host| hosts.host(host))
-                    .collect();
-                net = Some(hosts);
+                let members = servers_on(&net);
                 blocking(move || Servers::Ensemble(ZkEnsemble::start_on(members))).await
             }
             BackendKind::EtcdClusterNetns => {
-                let hosts = Arc::new(
-                    Net::create(kind.server_hosts() + CLIENTS)
-                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
-                );
-                let members: Vec<Host> = (0..kind.server_hosts())
-                    .map(|host| hosts.host(host))
-                    .collect();
-                net = Some(hosts);
+                let members = servers_on(&net);
                 blocking(move || Servers::EtcdCluster(EtcdCluster::start_on(members))).await
             }
+            // The master and the replica each with a sentinel beside it, a third one alone.
             BackendKind::SentinelNetns => {
-                let hosts = Arc::new(
-                    Net::create(kind.server_hosts() + CLIENTS)
-                        .unwrap_or_else(|e| panic!("{kind}'s network namespaces: {e}")),
-                );
-                let (master, replica) = (hosts.host(0), hosts.host(1));
-                let sentinels = vec![hosts.host(0), hosts.host(1), hosts.host(2)];
-                net = Some(hosts);
-                blocking(move || {
-                    Servers::Sentinel(RedisSentinel::start_on(master, replica, sentinels))
-                })
-                .await
+                let hosts = servers_on(&net);
+                let (master, replica) = (hosts[0].clone(), hosts[1].clone());
+                blocking(move || Servers::Sentinel(RedisSentinel::start_on(master, replica, hosts)))
+                    .await
             }
             _ => {
                 let follower = clock.as_ref().map(|(c, _)| c.clone());

@@ -167,70 +167,54 @@ impl Net {
     /// unless `one_way`, every packet from it is dropped. One-way keeps what the host sends
     /// and drops only what it receives (it is heard, but hears nothing back).
     pub fn cut(&self, host: usize, peer: Ipv4Addr, one_way: bool) -> Result<(), String> {
-        let ns = self.namespace(host);
         let peer = peer.to_string();
-        let nft = |args: &[&str]| {
-            let mut full = vec!["netns", "exec", &ns, "nft"];
-            full.extend(args);
-            run("ip", &full)
-        };
-        nft(&["add", "table", "inet", TABLE])?;
-        nft(&[
-            "add",
-            "chain",
-            "inet",
-            TABLE,
-            "in",
-            "{ type filter hook input priority 0; }",
-        ])?;
-        nft(&[
-            "add", "rule", "inet", TABLE, "in", "ip", "saddr", &peer, "drop",
-        ])?;
+        self.drop_rule(host, "in", &["ip", "saddr", &peer, "drop"])?;
         if !one_way {
-            nft(&[
-                "add",
-                "chain",
-                "inet",
-                TABLE,
-                "out",
-                "{ type filter hook output priority 0; }",
-            ])?;
-            nft(&[
-                "add", "rule", "inet", TABLE, "out", "ip", "daddr", &peer, "drop",
-            ])?;
+            self.drop_rule(host, "out", &["ip", "daddr", &peer, "drop"])?;
         }
         Ok(())
     }
 
     /// Makes `host` drop `percent` % of the packets it receives from the other hosts, at
-    /// random (nftables' `numgen random`): a lossy network. This kernel's traffic control has
-    /// no `netem`, so latency cannot be added the same way; loss alone is what TCP turns into
+    /// random (nftables' `numgen random`): a lossy network, which TCP turns into
     /// retransmissions and stalls of hundreds of milliseconds.
     pub fn lossy(&self, host: usize, percent: u32) -> Result<(), String> {
+        let (subnet, below) = (self.subnet(), percent.to_string());
+        self.drop_rule(
+            host,
+            "in",
+            &[
+                "ip", "saddr", &subnet, "numgen", "random", "mod", "100", "<", &below, "drop",
+            ],
+        )
+    }
+
+    /// Adds `rule` to `host`'s table, in its chain `in` (the input hook) or `out` (output),
+    /// creating both as needed ([`heal`](Net::heal) deletes the table).
+    fn drop_rule(&self, host: usize, chain: &str, rule: &[&str]) -> Result<(), String> {
         let ns = self.namespace(host);
-        let subnet = format!(
-            "{}.{}.{}.0/24",
-            self.subnet[0], self.subnet[1], self.subnet[2]
-        );
-        let below = percent.to_string();
         let nft = |args: &[&str]| {
             let mut full = vec!["netns", "exec", &ns, "nft"];
             full.extend(args);
             run("ip", &full)
         };
+        let hook = match chain {
+            "in" => "{ type filter hook input priority 0; }",
+            _ => "{ type filter hook output priority 0; }",
+        };
         nft(&["add", "table", "inet", TABLE])?;
-        nft(&[
-            "add",
-            "chain",
-            "inet",
-            TABLE,
-            "in",
-            "{ type filter hook input priority 0; }",
-        ])?;
-        nft(&[
-            "add", "rule", "inet", TABLE, "in", "ip", "saddr", &subnet, "numgen", "random", "mod",
-            "100", "<", &below, "drop",
-        ])
+        nft(&["add", "chain", "inet", TABLE, chain, hook])?;
+        let mut add = vec!["add", "rule", "inet", TABLE, chain];
+        add.extend(rule);
+        nft(&add)
+    }
+
+    /// The hosts' /24, `10.A.B.0/24`.
+    fn subnet(&self) -> String {
+        format!(
+            "{}.{}.{}.0/24",
+            self.subnet[0], self.subnet[1], self.subnet[2]
+        )
     }
 
     /// Slows `host` down: every packet it receives from the other hosts is handed to the
@@ -258,10 +242,7 @@ impl Net {
         let child = delayer
             .spawn()
             .map_err(|e| format!("{} delay: {e}", exe.display()))?;
-        let subnet = format!(
-            "{}.{}.{}.0/24",
-            self.subnet[0], self.subnet[1], self.subnet[2]
-        );
+        let subnet = self.subnet();
         run(
             "ip",
             &[
