@@ -11,6 +11,7 @@
 //! replays a scenario with the same client seeds; only 127.0.0.1 is bound; only processes the
 //! run started are signalled.
 
+mod admission;
 mod backend;
 mod barrier_run;
 mod cache_run;

@@ -28,7 +28,7 @@
 //!   would also have sent.
 //! - Malformed lines get `error` naming the line; nothing a client sends panics the server.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use crate::admission::Admission;
 use crate::check::exclusion::{self, Event};
 use crate::fences::{Fences, NAMES, Verdict};
 
@@ -78,14 +79,8 @@ pub struct Counts {
 }
 
 struct State {
-    /// How many clients the lock admits at once.
-    capacity: usize,
-    /// Clients inside, each with whether its turn was overlapped already and the token it
-    /// entered with.
-    inside: HashMap<String, Inside>,
-    latest: Option<String>,
-    /// The last `capacity` clients to enter, distinct, the latest last.
-    recent: VecDeque<String>,
+    /// Who is inside, for the unfenced side and the stale writes.
+    admission: Admission,
     last_enter: Option<Instant>,
     counts: Counts,
     fences: Fences,
@@ -111,10 +106,7 @@ impl Resource {
         let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State {
-            capacity: capacity.max(1),
-            inside: HashMap::new(),
-            latest: None,
-            recent: VecDeque::new(),
+            admission: Admission::new(capacity),
             last_enter: None,
             counts: Counts::default(),
             fences,
@@ -142,17 +134,18 @@ impl Resource {
 
     /// The client holding the resource now: the latest to enter, if it is still inside.
     pub async fn holder(&self) -> Option<String> {
-        let state = self.state.lock().await;
-        state
-            .latest
-            .clone()
-            .filter(|latest| state.inside.contains_key(latest))
+        self.state
+            .lock()
+            .await
+            .admission
+            .holder()
+            .map(str::to_owned)
     }
 
     /// Whether `client` is among the last clients to enter, as many as the lock admits: the
     /// lock has not passed on past it.
     pub async fn is_recent(&self, client: &str) -> bool {
-        self.state.lock().await.recent.iter().any(|c| c == client)
+        self.state.lock().await.admission.is_recent(client)
     }
 
     /// The counts so far; the gap since the last `enter` counts as unavailability too.
@@ -213,43 +206,8 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
     }
     let mut state = state.lock().await;
     for client in spoke_for {
-        state.inside.remove(&client);
+        state.admission.exit(&client);
         state.events.push(Event::Exit { client });
-    }
-}
-
-/// A client inside the resource.
-#[derive(Clone, Copy, Debug)]
-struct Inside {
-    /// Whether its turn was overlapped (counted once).
-    overlapped: bool,
-    /// The token it entered with, if its lock has tokens.
-    token: Option<u64>,
-}
-
-impl State {
-    /// Whether `client`'s write is stale: the lock passed on past it. With one holder at a
-    /// time, someone entered after it. With several, it is not inside, or it is one of those
-    /// inside beyond what the lock admits with the lowest tokens (granted first, so theirs are
-    /// the leases that lapsed); without tokens, its turn was overlapped.
-    fn is_stale(&self, client: &str) -> bool {
-        if self.capacity == 1 {
-            return self.latest.as_deref() != Some(client);
-        }
-        let Some(inside) = self.inside.get(client) else {
-            return true;
-        };
-        match inside.token {
-            Some(token) => {
-                let newer = self
-                    .inside
-                    .values()
-                    .filter(|other| other.token.is_some_and(|t| t > token))
-                    .count();
-                newer >= self.capacity
-            }
-            None => inside.overlapped,
-        }
     }
 }
 
@@ -326,28 +284,9 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
             }
             state.last_enter = Some(now);
             state.counts.turns += 1;
-            let others = state.inside.keys().filter(|other| *other != client).count();
-            if others >= state.capacity {
-                for (other, inside) in &mut state.inside {
-                    if other != client && !inside.overlapped {
-                        inside.overlapped = true;
-                        state.counts.overlaps += 1;
-                    }
-                }
-            }
-            state.inside.insert(
-                client.to_owned(),
-                Inside {
-                    overlapped: false,
-                    token: request.token.map(|t| t.get()),
-                },
-            );
-            state.latest = Some(client.to_owned());
-            state.recent.retain(|c| c != client);
-            state.recent.push_back(client.to_owned());
-            if state.recent.len() > state.capacity {
-                state.recent.pop_front();
-            }
+            state.counts.overlaps += state
+                .admission
+                .enter(client, request.token.map(|t| t.get()));
             let reply = fenced(state, &request).await;
             if reply == "ok" {
                 state.events.push(Event::Enter {
@@ -362,10 +301,12 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
             let reply = fenced(state, &request).await;
             match (reply.as_str(), request.token) {
                 // Only fenced writes are accepted by token: several holders' are not.
-                ("ok", Some(token)) if state.capacity == 1 => state.events.push(Event::Accepted {
-                    client: client.to_owned(),
-                    token: token.get(),
-                }),
+                ("ok", Some(token)) if state.admission.capacity() == 1 => {
+                    state.events.push(Event::Accepted {
+                        client: client.to_owned(),
+                        token: token.get(),
+                    })
+                }
                 // A refused holder is out: its writes no longer reach the resource.
                 ("refused", _) => state.events.push(Event::Exit {
                     client: client.to_owned(),
@@ -375,7 +316,7 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
             reply
         }
         Verb::Exit => {
-            state.inside.remove(client);
+            state.admission.exit(client);
             state.events.push(Event::Exit {
                 client: client.to_owned(),
             });
@@ -387,14 +328,14 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
 /// Presents the request's token to every fence, counting a stale attempt and what each fence
 /// did with it.
 async fn fenced(state: &mut State, request: &Request<'_>) -> String {
-    let stale = state.is_stale(request.client);
+    let stale = state.admission.is_stale(request.client);
     if stale {
         state.counts.stale.attempted += 1;
         if request.held {
             state.counts.stale.attempted_careful += 1;
         }
     }
-    let Some(token) = request.token.filter(|_| state.capacity == 1) else {
+    let Some(token) = request.token.filter(|_| state.admission.capacity() == 1) else {
         // No token, no fence: the write happens. Several holders at once hold several tokens,
         // which no single fence can tell from a stale one: the write happens too.
         return "ok".into();
