@@ -80,6 +80,16 @@ fn short_run_shows_fencing_holds_on_zookeeper_and_etcd() {
                 "{row}"
             );
             assert_eq!(row["verdict"], "pass", "{row}");
+            if lock == "two-phase" {
+                // Checked against the votes that stood at each decision, in the server's log.
+                let note = row["notes"][0].as_str().unwrap_or_default();
+                let read = note
+                    .split("read from the server's log for ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|n| n.parse::<u64>().ok());
+                assert!(read.is_some_and(|n| n > 0), "standing votes: {row}");
+            }
             continue;
         } else if matches!(
             backend,
