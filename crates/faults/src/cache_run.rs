@@ -57,7 +57,11 @@ pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: D
         proxies.push(Proxy::start(&upstream).await);
     }
     let writer = connect(&proxies[0]).await;
-    create_path(&writer, &root)
+    let client = writer
+        .client()
+        .unwrap_or_else(|e| panic!("{scenario}: the writer's session: {e}"));
+    client
+        .mkdir(&root, &persistent())
         .await
         .unwrap_or_else(|e| panic!("{scenario}: create {root}: {e}"));
     let registered = writer
@@ -227,22 +231,6 @@ async fn read_tree(session: &Session, root: &str) -> Tree {
         }
     }
     tree
-}
-
-/// Creates `path` and its missing parents (persistent, empty).
-async fn create_path(session: &Session, path: &str) -> lockkeeper::Result<()> {
-    let client = session.client()?;
-    let options = persistent();
-    let mut prefix = String::new();
-    for segment in path.split('/').filter(|s| !s.is_empty()) {
-        prefix.push('/');
-        prefix.push_str(segment);
-        match client.create(&prefix, b"", &options).await {
-            Ok(_) | Err(lockkeeper::zk::client::Error::NodeExists) => {}
-            Err(err) => return Err(lockkeeper::Error::Zk(err)),
-        }
-    }
-    Ok(())
 }
 
 fn persistent() -> lockkeeper::zk::client::CreateOptions {
