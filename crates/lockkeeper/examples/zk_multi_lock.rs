@@ -8,11 +8,14 @@
 //! cargo run --release -p lockkeeper --example zk_multi_lock -- bob alice 127.0.0.1:2181
 //! ```
 //!
-//! [`MultiLock`]: lockkeeper::zk::MultiLock
+//! [`MultiLock`]: lockkeeper::MultiLock
 
 use std::time::Duration;
 
-use lockkeeper::zk::{Lockable, MultiLock, Session};
+use std::sync::Arc;
+
+use lockkeeper::zk::Session;
+use lockkeeper::{Lock, MultiLock};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,10 +24,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let to = args.get(1).map_or("bob", String::as_str);
     let connect = args.get(2).map_or("127.0.0.1:2181", String::as_str);
     let session = Session::connect(connect).await?;
-    let accounts = MultiLock::new([
-        Lockable::Mutex(session.mutex(&format!("/examples/accounts/{from}"))?),
-        Lockable::Mutex(session.mutex(&format!("/examples/accounts/{to}"))?),
-    ])?;
+    let locks: [Arc<dyn Lock>; 2] = [
+        Arc::new(session.mutex(&format!("/examples/accounts/{from}"))?),
+        Arc::new(session.mutex(&format!("/examples/accounts/{to}"))?),
+    ];
+    let accounts = MultiLock::new(locks)?;
     for round in 1..=5 {
         let guard = accounts.lock().await?;
         // Each account's store would check its own lock's token.

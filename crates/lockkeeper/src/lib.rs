@@ -23,6 +23,8 @@ pub mod etcd;
 pub mod fence;
 pub mod fencing;
 mod hold_time;
+pub mod lock;
+mod multi_lock;
 pub mod redis;
 mod sync;
 mod wait;
@@ -31,6 +33,8 @@ pub mod zk;
 pub use error::{ConnectCause, Error, Result};
 pub use fence::{LocalFence, RedisFence, ZkFence};
 pub use fencing::FencingToken;
+pub use lock::{Guard, Lock};
+pub use multi_lock::{MultiGuard, MultiLock};
 
 /// The README's examples, compiled as doc tests so that they cannot drift from the API.
 #[cfg(doctest)]

@@ -13,12 +13,13 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkeeper::Error;
 use lockkeeper::redis::Redis;
 use lockkeeper::redis::redlock::Redlock;
-use lockkeeper::zk::{Lockable, MultiLock};
+use lockkeeper::{Lock, MultiLock};
 use lockkeeper_testkit::{RedisNode, RedisServer};
 use support::{for_each_backend, session};
 use tokio::time::{Instant, timeout};
@@ -223,12 +224,12 @@ async fn zk_multi_lock_is_given_up() {
         let holder = session(&connect).await;
         let other = session(&connect).await;
         let locks = |s: &lockkeeper::zk::Session| {
-            MultiLock::new([
-                Lockable::Mutex(s.mutex("/max-hold/multi/a").unwrap()),
-                Lockable::Write(s.rw_lock("/max-hold/multi/b").unwrap()),
-                Lockable::Lease(s.semaphore("/max-hold/multi/c", 1).unwrap()),
-            ])
-            .unwrap()
+            let locks: [Arc<dyn Lock>; 3] = [
+                Arc::new(s.mutex("/max-hold/multi/a").unwrap()),
+                Arc::new(s.rw_lock("/max-hold/multi/b").unwrap().write_lock()),
+                Arc::new(s.semaphore("/max-hold/multi/c", 1).unwrap()),
+            ];
+            MultiLock::new(locks).unwrap()
         };
         let multi = locks(&holder).max_hold(MAX_HOLD).unwrap();
         let before = Instant::now();

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
-use lockkeeper::zk::{Lockable, MultiLock, Session};
+use lockkeeper::zk::Session;
+use lockkeeper::{Lock, MultiLock};
 use support::{children, for_each_backend, session};
 use tokio::time::timeout;
 
@@ -27,7 +28,7 @@ fn mutexes(session: &Session, paths: &[&str]) -> MultiLock {
     MultiLock::new(
         paths
             .iter()
-            .map(|path| Lockable::Mutex(session.mutex(path).unwrap())),
+            .map(|path| Arc::new(session.mutex(path).unwrap()) as Arc<dyn Lock>),
     )
     .unwrap()
 }
@@ -39,7 +40,7 @@ async fn all_or_nothing() {
         let theirs = session(&connect).await;
         let multi = mutexes(&ours, &["/multi/b", "/multi/a"]);
         assert_eq!(
-            multi.paths(),
+            multi.names(),
             ["/multi/a", "/multi/b"],
             "taken sorted by path"
         );
@@ -103,13 +104,13 @@ async fn every_lock_kind_and_one_lost_for_all() {
     for_each_backend(|connect| async move {
         let ours = session(&connect).await;
         let theirs = session(&connect).await;
-        let multi = MultiLock::new([
-            Lockable::Write(ours.rw_lock("/kinds/write").unwrap()),
-            Lockable::Read(ours.rw_lock("/kinds/read").unwrap()),
-            Lockable::Lease(ours.semaphore("/kinds/lease", 2).unwrap()),
-            Lockable::Mutex(ours.mutex("/kinds/mutex").unwrap()),
-        ])
-        .unwrap();
+        let locks: [Arc<dyn Lock>; 4] = [
+            Arc::new(ours.rw_lock("/kinds/write").unwrap().write_lock()),
+            Arc::new(ours.rw_lock("/kinds/read").unwrap().read_lock()),
+            Arc::new(ours.semaphore("/kinds/lease", 2).unwrap()),
+            Arc::new(ours.mutex("/kinds/mutex").unwrap()),
+        ];
+        let multi = MultiLock::new(locks).unwrap();
         // Another reader and another lease holder do not keep it out.
         let reader = theirs.rw_lock("/kinds/read").unwrap().read().await.unwrap();
         let lease = theirs
@@ -218,10 +219,11 @@ async fn bad_input_is_refused_by_name() {
             Err(Error::InvalidArgument(message)) => assert!(message.contains("at least one")),
             other => panic!("empty: {other:?}"),
         }
-        let twice = MultiLock::new([
-            Lockable::Write(s.rw_lock("/twice").unwrap()),
-            Lockable::Read(s.rw_lock("/twice").unwrap()),
-        ]);
+        let sides: [Arc<dyn Lock>; 2] = [
+            Arc::new(s.rw_lock("/twice").unwrap().write_lock()),
+            Arc::new(s.rw_lock("/twice").unwrap().read_lock()),
+        ];
+        let twice = MultiLock::new(sides);
         match twice {
             Err(Error::InvalidArgument(message)) => {
                 assert!(
@@ -229,7 +231,7 @@ async fn bad_input_is_refused_by_name() {
                     "{message}"
                 )
             }
-            other => panic!("one path twice: {other:?}"),
+            other => panic!("one lock twice: {other:?}"),
         }
         let multi = mutexes(&s, &["/ok"]);
         assert!(matches!(

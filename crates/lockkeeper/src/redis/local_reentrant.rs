@@ -152,6 +152,7 @@ impl LocalReentrantLock {
         held.count += 1;
         Ok(Some(LocalReentrantGuard {
             shared: Arc::clone(&self.shared),
+            name: Arc::from(self.lock.name()),
             fencing: held.guard.fencing_token(),
             released: false,
         }))
@@ -162,6 +163,7 @@ impl LocalReentrantLock {
         *self.shared.lock() = Some(Holding { guard, count: 1 });
         LocalReentrantGuard {
             shared: Arc::clone(&self.shared),
+            name: Arc::from(self.lock.name()),
             fencing,
             released: false,
         }
@@ -183,11 +185,17 @@ impl LocalReentrantLock {
 #[derive(Debug)]
 pub struct LocalReentrantGuard {
     shared: Arc<Shared>,
+    name: Arc<str>,
     fencing: FencingToken,
     released: bool,
 }
 
 impl LocalReentrantGuard {
+    /// The name of the lock held.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The fencing token of the acquisition from Redis that all holds share.
     pub fn fencing_token(&self) -> FencingToken {
         self.fencing
@@ -199,6 +207,15 @@ impl LocalReentrantGuard {
             .lock()
             .as_ref()
             .is_some_and(|h| h.guard.is_held())
+    }
+
+    /// The instant the Redis lease underneath ends (earlier than the key's expiry on the
+    /// server), while held.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.shared
+            .lock()
+            .as_ref()
+            .and_then(|h| h.guard.valid_until())
     }
 
     /// Resolves when the Redis lease underneath is lost or ends.

@@ -82,7 +82,7 @@ mod conn;
 mod diagnose;
 mod inspect;
 mod keys;
-mod lease;
+pub(crate) mod lease;
 mod lease_lock;
 mod line;
 mod local_reentrant;
