@@ -21,9 +21,10 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lockkeeper::FencingToken;
-use lockkeeper::redis::{LeaseGuard, RwGuard, SemaphorePermit};
-use lockkeeper::zk::{Leases, LockGuard};
+use std::any::Any;
+
+use lockkeeper::redis::LeaseGuard;
+use lockkeeper::{FencingToken, Guard, Lock};
 use tokio::time::Instant;
 
 use crate::backend::{BackendArgs, Failure, Handle, parse_duration};
@@ -147,8 +148,8 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             return Ok(128 + sig as u8);
         }
     };
-    let holder = match acquired {
-        Ok(Some(holder)) => holder,
+    let guard = match acquired {
+        Ok(Some(guard)) => guard,
         Ok(None) => {
             // The backend answered: what it said, in the lock's own terms.
             let taken = match kind {
@@ -178,9 +179,9 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
     };
-    let token = holder.token();
+    let token = token_of(guard.as_ref());
     let code = if args.command.is_empty() {
-        hold(&holder, &handle, name, token, &mut interrupts).await
+        hold(guard.as_ref(), &handle, name, token, &mut interrupts).await
     } else {
         drop(interrupts);
         let env = [
@@ -188,7 +189,7 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             ("LOCKKEEPER_LOCK", name.to_string()),
             ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
         ];
-        let lost = holder.lost(&handle, name);
+        let lost = lost(guard.as_ref(), &handle, name);
         let outcome = run::supervise(&args.command, &env, args.kill_after, lost).await;
         match outcome {
             Ok(Outcome::Exited(code)) => code,
@@ -209,7 +210,7 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
     // One deadline for the way out: a backend that stopped answering must not keep the
     // process (and whoever waits for its exit code) for retries and response timeouts.
     let until = Instant::now() + args.release_timeout;
-    match tokio::time::timeout_at(until, holder.release()).await {
+    match tokio::time::timeout_at(until, guard.release()).await {
         Ok(Ok(())) => {}
         // After a loss there is nothing left to release, and the loss was reported. (A loss
         // just as the command ended is not hidden: its release error is printed below.)
@@ -229,7 +230,7 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
 /// Holds without a command: prints the token, waits for SIGINT/SIGTERM (exit 0) or the loss
 /// (exit 76).
 async fn hold(
-    holder: &Holder,
+    guard: &dyn Guard,
     handle: &Handle,
     name: &str,
     token: FencingToken,
@@ -240,7 +241,7 @@ async fn hold(
         "lockkeeper lock: holding {name} with fencing token {token}; SIGINT or SIGTERM releases it"
     );
     tokio::select! {
-        reason = holder.lost(handle, name) => {
+        reason = lost(guard, handle, name) => {
             eprintln!("lockkeeper lock: {name}: {reason}");
             exit::LOST
         }
@@ -289,277 +290,128 @@ async fn close(handle: &Handle, until: Instant) {
     }
 }
 
-/// A granted lock of any kind and backend.
+/// The lock of NAME that `kind` names, on `handle`'s backend.
 ///
 /// The ZooKeeper locks are taken with `keep_through_suspension()`: a cron job killed by every
 /// network blip would be worse than the risk it avoids, so a suspended connection is ridden out
 /// for as long as the session certainly still lives on the server. If the same session comes
 /// back in that time, the lock was never lost; a session that ended, a deadline passed (a
 /// process paused past it) or a deleted node is a loss at once.
-enum Holder {
-    Zk(LockGuard),
-    ZkLeases(Leases),
-    Redis(LeaseGuard),
-    RedisPermit(SemaphorePermit),
-    RedisRw(RwGuard),
-    #[cfg(feature = "etcd")]
-    Etcd(lockkeeper::etcd::LockGuard),
-}
-
-/// Matches the wait: forever (always granted), try, or within a timeout.
-macro_rules! wait {
-    ($wait:expr, $forever:expr, $try:expr, |$d:ident| $within:expr, $wrap:expr) => {
-        match $wait {
-            Wait::Forever => $forever.await.map(|g| Some($wrap(g))),
-            Wait::Try => $try.await.map(|g| g.map($wrap)),
-            Wait::Within($d) => $within.await.map(|g| g.map($wrap)),
+fn lock_of(handle: &Handle, name: &str, kind: Kind) -> lockkeeper::Result<Box<dyn Lock>> {
+    Ok(match (handle, kind) {
+        (Handle::Zk(session), Kind::Exclusive) => {
+            Box::new(session.mutex(name)?.keep_through_suspension())
         }
-    };
+        (Handle::Zk(session), Kind::Read) => {
+            Box::new(session.rw_lock(name)?.keep_through_suspension().read_lock())
+        }
+        (Handle::Zk(session), Kind::Write) => Box::new(
+            session
+                .rw_lock(name)?
+                .keep_through_suspension()
+                .write_lock(),
+        ),
+        (Handle::Zk(session), Kind::Semaphore(n)) => {
+            Box::new(session.semaphore(name, n)?.keep_through_suspension())
+        }
+        (Handle::Redis(redis), Kind::Exclusive) => Box::new(redis.lease_lock(name)),
+        (Handle::Redis(redis), Kind::Read) => Box::new(redis.rw_lock(name).read_lock()),
+        (Handle::Redis(redis), Kind::Write) => Box::new(redis.rw_lock(name).write_lock()),
+        (Handle::Redis(redis), Kind::Semaphore(n)) => Box::new(redis.semaphore(name, n)),
+        #[cfg(feature = "etcd")]
+        (Handle::Etcd(session), Kind::Exclusive) => Box::new(session.mutex(name)?),
+        #[cfg(feature = "etcd")]
+        (Handle::Etcd(session), Kind::Read) => Box::new(session.rw_lock(name)?.read_lock()),
+        #[cfg(feature = "etcd")]
+        (Handle::Etcd(session), Kind::Write) => Box::new(session.rw_lock(name)?.write_lock()),
+        #[cfg(feature = "etcd")]
+        (Handle::Etcd(session), Kind::Semaphore(n)) => {
+            let permits = usize::try_from(n).unwrap_or(usize::MAX);
+            Box::new(session.semaphore(name, permits)?)
+        }
+    })
 }
 
+/// Takes the lock of NAME within `wait`; `None` if it was not granted in time.
 async fn acquire(
     handle: &Handle,
     name: &str,
     kind: Kind,
     wait: Wait,
-) -> lockkeeper::Result<Option<Holder>> {
-    match (handle, kind) {
-        (Handle::Zk(session), Kind::Exclusive) => {
-            let mutex = session.mutex(name)?.keep_through_suspension();
-            let wrap = Holder::Zk;
-            wait!(
-                wait,
-                mutex.lock(),
-                mutex.try_lock(),
-                |d| mutex.lock_timeout(d),
-                wrap
-            )
-        }
-        (Handle::Zk(session), Kind::Read | Kind::Write) => {
-            let rw = session.rw_lock(name)?.keep_through_suspension();
-            let wrap = Holder::Zk;
-            if matches!(kind, Kind::Read) {
-                wait!(wait, rw.read(), rw.try_read(), |d| rw.read_timeout(d), wrap)
-            } else {
-                wait!(
-                    wait,
-                    rw.write(),
-                    rw.try_write(),
-                    |d| rw.write_timeout(d),
-                    wrap
-                )
-            }
-        }
-        (Handle::Zk(session), Kind::Semaphore(n)) => {
-            let semaphore = session.semaphore(name, n)?.keep_through_suspension();
-            wait!(
-                wait,
-                semaphore.acquire(1),
-                semaphore.try_acquire(1),
-                |d| semaphore.acquire_timeout(1, d),
-                Holder::ZkLeases
-            )
-        }
-        (Handle::Redis(redis), Kind::Exclusive) => {
-            let lock = redis.lease_lock(name);
-            wait!(
-                wait,
-                lock.lock(),
-                lock.try_lock(),
-                |d| lock.lock_timeout(d),
-                Holder::Redis
-            )
-        }
-        (Handle::Redis(redis), Kind::Read | Kind::Write) => {
-            let rw = redis.rw_lock(name);
-            if matches!(kind, Kind::Read) {
-                wait!(
-                    wait,
-                    rw.read(),
-                    rw.try_read(),
-                    |d| rw.read_timeout(d),
-                    Holder::RedisRw
-                )
-            } else {
-                wait!(
-                    wait,
-                    rw.write(),
-                    rw.try_write(),
-                    |d| rw.write_timeout(d),
-                    Holder::RedisRw
-                )
-            }
-        }
-        #[cfg(feature = "etcd")]
-        (Handle::Etcd(session), Kind::Exclusive) => {
-            let mutex = session.mutex(name)?;
-            wait!(
-                wait,
-                mutex.lock(),
-                mutex.try_lock(),
-                |d| mutex.lock_timeout(d),
-                Holder::Etcd
-            )
-        }
-        #[cfg(feature = "etcd")]
-        (Handle::Etcd(session), Kind::Read | Kind::Write) => {
-            let rw = session.rw_lock(name)?;
-            if matches!(kind, Kind::Read) {
-                wait!(
-                    wait,
-                    rw.read(),
-                    rw.try_read(),
-                    |d| rw.read_timeout(d),
-                    Holder::Etcd
-                )
-            } else {
-                wait!(
-                    wait,
-                    rw.write(),
-                    rw.try_write(),
-                    |d| rw.write_timeout(d),
-                    Holder::Etcd
-                )
-            }
-        }
-        #[cfg(feature = "etcd")]
-        (Handle::Etcd(session), Kind::Semaphore(n)) => {
-            let permits = usize::try_from(n).unwrap_or(usize::MAX);
-            let semaphore = session.semaphore(name, permits)?;
-            wait!(
-                wait,
-                semaphore.acquire(),
-                semaphore.try_acquire(),
-                |d| semaphore.acquire_timeout(d),
-                Holder::Etcd
-            )
-        }
-        (Handle::Redis(redis), Kind::Semaphore(n)) => {
-            let semaphore = redis.semaphore(name, n);
-            wait!(
-                wait,
-                semaphore.acquire(1),
-                semaphore.try_acquire(1),
-                |d| semaphore.acquire_timeout(1, d),
-                Holder::RedisPermit
-            )
-        }
+) -> lockkeeper::Result<Option<Box<dyn Guard>>> {
+    let lock = lock_of(handle, name, kind)?;
+    match wait {
+        Wait::Forever => lock.lock().await.map(Some),
+        Wait::Try => lock.try_lock().await,
+        Wait::Within(d) => lock.lock_timeout(d).await,
     }
 }
 
-impl Holder {
-    fn token(&self) -> FencingToken {
-        match self {
-            Holder::Zk(guard) => guard.fencing_token(),
-            // One lease was asked for, so there is one token.
-            Holder::ZkLeases(leases) => leases
-                .fencing_tokens()
-                .first()
-                .copied()
-                .unwrap_or(FencingToken::new(0)),
-            Holder::Redis(guard) => guard.fencing_token(),
-            Holder::RedisPermit(permit) => permit.fencing_token(),
-            Holder::RedisRw(guard) => guard.fencing_token(),
-            #[cfg(feature = "etcd")]
-            Holder::Etcd(guard) => guard.fencing_token(),
-        }
-    }
+/// The fencing token the command gets: every lock this command takes has one (Redlock, the
+/// one lock without, is not among them).
+fn token_of(guard: &dyn Guard) -> FencingToken {
+    guard.fencing_token().unwrap_or(FencingToken::new(0))
+}
 
-    /// Resolves when the command must stop, with why: the cause established as
-    /// [`crate::loss`] describes.
-    async fn lost(&self, handle: &Handle, name: &str) -> String {
-        let observed = match self {
-            Holder::Zk(guard) => tokio::select! {
-                observed = loss::observe(guard.lost(), || guard.valid_until()) => observed,
-                () = guard.revocation_requested() => {
-                    return "revocation requested (lockkeeper revoke, or a Curator Revoker): \
-                            giving the lock up"
-                        .into();
-                }
-            },
-            Holder::ZkLeases(leases) => loss::observe(leases.lost(), || leases.valid_until()).await,
-            Holder::Redis(guard) => loss::observe(guard.lost(), || guard.valid_until()).await,
-            Holder::RedisPermit(permit) => {
-                loss::observe(permit.lost(), || permit.valid_until()).await
-            }
-            Holder::RedisRw(guard) => loss::observe(guard.lost(), || guard.valid_until()).await,
-            #[cfg(feature = "etcd")]
-            Holder::Etcd(guard) => loss::observe(guard.lost(), || guard.valid_until()).await,
-        };
-        self.cause(&observed, handle, name).await
-    }
-
-    /// Why the lock was lost, from what was observed up to the loss and, when that does not
-    /// tell, the backend's answer about the node or key.
-    async fn cause(&self, observed: &loss::Observed, handle: &Handle, name: &str) -> String {
-        const REDIS_UNHEARD: &str = "Redis did not answer the lease's renewals in time (lease \
-                                     not renewed)";
-        match (self, handle) {
-            (Holder::Zk(_) | Holder::ZkLeases(_), Handle::Zk(session)) => {
-                let local = observed.local_cause(
-                    "ZooKeeper session",
-                    "the server was not heard from for the session timeout",
-                );
-                if let Some(cause) = local {
-                    return format!("{cause}: the lock is lost");
-                }
-                let (node, token) = match self {
-                    Holder::Zk(guard) => (guard.node().to_owned(), guard.fencing_token()),
-                    Holder::ZkLeases(leases) => (
-                        leases
-                            .nodes()
-                            .first()
-                            .copied()
-                            .unwrap_or_default()
-                            .to_owned(),
-                        self.token(),
-                    ),
-                    _ => unreachable!("matched above"),
-                };
-                loss::zk_cause(session, &node, token).await
-            }
-            (Holder::Redis(guard), Handle::Redis(redis)) => {
-                if let Some(cause) = observed.local_cause("Redis lease", REDIS_UNHEARD) {
-                    return format!("{cause}: the lock is lost");
-                }
-                redis_cause(redis, name, guard.token()).await
-            }
-            (Holder::RedisPermit(_) | Holder::RedisRw(_), _) => {
-                observed
-                    .local_cause("Redis lease", REDIS_UNHEARD)
-                    .unwrap_or_else(|| {
-                        "lease not renewed: Redis refused the renewal (the key was deleted, or \
-                     expired and was taken)"
-                            .into()
-                    })
-                    + ": the lock is lost"
-            }
-            #[cfg(feature = "etcd")]
-            (Holder::Etcd(_), _) => observed
-                .local_cause(
-                    "etcd lease",
-                    "etcd did not answer the lease's keep-alives in time (lease not renewed)",
-                )
-                .map(|cause| format!("{cause}: the lock is lost"))
-                .unwrap_or_else(|| {
-                    "the etcd lease expired or could not be renewed, or the lock key was \
-                     deleted: the lock is lost"
-                        .into()
-                }),
-            _ => "the lock is lost".into(),
+/// Resolves when the command must stop, with why: the cause established as [`crate::loss`]
+/// describes.
+async fn lost(guard: &dyn Guard, handle: &Handle, name: &str) -> String {
+    let observed = tokio::select! {
+        observed = loss::observe(guard.lost(), || guard.valid_until()) => observed,
+        () = guard.revocation_requested() => {
+            return "revocation requested (lockkeeper revoke, or a Curator Revoker): giving the \
+                    lock up"
+                .into();
         }
-    }
+    };
+    cause(guard, &observed, handle, name).await
+}
 
-    async fn release(self) -> lockkeeper::Result<()> {
-        match self {
-            Holder::Zk(guard) => guard.release().await,
-            Holder::ZkLeases(leases) => leases.release().await,
-            Holder::Redis(guard) => guard.release().await,
-            Holder::RedisPermit(permit) => permit.release().await,
-            Holder::RedisRw(guard) => guard.release().await,
-            #[cfg(feature = "etcd")]
-            Holder::Etcd(guard) => guard.release().await,
+/// Why the lock was lost, from what was observed up to the loss and, when that does not tell,
+/// the backend's answer about the node or key.
+async fn cause(
+    guard: &dyn Guard,
+    observed: &loss::Observed,
+    handle: &Handle,
+    name: &str,
+) -> String {
+    const REDIS_UNHEARD: &str =
+        "Redis did not answer the lease's renewals in time (lease not renewed)";
+    match handle {
+        Handle::Zk(session) => {
+            let local = observed.local_cause(
+                "ZooKeeper session",
+                "the server was not heard from for the session timeout",
+            );
+            if let Some(cause) = local {
+                return format!("{cause}: the lock is lost");
+            }
+            // One lock node: a mutex's or a side's, or the one lease taken of a semaphore.
+            loss::zk_cause(session, &guard.held_as(), token_of(guard)).await
         }
+        Handle::Redis(redis) => {
+            if let Some(cause) = observed.local_cause("Redis lease", REDIS_UNHEARD) {
+                return format!("{cause}: the lock is lost");
+            }
+            match (guard as &dyn Any).downcast_ref::<LeaseGuard>() {
+                Some(lease) => redis_cause(redis, name, lease.token()).await,
+                None => "lease not renewed: Redis refused the renewal (the key was deleted, or \
+                         expired and was taken): the lock is lost"
+                    .into(),
+            }
+        }
+        #[cfg(feature = "etcd")]
+        Handle::Etcd(_) => observed
+            .local_cause(
+                "etcd lease",
+                "etcd did not answer the lease's keep-alives in time (lease not renewed)",
+            )
+            .map(|cause| format!("{cause}: the lock is lost"))
+            .unwrap_or_else(|| {
+                "the etcd lease expired or could not be renewed, or the lock key was deleted: \
+                 the lock is lost"
+                    .into()
+            }),
     }
 }
 

@@ -33,6 +33,7 @@
 //! (`rw.read_lock()`, `rw.write_lock()`, as Curator's `readLock()` and `writeLock()`); a
 //! semaphore is a lock of one lease.
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -89,7 +90,22 @@ pub trait Lock: Debug + Send + Sync {
 ///
 /// Dropping a guard releases it in the background (best effort);
 /// [`release`](Guard::release) releases and reports the outcome.
-pub trait Guard: Debug + Send + Sync {
+///
+/// What only one backend's guard has (a Redis lease's `extend`, its value in the key) is one
+/// downcast away, since every guard is [`Any`]:
+///
+/// ```no_run
+/// # async fn demo(lock: &dyn lockkeeper::Lock) -> lockkeeper::Result<()> {
+/// use std::any::Any;
+/// use lockkeeper::redis::LeaseGuard;
+///
+/// let guard = lock.lock().await?;
+/// if let Some(lease) = (&*guard as &dyn Any).downcast_ref::<LeaseGuard>() {
+///     println!("the key holds {}", lease.token());
+/// }
+/// # Ok(()) }
+/// ```
+pub trait Guard: Any + Debug + Send + Sync {
     /// The token to send with every write to the protected resource, so that it can refuse
     /// a holder that paused past its hold ([`Fence`](crate::fence)): strictly increasing over
     /// every grant of the lock. `None` for a Redlock guard: independent masters share no
