@@ -19,10 +19,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lockkeeper::redis::{
-    LeaseGuard, LeaseLock, Redis, RedisOptions, ReentrantGuard, ReentrantLock, redlock,
-};
-use lockkeeper::zk::{LeaderLatch, Leadership, Leases, LockGuard, Mutex, RwLock, Semaphore};
+use lockkeeper::redis::{Redis, RedisOptions, redlock};
+use lockkeeper::{Guard, Lock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -105,7 +103,7 @@ async fn turn(
     rng: &mut StdRng,
 ) -> Result<(), String> {
     let token = held.token().map_or("-".to_owned(), |t| t.to_string());
-    let node = held.node().unwrap_or("-").to_owned();
+    let node = held.node().unwrap_or_else(|| "-".to_owned());
     let line = |verb: &str, held: &Held| {
         let state = if held.is_held() { "held" } else { "lost" };
         format!("{verb} {name} {token} {node} {state}")
@@ -161,82 +159,58 @@ impl ResourceConn {
     }
 }
 
-/// A lock handle of one kind.
-enum Locker {
-    Mutex(Mutex),
-    RwWrite(RwLock),
-    Semaphore(Semaphore),
-    Leader(LeaderLatch),
-    Lease(LeaseLock),
-    Reentrant(ReentrantLock),
-    Redlock(redlock::RedlockLock),
-    /// The session is kept to be checked (and replaced once lost) before each acquisition.
-    Etcd {
-        session: lockkeeper::etcd::Session,
-        lock: EtcdLock,
-        endpoints: String,
-        kind: Kind,
-        name: String,
-        /// The candidate's value in an election: the client's name.
-        id: String,
-    },
+/// The lock of one kind a client takes turns on, through the trait every lock has.
+struct Locker {
+    lock: Box<dyn Lock>,
+    /// On etcd, the session is kept to be checked (and replaced once lost) before each
+    /// acquisition.
+    etcd: Option<EtcdSession>,
+    /// Whether holders present their lock node to the ZooKeeper fence.
+    zk: bool,
 }
 
-/// An etcd lock of one kind, on the current session.
-enum EtcdLock {
-    Mutex(lockkeeper::etcd::Mutex),
-    RwWrite(lockkeeper::etcd::RwLock),
-    Semaphore(lockkeeper::etcd::Semaphore),
-    Leader(lockkeeper::etcd::Election),
+/// An etcd client's session and what it takes to make the lock again on a new one.
+struct EtcdSession {
+    session: lockkeeper::etcd::Session,
+    endpoints: String,
+    kind: Kind,
+    name: String,
+    /// The candidate's value in an election: the client's name.
+    id: String,
 }
 
-impl EtcdLock {
-    fn new(
-        session: &lockkeeper::etcd::Session,
-        kind: Kind,
-        name: &str,
-    ) -> lockkeeper::Result<Self> {
-        Ok(match kind {
-            Kind::Mutex => EtcdLock::Mutex(session.mutex(name)?),
-            Kind::RwWrite => EtcdLock::RwWrite(session.rw_lock(name)?),
-            Kind::Semaphore | Kind::Semaphore2 => {
-                EtcdLock::Semaphore(session.semaphore(name, kind.holders())?)
-            }
-            Kind::Leader => EtcdLock::Leader(session.election(name)?),
-            other => return Err(mismatch(other, "etcd")),
-        })
-    }
-
-    async fn acquire(&self, id: &str) -> lockkeeper::Result<Option<Held>> {
-        Ok(match self {
-            EtcdLock::Mutex(m) => m.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
-            EtcdLock::RwWrite(rw) => rw.write_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
-            EtcdLock::Semaphore(s) => s.acquire_timeout(ACQUIRE_WAIT).await?.map(Held::Etcd),
-            // A campaign dropped at the timeout withdraws the candidacy.
-            EtcdLock::Leader(e) => match tokio::time::timeout(ACQUIRE_WAIT, e.campaign(id)).await {
-                Ok(leadership) => Some(Held::EtcdLeader(leadership?)),
-                Err(_) => None,
-            },
-        })
-    }
+/// The etcd lock of `kind` called `name` on `session`.
+fn etcd_lock(
+    session: &lockkeeper::etcd::Session,
+    kind: Kind,
+    name: &str,
+    id: &str,
+) -> lockkeeper::Result<Box<dyn Lock>> {
+    Ok(match kind {
+        Kind::Mutex => Box::new(session.mutex(name)?),
+        Kind::RwWrite => Box::new(session.rw_lock(name)?.write_lock()),
+        Kind::Semaphore | Kind::Semaphore2 => Box::new(session.semaphore(name, kind.holders())?),
+        Kind::Leader => Box::new(session.election(name)?.candidacy(id)),
+        other => return Err(mismatch(other, "etcd")),
+    })
 }
 
 impl Locker {
     async fn connect(args: &ClientArgs) -> lockkeeper::Result<Locker> {
-        let lock = args.lock.as_str();
-        Ok(match (&args.endpoint, args.kind) {
+        let name = args.lock.as_str();
+        let lock: Box<dyn Lock> = match (&args.endpoint, args.kind) {
             (Endpoint::Zk(connect), kind) => {
                 let session = lockkeeper::zk::Session::builder(connect)
                     .session_timeout(ZK_SESSION)
                     .connect()
                     .await?;
                 match kind {
-                    Kind::Mutex => Locker::Mutex(session.mutex(lock)?),
-                    Kind::RwWrite => Locker::RwWrite(session.rw_lock(lock)?),
+                    Kind::Mutex => Box::new(session.mutex(name)?),
+                    Kind::RwWrite => Box::new(session.rw_lock(name)?.write_lock()),
                     Kind::Semaphore | Kind::Semaphore2 => {
-                        Locker::Semaphore(session.semaphore(lock, args.kind.holders() as u32)?)
+                        Box::new(session.semaphore(name, args.kind.holders() as u32)?)
                     }
-                    Kind::Leader => Locker::Leader(session.leader_latch(lock, &args.name)?),
+                    Kind::Leader => Box::new(session.leader_latch(name, &args.name)?),
                     other => return Err(mismatch(other, "zk")),
                 }
             }
@@ -251,62 +225,56 @@ impl Locker {
                     }
                 };
                 match kind {
-                    Kind::Lease => Locker::Lease(redis.lease_lock(lock).watchdog(REDIS_LEASE)),
-                    Kind::Reentrant => Locker::Reentrant(
+                    Kind::Lease => Box::new(redis.lease_lock(name).watchdog(REDIS_LEASE)),
+                    Kind::Reentrant => Box::new(
                         redis
-                            .reentrant_lock(lock)
+                            .reentrant_lock(name)
                             .owner(args.name.clone())
                             .watchdog(REDIS_LEASE),
                     ),
                     other => return Err(mismatch(other, "redis")),
                 }
             }
-            (Endpoint::Redlock(masters), Kind::Redlock) => Locker::Redlock(
+            (Endpoint::Redlock(masters), Kind::Redlock) => Box::new(
                 redlock::Redlock::new(masters)?
-                    .lease_lock(lock)
+                    .lease_lock(name)
                     .lease(REDIS_LEASE),
             ),
             (Endpoint::Redlock(_), other) => return Err(mismatch(other, "redlock")),
             (Endpoint::Etcd(endpoints), kind) => {
                 let session = etcd_session(endpoints).await?;
-                Locker::Etcd {
-                    lock: EtcdLock::new(&session, kind, lock)?,
-                    session,
-                    endpoints: endpoints.clone(),
-                    kind,
-                    name: lock.to_owned(),
-                    id: args.name.clone(),
-                }
+                let lock = etcd_lock(&session, kind, name, &args.name)?;
+                return Ok(Locker {
+                    lock,
+                    etcd: Some(EtcdSession {
+                        session,
+                        endpoints: endpoints.clone(),
+                        kind,
+                        name: name.to_owned(),
+                        id: args.name.clone(),
+                    }),
+                    zk: false,
+                });
             }
+        };
+        Ok(Locker {
+            lock,
+            etcd: None,
+            zk: matches!(args.endpoint, Endpoint::Zk(_)),
         })
     }
 
     async fn acquire(&mut self) -> lockkeeper::Result<Option<Held>> {
-        Ok(match self {
-            Locker::Mutex(m) => m.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
-            Locker::RwWrite(rw) => rw.write_timeout(ACQUIRE_WAIT).await?.map(Held::Guard),
-            Locker::Semaphore(s) => s.acquire_timeout(1, ACQUIRE_WAIT).await?.map(Held::Leases),
-            Locker::Leader(l) => l.lead_timeout(ACQUIRE_WAIT).await?.map(Held::Leader),
-            Locker::Lease(l) => l.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Lease),
-            Locker::Reentrant(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Reentrant),
-            Locker::Redlock(r) => r.lock_timeout(ACQUIRE_WAIT).await?.map(Held::Redlock),
-            Locker::Etcd {
-                session,
-                lock,
-                endpoints,
-                kind,
-                name,
-                id,
-            } => {
-                // A lease that ran out (a paused or cut-off holder) takes a new session.
-                if !session.is_alive() {
-                    let fresh = etcd_session(endpoints).await?;
-                    *lock = EtcdLock::new(&fresh, *kind, name)?;
-                    *session = fresh;
-                }
-                return lock.acquire(id).await;
+        if let Some(etcd) = &mut self.etcd {
+            // A lease that ran out (a paused or cut-off holder) takes a new session.
+            if !etcd.session.is_alive() {
+                let fresh = etcd_session(&etcd.endpoints).await?;
+                self.lock = etcd_lock(&fresh, etcd.kind, &etcd.name, &etcd.id)?;
+                etcd.session = fresh;
             }
-        })
+        }
+        let guard = self.lock.lock_timeout(ACQUIRE_WAIT).await?;
+        Ok(guard.map(|guard| Held { guard, zk: self.zk }))
     }
 }
 
@@ -326,69 +294,29 @@ fn mismatch(kind: Kind, backend: &str) -> lockkeeper::Error {
 }
 
 /// A held lock of one kind.
-enum Held {
-    Guard(LockGuard),
-    Leases(Leases),
-    Leader(Leadership),
-    Lease(LeaseGuard),
-    Reentrant(ReentrantGuard),
-    Redlock(redlock::RedlockGuard),
-    Etcd(lockkeeper::etcd::LockGuard),
-    EtcdLeader(lockkeeper::etcd::Leadership),
+struct Held {
+    guard: Box<dyn Guard>,
+    /// Whether the lock node is presented to the ZooKeeper fence.
+    zk: bool,
 }
 
 impl Held {
     /// The fencing token; Redlock has none.
     fn token(&self) -> Option<u64> {
-        match self {
-            Held::Guard(g) => Some(g.fencing_token().get()),
-            Held::Leases(l) => l.fencing_tokens().first().map(|t| t.get()),
-            Held::Leader(l) => Some(l.fencing_token().get()),
-            Held::Lease(g) => Some(g.fencing_token().get()),
-            Held::Reentrant(g) => Some(g.fencing_token().get()),
-            Held::Redlock(_) => None,
-            Held::Etcd(g) => Some(g.fencing_token().get()),
-            Held::EtcdLeader(l) => Some(l.fencing_token().get()),
-        }
+        self.guard.fencing_token().map(|t| t.get())
     }
 
-    /// The ZooKeeper lock node the holder presents to the ZooKeeper fence.
-    fn node(&self) -> Option<&str> {
-        match self {
-            Held::Guard(g) => Some(g.node()),
-            Held::Leases(l) => l.nodes().first().copied(),
-            Held::Leader(l) => Some(l.node()),
-            Held::Lease(_)
-            | Held::Reentrant(_)
-            | Held::Redlock(_)
-            | Held::Etcd(_)
-            | Held::EtcdLeader(_) => None,
-        }
+    /// The ZooKeeper lock node the holder presents to the ZooKeeper fence (one: a client takes
+    /// one lease of a semaphore).
+    fn node(&self) -> Option<String> {
+        self.zk.then(|| self.guard.held_as())
     }
 
     fn is_held(&self) -> bool {
-        match self {
-            Held::Guard(g) => g.is_held(),
-            Held::Leases(l) => l.is_held(),
-            Held::Leader(l) => l.is_leader(),
-            Held::Lease(g) => g.is_held(),
-            Held::Reentrant(g) => g.is_held(),
-            Held::Redlock(g) => g.is_held(),
-            Held::Etcd(g) => g.is_held(),
-            Held::EtcdLeader(l) => l.is_held(),
-        }
+        self.guard.is_held()
     }
 
     async fn release(self) -> lockkeeper::Result<()> {
-        match self {
-            Held::Guard(g) => g.release().await,
-            Held::Leases(l) => l.release().await,
-            Held::Leader(l) => l.resign().await,
-            Held::Lease(g) => g.release().await,
-            Held::Reentrant(g) => g.release().await.map(drop),
-            Held::Redlock(g) => g.release().await,
-            Held::Etcd(g) => g.release().await,
-            Held::EtcdLeader(l) => l.resign().await,
-        }
+        self.guard.release().await
     }
 }

@@ -1,4 +1,5 @@
-//! The [`Lock`] and [`Guard`] traits over every lock of every backend. One test body, given
+//! The [`Lock`] and [`Guard`] traits over every lock of every backend, leader elections
+//! included. One test body, given
 //! trait objects only, holds each lock, sees a second owner kept out (try and timeout), sees
 //! the guard lost at a maximum hold time set through the trait, and the lock free after a
 //! release with a higher fencing token; and a [`MultiLock`] holds locks of ZooKeeper, Redis and
@@ -150,6 +151,13 @@ async fn every_zookeeper_lock() {
             true,
         )
         .await;
+        one_lock(
+            "leader latch",
+            &a.leader_latch("/t/leader", "a").unwrap(),
+            &b.leader_latch("/t/leader", "b").unwrap(),
+            true,
+        )
+        .await;
     })
     .await;
 }
@@ -240,6 +248,13 @@ async fn every_etcd_lock() {
         "semaphore of 1",
         &a.semaphore("t-semaphore", 1).unwrap(),
         &b.semaphore("t-semaphore", 1).unwrap(),
+        true,
+    )
+    .await;
+    one_lock(
+        "election",
+        &a.election("t-election").unwrap().candidacy("a"),
+        &b.election("t-election").unwrap().candidacy("b"),
         true,
     )
     .await;

@@ -145,6 +145,25 @@ impl Election {
         }
     }
 
+    /// This election with the value a candidate campaigns with, as a [`Lock`](crate::Lock):
+    /// holding it is leading (`lock()` campaigns, its guard resigns on release).
+    ///
+    /// ```no_run
+    /// # async fn demo(session: lockkeeper::etcd::Session) -> lockkeeper::Result<()> {
+    /// use lockkeeper::Lock;
+    ///
+    /// let candidacy = session.election("scheduler")?.candidacy("replica-a");
+    /// let leadership = candidacy.lock().await?;
+    /// leadership.lost().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn candidacy(&self, value: impl Into<Vec<u8>>) -> Candidacy {
+        Candidacy {
+            election: self.clone(),
+            value: value.into(),
+        }
+    }
+
     /// The current leader, `None` when nobody campaigns.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         let found = self
@@ -214,6 +233,54 @@ impl Observer {
             }
         }
         Ok(None)
+    }
+}
+
+/// An [`Election`] and the value to campaign with: the election as a [`Lock`](crate::Lock)
+/// (see [`Election::candidacy`]).
+#[derive(Clone, Debug)]
+pub struct Candidacy {
+    election: Election,
+    value: Vec<u8>,
+}
+
+impl Candidacy {
+    /// The election campaigned in.
+    pub fn election(&self) -> &Election {
+        &self.election
+    }
+
+    /// The value campaigned with.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// [`Election::campaign`] with this value.
+    pub async fn campaign(&self) -> Result<Leadership> {
+        self.election.campaign(self.value.clone()).await
+    }
+
+    /// [`Election::try_campaign`] with this value.
+    pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
+        self.election.try_campaign(self.value.clone()).await
+    }
+
+    /// [`Election::campaign_timeout`] with this value.
+    pub async fn campaign_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Leadership>> {
+        self.election
+            .campaign_timeout(self.value.clone(), timeout)
+            .await
+    }
+
+    /// The same candidacy with a maximum hold time ([`Election::max_hold`]).
+    pub fn max_hold(self, max_hold: std::time::Duration) -> Result<Candidacy> {
+        Ok(Candidacy {
+            election: self.election.max_hold(max_hold)?,
+            value: self.value,
+        })
     }
 }
 

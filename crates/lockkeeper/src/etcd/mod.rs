@@ -53,7 +53,7 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use election::{Election, Leader, Leadership, Observer};
+pub use election::{Candidacy, Election, Leader, Leadership, Observer};
 pub use guard::LockGuard;
 pub use inspect::{Inspection, Kind, Participant, State};
 pub use mutex::Mutex;

@@ -147,7 +147,9 @@ impl<L> std::ops::Deref for WriteLock<L> {
 
 mod zk {
     use super::*;
-    use crate::zk::{Leases, LockGuard, Mutex, RwLock, Semaphore, SimpleLock};
+    use crate::zk::{
+        LeaderLatch, Leadership, Leases, LockGuard, Mutex, RwLock, Semaphore, SimpleLock,
+    };
 
     lock!(Mutex, name: |l| l.path(), lock, try_lock, lock_timeout,
         max_hold: |m, d| m.max_hold(d));
@@ -158,11 +160,42 @@ mod zk {
     lock!(Semaphore, name: |l| l.path(), acquire, try_acquire, acquire_timeout(1),
         max_hold: |m, d| m.max_hold(d));
 
+    // Leading is holding the latch: `lock()` waits to lead, the guard resigns on release.
+    lock!(LeaderLatch, name: |l| l.path(), lead, try_lead, lead_timeout,
+        max_hold: |m, d| m.max_hold(d));
+
     guard!(LockGuard, held_as: |g| g.node().to_owned(),
         fn revocation_requested(&self) -> BoxFuture<'_, ()> {
             Box::pin(LockGuard::revocation_requested(self))
         }
     );
+
+    /// Leadership: held while leading; released by resigning.
+    impl Guard for Leadership {
+        fn fencing_token(&self) -> Option<FencingToken> {
+            Some(Leadership::fencing_token(self))
+        }
+
+        fn is_held(&self) -> bool {
+            self.is_leader()
+        }
+
+        fn valid_until(&self) -> Option<tokio::time::Instant> {
+            Leadership::valid_until(self)
+        }
+
+        fn lost(&self) -> BoxFuture<'_, ()> {
+            Box::pin(Leadership::lost(self))
+        }
+
+        fn held_as(&self) -> String {
+            self.node().to_owned()
+        }
+
+        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+            Box::pin(self.resign())
+        }
+    }
 
     /// Leases of a semaphore: the first lease's token ([`Leases::fencing_tokens`] has each).
     impl Guard for Leases {
@@ -350,7 +383,7 @@ mod redis {
 #[cfg(feature = "etcd")]
 mod etcd {
     use super::*;
-    use crate::etcd::{LockGuard, Mutex, RwLock, Semaphore};
+    use crate::etcd::{Candidacy, Leadership, LockGuard, Mutex, RwLock, Semaphore};
 
     lock!(Mutex, name: |l| l.name(), lock, try_lock, lock_timeout,
         max_hold: |m, d| m.max_hold(d));
@@ -359,5 +392,35 @@ mod etcd {
     lock!(Semaphore, name: |l| l.name(), acquire, try_acquire, acquire_timeout,
         max_hold: |m, d| m.max_hold(d));
 
+    lock!(Candidacy, name: |l| l.election().name(), campaign, try_campaign, campaign_timeout,
+        max_hold: |m, d| m.max_hold(d));
+
     guard!(LockGuard, held_as: |g| g.key());
+
+    /// Leadership: held while leading; released by resigning.
+    impl Guard for Leadership {
+        fn fencing_token(&self) -> Option<FencingToken> {
+            Some(Leadership::fencing_token(self))
+        }
+
+        fn is_held(&self) -> bool {
+            Leadership::is_held(self)
+        }
+
+        fn valid_until(&self) -> Option<tokio::time::Instant> {
+            Leadership::valid_until(self)
+        }
+
+        fn lost(&self) -> BoxFuture<'_, ()> {
+            Box::pin(Leadership::lost(self))
+        }
+
+        fn held_as(&self) -> String {
+            self.key()
+        }
+
+        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+            Box::pin(self.resign())
+        }
+    }
 }
