@@ -14,6 +14,7 @@ use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::etcd::token;
 use crate::fencing::FencingToken;
 use crate::wait::Deadline;
+use tokio_util::sync::ReusableBoxFuture;
 
 /// A leader election on etcd, laid out as Go's `concurrency.Election` (and so `etcdctl
 /// elect`): each candidate puts `NAME/{lease:x}` with its proclaimed value and the session's
@@ -177,19 +178,23 @@ impl Election {
     /// A stream of leaders: [`Observer::next`] answers the current leader at once, then each
     /// change of leader or of its value (as Go's `Observe` and `etcdctl elect --listen`).
     pub fn observe(&self) -> Observer {
-        Observer {
+        let watching = Watching {
             election: self.clone(),
             last: None,
+        };
+        Observer {
+            name: Arc::clone(&self.name),
+            next: ReusableBoxFuture::new(watching.next()),
         }
     }
 }
 
-/// Follows who leads an [`Election`]; see [`Election::observe`].
-#[derive(Debug)]
+/// Follows who leads an [`Election`]; see [`Election::observe`]. Also a
+/// [`Stream`](futures_util::Stream) of the same answers, which never ends.
 pub struct Observer {
-    election: Election,
-    /// The leader last answered.
-    last: Option<Leader>,
+    name: Arc<str>,
+    /// The wait for the next leader, owning what it watches with.
+    next: ReusableBoxFuture<'static, (Result<Leader>, Watching)>,
 }
 
 impl Observer {
@@ -197,16 +202,55 @@ impl Observer {
     /// is there, and answers it. Skips intermediate leaders that came and went while nobody
     /// asked. Errors only for failures etcd will not get over by itself.
     pub async fn next(&mut self) -> Result<Leader> {
-        loop {
+        std::future::poll_fn(|cx| self.poll_leader(cx)).await
+    }
+
+    fn poll_leader(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<Leader>> {
+        let (answer, watching) = std::task::ready!(self.next.poll(cx));
+        self.next.set(watching.next());
+        std::task::Poll::Ready(answer)
+    }
+}
+
+impl futures_util::Stream for Observer {
+    type Item = Result<Leader>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Leader>>> {
+        self.poll_leader(cx).map(Some)
+    }
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("election", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an [`Observer`] watches with: the election and the leader it last answered.
+struct Watching {
+    election: Election,
+    last: Option<Leader>,
+}
+
+impl Watching {
+    /// The next leader to answer, and this state to watch on with.
+    async fn next(mut self) -> (Result<Leader>, Watching) {
+        let answer = loop {
             match self.look().await {
-                Ok(Some(leader)) => return Ok(leader),
+                Ok(Some(leader)) => break Ok(leader),
                 Ok(None) => {}
                 Err(Error::Etcd(err)) if is_transient(&err) => {
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
-                Err(err) => return Err(err),
+                Err(err) => break Err(err),
             }
-        }
+        };
+        (answer, self)
     }
 
     /// A new leader if there is one, else a watch until anything under the prefix changes.

@@ -244,7 +244,9 @@ impl std::fmt::Debug for Cache {
     }
 }
 
-/// A stream of [`CacheEvent`]s from [`Cache::events`] or [`Cache::replay`].
+/// A stream of [`CacheEvent`]s from [`Cache::events`] or [`Cache::replay`]: a
+/// [`Stream`](futures_util::Stream), for its combinators, and [`next`](CacheEvents::next) for a
+/// plain loop.
 pub struct CacheEvents {
     root: String,
     receiver: mpsc::UnboundedReceiver<CacheEvent>,
@@ -278,6 +280,18 @@ impl CacheEvents {
     /// The next event if one is waiting, without waiting.
     pub fn try_next(&mut self) -> Option<CacheEvent> {
         self.receiver.try_recv().ok()
+    }
+}
+
+/// Ends when [`next`](CacheEvents::next) would answer `None`.
+impl futures_util::Stream for CacheEvents {
+    type Item = CacheEvent;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<CacheEvent>> {
+        self.receiver.poll_recv(cx)
     }
 }
 

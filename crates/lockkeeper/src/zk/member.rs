@@ -256,6 +256,28 @@ impl GroupView {
     }
 }
 
+/// Ends when [`next`](GroupView::next) would answer `None`.
+impl futures_util::Stream for GroupView {
+    type Item = MemberEvent;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<MemberEvent>> {
+        use std::task::Poll;
+        loop {
+            let event = match std::pin::Pin::new(&mut self.events).poll_next(cx) {
+                Poll::Ready(Some(event)) => event,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            };
+            if let Some(item) = self.member_event(event) {
+                return Poll::Ready(Some(item));
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for GroupView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GroupView")

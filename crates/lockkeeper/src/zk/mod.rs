@@ -16,6 +16,16 @@
 //!
 //! Node layouts are Curator's, so a lock can be shared with Java services using Curator.
 //!
+//! Two rules every handle follows:
+//! - **A constructor on [`Session`] is `async` exactly when it asks the server** something
+//!   before it can return: [`Session::tree_cache`] and [`Session::node_cache`] prime the
+//!   cache, [`Session::shared_count`] reads (or creates) the count, [`Session::watch_name`]
+//!   reads the name. The others ([`Session::mutex`], [`Session::atomic_long`], ...) only
+//!   check their arguments, send nothing, and are plain functions.
+//! - **Every stream of events is a [`Stream`](futures_util::Stream)** ([`CacheEvents`],
+//!   [`GroupView`], [`NameWatch`], [`CountChanges`], [`StateStream`]), with an inherent
+//!   `next()` that answers the same, for a `while let` without importing `StreamExt`.
+//!
 //! The recipes speak to the server through [`client`] (the crate `lockkeeper-zk-client`), a
 //! ZooKeeper client on Tokio; [`Session::client`] hands out its `Client` for operations the
 //! recipes do not cover, and [`Error::Zk`](crate::Error::Zk) carries its errors.

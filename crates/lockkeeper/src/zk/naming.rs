@@ -272,6 +272,28 @@ impl NameWatch {
     }
 }
 
+/// Ends when [`next`](NameWatch::next) would answer `None`.
+impl futures_util::Stream for NameWatch {
+    type Item = Option<String>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Option<String>>> {
+        use std::task::Poll;
+        loop {
+            let event = match std::pin::Pin::new(&mut self.events).poll_next(cx) {
+                Poll::Ready(Some(event)) => event,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            };
+            if let Some(item) = self.change(event) {
+                return Poll::Ready(Some(item));
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for NameWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NameWatch")

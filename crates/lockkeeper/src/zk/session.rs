@@ -22,6 +22,7 @@ use lockkeeper_zk_client::{Client, SessionState};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::ReusableBoxFuture;
 
 use crate::deadline::trusted_until;
 use crate::error::{Error, Result};
@@ -381,9 +382,7 @@ impl Session {
 
     /// A stream of the connection states from now on.
     pub fn states(&self) -> StateStream {
-        StateStream {
-            events: self.inner.shared.events.subscribe(),
-        }
+        StateStream::new(self.inner.shared.events.subscribe())
     }
 
     /// The id of the current ZooKeeper session (it changes after `Lost`).
@@ -505,21 +504,58 @@ impl Shared {
 /// }
 /// # }
 /// ```
+///
+/// It is also a [`Stream`](futures_util::Stream) of the same states, for its combinators.
 pub struct StateStream {
-    events: broadcast::Receiver<ConnectionState>,
+    /// The wait for the next state, owning the receiver it waits on.
+    next: ReusableBoxFuture<'static, NextState>,
+}
+
+/// A state waited for (`None`: no more), and the receiver to wait on next.
+type NextState = (
+    Option<ConnectionState>,
+    broadcast::Receiver<ConnectionState>,
+);
+
+async fn next_state(mut events: broadcast::Receiver<ConnectionState>) -> NextState {
+    loop {
+        match events.recv().await {
+            Ok(state) => return (Some(state), events),
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => return (None, events),
+        }
+    }
 }
 
 impl StateStream {
+    fn new(events: broadcast::Receiver<ConnectionState>) -> StateStream {
+        StateStream {
+            next: ReusableBoxFuture::new(next_state(events)),
+        }
+    }
+
     /// The next state; `None` after `Closed` or when the session is dropped. A reader that
     /// falls far behind skips the oldest states, never the latest.
     pub async fn next(&mut self) -> Option<ConnectionState> {
-        loop {
-            match self.events.recv().await {
-                Ok(state) => return Some(state),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
+        futures_util::StreamExt::next(self).await
+    }
+}
+
+impl futures_util::Stream for StateStream {
+    type Item = ConnectionState;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<ConnectionState>> {
+        let (state, events) = std::task::ready!(self.next.poll(cx));
+        if state == Some(ConnectionState::Closed) {
+            // Nothing follows `Closed`: the stream ends with it.
+            self.next.set(async move { (None, events) });
+        } else {
+            self.next.set(next_state(events));
         }
+        std::task::Poll::Ready(state)
     }
 }
 

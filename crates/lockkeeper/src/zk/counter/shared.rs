@@ -17,6 +17,7 @@ use std::sync::Arc;
 use lockkeeper_zk_client::{EventType, OneshotWatcher, Stat};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::ReusableBoxFuture;
 
 use crate::error::Result;
 use crate::zk::counter::atomic::validate_counter_path;
@@ -219,9 +220,7 @@ impl SharedCount {
     /// be seen only as the last of them (a ZooKeeper watch fires once per registration); the
     /// latest value is never skipped.
     pub fn changes(&self) -> CountChanges {
-        CountChanges {
-            current: self.inner.current.subscribe(),
-        }
+        CountChanges::new(self.inner.current.subscribe())
     }
 
     fn offer(&self, cached: Cached) {
@@ -255,15 +254,45 @@ impl std::fmt::Debug for SharedCount {
 /// }
 /// # }
 /// ```
+///
+/// It is also a [`Stream`](futures_util::Stream) of the same values, for its combinators.
 pub struct CountChanges {
-    current: watch::Receiver<Cached>,
+    /// The wait for the next change, owning the receiver it waits on.
+    changed: ReusableBoxFuture<'static, Changed>,
+}
+
+/// A change waited for, and the receiver to wait on next.
+type Changed = (bool, watch::Receiver<Cached>);
+
+async fn changed(mut current: watch::Receiver<Cached>) -> Changed {
+    let open = current.changed().await.is_ok();
+    (open, current)
 }
 
 impl CountChanges {
+    fn new(current: watch::Receiver<Cached>) -> CountChanges {
+        CountChanges {
+            changed: ReusableBoxFuture::new(changed(current)),
+        }
+    }
+
     /// The next new value; `None` once every handle of the [`SharedCount`] is dropped.
     pub async fn next(&mut self) -> Option<VersionedCount> {
-        self.current.changed().await.ok()?;
-        Some(self.current.borrow_and_update().count)
+        futures_util::StreamExt::next(self).await
+    }
+}
+
+impl futures_util::Stream for CountChanges {
+    type Item = VersionedCount;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<VersionedCount>> {
+        let (open, mut current) = std::task::ready!(self.changed.poll(cx));
+        let count = open.then(|| current.borrow_and_update().count);
+        self.changed.set(changed(current));
+        std::task::Poll::Ready(count)
     }
 }
 
