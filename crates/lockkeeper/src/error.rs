@@ -26,6 +26,32 @@ pub enum Error {
     #[error("the lock is not held")]
     NotHeld,
 
+    /// This participant does not lead (any more): a confirm, proclaim or resign of a leadership
+    /// that ended (its node or key deleted, its session lost, its maximum hold time passed, or
+    /// resigned already).
+    #[error("not the leader (any more)")]
+    NotLeader,
+
+    /// A queue item taken with a lock is no longer this consumer's: its lock went with the
+    /// session, so the acknowledgement or requeue did nothing; the item stays in the queue and
+    /// will be delivered again. `item` is its node.
+    #[error("queue item {item}: no longer ours (its lock went with the session); it stays queued")]
+    ItemLost {
+        /// The item's node.
+        item: String,
+    },
+
+    /// A node or key holds data the recipe cannot read: written by something else, or
+    /// damaged. `path` names it and `why` says what was expected and what was found; nothing
+    /// was changed.
+    #[error("{path}: {why}")]
+    Corrupt {
+        /// The node (or key) whose data could not be read.
+        path: String,
+        /// What was expected there, and what was found.
+        why: String,
+    },
+
     /// A wrong argument from the caller (a path, a timeout, a lease count, a name), named in
     /// the message. Nothing was sent to the server.
     #[error("invalid argument: {0}")]

@@ -243,8 +243,11 @@ async fn one_leader_observed_proclaimed_and_resigned() {
     tokio::time::timeout(Duration::from_secs(5), lead_b.lost())
         .await
         .expect("lost fires");
-    assert!(matches!(lead_b.proclaim("b:2").await, Err(Error::NotHeld)));
-    assert!(matches!(lead_b.resign().await, Err(Error::NotHeld)));
+    assert!(matches!(
+        lead_b.proclaim("b:2").await,
+        Err(Error::NotLeader)
+    ));
+    assert!(matches!(lead_b.resign().await, Err(Error::NotLeader)));
 }
 
 /// An election's maximum hold time ends the leadership on time and elects the next candidate.
@@ -275,7 +278,7 @@ async fn an_elections_maximum_hold_time_ends_the_leadership() {
         .expect("b elected after a's maximum hold time")
         .expect("task");
     assert!(lead_b.fencing_token() > lead_a.fencing_token());
-    assert!(matches!(lead_a.resign().await, Err(Error::NotHeld)));
+    assert!(matches!(lead_a.resign().await, Err(Error::NotLeader)));
     assert!(matches!(
         b.election("capped")
             .expect("election")

@@ -282,7 +282,10 @@ async fn zk_leader_latch_term_ends_and_the_next_participant_leads() {
         );
         let next = next_gets_it("latch", fired, waiter).await;
         assert!(next >= fired);
-        not_held("latch", leadership.resign().await);
+        assert!(
+            matches!(leadership.resign().await, Err(Error::NotLeader)),
+            "latch: resign after the maximum hold time"
+        );
         match latch.max_hold(Duration::ZERO) {
             Err(Error::InvalidArgument(msg)) => {
                 assert!(msg.contains("max_hold") && msg.contains(path), "{msg}")

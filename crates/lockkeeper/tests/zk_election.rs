@@ -146,7 +146,8 @@ async fn abandoned_waits_leave_no_node() {
         let next = granted(latch.lead(), "waiter").await;
         assert_eq!(latch.leader().await.unwrap().unwrap().id, "waiter");
         next.resign().await.unwrap();
-        // Resigning twice is NotHeld (the guard is consumed; a lost one says so too).
+        // A lost leadership's resign is NotLeader (resigning twice cannot be written: the
+        // guard is consumed).
         let again = latch.lead().await.unwrap();
         other
             .client()
@@ -157,7 +158,7 @@ async fn abandoned_waits_leave_no_node() {
         timeout(WAIT, again.lost())
             .await
             .expect("lost after delete");
-        assert!(matches!(again.resign().await, Err(Error::NotHeld)));
+        assert!(matches!(again.resign().await, Err(Error::NotLeader)));
     })
     .await;
 }
@@ -211,7 +212,7 @@ async fn a_partitioned_leader_loses_before_anyone_else_leads() {
         partition.heal();
         wait_state(&cut_off, ConnectionState::Reconnected).await;
         assert!(!leader.is_leader());
-        assert!(matches!(leader.resign().await, Err(Error::NotHeld)));
+        assert!(matches!(leader.resign().await, Err(Error::NotLeader)));
         next.resign().await.unwrap();
     })
     .await;
@@ -577,7 +578,7 @@ async fn followers_wait_for_the_current_leaders_confirmation() {
         let node = b.node().to_owned();
         so.client().unwrap().delete(&node, None).await.unwrap();
         timeout(WAIT, b.lost()).await.unwrap();
-        assert!(matches!(b.confirm().await, Err(Error::NotHeld)));
+        assert!(matches!(b.confirm().await, Err(Error::NotLeader)));
     })
     .await;
 }

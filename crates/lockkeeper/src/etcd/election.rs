@@ -363,11 +363,11 @@ impl Leadership {
     }
 
     /// Replaces the proclaimed value, only while this key is still the one elected (compare on
-    /// its create revision, as Go's `Proclaim`). [`Error::NotHeld`] when it is not.
+    /// its create revision, as Go's `Proclaim`). [`Error::NotLeader`] when it is not.
     pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<()> {
         let held = self.guard.held();
         if !held.session.is_alive() {
-            return Err(Error::NotHeld);
+            return Err(Error::NotLeader);
         }
         let key = held.key.as_slice();
         let txn = Txn::new()
@@ -381,13 +381,16 @@ impl Leadership {
         if answer.succeeded() {
             Ok(())
         } else {
-            Err(Error::NotHeld)
+            Err(Error::NotLeader)
         }
     }
 
-    /// Steps down: deletes the key, so the next candidate is elected. [`Error::NotHeld`] if
-    /// the leadership was known lost before.
+    /// Steps down: deletes the key, so the next candidate is elected. [`Error::NotLeader`]
+    /// if the leadership was known lost before.
     pub async fn resign(self) -> Result<()> {
-        self.guard.release().await
+        match self.guard.release().await {
+            Err(Error::NotHeld) => Err(Error::NotLeader),
+            released => released,
+        }
     }
 }

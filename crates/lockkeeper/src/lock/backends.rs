@@ -125,6 +125,15 @@ macro_rules! rw_lock {
     };
 }
 
+/// A leadership released as a guard: the trait's "it was gone already" is
+/// [`Error::NotHeld`](crate::Error::NotHeld) for every guard, a resign's is `NotLeader`.
+fn not_leader_is_not_held(resigned: Result<()>) -> Result<()> {
+    match resigned {
+        Err(crate::Error::NotLeader) => Err(crate::Error::NotHeld),
+        other => other,
+    }
+}
+
 impl<L> std::ops::Deref for ReadLock<L> {
     type Target = L;
 
@@ -193,7 +202,7 @@ mod zk {
         }
 
         fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(self.resign())
+            Box::pin(async move { not_leader_is_not_held(self.resign().await) })
         }
     }
 
@@ -420,7 +429,7 @@ mod etcd {
         }
 
         fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(self.resign())
+            Box::pin(async move { not_leader_is_not_held(self.resign().await) })
         }
     }
 }

@@ -224,7 +224,7 @@ impl DistributedQueue {
                 }
             };
             match settled {
-                Ok(()) | Err(Error::NotHeld) => {}
+                Ok(()) | Err(Error::ItemLost { .. }) => {}
                 Err(err) => return Err(err),
             }
         }

@@ -504,20 +504,19 @@ async fn read_decision(generation: &Generation, tx: &str) -> Result<Option<Outco
     let Some((data, _, _)) = look(generation, &node, false).await? else {
         return Ok(None);
     };
-    Outcome::decode(&data).map(Some).ok_or_else(|| {
-        Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
-            "{node}: not a two-phase commit decision ({} bytes)",
-            data.len()
-        )))
-    })
+    Outcome::decode(&data)
+        .map(Some)
+        .ok_or_else(|| Error::Corrupt {
+            path: node.clone(),
+            why: format!("not a two-phase commit decision ({} bytes)", data.len()),
+        })
 }
 
 /// Parses the `sites` node: the proposal's token, then one site a line.
 fn parse_sites(data: &[u8], tx: &str) -> Result<(String, Vec<String>)> {
-    let malformed = || {
-        Error::Zk(lockkeeper_zk_client::Error::Protocol(format!(
-            "{tx}/{SITES}: not a two-phase commit proposal"
-        )))
+    let malformed = || Error::Corrupt {
+        path: format!("{tx}/{SITES}"),
+        why: "not a two-phase commit proposal".into(),
     };
     let text = std::str::from_utf8(data).map_err(|_| malformed())?;
     let mut lines = text.split('\n');

@@ -519,7 +519,7 @@ impl Taken {
     }
 
     /// Removes the item for good: at-least-once, one multi that checks our lock node, deletes
-    /// the item and deletes the lock. [`Error::NotHeld`] if the lock is gone (the session
+    /// the item and deletes the lock. [`Error::ItemLost`] if the lock is gone (the session
     /// ended): the item stays and will be delivered again. A no-op for at-most-once items.
     pub async fn ack(mut self) -> Result<()> {
         self.settle(None).await
@@ -527,7 +527,7 @@ impl Taken {
 
     /// Puts the item back at the end of the queue (same name prefix, so a priority item keeps
     /// its priority) and removes this one, in one multi with the lock check: the item is never
-    /// both lost and duplicated. [`Error::NotHeld`] if the lock is gone (the item stays where
+    /// both lost and duplicated. [`Error::ItemLost`] if the lock is gone (the item stays where
     /// it was). [`Error::InvalidArgument`] for at-most-once items (already removed).
     pub async fn requeue(mut self) -> Result<()> {
         if self.generation.is_none() {
@@ -604,7 +604,9 @@ impl Taken {
         match outcome {
             Ok(true) => Ok(()),
             Ok(false) if unanswered.load(std::sync::atomic::Ordering::Acquire) => Ok(()),
-            Ok(false) | Err(Error::SessionLost) => Err(Error::NotHeld),
+            Ok(false) | Err(Error::SessionLost) => Err(Error::ItemLost {
+                item: self.item.clone(),
+            }),
             Err(err) => Err(err),
         }
     }

@@ -33,10 +33,10 @@ fn marked_token(data: &[u8]) -> Option<u64> {
 impl Leadership {
     /// Marks that this leader has finished taking over (loaded its state, fenced its
     /// resources), for followers waiting in [`LeaderLatch::confirmed_leader`].
-    /// [`Error::NotHeld`] if this participant no longer leads.
+    /// [`Error::NotLeader`] if this participant no longer leads.
     pub async fn confirm(&self) -> Result<()> {
         if !self.is_leader() {
-            return Err(Error::NotHeld);
+            return Err(Error::NotLeader);
         }
         let generation = self.generation();
         let path = mark_path(self.latch().path());

@@ -136,11 +136,14 @@ impl Leadership {
     }
 
     /// Gives up leadership and leaves the election: the node is deleted, which wakes the next
-    /// participant. [`Error::NotHeld`] if the leadership was already gone (node deleted,
-    /// session ended).
+    /// participant. [`Error::NotLeader`] if the leadership was already gone (node deleted,
+    /// session ended, maximum hold time passed).
     pub async fn resign(mut self) -> Result<()> {
         self.done = true;
-        self.term.held.release().await
+        match self.term.held.release().await {
+            Err(Error::NotHeld) => Err(Error::NotLeader),
+            released => released,
+        }
     }
 
     /// Gives up leadership and queues again at the back: resigns, then waits for the next

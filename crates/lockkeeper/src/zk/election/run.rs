@@ -42,7 +42,7 @@ impl LeaderLatch {
             () = leadership.lost() => None,
         };
         match leadership.resign().await {
-            Ok(()) | Err(Error::NotHeld) => Ok(outcome),
+            Ok(()) | Err(Error::NotLeader) => Ok(outcome),
             Err(err) => {
                 tracing::error!(
                     path = self.path(),
