@@ -41,6 +41,18 @@ pub enum Error {
         item: String,
     },
 
+    /// The request is well formed, but what the backend holds refuses it: a transaction id
+    /// proposed before, a site that has voted already, a confirmation mark another process
+    /// keeps rewriting. `path` names the node and `why` says what is there; nothing was
+    /// changed.
+    #[error("{path}: {why}")]
+    Conflict {
+        /// The node whose state refused the request.
+        path: String,
+        /// What is there, and why that refuses the request.
+        why: String,
+    },
+
     /// A node or key holds data the recipe cannot read: written by something else, or
     /// damaged. `path` names it and `why` says what was expected and what was found; nothing
     /// was changed.

@@ -233,7 +233,7 @@ async fn a_commit_vote_that_vanishes_aborts() {
         // Voting twice is refused: a vote is written once.
         assert!(matches!(
             proposal.cast(Vote::Abort).await,
-            Err(Error::InvalidArgument(m)) if m.contains("\"a\"")
+            Err(Error::Conflict { why, .. }) if why.contains("\"a\"")
         ));
         freezer.frozen().await;
         doomed.close().await;
@@ -271,7 +271,7 @@ async fn recovery_decides_abort_once_and_fences_a_late_proposal() {
         assert_eq!((outcome, payload), (recovered.clone(), Vec::new()));
         assert!(matches!(
             two_phase.propose("tx-1", &["a"], b"late", WAIT).await,
-            Err(Error::InvalidArgument(m)) if m.contains("tx-1")
+            Err(Error::Conflict { path, .. }) if path.contains("tx-1")
         ));
         // A coordinator still waiting for votes learns a recovery's abort at once.
         let proposing = {
@@ -313,8 +313,8 @@ async fn recovery_decides_abort_once_and_fences_a_late_proposal() {
         // The coordinator reports the decision, or was fenced by a recovery that came first.
         match proposing.await.unwrap() {
             Ok(outcome) => all.push(outcome),
-            Err(Error::InvalidArgument(m)) => {
-                assert!(m.contains("exists already"), "{m}");
+            Err(Error::Conflict { why, .. }) => {
+                assert!(why.contains("exists already"), "{why}");
                 assert_eq!(all[0], recovered);
             }
             Err(err) => panic!("propose: {err}"),
@@ -411,7 +411,7 @@ async fn a_second_coordinator_of_one_transaction_is_refused() {
         let proposal = joined.join("tx", "a").await.expect("the first proposal");
         assert_eq!(proposal.payload(), b"first");
         match second.propose("tx", &["a"], b"second", WAIT).await {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("exists already"), "{m}"),
+            Err(Error::Conflict { why, .. }) => assert!(why.contains("exists already"), "{why}"),
             other => panic!("a second proposal of tx: {other:?}"),
         }
         assert_eq!(
@@ -440,7 +440,9 @@ async fn a_site_votes_once() {
         let voting = tokio::spawn(async move { first.vote(Vote::Commit).await });
         support::wait_children(&site_session, "/2pc/once/tx/votes", 1).await;
         let refused = |what: &str, voted: lockkeeper::Result<Outcome>| match voted {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("voted already"), "{what}: {m}"),
+            Err(Error::Conflict { why, .. }) => {
+                assert!(why.contains("voted already"), "{what}: {why}")
+            }
             other => panic!("{what}: {other:?}"),
         };
         let again = site.join("tx", "a").await.expect("join again");

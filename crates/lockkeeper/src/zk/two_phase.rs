@@ -430,8 +430,8 @@ impl Proposal {
     /// session ends before the decision, the vote goes and the transaction aborts; if the
     /// decision came first, it stands. Either can be the case when the session ends, so keep
     /// the site able to commit until [`wait`](Proposal::wait) or
-    /// [`TwoPhase::decision`] says. Voting twice is [`Error::InvalidArgument`] (a vote is
-    /// written once).
+    /// [`TwoPhase::decision`] says. Voting twice is [`Error::Conflict`] (a vote is written
+    /// once).
     pub async fn cast(&self, vote: Vote) -> Result<()> {
         if self.decided.is_some() {
             return Ok(());

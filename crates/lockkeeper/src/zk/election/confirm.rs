@@ -71,10 +71,12 @@ impl Leadership {
                 Err(err) => return Err(Error::Zk(err)),
             }
         }
-        Err(Error::InvalidArgument(format!(
-            "the confirmation mark {path:?} kept changing under this leader; another process \
-             writes it"
-        )))
+        Err(Error::Conflict {
+            path,
+            why: "the confirmation mark kept changing under this leader; another process writes \
+                  it"
+            .into(),
+        })
     }
 }
 

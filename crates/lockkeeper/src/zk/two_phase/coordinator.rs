@@ -38,8 +38,9 @@ impl TwoPhase {
     /// If this future is dropped (or the process dies) before the decision, the transaction
     /// stays undecided until someone calls [`recover`](TwoPhase::recover).
     ///
-    /// [`Error::InvalidArgument`] for a malformed or duplicate site, no sites, a zero timeout,
-    /// or a `tx_id` that exists already (proposed before, or recovered).
+    /// [`Error::InvalidArgument`] for a malformed or duplicate site, no sites or a zero
+    /// timeout; [`Error::Conflict`] for a `tx_id` that exists already (proposed before, or
+    /// recovered).
     pub async fn propose(
         &self,
         tx_id: &str,
@@ -126,9 +127,12 @@ impl TwoPhase {
                     if ours {
                         return Ok(());
                     }
-                    return Err(Error::InvalidArgument(format!(
-                        "transaction id {tx:?}: exists already (proposed before, or decided by recover)"
-                    )));
+                    return Err(Error::Conflict {
+                        path: tx.to_owned(),
+                        why: "the transaction exists already (proposed before, or decided by \
+                              recover)"
+                            .into(),
+                    });
                 }
             }
         }
@@ -447,9 +451,10 @@ pub(super) async fn cast(generation: &Generation, tx: &str, site: &str, vote: Vo
     if ours {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!(
-            "site {site:?} of {tx:?}: has voted already ({node})"
-        )))
+        Err(Error::Conflict {
+            why: format!("site {site:?} of {tx:?} has voted already"),
+            path: node,
+        })
     }
 }
 
