@@ -111,22 +111,23 @@ async fn calls(
         };
         let called = now();
         let answer = match op {
-            Op::Get => tokio::time::timeout(CALL_WAIT, counter.get())
+            Op::Get => tokio::time::timeout(CALL_WAIT, counter.load())
                 .await
                 .ok()
                 .and_then(Result::ok)
                 .map(Answer::Value),
-            Op::Add(delta) => tokio::time::timeout(CALL_WAIT, counter.add(delta))
+            // The checker's model answers an add with the value after it.
+            Op::Add(delta) => tokio::time::timeout(CALL_WAIT, counter.add_fetch(delta))
                 .await
                 .ok()
                 .and_then(Result::ok)
                 .map(Answer::Value),
             Op::CompareAndSet { expected, new } => {
-                tokio::time::timeout(CALL_WAIT, counter.compare_and_set(expected, new))
+                tokio::time::timeout(CALL_WAIT, counter.compare_exchange(expected, new))
                     .await
                     .ok()
                     .and_then(Result::ok)
-                    .map(Answer::Set)
+                    .map(|exchanged| Answer::Set(exchanged.is_ok()))
             }
         };
         let answered = now();

@@ -1,7 +1,7 @@
 //! Shared counters on ZooKeeper: an order-number [`AtomicLong`] and a watched
 //! [`SharedCount`], both in Curator's layouts.
 //!
-//! It takes a few order numbers (each `increment` is applied exactly once, whoever else
+//! It takes a few order numbers (each `add_fetch(1)` is applied exactly once, whoever else
 //! increments the same node), then raises a shared worker count by one with a versioned
 //! `try_set`, and watches the count for a while. Start a server, then run it in two terminals at
 //! once: the order numbers never repeat, and each copy sees the other's change of the count.
@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ))
         .promote_to_lock(ORDERS_LOCK, Duration::from_secs(10))?;
     for _ in 0..3 {
-        println!("order number {}", orders.increment().await?);
+        println!("order number {}", orders.add_fetch(1).await?);
     }
 
     // The seed applies only if nobody created the count before.
@@ -57,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!(
             "workers changed under us (now {}); trying again",
-            workers.get()
+            workers.load()
         );
     }
 

@@ -82,7 +82,7 @@ async fn every_zookeeper_event_type_is_a_stream() {
         // A shared count: each new value.
         let count = s.shared_count("/streams-count", 0).await.expect("count");
         let mut changes = count.changes();
-        count.set(7).await.expect("set");
+        count.store(7).await.expect("store");
         assert_eq!(next("count", &mut changes).await.value, 7);
 
         // A session's states: Closed, then the end of the stream.

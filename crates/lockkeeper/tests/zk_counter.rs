@@ -59,7 +59,7 @@ async fn put_raw(session: &Session, path: &str, data: &[u8]) {
 /// Waits (bounded) until `count`'s cache shows `value`.
 async fn wait_count(count: &SharedCount, value: i32) {
     let deadline = Instant::now() + LIMIT;
-    while count.get() != value {
+    while count.load() != value {
         assert!(
             Instant::now() < deadline,
             "{} never showed {value}: {:?}",
@@ -94,7 +94,7 @@ async fn eight_sessions_times_500_increments_is_exactly_4000() {
                 }
                 let mut seen = Vec::with_capacity(EACH);
                 for _ in 0..EACH {
-                    seen.push(counter.increment().await.expect("increment"));
+                    seen.push(counter.add_fetch(1).await.expect("increment"));
                 }
                 seen
             }));
@@ -115,7 +115,7 @@ async fn eight_sessions_times_500_increments_is_exactly_4000() {
         assert_eq!(all, expected, "the values the increments returned");
         let observer = session(&connect).await;
         assert_eq!(
-            observer.atomic_long(path).unwrap().get().await.unwrap(),
+            observer.atomic_long(path).unwrap().load().await.unwrap(),
             4000
         );
         assert_eq!(raw_bytes(&observer, path).await, 4000i64.to_be_bytes());
@@ -147,7 +147,7 @@ async fn promoted_increments_are_exact_and_leave_no_lock_node() {
                     .promote_to_lock(lock, LIMIT)
                     .unwrap();
                 for _ in 0..EACH {
-                    counter.increment().await.expect("promoted increment");
+                    counter.add_fetch(1).await.expect("promoted increment");
                 }
             }));
         }
@@ -158,7 +158,7 @@ async fn promoted_increments_are_exact_and_leave_no_lock_node() {
                 .unwrap();
         }
         let observer = session(&connect).await;
-        let total = observer.atomic_long(path).unwrap().get().await.unwrap();
+        let total = observer.atomic_long(path).unwrap().load().await.unwrap();
         assert_eq!(total, (SESSIONS * EACH) as i64);
         assert_eq!(
             children(&observer, lock).await,
@@ -186,7 +186,7 @@ async fn exhausted_retries_are_contended_and_write_nothing() {
                     .optimistic_retries(RetryPolicy::never());
                 let (mut applied, mut contended) = (0i64, 0usize);
                 for _ in 0..EACH {
-                    match counter.increment().await {
+                    match counter.add_fetch(1).await {
                         Ok(_) => applied += 1,
                         Err(Error::Contended {
                             path: named,
@@ -218,7 +218,7 @@ async fn exhausted_retries_are_contended_and_write_nothing() {
         // A contended increment wrote nothing; every applied one counted once.
         let observer = session(&connect).await;
         assert_eq!(
-            observer.atomic_long(path).unwrap().get().await.unwrap(),
+            observer.atomic_long(path).unwrap().load().await.unwrap(),
             applied
         );
         let message = Error::Contended {
@@ -240,11 +240,11 @@ async fn atomic_long_wraps_on_overflow_as_curator_does() {
         let session = session(&connect).await;
         let path = "/counters/overflow";
         let counter = session.atomic_long(path).unwrap();
-        counter.set(i64::MAX).await.unwrap();
-        assert_eq!(counter.increment().await.unwrap(), i64::MIN);
+        counter.store(i64::MAX).await.unwrap();
+        assert_eq!(counter.add_fetch(1).await.unwrap(), i64::MIN);
         assert_eq!(raw_bytes(&session, path).await, [0x80, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(counter.decrement().await.unwrap(), i64::MAX);
-        assert_eq!(counter.add(i64::MIN).await.unwrap(), -1);
+        assert_eq!(counter.add_fetch(-1).await.unwrap(), i64::MAX);
+        assert_eq!(counter.add_fetch(i64::MIN).await.unwrap(), -1);
         assert_eq!(raw_bytes(&session, path).await, [0xff; 8]);
     })
     .await;
@@ -255,35 +255,40 @@ async fn atomic_long_reads_absent_and_empty_as_zero_and_compares_values() {
     for_each_backend(|connect| async move {
         let session = session(&connect).await;
         let counter = session.atomic_long("/counters/deep/cas").unwrap();
-        assert_eq!(counter.get().await.unwrap(), 0, "absent reads as 0");
-        assert!(!counter.compare_and_set(4, 9).await.unwrap());
-        assert!(
-            counter.compare_and_set(0, 5).await.unwrap(),
+        assert_eq!(counter.load().await.unwrap(), 0, "absent reads as 0");
+        assert_eq!(counter.compare_exchange(4, 9).await.unwrap(), Err(0));
+        assert_eq!(
+            counter.compare_exchange(0, 5).await.unwrap(),
+            Ok(0),
             "an absent node is 0"
         );
         assert_eq!(
             raw_bytes(&session, "/counters/deep/cas").await,
             5i64.to_be_bytes()
         );
-        assert!(!counter.compare_and_set(4, 9).await.unwrap());
+        assert_eq!(counter.compare_exchange(4, 9).await.unwrap(), Err(5));
         assert_eq!(
-            counter.get().await.unwrap(),
+            counter.load().await.unwrap(),
             5,
             "a failed CAS wrote nothing"
         );
-        assert!(counter.compare_and_set(5, -7).await.unwrap());
-        assert_eq!(counter.get().await.unwrap(), -7);
+        assert_eq!(counter.compare_exchange(5, -7).await.unwrap(), Ok(5));
+        assert_eq!(counter.load().await.unwrap(), -7);
         assert!(!counter.initialize(100).await.unwrap(), "it exists already");
-        assert_eq!(counter.add(-3).await.unwrap(), -10);
+        assert_eq!(counter.add_fetch(-3).await.unwrap(), -10);
+        // As Rust's atomics: fetch_add and fetch_sub answer the value before.
+        assert_eq!(counter.fetch_add(4).await.unwrap(), -10);
+        assert_eq!(counter.fetch_sub(1).await.unwrap(), -6);
+        assert_eq!(counter.load().await.unwrap(), -7);
 
         let fresh = session.atomic_long("/counters/initialized").unwrap();
         assert!(fresh.initialize(100).await.unwrap());
-        assert_eq!(fresh.increment().await.unwrap(), 101);
+        assert_eq!(fresh.add_fetch(1).await.unwrap(), 101);
 
         put_raw(&session, "/counters/empty-long", &[]).await;
         let empty = session.atomic_long("/counters/empty-long").unwrap();
-        assert_eq!(empty.get().await.unwrap(), 0, "empty reads as 0");
-        assert_eq!(empty.add(3).await.unwrap(), 3);
+        assert_eq!(empty.load().await.unwrap(), 0, "empty reads as 0");
+        assert_eq!(empty.add_fetch(3).await.unwrap(), 3);
         assert_eq!(
             raw_bytes(&session, "/counters/empty-long").await,
             3i64.to_be_bytes()
@@ -299,17 +304,17 @@ async fn shared_count_seeds_once_watches_and_try_sets_by_version() {
         let one = session(&connect).await;
         let two = session(&connect).await;
         let first = one.shared_count(path, 7).await.unwrap();
-        assert_eq!(first.get(), 7);
+        assert_eq!(first.load(), 7);
         assert_eq!(raw_bytes(&one, path).await, [0, 0, 0, 7]);
         // A second seed does not overwrite the value.
         let second = two.shared_count(path, 99).await.unwrap();
-        assert_eq!(second.get(), 7);
+        assert_eq!(second.load(), 7);
 
         // A set on one side reaches the other side's cache and its changes() stream.
         let mut changes = second.changes();
-        first.set(-2).await.unwrap();
+        first.store(-2).await.unwrap();
         assert_eq!(
-            first.get(),
+            first.load(),
             -2,
             "the writer's cache has its own write at once"
         );
@@ -330,11 +335,11 @@ async fn shared_count_seeds_once_watches_and_try_sets_by_version() {
         assert_eq!(second.read().await.unwrap().value, -2);
         let current = second.versioned();
         assert!(second.try_set(&current, 8).await.unwrap());
-        assert_eq!(second.get(), 8);
+        assert_eq!(second.load(), 8);
         wait_count(&first, 8).await;
         // first's view is of the same version now, so its older snapshot is stale.
         assert!(!first.try_set(&current, 9).await.unwrap());
-        assert_eq!(first.get(), 8);
+        assert_eq!(first.load(), 8);
         let never = VersionedCount {
             value: 8,
             version: -1,
@@ -353,8 +358,8 @@ async fn shared_count_seeds_once_watches_and_try_sets_by_version() {
             assert!(Instant::now() < deadline, "the deletion was never seen");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(second.get(), 8);
-        first.set(11).await.unwrap();
+        assert_eq!(second.load(), 8);
+        first.store(11).await.unwrap();
         wait_count(&second, 11).await;
         assert_eq!(
             second.versioned().version,
@@ -382,7 +387,7 @@ async fn shared_count_reads_an_empty_node_as_its_seed() {
         let path = "/counters/empty-shared";
         put_raw(&session, path, &[]).await;
         let count = session.shared_count(path, 5).await.unwrap();
-        assert_eq!(count.get(), 5);
+        assert_eq!(count.load(), 5);
         assert!(
             raw_bytes(&session, path).await.is_empty(),
             "the seed does not overwrite"
@@ -406,9 +411,9 @@ async fn wrong_byte_counts_are_errors_naming_the_path() {
             put_raw(&session, path, data).await;
             let counter = session.atomic_long(path).unwrap();
             for outcome in [
-                counter.get().await,
-                counter.increment().await,
-                counter.compare_and_set(0, 1).await.map(i64::from),
+                counter.load().await,
+                counter.add_fetch(1).await,
+                counter.compare_exchange(0, 1).await.map(|_| 0),
             ] {
                 let message = outcome.expect_err("a wrong length is an error").to_string();
                 assert!(
@@ -419,8 +424,8 @@ async fn wrong_byte_counts_are_errors_naming_the_path() {
             }
             assert_eq!(raw_bytes(&session, path).await, data, "nothing was written");
             // set() replaces whatever is there.
-            counter.set(12).await.unwrap();
-            assert_eq!(counter.increment().await.unwrap(), 13);
+            counter.store(12).await.unwrap();
+            assert_eq!(counter.add_fetch(1).await.unwrap(), 13);
         }
         for (path, data) in [
             ("/counters/bad/count-1", &[9u8][..]),
@@ -450,7 +455,7 @@ async fn wrong_byte_counts_are_errors_naming_the_path() {
             }
             other => panic!("expected Corrupt, got {other:?}"),
         }
-        assert_eq!(count.get(), 3);
+        assert_eq!(count.load(), 3);
         put_raw(&session, path, &4i32.to_be_bytes()).await;
         wait_count(&count, 4).await;
     })

@@ -104,7 +104,7 @@ pub async fn counter(
             let deadline = Instant::now() + limit;
             let mut done = 0u64;
             while done < u64::from(increments) && Instant::now() < deadline {
-                counter.increment().await?;
+                counter.fetch_add(1).await?;
                 done += 1;
             }
             Ok::<_, BoxError>(done)

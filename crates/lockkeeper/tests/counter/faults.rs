@@ -42,8 +42,8 @@ async fn increments_cut_off_mid_write_are_never_applied_twice() {
                 rounds += 1;
                 // A second writer keeps the node moving, so that a lost write is often
                 // ambiguous rather than provably unapplied.
-                rival.increment().await.expect("rival increment");
-                match counter.increment().await {
+                rival.add_fetch(1).await.expect("rival increment");
+                match counter.add_fetch(1).await {
                     Ok(value) => applied.push(value),
                     Err(Error::Zk(_) | Error::SessionLost) => unknown += 1,
                     // Retries exhausted or contended: provably not written.
@@ -57,7 +57,7 @@ async fn increments_cut_off_mid_write_are_never_applied_twice() {
             tokio::time::timeout(LIMIT * 4, async { tokio::join!(incrementing, cutting) })
                 .await
                 .expect("the increments end in time");
-        let total = rival.get().await.unwrap();
+        let total = rival.load().await.unwrap();
         let ours = total - rounds as i64;
         eprintln!(
             "{rounds} rounds: {} applied, {unknown} unknown, {refused} refused; the counter holds {ours} of ours",
@@ -101,9 +101,9 @@ async fn a_write_whose_answer_is_lost_is_applied_at_most_once() {
         let (mut expected, mut resent, mut unknown) = (0i64, 0, 0);
         for round in 0..ROUNDS {
             cutter.arm();
-            let outcome = counter.increment().await;
+            let outcome = counter.add_fetch(1).await;
             assert!(cutter.fired(), "round {round}: the write was not cut");
-            let now = check.get().await.unwrap();
+            let now = check.load().await.unwrap();
             match outcome {
                 Ok(value) => {
                     expected += 1;
@@ -158,18 +158,18 @@ async fn counters_carry_on_after_the_session_is_lost() {
         let through = session(&partition.connect_string()).await;
         let count = through.shared_count(path, 1).await.unwrap();
         let counter = through.atomic_long(long_path).unwrap();
-        assert_eq!(counter.add(10).await.unwrap(), 10);
+        assert_eq!(counter.add_fetch(10).await.unwrap(), 10);
         let writer = session(&connect).await;
         let other = writer.shared_count(path, 0).await.unwrap();
 
         partition.cut();
         wait_state(&through, ConnectionState::Lost).await;
-        other.set(77).await.unwrap();
+        other.store(77).await.unwrap();
         partition.heal();
         wait_count(&count, 77).await;
-        other.set(78).await.unwrap();
+        other.store(78).await.unwrap();
         wait_count(&count, 78).await;
-        assert_eq!(counter.increment().await.unwrap(), 11);
+        assert_eq!(counter.add_fetch(1).await.unwrap(), 11);
     })
     .await;
 }

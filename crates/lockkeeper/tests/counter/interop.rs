@@ -45,7 +45,7 @@ async fn kazoo_counter_with_curator_support_shares_shared_count() {
         assert_eq!(kazoo(&connect, &[path, "read"]), "41");
         assert_eq!(kazoo(&connect, &[path, "add", "1"]), "42");
         wait_count(&count, 42).await;
-        count.set(-5).await.unwrap();
+        count.store(-5).await.unwrap();
         assert_eq!(kazoo(&connect, &[path, "add", "-10"]), "-15");
         wait_count(&count, -15).await;
         assert_eq!(count.read().await.unwrap().value, -15);
@@ -55,7 +55,7 @@ async fn kazoo_counter_with_curator_support_shares_shared_count() {
         assert_eq!(kazoo(&connect, &[path, "add", "2147483647"]), "2147483647");
         assert_eq!(raw_bytes(&session, path).await, [0x7f, 0xff, 0xff, 0xff]);
         let count = session.shared_count(path, 0).await.unwrap();
-        assert_eq!(count.get(), i32::MAX);
+        assert_eq!(count.load(), i32::MAX);
         // kazoo refuses to go past i32::MAX (struct.error) and leaves the node as it was.
         assert_eq!(kazoo(&connect, &[path, "add", "1"]), "error: struct.error");
         assert_eq!(count.read().await.unwrap().value, i32::MAX);
@@ -100,7 +100,7 @@ fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
         let path = "/interop/curator/shared";
         let count = rt.block_on(session.shared_count(path, 17)).unwrap();
         assert_eq!(ask(&format!("count-get {path} 99")), "OK 17 0", "on {on}");
-        rt.block_on(count.set(-3)).unwrap();
+        rt.block_on(count.store(-3)).unwrap();
         assert_eq!(ask(&format!("count-get {path} 99")), "OK -3 1", "on {on}");
         assert_eq!(ask(&format!("count-set {path} 123456")), "OK", "on {on}");
         rt.block_on(wait_count(&count, 123456));
@@ -120,14 +120,14 @@ fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
         // Curator's watch sees lockkeeper's write.
         curator.send(&format!("count-await {path} 2024"));
         assert_eq!(curator.next_line(JVM_LIMIT), "WATCHING", "on {on}");
-        rt.block_on(count.set(2024)).unwrap();
+        rt.block_on(count.store(2024)).unwrap();
         assert_eq!(curator.next_line(JVM_LIMIT), "OK 2024", "on {on}");
         let mut ask = |command: &str| curator.request(command, JVM_LIMIT);
         // Curator seeds a node; lockkeeper reads the seed.
         let seeded = "/interop/curator/seeded";
         assert_eq!(ask(&format!("count-get {seeded} -8")), "OK -8 0", "on {on}");
         let count = rt.block_on(session.shared_count(seeded, 0)).unwrap();
-        assert_eq!(count.get(), -8);
+        assert_eq!(count.load(), -8);
 
         // DistributedAtomicLong: each side increments what the other wrote.
         let path = "/interop/curator/long";
@@ -138,7 +138,7 @@ fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
             "absent reads 0 on {on}"
         );
         assert_eq!(
-            rt.block_on(counter.add(1_000_000_000_000)).unwrap(),
+            rt.block_on(counter.add_fetch(1_000_000_000_000)).unwrap(),
             1_000_000_000_000
         );
         assert_eq!(
@@ -146,20 +146,26 @@ fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
             "OK 1000000000005",
             "on {on}"
         );
-        assert_eq!(rt.block_on(counter.decrement()).unwrap(), 1_000_000_000_004);
+        assert_eq!(
+            rt.block_on(counter.add_fetch(-1)).unwrap(),
+            1_000_000_000_004
+        );
         assert_eq!(
             ask(&format!("long-get {path}")),
             "OK 1000000000004",
             "on {on}"
         );
         assert_eq!(ask(&format!("long-cas {path} 1000000000004 -1")), "OK true");
-        assert!(rt.block_on(counter.compare_and_set(-1, i64::MAX)).unwrap());
+        assert_eq!(
+            rt.block_on(counter.compare_exchange(-1, i64::MAX)).unwrap(),
+            Ok(-1)
+        );
         // Both wrap at the top.
         assert_eq!(
             ask(&format!("long-add {path} 1")),
             "OK -9223372036854775808"
         );
-        assert_eq!(rt.block_on(counter.get()).unwrap(), i64::MIN);
+        assert_eq!(rt.block_on(counter.load()).unwrap(), i64::MIN);
 
         // Contention across the languages: Curator's increments (with its promoted lock) and
         // lockkeeper's (with the same lock path) add up exactly.
@@ -173,11 +179,14 @@ fn curator_reads_lockkeepers_counters_and_lockkeeper_reads_curators() {
             .unwrap();
         rt.block_on(async {
             for _ in 0..300 {
-                counter.increment().await.expect("increment beside Curator");
+                counter
+                    .add_fetch(1)
+                    .await
+                    .expect("increment beside Curator");
             }
         });
         assert_eq!(curator.next_line(JVM_LIMIT), "OK 300", "on {on}");
-        assert_eq!(rt.block_on(counter.get()).unwrap(), 600, "on {on}");
+        assert_eq!(rt.block_on(counter.load()).unwrap(), 600, "on {on}");
 
         assert_eq!(curator.request("quit", JVM_LIMIT), "BYE");
         let finished = curator.finish(JVM_LIMIT);

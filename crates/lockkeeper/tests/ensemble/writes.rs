@@ -32,7 +32,7 @@ async fn counter_and_queue_writes_through_a_leader_kill() {
         workers.push(tokio::spawn(async move {
             let counter = session.atomic_long("/ensemble/counter").unwrap();
             while !stop.load(Ordering::SeqCst) {
-                match counter.increment().await {
+                match counter.add_fetch(1).await {
                     Ok(value) => values.lock().unwrap().push(value),
                     Err(err) if cut_off(&err) => {
                         unsure.fetch_add(1, Ordering::SeqCst);
@@ -101,7 +101,7 @@ async fn counter_and_queue_writes_through_a_leader_kill() {
     let last = reader
         .atomic_long("/ensemble/counter")
         .unwrap()
-        .get()
+        .load()
         .await
         .unwrap();
     let mut distinct = values.clone();

@@ -30,9 +30,12 @@ use crate::zk::session::Session;
 /// A 64-bit counter shared through one ZooKeeper node, with the node layout of Curator's
 /// `DistributedAtomicLong` so that Java services using Curator share it.
 ///
-/// - [`increment`](Self::increment), [`decrement`](Self::decrement), [`add`](Self::add) and
-///   [`compare_and_set`](Self::compare_and_set) are atomic: each is applied exactly once or
-///   not at all, even across connection losses (see [`add`](Self::add)).
+/// - Named as Rust's atomics are: [`fetch_add`](Self::fetch_add) and
+///   [`fetch_sub`](Self::fetch_sub) answer the value before, [`add_fetch`](Self::add_fetch)
+///   the value after, [`compare_exchange`](Self::compare_exchange), [`load`](Self::load) and
+///   [`store`](Self::store); each method's docs name its Curator counterpart.
+/// - Updates are atomic: each is applied exactly once or not at all, even across connection
+///   losses (see [`fetch_add`](Self::fetch_add)).
 /// - Arithmetic wraps around on overflow (`i64::MAX + 1` is `i64::MIN`), as Java's `long`
 ///   does in Curator and as [`std::sync::atomic::AtomicI64::fetch_add`] does.
 /// - An update that keeps losing to concurrent writers is retried under the
@@ -48,7 +51,7 @@ use crate::zk::session::Session;
 /// let orders = session
 ///     .atomic_long("/counters/orders")?
 ///     .promote_to_lock("/counters/orders-lock", Duration::from_secs(5))?;
-/// let id = orders.increment().await?;
+/// let id = orders.add_fetch(1).await?; // the new value: 1 for the first order
 /// println!("order number {id}");
 /// # Ok(()) }
 /// ```
@@ -117,56 +120,72 @@ impl AtomicLong {
         Ok(self)
     }
 
-    /// The current value: 0 if the node does not exist or is empty (Curator's reading).
-    pub async fn get(&self) -> Result<i64> {
+    /// The current value: 0 if the node does not exist or is empty (Curator's reading;
+    /// Curator's `get().postValue()`).
+    pub async fn load(&self) -> Result<i64> {
         Ok(self.read().await?.0)
     }
 
-    /// Adds 1; returns the new value.
-    pub async fn increment(&self) -> Result<i64> {
-        self.add(1).await
-    }
-
-    /// Subtracts 1; returns the new value.
-    pub async fn decrement(&self) -> Result<i64> {
-        self.add(-1).await
-    }
-
-    /// Adds `delta` (wrapping on overflow, as Curator does); returns the new value. An absent
-    /// node is created (its missing parents as containers) holding `delta`.
+    /// Adds `delta` (wrapping on overflow, as Curator and [`AtomicI64::fetch_add`] do) and
+    /// returns the value before, as [`AtomicI64::fetch_add`] does (Curator's
+    /// `add(delta).preValue()`; its `increment()` is `fetch_add(1)`). An absent node is
+    /// created (its missing parents as containers) holding `delta`.
     ///
     /// Errors: [`Error::Contended`] when every allowed attempt lost to a concurrent writer
     /// (nothing was written). If the connection is lost while the write is in flight and the
     /// node has changed since, the outcome is unknown and the connection-loss error
     /// ([`Error::Zk`]) or [`Error::SessionLost`] is returned: the delta was added once or not at
     /// all, never twice.
-    pub async fn add(&self, delta: i64) -> Result<i64> {
+    ///
+    /// [`AtomicI64::fetch_add`]: std::sync::atomic::AtomicI64::fetch_add
+    pub async fn fetch_add(&self, delta: i64) -> Result<i64> {
         let added = self
             .update(|current| Ok::<_, Infallible>(current.wrapping_add(delta)))
             .await?;
         Ok(added.unwrap_or_else(|never| match never {}))
     }
 
-    /// Sets the value to `new` if it is `expected` now; `false` (nothing written) if it is not.
-    /// An absent node counts as 0, as [`get`](Self::get) reads it. Unlike Curator's, this
-    /// compare-and-set does not fail merely because the node was *written* since it was read:
-    /// it reads again and fails only if the *value* differs, under the same retries (and
-    /// promotion) as [`add`](Self::add).
-    pub async fn compare_and_set(&self, expected: i64, new: i64) -> Result<bool> {
-        let outcome = self
-            .update(|current| {
-                if current == expected {
-                    Ok(new)
-                } else {
-                    Err(())
-                }
-            })
-            .await?;
-        Ok(outcome.is_ok())
+    /// Subtracts `delta` (wrapping) and returns the value before, as
+    /// [`AtomicI64::fetch_sub`](std::sync::atomic::AtomicI64::fetch_sub) does (Curator's
+    /// `subtract(delta).preValue()`; its `decrement()` is `fetch_sub(1)`). As
+    /// [`fetch_add`](Self::fetch_add) otherwise.
+    pub async fn fetch_sub(&self, delta: i64) -> Result<i64> {
+        self.fetch_add(delta.wrapping_neg()).await
     }
 
-    /// Sets the value whatever it is now (Curator's `forceSet`), creating the node if needed.
-    pub async fn set(&self, value: i64) -> Result<()> {
+    /// Adds `delta` (wrapping) and returns the value after: the new value, as Curator's
+    /// `add(delta).postValue()`, for a counter that hands out ids. As
+    /// [`fetch_add`](Self::fetch_add) otherwise.
+    pub async fn add_fetch(&self, delta: i64) -> Result<i64> {
+        Ok(self.fetch_add(delta).await?.wrapping_add(delta))
+    }
+
+    /// Sets the value to `new` if it is `current` now, as
+    /// [`AtomicI64::compare_exchange`](std::sync::atomic::AtomicI64::compare_exchange) does:
+    /// `Ok(previous)` (which is `current`) if it was written, `Err(actual)` (nothing written)
+    /// with the value found if it was not. An absent node counts as 0, as
+    /// [`load`](Self::load) reads it. Curator's `compareAndSet`, except that it does not fail
+    /// merely because the node was *written* since it was read: it reads again and fails only
+    /// if the *value* differs, under the same retries (and promotion) as
+    /// [`fetch_add`](Self::fetch_add).
+    pub async fn compare_exchange(
+        &self,
+        current: i64,
+        new: i64,
+    ) -> Result<std::result::Result<i64, i64>> {
+        self.update(|found| {
+            if found == current {
+                Ok(new)
+            } else {
+                Err(found)
+            }
+        })
+        .await
+    }
+
+    /// Sets the value whatever it is now (Curator's `forceSet`), creating the node if needed,
+    /// as [`AtomicI64::store`](std::sync::atomic::AtomicI64::store) does.
+    pub async fn store(&self, value: i64) -> Result<()> {
         let data = encode_i64(value);
         for _ in 0..self.retries.max_attempts() {
             // Set if present, else create; each fails only if the other case arose meanwhile.
@@ -204,8 +223,9 @@ impl AtomicLong {
     }
 
     /// Runs one update: `make` maps the current value to the one to write, or to the reason
-    /// not to write (a compare-and-set whose expected value is not there). Optimistically
-    /// first, then under the promoted lock if there is one.
+    /// not to write (a compare-and-exchange whose expected value is not there). Answers the
+    /// value the write replaced. Optimistically first, then under the promoted lock if there
+    /// is one.
     async fn update<E>(&self, make: impl Fn(i64) -> Result<i64, E>) -> Result<Result<i64, E>> {
         let mut attempts = 0;
         if let Some(finished) = self.attempt(&make, &mut attempts, None).await? {
@@ -259,7 +279,7 @@ impl AtomicLong {
                 Err(declined) => return Ok(Some(Err(declined))),
             };
             match write_if(&self.session, &self.path, base, &encode_i64(new)).await? {
-                Written::Applied(_) => return Ok(Some(Ok(new))),
+                Written::Applied(_) => return Ok(Some(Ok(current))),
                 Written::Overtaken => {}
             }
             let delay = self.retries.delay(attempt.min(self.retries.max_attempts()));

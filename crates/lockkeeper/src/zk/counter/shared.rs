@@ -41,8 +41,8 @@ pub struct VersionedCount {
 /// A shared `i32` with the node layout of Curator's `SharedCount` (and kazoo's
 /// `Counter(support_curator=True)`), so Java and Python services share it.
 ///
-/// [`get`](Self::get) answers from a cache a watch keeps current, with no round trip;
-/// [`set`](Self::set) writes whatever the value is, [`try_set`](Self::try_set) only if the node
+/// [`load`](Self::load) answers from a cache a watch keeps current, with no round trip;
+/// [`store`](Self::store) writes whatever the value is, [`try_set`](Self::try_set) only if the node
 /// is still at the version read; [`changes`](Self::changes) follows new values. Cheap to clone;
 /// the watch ends when the last clone is dropped.
 ///
@@ -135,12 +135,13 @@ impl SharedCount {
         &self.inner.path
     }
 
-    /// The count, from the cache (no round trip).
-    pub fn get(&self) -> i32 {
+    /// The count, from the cache (no round trip; Curator's `getCount`).
+    pub fn load(&self) -> i32 {
         self.inner.current.borrow().count.value
     }
 
-    /// The count and its version, from the cache: pass it to [`try_set`](Self::try_set).
+    /// The count and its version, from the cache (Curator's `getVersionedValue`): pass it to
+    /// [`try_set`](Self::try_set).
     pub fn versioned(&self) -> VersionedCount {
         self.inner.current.borrow().count
     }
@@ -165,7 +166,7 @@ impl SharedCount {
 
     /// Sets the count whatever it is now (Curator's `setCount`), creating the node if someone
     /// deleted it.
-    pub async fn set(&self, value: i32) -> Result<()> {
+    pub async fn store(&self, value: i32) -> Result<()> {
         let data = encode_i32(value);
         let session = &self.inner.session;
         let attempts = session.generation().retry_policy().max_attempts();
