@@ -243,8 +243,14 @@ async fn another_sessions_node_with_our_id_is_never_taken_over() {
             .unwrap();
         client.create(path, b"theirs", &ephemeral).await.unwrap();
 
-        // Joining with a taken id: the other node is left alone, data and owner.
-        let member = group.join("x", "ours").await.unwrap();
+        // Joining with a taken id is refused, and the other node is left alone.
+        match group.join("x", "ours").await {
+            Err(Error::Conflict { path: at, .. }) => assert_eq!(at, path),
+            other => panic!("joining a taken id: {other:?}"),
+        }
+        assert_eq!(node(&s, path).await.unwrap().0, b"theirs");
+        // Joining when free waits for it, leaving it alone meanwhile, data and owner.
+        let member = group.join_when_free("x", "ours").await.unwrap();
         assert!(!member.is_present(), "took over another session's node");
         member.update("ours2").await.unwrap();
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -260,7 +266,7 @@ async fn another_sessions_node_with_our_id_is_never_taken_over() {
         assert_eq!(data, b"theirs", "leaving deleted another session's node");
 
         // Once the other session's node goes, ours is created, with the latest data.
-        let member = group.join("x", "ours").await.unwrap();
+        let member = group.join_when_free("x", "ours").await.unwrap();
         member.update("ours3").await.unwrap();
         assert!(!member.is_present());
         // The session ends on the server once its last client handle is gone.

@@ -227,7 +227,7 @@ async fn priority_and_simple_queues_and_bad_input() {
         let prio = s.priority_queue("/q/prio").unwrap();
         prio.put(b"low", 10).await.unwrap();
         prio.put(b"neg", -5).await.unwrap();
-        prio.put(b"min", i32::MIN as i64).await.unwrap();
+        prio.put(b"min", i32::MIN).await.unwrap();
         prio.put(b"zero", 0).await.unwrap();
         let mut order = Vec::new();
         while let Some(t) = prio.try_take(Delivery::AtLeastOnce).await.unwrap() {
@@ -235,13 +235,6 @@ async fn priority_and_simple_queues_and_bad_input() {
             t.ack().await.unwrap();
         }
         assert_eq!(order, ["min", "neg", "zero", "low"]);
-        for bad in [i32::MIN as i64 - 1, i32::MAX as i64 + 1] {
-            let err = prio.put(b"x", bad).await.unwrap_err().to_string();
-            assert!(
-                err.contains("priority") && err.contains(&bad.to_string()),
-                "{err}"
-            );
-        }
 
         // Empty items are items; nodes that are not queue items are ignored.
         let queue = s.distributed_queue("/q/mixed").unwrap();

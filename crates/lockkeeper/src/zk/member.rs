@@ -68,16 +68,36 @@ impl Group {
 
     /// Joins the group as `id` with `data` as its payload: creates the ephemeral node
     /// `{path}/{id}` (the group's parents as containers) and keeps it there until
-    /// [`leave`](Member::leave) or drop, through session losses.
+    /// [`leave`](Member::leave) or drop, through session losses. Returns once the member's
+    /// node is on the server.
     ///
-    /// Returns once the member's node is on the server, or once the id turns out to be taken
-    /// by another session's node: that one is left alone (it may be this process's previous
-    /// run, whose session the server has not expired yet), and ours is created as soon as it
-    /// is gone; [`Member::is_present`] is false until then.
-    ///
+    /// [`Error::Conflict`] if another session's node holds the id (it is left alone): two
+    /// members of one id would each believe they are it. When that node may be this process's
+    /// previous run, whose session the server has not expired yet, use
+    /// [`join_when_free`](Group::join_when_free), which takes the id over once it goes.
     /// [`Error::InvalidArgument`] for an id that is empty, contains `/` or a control
     /// character, or is `.` or `..`.
     pub async fn join(&self, id: &str, data: impl Into<Vec<u8>>) -> Result<Member> {
+        let member = self.join_when_free(id, data).await?;
+        if !member.is_present() {
+            let path = member.node.path().to_owned();
+            // Dropping the member stops it: the other node stays as it is.
+            drop(member);
+            return Err(Error::Conflict {
+                path,
+                why: "another session's node holds this member id; join_when_free waits for it \
+                      to go"
+                    .into(),
+            });
+        }
+        Ok(member)
+    }
+
+    /// As [`join`](Group::join), except that an id held by another session's node is not an
+    /// error: that node is left alone, and ours is created as soon as it is gone (a restarted
+    /// process whose previous session the server has not expired yet).
+    /// [`Member::is_present`] is false, and [`Member::present`] waits, until then.
+    pub async fn join_when_free(&self, id: &str, data: impl Into<Vec<u8>>) -> Result<Member> {
         check_id(&self.path, id)?;
         let node_path = format!("{}/{id}", self.path);
         let node = PersistentNode::create(&self.session, &node_path, data.into(), true).await?;

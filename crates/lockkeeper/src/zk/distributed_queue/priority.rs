@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::items::ITEM_PREFIX;
 use super::{Delivery, DistributedQueue, Taken};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A distributed priority queue (Curator's `DistributedPriorityQueue` layout): items with a
 /// lower priority are taken first. Consumption is as for [`DistributedQueue`].
@@ -33,17 +33,11 @@ pub struct PriorityQueue {
     queue: DistributedQueue,
 }
 
-/// The node name prefix for `priority` (Curator's `priorityToString`).
-pub(crate) fn encode_priority(priority: i64) -> Result<String> {
-    let priority = i32::try_from(priority).map_err(|_| {
-        Error::InvalidArgument(format!(
-            "priority {priority}: outside the encodable range {}..={}",
-            i32::MIN,
-            i32::MAX
-        ))
-    })?;
+/// The node name prefix for `priority` (Curator's `priorityToString`): Java's `int`, so every
+/// `i32` has one.
+pub(crate) fn encode_priority(priority: i32) -> String {
     let sign = if priority >= 0 { '1' } else { '0' };
-    Ok(format!("{ITEM_PREFIX}{sign}{:08X}", priority as u32))
+    format!("{ITEM_PREFIX}{sign}{:08X}", priority as u32)
 }
 
 impl PriorityQueue {
@@ -61,15 +55,15 @@ impl PriorityQueue {
         self.queue.path()
     }
 
-    /// Adds one item with `priority` (lower is taken first). [`Error::InvalidArgument`] for a
-    /// priority outside Java's `int` range.
-    pub async fn put(&self, item: &[u8], priority: i64) -> Result<()> {
+    /// Adds one item with `priority` (lower is taken first): an `i32`, as Curator's is a Java
+    /// `int`.
+    pub async fn put(&self, item: &[u8], priority: i32) -> Result<()> {
         self.put_all(&[item], priority).await
     }
 
     /// Adds items with one `priority`, one node each, in one multi.
-    pub async fn put_all(&self, items: &[&[u8]], priority: i64) -> Result<()> {
-        let prefix = encode_priority(priority)?;
+    pub async fn put_all(&self, items: &[&[u8]], priority: i32) -> Result<()> {
+        let prefix = encode_priority(priority);
         self.queue.put_named(&prefix, items).await
     }
 
@@ -109,26 +103,18 @@ mod tests {
 
     #[test]
     fn curator_encoding_sorts_by_priority() {
-        assert_eq!(encode_priority(0).unwrap(), "queue-100000000");
-        assert_eq!(encode_priority(255).unwrap(), "queue-1000000FF");
-        assert_eq!(encode_priority(-1).unwrap(), "queue-0FFFFFFFF");
-        let mut names: Vec<String> = [5, -3, i32::MAX as i64, i32::MIN as i64, 0]
+        assert_eq!(encode_priority(0), "queue-100000000");
+        assert_eq!(encode_priority(255), "queue-1000000FF");
+        assert_eq!(encode_priority(-1), "queue-0FFFFFFFF");
+        let mut names: Vec<String> = [5, -3, i32::MAX, i32::MIN, 0]
             .into_iter()
-            .map(|p| encode_priority(p).unwrap())
+            .map(encode_priority)
             .collect();
         names.sort();
-        let back: Vec<String> = [i32::MIN as i64, -3, 0, 5, i32::MAX as i64]
+        let back: Vec<String> = [i32::MIN, -3, 0, 5, i32::MAX]
             .into_iter()
-            .map(|p| encode_priority(p).unwrap())
+            .map(encode_priority)
             .collect();
         assert_eq!(names, back);
-    }
-
-    #[test]
-    fn out_of_range_priorities_are_refused() {
-        for p in [i32::MIN as i64 - 1, i32::MAX as i64 + 1, i64::MIN] {
-            let err = encode_priority(p).unwrap_err().to_string();
-            assert!(err.contains("priority"), "{err}");
-        }
     }
 }
