@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use lockkeeper_zk_client as zk;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
-use zookeeper_client as zk;
 
 use super::BoxError;
 

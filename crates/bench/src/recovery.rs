@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use lockkeeper_zk_client as zk;
 use rand::Rng;
-use zookeeper_client as zk;
 
 use super::BoxError;
 use super::datadir::{self, DataFile, Layout};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::{AbortHandle, Abortable};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use zookeeper_client as zk;
+use lockkeeper_zk_client as zk;
 
 use super::BoxError;
 use super::process::ChildServer;
@@ -29,9 +29,10 @@ fn attempt_period(waited: Duration) -> Duration {
 
 /// One try at a session: handshake, then a request that must be answered.
 async fn try_session(addr: &str) -> Result<zk::Client, zk::Error> {
+    // The client retries a refusing host until its connection timeout; the attempts overlap
+    // anyway, so an early one that is refused and retries only adds chances.
     let client = zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .with_fail_eagerly()
+        .session_timeout(Duration::from_secs(10))
         .connect(addr)
         .await?;
     client.check_stat("/").await?;

@@ -73,7 +73,7 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(
                 |_| // The ZooKeeper client used by `bench` logs every connection at info.
-                tracing_subscriber::EnvFilter::new("info,zookeeper_client=error,lockkeeper_zk_client=error"),
+                tracing_subscriber::EnvFilter::new("info,lockkeeper_zk_client=error"),
             ),
         )
         .with_writer(std::io::stderr)

@@ -14,8 +14,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lockkeeper_zk_client as zk;
 use tokio::task::JoinSet;
-use zookeeper_client as zk;
 
 use super::BoxError;
 use super::stats;
@@ -58,10 +58,15 @@ pub(super) struct Sample {
     second: Option<Duration>,
 }
 
-const EPHEMERAL_SEQUENTIAL: zk::CreateOptions<'static> =
-    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-pub(super) const PERSISTENT: zk::CreateOptions<'static> =
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+/// Options of the create/delete workload's nodes (open ACL, as every mode's default).
+fn ephemeral_sequential() -> zk::CreateOptions {
+    zk::CreateOptions::new(zk::CreateMode::EphemeralSequential)
+}
+
+/// Options of the bulk-created persistent nodes and of the namespace's own.
+pub(super) fn persistent() -> zk::CreateOptions {
+    zk::CreateOptions::new(zk::CreateMode::Persistent)
+}
 
 /// Issues `op` and waits for its replies. The clock starts before the call because the client
 /// writes the request during the call, not when the future is first polled.
@@ -74,9 +79,8 @@ async fn perform(
     let start = Instant::now();
     match op {
         Op::CreateDelete { prefix } => {
-            let (_, sequence) = client.create(prefix, data, &EPHEMERAL_SEQUENTIAL).await?;
+            let (_, path) = client.create(prefix, data, &ephemeral_sequential()).await?;
             let created = Instant::now();
-            let path = format!("{prefix}{sequence}");
             client.delete(&path, None).await?;
             Ok(Sample {
                 first: created - start,
@@ -92,7 +96,7 @@ async fn perform(
         }
         Op::CreatePersistent { prefix } => {
             client
-                .create(&format!("{prefix}{index:010}"), data, &PERSISTENT)
+                .create(&format!("{prefix}{index:010}"), data, &persistent())
                 .await?;
             Ok(Sample {
                 first: start.elapsed(),

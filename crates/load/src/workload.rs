@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use zookeeper_client as zk;
+use lockkeeper_zk_client as zk;
 
 use super::BoxError;
-use super::driver::{Goal, Op, PERSISTENT, drive};
+use super::driver::{Goal, Op, drive, persistent};
 use super::procfs;
 use super::stats::{self, RunStats};
 
@@ -56,12 +56,16 @@ pub struct Plan {
     pub server_pid: Option<u32>,
 }
 
-/// Opens one session, failing fast and clearly when nothing answers at `connect`.
+/// Opens one session within `timeout`; the error names the address and what answered there.
 pub async fn open_session(connect: &str, timeout: Duration) -> Result<zk::Client, BoxError> {
+    // Nothing listening at a benchmark's target is a mistake to report at once.
     let connector = zk::Client::connector()
-        .with_session_timeout(SESSION_TIMEOUT)
-        .with_fail_eagerly();
-    match tokio::time::timeout(timeout, connector.connect(connect)).await {
+        .session_timeout(SESSION_TIMEOUT)
+        .connection_timeout(timeout)
+        .one_round(true);
+    // The client's own bound is the connection timeout; this one only backs it up.
+    match tokio::time::timeout(timeout + Duration::from_secs(1), connector.connect(connect)).await
+    {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) => Err(format!(
             "cannot open a session with {connect}: {e} (is a ZooKeeper-protocol server listening there?)"
@@ -76,24 +80,10 @@ pub async fn open_session(connect: &str, timeout: Duration) -> Result<zk::Client
     }
 }
 
-/// Closes a session and waits, briefly, until the server has answered the close. A server that
-/// is killed right after then leaves no client retrying in the background.
+/// Closes a session; returns once the server has answered the close (the client gives it 2 s).
+/// A server that is killed right after then leaves no client retrying in the background.
 pub async fn close_session(client: zk::Client) {
-    let mut state = client.state_watcher();
-    drop(client);
-    let closed = async {
-        loop {
-            match state.changed().await {
-                zk::SessionState::Closed
-                | zk::SessionState::Expired
-                | zk::SessionState::AuthFailed => {
-                    break;
-                }
-                _ => {}
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(2), closed).await;
+    client.close().await;
 }
 
 async fn close_sessions(clients: Vec<zk::Client>) {
@@ -128,11 +118,11 @@ impl Namespace {
         );
         let data = vec![b'x'; plan.data_size];
         admin
-            .create(&root, &[], &PERSISTENT)
+            .create(&root, &[], &persistent())
             .await
             .map_err(|e| format!("creating {root}: {e}"))?;
         admin
-            .create(&format!("{root}/get"), &data, &PERSISTENT)
+            .create(&format!("{root}/get"), &data, &persistent())
             .await
             .map_err(|e| format!("creating {root}/get: {e}"))?;
         Ok(Namespace {
@@ -222,7 +212,7 @@ impl Namespace {
     ) -> Result<Duration, BoxError> {
         let parent = format!("{}/mem", self.root);
         self.admin
-            .create(&parent, &[], &PERSISTENT)
+            .create(&parent, &[], &persistent())
             .await
             .map_err(|e| format!("creating {parent}: {e}"))?;
         let clients = open_sessions(&plan.connect, sessions, plan.connect_timeout).await?;

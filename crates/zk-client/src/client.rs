@@ -100,6 +100,7 @@ pub struct Connector {
     connection_timeout: Duration,
     auth: Vec<(String, Vec<u8>)>,
     create_chroot: bool,
+    one_round: bool,
 }
 
 impl Default for Connector {
@@ -109,6 +110,7 @@ impl Default for Connector {
             connection_timeout: Duration::from_secs(5),
             auth: Vec::new(),
             create_chroot: false,
+            one_round: false,
         }
     }
 }
@@ -133,6 +135,15 @@ impl Connector {
         self
     }
 
+    /// Tries each host once and fails, naming each host and what happened there, instead of
+    /// trying them again until the connection timeout. For tools where nothing listening is a
+    /// mistake to report at once (a benchmark's target, a probe), not a server still starting.
+    /// Each host's handshake is still bounded by the connection timeout. Default off.
+    pub fn one_round(mut self, one_round: bool) -> Connector {
+        self.one_round = one_round;
+        self
+    }
+
     /// Creates the connect string's chroot (and its ancestors) if it is missing, as Curator
     /// creates its namespace: otherwise the first request below it fails with a bare NoNode.
     pub fn create_chroot(mut self, create: bool) -> Connector {
@@ -149,6 +160,7 @@ impl Connector {
             session_timeout: self.session_timeout,
             connection_timeout: self.connection_timeout,
             auth: self.auth,
+            one_round: self.one_round,
         }));
         let connection = session::first_connection(&shared).await?;
         session::install(&shared, &connection, true);
@@ -279,7 +291,7 @@ impl Client {
         &self,
         request: Result<Request>,
         registration: Option<Registration>,
-    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static + use<> {
         let reply = self.send_keeping_errors(request, registration);
         async move {
             let reply = reply.await?;
@@ -295,7 +307,7 @@ impl Client {
         &self,
         request: Result<Request>,
         registration: Option<Registration>,
-    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static + use<> {
         let rx = request.map(|request| self.shared().submit(&request, registration));
         async move {
             match rx {
@@ -312,7 +324,7 @@ impl Client {
         path: &str,
         data: &[u8],
         options: &CreateOptions,
-    ) -> impl Future<Output = Result<(Stat, String)>> + Send + 'static {
+    ) -> impl Future<Output = Result<(Stat, String)>> + Send + 'static + use<> {
         let request = self
             .server_path(path, options.mode.is_sequential())
             .and_then(|path| options.request(path, data))
@@ -330,7 +342,7 @@ impl Client {
         &self,
         path: &str,
         version: Option<i32>,
-    ) -> impl Future<Output = Result<()>> + Send + 'static {
+    ) -> impl Future<Output = Result<()>> + Send + 'static + use<> {
         let request = self.server_path(path, false).map(|path| {
             Request::Delete(PathVersionRequest {
                 path,
@@ -345,7 +357,7 @@ impl Client {
     pub fn get_data(
         &self,
         path: &str,
-    ) -> impl Future<Output = Result<DataAndStat>> + Send + 'static {
+    ) -> impl Future<Output = Result<DataAndStat>> + Send + 'static + use<> {
         let reply = self.read(path, OpCode::GetData);
         async move { data_and_stat(reply.await?) }
     }
@@ -366,7 +378,7 @@ impl Client {
     pub fn check_stat(
         &self,
         path: &str,
-    ) -> impl Future<Output = Result<Option<Stat>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<Stat>>> + Send + 'static + use<> {
         let reply = self.read(path, OpCode::Exists);
         async move { optional_stat(reply.await) }
     }
@@ -385,7 +397,7 @@ impl Client {
     pub fn list_children(
         &self,
         path: &str,
-    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static + use<> {
         let reply = self.read(path, OpCode::GetChildren);
         async move { Ok(decode::<StringsResponse>(reply.await?)?.strings) }
     }
@@ -407,7 +419,7 @@ impl Client {
     pub fn get_children(
         &self,
         path: &str,
-    ) -> impl Future<Output = Result<(Vec<String>, Stat)>> + Send + 'static {
+    ) -> impl Future<Output = Result<(Vec<String>, Stat)>> + Send + 'static + use<> {
         let reply = self.read(path, OpCode::GetChildren2);
         async move {
             let listed: GetChildren2Response = decode(reply.await?)?;
@@ -421,7 +433,7 @@ impl Client {
         path: &str,
         data: &[u8],
         version: Option<i32>,
-    ) -> impl Future<Output = Result<Stat>> + Send + 'static {
+    ) -> impl Future<Output = Result<Stat>> + Send + 'static + use<> {
         let request = self.server_path(path, false).map(|path| {
             Request::SetData(SetDataRequest {
                 path,
@@ -437,7 +449,7 @@ impl Client {
     pub fn get_acl(
         &self,
         path: &str,
-    ) -> impl Future<Output = Result<(Vec<Acl>, Stat)>> + Send + 'static {
+    ) -> impl Future<Output = Result<(Vec<Acl>, Stat)>> + Send + 'static + use<> {
         let request = self
             .server_path(path, false)
             .map(|path| Request::GetAcl(PathRequest { path }));
@@ -454,7 +466,7 @@ impl Client {
         path: &str,
         acl: &[Acl],
         version: Option<i32>,
-    ) -> impl Future<Output = Result<Stat>> + Send + 'static {
+    ) -> impl Future<Output = Result<Stat>> + Send + 'static + use<> {
         let request = self.server_path(path, false).map(|path| {
             Request::SetAcl(SetAclRequest {
                 path,
@@ -467,7 +479,7 @@ impl Client {
     }
 
     /// Waits until the server this session is connected to has caught up with the leader.
-    pub fn sync(&self, path: &str) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn sync(&self, path: &str) -> impl Future<Output = Result<()>> + Send + 'static + use<> {
         let request = self
             .server_path(path, false)
             .map(|path| Request::Sync(PathRequest { path }));
@@ -479,7 +491,7 @@ impl Client {
     pub fn count_descendants(
         &self,
         path: &str,
-    ) -> impl Future<Output = Result<i32>> + Send + 'static {
+    ) -> impl Future<Output = Result<i32>> + Send + 'static + use<> {
         let request = self
             .server_path(path, false)
             .map(|path| Request::GetAllChildrenNumber(PathRequest { path }));
@@ -491,7 +503,7 @@ impl Client {
     pub fn list_ephemerals(
         &self,
         prefix: &str,
-    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'static + use<> {
         let request = self
             .server_path(prefix, true)
             .map(|path| Request::GetEphemerals(PathRequest { path }));
@@ -513,7 +525,7 @@ impl Client {
         &self,
         path: &str,
         mode: AddWatchMode,
-    ) -> impl Future<Output = Result<PersistentWatcher>> + Send + 'static {
+    ) -> impl Future<Output = Result<PersistentWatcher>> + Send + 'static + use<> {
         let recursive = mode == AddWatchMode::PersistentRecursive;
         let client = Arc::downgrade(&self.handle.shared);
         let (request, registration, watcher) = match self.server_path(path, false) {
@@ -553,7 +565,7 @@ impl Client {
         &self,
         path: &str,
         options: &CreateOptions,
-    ) -> impl Future<Output = Result<()>> + Send + 'static {
+    ) -> impl Future<Output = Result<()>> + Send + 'static + use<> {
         let mode = options.mode;
         let checked = self.server_path(path, false).and_then(|server_path| {
             if mode.is_sequential() || mode.is_ephemeral() {
@@ -571,7 +583,7 @@ impl Client {
         &self,
         server_path: Result<String>,
         options: CreateOptions,
-    ) -> impl Future<Output = Result<()>> + Send + 'static {
+    ) -> impl Future<Output = Result<()>> + Send + 'static + use<> {
         let create = |path: &str| {
             let request = options.request(path.to_owned(), &[]).map(Request::Create);
             self.send(request, None)
@@ -637,7 +649,7 @@ impl Client {
     pub(crate) fn send_batch(
         &self,
         request: Result<Request>,
-    ) -> impl Future<Output = Result<Reply>> + Send + 'static {
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static + use<> {
         self.send_keeping_errors(request, None)
     }
 
@@ -653,7 +665,11 @@ impl Client {
     }
 
     /// A read of `op` on `path`, leaving no watch.
-    fn read(&self, path: &str, op: OpCode) -> impl Future<Output = Result<Reply>> + Send + 'static {
+    fn read(
+        &self,
+        path: &str,
+        op: OpCode,
+    ) -> impl Future<Output = Result<Reply>> + Send + 'static + use<> {
         let request = self
             .server_path(path, false)
             .map(|path| read_request(op, path, false));

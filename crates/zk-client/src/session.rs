@@ -59,6 +59,8 @@ pub(crate) struct Settings {
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
     pub auth: Vec<(String, Vec<u8>)>,
+    /// Give up after one round over the hosts instead of trying until the timeout.
+    pub one_round: bool,
 }
 
 /// What the server gave the session at its first handshake.
@@ -472,6 +474,9 @@ pub(crate) async fn first_connection(shared: &Shared) -> Result<Connection> {
             }
         }
         round += 1;
+        if settings.one_round {
+            return Err(connect_error(settings, &failures));
+        }
         let pause = Duration::from_millis(50 * u64::from(round.min(10)));
         if Instant::now() + pause >= deadline {
             return Err(connect_error(settings, &failures));

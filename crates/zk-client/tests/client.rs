@@ -744,6 +744,37 @@ async fn a_connect_that_fails_names_every_host_and_why() {
     );
 }
 
+/// With `one_round`, hosts that refuse are reported after one try each, long before the
+/// connection timeout, which without it keeps trying them (a server may be starting).
+#[tokio::test]
+async fn one_round_reports_refusing_hosts_without_waiting_for_the_timeout() {
+    let (dead1, dead2) = (free_port(), free_port());
+    let connect = format!("127.0.0.1:{dead1},127.0.0.1:{dead2}");
+    let timeout = Duration::from_secs(60);
+    let once = Client::connector()
+        .connection_timeout(timeout)
+        .one_round(true)
+        .connect(&connect);
+    let err = tokio::time::timeout(timeout / 2, once)
+        .await
+        .expect("one round ends long before the connection timeout")
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::Connect(_)), "{err:?}");
+    assert!(text.contains(&format!("127.0.0.1:{dead1}")), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{dead2}")), "{text}");
+    // Without it, the same hosts are tried again until the timeout.
+    let again = Client::connector()
+        .connection_timeout(timeout)
+        .connect(&connect);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), again)
+            .await
+            .is_err(),
+        "without one_round, refusing hosts are tried until the connection timeout"
+    );
+}
+
 /// Across a cut: a persistent watch is restored with the session, and its watcher hears the
 /// connection go and come back. An idle session is kept alive by pings alone.
 #[tokio::test]

@@ -19,10 +19,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lockkeeper_testkit::die_with_parent;
+use lockkeeper_zk_client as zk;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
-use zookeeper_client as zk;
 
 use super::Settings;
 use super::report::Report;
