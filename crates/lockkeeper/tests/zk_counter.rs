@@ -462,6 +462,48 @@ async fn wrong_byte_counts_are_errors_naming_the_path() {
     .await;
 }
 
+/// Each handle names its node; a seed the server refuses (no create permission on the parent)
+/// fails the start instead of a count that exists only in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_name_their_node_and_a_refused_seed_is_an_error() {
+    for_each_backend(|connect| async move {
+        let session = session(&connect).await;
+        assert_eq!(
+            session.atomic_long("/counters/named").unwrap().path(),
+            "/counters/named"
+        );
+        let count = session
+            .shared_count("/counters/named-count", 1)
+            .await
+            .unwrap();
+        assert_eq!(count.path(), "/counters/named-count");
+
+        // Anyone may read under /counters-ro; nobody may create there.
+        let read_only = vec![lockkeeper_zk_client::Acl {
+            perms: lockkeeper_zk_client::perms::READ,
+            id: lockkeeper_zk_client::Id {
+                scheme: "world".into(),
+                id: "anyone".into(),
+            },
+        }];
+        session
+            .client()
+            .unwrap()
+            .create(
+                "/counters-ro",
+                b"",
+                &CreateOptions::new(CreateMode::Persistent).with_acl(read_only),
+            )
+            .await
+            .unwrap();
+        match session.shared_count("/counters-ro/count", 5).await {
+            Err(Error::Zk(lockkeeper_zk_client::Error::NoAuth)) => {}
+            other => panic!("a seed the server refuses: {other:?}"),
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_paths_and_zero_timeouts_are_refused_by_name() {
     for_each_backend(|connect| async move {

@@ -173,3 +173,42 @@ async fn counters_carry_on_after_the_session_is_lost() {
     })
     .await;
 }
+
+/// A shared count whose seeding create went through but whose answer was lost: the node is
+/// there (the seed, created by this very request), so the count starts with it instead of
+/// failing on the lost answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_whose_answer_was_lost_starts_the_count() {
+    for_each_backend(|connect| async move {
+        if super::support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the write cutter relays one server");
+            return;
+        }
+        let parent = "/counters/seed-cut";
+        let path = "/counters/seed-cut/count";
+        let observer = session(&connect).await;
+        // The parent exists, so the first write the cutter sees is the seed's create.
+        observer
+            .client()
+            .unwrap()
+            .mkdir(
+                parent,
+                &lockkeeper_zk_client::CreateOptions::new(
+                    lockkeeper_zk_client::CreateMode::Persistent,
+                ),
+            )
+            .await
+            .unwrap();
+        let cutter = WriteCutter::start(&connect).await;
+        let through = session(&cutter.connect_string()).await;
+        cutter.arm();
+        let count = tokio::time::timeout(LIMIT, through.shared_count(path, 42))
+            .await
+            .expect("started after the reconnection")
+            .expect("a lost seed answer is settled by reading the node");
+        assert!(cutter.fired(), "the seed's create was not cut");
+        assert_eq!(count.load(), 42);
+        assert_eq!(observer.shared_count(path, 0).await.unwrap().load(), 42);
+    })
+    .await;
+}

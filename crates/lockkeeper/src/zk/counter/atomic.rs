@@ -305,3 +305,26 @@ fn default_retries() -> RetryPolicy {
 pub(super) fn validate_counter_path(path: &str) -> Result<()> {
     validate_node_path("counter path", path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default a new user meets: 20 attempts from 5 ms, each pause at most 500 ms (with
+    /// jitter, at least half the nominal pause).
+    #[test]
+    fn the_default_optimistic_retries_are_twenty_from_five_milliseconds() {
+        let policy = default_retries();
+        assert_eq!(policy.max_attempts(), 20);
+        let first = policy.delay(1);
+        assert!(
+            first >= Duration::from_micros(2_500) && first <= Duration::from_millis(5),
+            "{first:?}"
+        );
+        let last = policy.delay(20);
+        assert!(
+            last >= Duration::from_millis(250) && last <= Duration::from_millis(500),
+            "{last:?}"
+        );
+    }
+}

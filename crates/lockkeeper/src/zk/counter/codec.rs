@@ -96,6 +96,17 @@ mod tests {
     }
 
     #[test]
+    fn up_to_sixteen_bytes_are_shown_whole() {
+        let err = decode_i32("/c", &[9u8; 16]).unwrap_err().to_string();
+        assert!(err.contains("0x09]"), "all sixteen, no ellipsis: {err}");
+        let err = decode_i32("/c", &[9u8; 17]).unwrap_err().to_string();
+        assert!(
+            err.contains("0x09, ...]"),
+            "the first sixteen, then an ellipsis: {err}"
+        );
+    }
+
+    #[test]
     fn other_lengths_name_the_path_and_the_bytes() {
         let long = [7u8; 20];
         for data in [&[1u8][..], &[1, 2, 3], &[1, 2, 3, 4, 5], &long] {
