@@ -462,6 +462,92 @@ async fn wrong_byte_counts_are_errors_naming_the_path() {
     .await;
 }
 
+/// A deletion of a node never written since its seed (version 0) is seen as absent (version
+/// -1), so a try_set against version 0 cannot write to a node created again later; and a change
+/// is reported once: reading the node again, present or absent, adds nothing to `changes()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_count_sees_a_fresh_node_deleted_and_reports_each_change_once() {
+    for_each_backend(|connect| async move {
+        let path = "/counters/fresh-deleted";
+        let s = session(&connect).await;
+        let other = session(&connect).await;
+        let count = s.shared_count(path, 3).await.unwrap();
+        assert_eq!(
+            count.versioned(),
+            VersionedCount {
+                value: 3,
+                version: 0
+            }
+        );
+        let mut changes = count.changes();
+
+        // A write, seen once; reading the same state again reports nothing more.
+        other
+            .shared_count(path, 0)
+            .await
+            .unwrap()
+            .store(4)
+            .await
+            .unwrap();
+        let seen = tokio::time::timeout(LIMIT, changes.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(seen.value, 4);
+        assert_eq!(count.read().await.unwrap(), seen);
+        assert!(
+            futures_util::FutureExt::now_or_never(changes.next()).is_none(),
+            "the same state reported twice"
+        );
+
+        // Deleted at its first version: seen as absent, once.
+        other.client().unwrap().delete(path, None).await.unwrap();
+        let gone = tokio::time::timeout(LIMIT, changes.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            gone,
+            VersionedCount {
+                value: 4,
+                version: -1
+            }
+        );
+        assert_eq!(count.read().await.unwrap(), gone);
+        assert!(
+            futures_util::FutureExt::now_or_never(changes.next()).is_none(),
+            "the deletion reported twice"
+        );
+
+        // The same at version 0: a fresh node, never written, deleted.
+        let fresh_path = "/counters/fresh-deleted-0";
+        let fresh = s.shared_count(fresh_path, 8).await.unwrap();
+        let mut fresh_changes = fresh.changes();
+        other
+            .client()
+            .unwrap()
+            .delete(fresh_path, None)
+            .await
+            .unwrap();
+        let gone = tokio::time::timeout(LIMIT, fresh_changes.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            gone,
+            VersionedCount {
+                value: 8,
+                version: -1
+            }
+        );
+        assert!(
+            !fresh.try_set(&gone, 9).await.unwrap(),
+            "nothing to set at version -1"
+        );
+    })
+    .await;
+}
+
 /// Each handle names its node; a seed the server refuses (no create permission on the parent)
 /// fails the start instead of a count that exists only in memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
