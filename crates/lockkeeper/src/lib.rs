@@ -1,6 +1,10 @@
 //! Distributed locks and coordination for Rust services.
 //!
-//! Two families, one shape. [`zk`] holds the ZooKeeper recipes (fair, herd-free locks whose
+//! **One shape**: every lock of every backend is a [`Lock`] that hands out a [`Guard`] (the
+//! fencing token, `is_held()`, `valid_until()`, `lost()`, `release()`), usable as trait
+//! objects, and [`MultiLock`] holds any set of them all or nothing; see [`lock`].
+//!
+//! **The backends**: [`zk`] holds the ZooKeeper recipes (fair, herd-free locks whose
 //! nodes use Apache Curator's layout, so Java and Rust services can share a lock); [`redis`]
 //! holds the Redis lock family (lease locks, watchdog renewal, Redlock). Both follow
 //! `tokio::sync`: `lock()`, `try_lock()`, `lock_timeout(d)`, and a guard that releases on drop.
