@@ -2,14 +2,23 @@
 //! has left for the server, so that the write's outcome is unknown to the client.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Not armed.
+const IDLE: u8 = 0;
+/// The next write reaches the server; its answer does not reach the client.
+const AFTER: u8 = 1;
+/// The next write is dropped before it reaches the server.
+const BEFORE: u8 = 2;
 
 /// A loopback proxy that, when armed, lets the next write request (create or setData) through
 /// to the server and then closes the connection before the answer can come back: the write
-/// is in the server's hands, and its outcome is unknown to the client.
+/// is in the server's hands, and its outcome is unknown to the client. Armed with
+/// [`arm_before`](WriteCutter::arm_before), it drops the write instead, and the server never
+/// sees it.
 pub struct WriteCutter {
     addr: std::net::SocketAddr,
-    armed: Arc<AtomicBool>,
+    armed: Arc<AtomicU8>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -19,7 +28,7 @@ impl WriteCutter {
             .await
             .expect("bind the proxy");
         let addr = listener.local_addr().expect("proxy address");
-        let armed = Arc::new(AtomicBool::new(false));
+        let armed = Arc::new(AtomicU8::new(IDLE));
         let upstream = upstream.to_owned();
         let accept = tokio::spawn({
             let armed = armed.clone();
@@ -45,12 +54,17 @@ impl WriteCutter {
     }
 
     pub fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
+        self.armed.store(AFTER, Ordering::SeqCst);
+    }
+
+    /// Cuts at the next write without sending it: the request is lost, not its answer.
+    pub fn arm_before(&self) {
+        self.armed.store(BEFORE, Ordering::SeqCst);
     }
 
     /// Whether the armed cut has happened.
     pub fn fired(&self) -> bool {
-        !self.armed.load(Ordering::SeqCst)
+        self.armed.load(Ordering::SeqCst) == IDLE
     }
 }
 
@@ -62,11 +76,7 @@ impl Drop for WriteCutter {
 
 /// Relays one connection frame by frame (4-byte length, then the request: xid, op code);
 /// the first frame is the handshake, which has no op code.
-async fn relay(
-    client: tokio::net::TcpStream,
-    server: tokio::net::TcpStream,
-    armed: Arc<AtomicBool>,
-) {
+async fn relay(client: tokio::net::TcpStream, server: tokio::net::TcpStream, armed: Arc<AtomicU8>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     const WRITES: [i32; 3] = [
         lockkeeper_proto::OpCode::Create as i32,
@@ -92,6 +102,14 @@ async fn relay(
             .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
         let is_write = !handshake && op.is_some_and(|op| WRITES.contains(&op));
         handshake = false;
+        if is_write
+            && armed
+                .compare_exchange(BEFORE, IDLE, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            // The request goes no further; the server never hears of it.
+            break;
+        }
         if server_write.write_all(&length).await.is_err()
             || server_write.write_all(&frame).await.is_err()
         {
@@ -99,7 +117,7 @@ async fn relay(
         }
         if is_write
             && armed
-                .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(AFTER, IDLE, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         {
             // The request is on its way to the server; its answer will find no one.

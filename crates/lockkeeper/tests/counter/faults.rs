@@ -212,3 +212,36 @@ async fn a_seed_whose_answer_was_lost_starts_the_count() {
     })
     .await;
 }
+
+/// A write whose *request* was lost (the connection cut before it reached the server) leaves
+/// the node as it was read, which the counter proves by reading it again, so it sends the
+/// write again in the same call: the update is applied once and its answer is known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lost_before_the_server_is_sent_again() {
+    for_each_backend(|connect| async move {
+        if super::support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the write cutter relays one server");
+            return;
+        }
+        let path = "/counters/request-lost";
+        let cutter = WriteCutter::start(&connect).await;
+        let through = session(&cutter.connect_string()).await;
+        let observer = session(&connect).await;
+        let counter = through.atomic_long(path).unwrap();
+        assert_eq!(counter.add_fetch(5).await.unwrap(), 5);
+        for round in 1..=3 {
+            cutter.arm_before();
+            let value = tokio::time::timeout(LIMIT, counter.add_fetch(1))
+                .await
+                .expect("answered after the reconnection")
+                .unwrap_or_else(|e| panic!("round {round}: a provably unsent write failed: {e}"));
+            assert!(cutter.fired(), "round {round}: the write was not cut");
+            assert_eq!(value, 5 + round, "round {round}");
+            assert_eq!(
+                observer.atomic_long(path).unwrap().load().await.unwrap(),
+                5 + round
+            );
+        }
+    })
+    .await;
+}
