@@ -228,7 +228,10 @@ async fn a_write_lost_before_the_server_is_sent_again() {
         let through = session(&cutter.connect_string()).await;
         let observer = session(&connect).await;
         let counter = through.atomic_long(path).unwrap();
+        // The first write creates the node: a create lost on the way is sent again too.
+        cutter.arm_before();
         assert_eq!(counter.add_fetch(5).await.unwrap(), 5);
+        assert!(cutter.fired(), "the create was not cut");
         for round in 1..=3 {
             cutter.arm_before();
             let value = tokio::time::timeout(LIMIT, counter.add_fetch(1))
