@@ -548,6 +548,39 @@ async fn shared_count_sees_a_fresh_node_deleted_and_reports_each_change_once() {
     .await;
 }
 
+/// While its node is absent, a shared count waits on an exists watch (one watch on the
+/// server), rather than reading the node again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_count_waits_on_a_watch() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the watch count is one server's");
+            return;
+        }
+        let path = "/counters/absent-watched";
+        let s = session(&connect).await;
+        let count = s.shared_count(path, 1).await.unwrap();
+        let mut changes = count.changes();
+        session(&connect)
+            .await
+            .client()
+            .unwrap()
+            .delete(path, None)
+            .await
+            .unwrap();
+        let gone = tokio::time::timeout(LIMIT, changes.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(gone.version, -1);
+        // The data watch fired with the deletion; the exists watch replaces it.
+        support::wait_watches(&connect, 1).await;
+        put_raw(&s, path, &5i32.to_be_bytes()).await;
+        wait_count(&count, 5).await;
+    })
+    .await;
+}
+
 /// Each handle names its node; a seed the server refuses (no create permission on the parent)
 /// fails the start instead of a count that exists only in memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
