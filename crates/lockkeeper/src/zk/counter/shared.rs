@@ -414,3 +414,46 @@ async fn follow(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Version -1 marks a node that does not exist (the module's invariant): a `try_set`
+    /// against it never writes, whatever version a node created again later has.
+    #[test]
+    fn an_absent_count_has_version_minus_one_and_keeps_its_value() {
+        let gone = absent(3, 77);
+        assert_eq!(
+            gone.count,
+            VersionedCount {
+                value: 3,
+                version: -1
+            }
+        );
+        assert_eq!(gone.czxid, 77);
+        let mut cached = cached_at(5, 2, 77);
+        assert!(mark_absent(&mut cached, 77));
+        assert_eq!(
+            cached.count,
+            VersionedCount {
+                value: 5,
+                version: -1
+            }
+        );
+        assert!(
+            !mark_absent(&mut cached, 77),
+            "already absent: no change to report"
+        );
+        let mut newer = cached_at(6, 0, 78);
+        assert!(!mark_absent(&mut newer, 77), "another node's deletion");
+        assert_eq!(newer.count.version, 0);
+    }
+
+    fn cached_at(value: i32, version: i32, czxid: i64) -> Cached {
+        Cached {
+            count: VersionedCount { value, version },
+            czxid,
+        }
+    }
+}
