@@ -37,9 +37,20 @@ pub enum Error {
     /// may not have been applied.
     #[error("connection lost: {0}")]
     ConnectionLoss(String),
-    /// No server of the connect string established a session in time: each host and why.
-    #[error("{0}")]
-    Connect(String),
+    /// No server of the connect string established a session in time: each host tried and
+    /// why it gave none, the latest failure of each.
+    #[error(
+        "no ZooKeeper server of {hosts:?} established a session within {timeout:?} ({})",
+        shown_failures(failures)
+    )]
+    Connect {
+        /// The connect string's hosts, comma-separated.
+        hosts: String,
+        /// The connection timeout that passed (or the round that ended, with `one_round`).
+        timeout: std::time::Duration,
+        /// Each host tried, `host:port`, and why it gave no session.
+        failures: Vec<(String, HostFailure)>,
+    },
     /// The server ended the session; its ephemeral nodes are gone.
     #[error("session expired")]
     SessionExpired,
@@ -55,6 +66,64 @@ pub enum Error {
     /// An error code ZooKeeper does not define.
     #[error("unknown server error code {0}")]
     UnknownCode(i32),
+}
+
+/// Why one host gave no session, as far as the client could see at the socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostFailure {
+    /// The connection was refused: nothing listens there.
+    Refused,
+    /// No TCP connection within this long.
+    ConnectTimedOut(std::time::Duration),
+    /// Connected, but the handshake was not answered within this long.
+    NoAnswer(std::time::Duration),
+    /// It answered, but not as ZooKeeper does: the first of its bytes, shown.
+    NotZooKeeper(String),
+    /// It closed the connection without answering the handshake (a ZooKeeper server that is
+    /// not serving: no quorum, or too many connections from this address).
+    Closed,
+    /// It answered the handshake by refusing to open a session.
+    SessionRefused,
+    /// Any other I/O error on the way.
+    Io(String),
+}
+
+impl std::fmt::Display for HostFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostFailure::Refused => write!(f, "connection refused (nothing listens there)"),
+            HostFailure::ConnectTimedOut(after) => {
+                write!(f, "timed out: no connection within {after:?}")
+            }
+            HostFailure::NoAnswer(after) => {
+                write!(
+                    f,
+                    "connected, but no answer to the handshake within {after:?}"
+                )
+            }
+            HostFailure::NotZooKeeper(what) => write!(f, "not a ZooKeeper server: {what}"),
+            HostFailure::Closed => write!(
+                f,
+                "it closed the connection without answering ZooKeeper's handshake (a ZooKeeper \
+                 server that is not serving: no quorum, or too many connections from this \
+                 address; or not ZooKeeper at all)"
+            ),
+            HostFailure::SessionRefused => write!(f, "it refused to open a session"),
+            HostFailure::Io(what) => write!(f, "{what}"),
+        }
+    }
+}
+
+/// `host: why; host: why`, or that no host was tried.
+fn shown_failures(failures: &[(String, HostFailure)]) -> String {
+    if failures.is_empty() {
+        return "no host was tried".to_owned();
+    }
+    failures
+        .iter()
+        .map(|(host, why)| format!("{host}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl Error {

@@ -36,7 +36,7 @@ mod session;
 mod watch;
 
 pub use client::{Client, Connector, CreateOptions, DataAndStat, StateWatcher};
-pub use error::{Error, Result};
+pub use error::{Error, HostFailure, Result};
 pub use lockkeeper_proto::{Acl, AddWatchMode, CreateMode, Id, Stat, open_acl, perms};
 pub use multi::{MultiReadResult, MultiReader, MultiWriteError, MultiWriteResult, MultiWriter};
 pub use path::{DEFAULT_PORT, hosts};

@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, HostFailure, Result};
 use crate::path::ConnectString;
 use crate::watch::{EventType, Paths, Registration, SessionState, Table};
 
@@ -446,11 +446,13 @@ enum End {
 }
 
 /// Connects the first time: every host in turn until one establishes a session or the
-/// connection timeout passes. The error names each host tried and why it failed.
+/// connection timeout passes. The error names each host tried and why it failed. Hosts that
+/// answer, but not as ZooKeeper, will not become ZooKeeper by waiting: when every host is of
+/// that kind, it fails at once.
 pub(crate) async fn first_connection(shared: &Shared) -> Result<Connection> {
     let settings = &shared.settings;
     let deadline = Instant::now() + settings.connection_timeout;
-    let mut failures: Vec<(String, String)> = Vec::new();
+    let mut failures: Vec<(String, HostFailure)> = Vec::new();
     let mut hosts = settings.connect.hosts.clone();
     shuffle(&mut hosts);
     let mut round = 0u32;
@@ -458,7 +460,7 @@ pub(crate) async fn first_connection(shared: &Shared) -> Result<Connection> {
         for (tried, host) in hosts.iter().enumerate() {
             let now = Instant::now();
             if now >= deadline {
-                return Err(connect_error(settings, &failures));
+                return Err(connect_error(settings, failures));
             }
             // A silent host gets its share of the time left, so it cannot keep the others
             // from being tried; the last host of a round gets all of it.
@@ -474,38 +476,33 @@ pub(crate) async fn first_connection(shared: &Shared) -> Result<Connection> {
             }
         }
         round += 1;
-        if settings.one_round {
-            return Err(connect_error(settings, &failures));
+        let hopeless = failures.len() == hosts.len()
+            && failures
+                .iter()
+                .all(|(_, why)| matches!(why, HostFailure::NotZooKeeper(_)));
+        if settings.one_round || hopeless {
+            return Err(connect_error(settings, failures));
         }
         let pause = Duration::from_millis(50 * u64::from(round.min(10)));
         if Instant::now() + pause >= deadline {
-            return Err(connect_error(settings, &failures));
+            return Err(connect_error(settings, failures));
         }
         tokio::time::sleep(pause).await;
     }
 }
 
-fn connect_error(settings: &Settings, failures: &[(String, String)]) -> Error {
-    let causes: Vec<String> = failures
-        .iter()
-        .map(|(host, why)| format!("{host}: {why}"))
-        .collect();
-    Error::Connect(format!(
-        "no ZooKeeper server of {:?} established a session within {:?} ({})",
-        settings.connect.hosts.join(","),
-        settings.connection_timeout,
-        if causes.is_empty() {
-            "no host was tried".to_owned()
-        } else {
-            causes.join("; ")
-        }
-    ))
+fn connect_error(settings: &Settings, failures: Vec<(String, HostFailure)>) -> Error {
+    Error::Connect {
+        hosts: settings.connect.hosts.join(","),
+        timeout: settings.connection_timeout,
+        failures,
+    }
 }
 
-/// Why a connection attempt failed.
+/// Why an attempt on one host failed.
 enum Failure {
     /// This host, for this reason; another may do.
-    Host(String),
+    Host(HostFailure),
     /// The session itself was refused (expired): no host will do.
     Refused(Error),
 }
@@ -513,10 +510,16 @@ enum Failure {
 /// Opens a connection to `host` and establishes (or resumes) the session on it.
 async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Connection, Failure> {
     let limit = deadline.saturating_duration_since(Instant::now());
+    // Set once the TCP connection is up: a timeout before is no connection, after it no answer.
+    let connected = AtomicBool::new(false);
     let attempt = async {
-        let mut stream = TcpStream::connect(host)
-            .await
-            .map_err(|err| Failure::Host(err.to_string()))?;
+        let mut stream = TcpStream::connect(host).await.map_err(|err| {
+            Failure::Host(match err.kind() {
+                std::io::ErrorKind::ConnectionRefused => HostFailure::Refused,
+                _ => HostFailure::Io(err.to_string()),
+            })
+        })?;
+        connected.store(true, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
         let identity = lock(&shared.identity).clone();
         let timeout =
@@ -529,32 +532,30 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
         }
         let mut frame = Vec::new();
         encode_frame(&mut frame, |body| request.write(body));
-        stream
-            .write_all(&frame)
-            .await
-            .map_err(|err| Failure::Host(format!("sending the session request: {err}")))?;
+        stream.write_all(&frame).await.map_err(|err| {
+            Failure::Host(HostFailure::Io(format!(
+                "sending the session request: {err}"
+            )))
+        })?;
         let mut buf = BytesMut::with_capacity(4096);
         let body = loop {
             match decode_frame(&mut buf, MAX_FRAME) {
                 Ok(Some(body)) => break body,
                 Ok(None) => {}
-                Err(err) => return Err(Failure::Host(format!("not a ZooKeeper server: {err}"))),
+                Err(_) => return Err(Failure::Host(HostFailure::NotZooKeeper(shown(&buf)))),
             }
             match stream.read_buf(&mut buf).await {
-                Ok(0) => {
-                    return Err(Failure::Host(
-                        "the server closed the connection during the handshake".into(),
-                    ));
-                }
+                Ok(0) if buf.is_empty() => return Err(Failure::Host(HostFailure::Closed)),
+                Ok(0) => return Err(Failure::Host(HostFailure::NotZooKeeper(shown(&buf)))),
                 Ok(_) => {}
-                Err(err) => return Err(Failure::Host(err.to_string())),
+                Err(err) => return Err(Failure::Host(HostFailure::Io(err.to_string()))),
             }
         };
         let response = ConnectResponse::read(&mut Reader::new(body))
-            .map_err(|err| Failure::Host(format!("an unreadable session reply: {err}")))?;
+            .map_err(|_| Failure::Host(HostFailure::NotZooKeeper(shown(&buf))))?;
         if response.timeout <= 0 {
             return Err(if identity.id == 0 {
-                Failure::Host("the server refused to create a session".into())
+                Failure::Host(HostFailure::SessionRefused)
             } else {
                 Failure::Refused(Error::SessionExpired)
             });
@@ -575,8 +576,27 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
     };
     match tokio::time::timeout(limit, attempt).await {
         Ok(outcome) => outcome,
-        Err(_) => Err(Failure::Host(format!("no session within {limit:?}"))),
+        Err(_) if connected.load(Ordering::Relaxed) => {
+            Err(Failure::Host(HostFailure::NoAnswer(limit)))
+        }
+        Err(_) => Err(Failure::Host(HostFailure::ConnectTimedOut(limit))),
     }
+}
+
+/// The first bytes of an answer that is not ZooKeeper's, for the error message: printable
+/// ASCII as it is, the rest escaped.
+fn shown(answer: &[u8]) -> String {
+    const SHOWN: usize = 48;
+    let mut text: String = answer
+        .iter()
+        .take(SHOWN)
+        .flat_map(|&b| std::ascii::escape_default(b))
+        .map(char::from)
+        .collect();
+    if answer.len() > SHOWN {
+        text.push_str("...");
+    }
+    format!("it answered {text:?}")
 }
 
 fn shuffle(hosts: &mut [String]) {
@@ -816,7 +836,7 @@ async fn reconnect(shared: &Shared) -> std::result::Result<Connection, (Error, S
                 Ok(connection) => return Ok(connection),
                 Err(Failure::Refused(err)) => return Err((err, SessionState::Expired)),
                 Err(Failure::Host(why)) => {
-                    tracing::debug!(host, why, "reconnect attempt failed");
+                    tracing::debug!(host, %why, "reconnect attempt failed");
                     shared.drop_connection(&Error::ConnectionLoss(format!("{host}: {why}")));
                 }
             }

@@ -1,26 +1,19 @@
 //! Establishing one ZooKeeper session, bounded by the connection timeout, and saying why not.
 //!
-//! The client tries the hosts of a connect string until the connection timeout and names what
-//! each one answered at the socket. Here one attempt lasts at most the connection timeout. If the session is not established within a short grace period, each
-//! host is probed alongside: a TCP connection, then ZooKeeper's handshake (a connect request
-//! for a new session, closed again at once if the server grants it). So a failure names every
-//! host and what happened there: refused, timed out, silent, or not ZooKeeper at all. A host
-//! that answers but is not ZooKeeper will not become one by waiting, so when every host is of
-//! that kind the attempt fails at once; refused and silent hosts are tried until the timeout,
-//! as a server that is starting (or an ensemble electing a leader) comes up in that time.
+//! The client library tries the hosts of a connect string until the connection timeout and
+//! reports, for each host, what it found at the socket: refused, no connection, no answer to
+//! the handshake, an answer that is not ZooKeeper's, a closed connection, or a session
+//! refused. Hosts that answer but are not ZooKeeper fail the attempt at once (waiting will not
+//! make them ZooKeeper); refused and silent hosts are tried until the timeout, as a server that
+//! is starting (or an ensemble electing a leader) comes up in that time. This module turns
+//! that report into [`Error::Connect`], one cause per host, in the connect string's order.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use lockkeeper_proto::{ConnectRequest, ConnectResponse, Jute, Reader, encode_frame};
-use lockkeeper_zk_client::Client;
-use tokio::time::Instant;
+use lockkeeper_zk_client::{Client, HostFailure};
 
-use crate::connect::{Answer, ask, combine, dial, shown};
+use crate::connect::combine;
 use crate::error::{ConnectCause, Error, Result};
-
-/// The opcode of closeSession, to end the probe's session at once.
-const CLOSE_SESSION: i32 = -11;
 
 /// The hosts of a connect string (`host:port,host:port/chroot`), each as `host:port`.
 pub(crate) fn hosts(connect_string: &str) -> Result<Vec<String>> {
@@ -41,62 +34,15 @@ impl Attempt<'_> {
     /// Establishes a session within the connection timeout, or fails naming each host and why.
     pub(crate) async fn connect(&self) -> Result<Client> {
         let hosts = hosts(self.connect_string)?;
-        let limit = self.connection_timeout;
-        let deadline = Instant::now() + limit;
-        let connecting = Client::connector()
+        let connected = Client::connector()
             .session_timeout(self.session_timeout)
-            .connection_timeout(limit)
+            .connection_timeout(self.connection_timeout)
             // As Curator creates its namespace: otherwise the first lock would fail with a
             // bare NoNode that names no path.
             .create_chroot(true)
-            .connect(self.connect_string);
-        tokio::pin!(connecting);
-        // A healthy server answers well within this; only then is a probe worth its cost.
-        let grace = (limit / 5).min(Duration::from_secs(1));
-        tokio::select! {
-            connected = &mut connecting => return self.outcome(connected, &hosts, deadline, None).await,
-            () = tokio::time::sleep(grace) => {}
-        }
-        // The probes end by the deadline on their own (each step is bounded by it). A client
-        // that gives up meanwhile (at the deadline, as the probes do) is answered with what
-        // they find: probes started afresh then would have no time left.
-        let probing = self.probe_all(&hosts, deadline);
-        tokio::pin!(probing);
-        let probes = tokio::select! {
-            connected = &mut connecting => {
-                let probes = match connected {
-                    Ok(client) => return Ok(client),
-                    Err(_) => (&mut probing).await,
-                };
-                return self.outcome(connected, &hosts, deadline, Some(probes)).await;
-            }
-            probes = &mut probing => probes,
-        };
-        // A host that answers, but not as ZooKeeper, will not become one by waiting.
-        let hopeless = probes
-            .iter()
-            .all(|(_, probe)| matches!(probe, Probe::Fails(ConnectCause::NotZooKeeper(_))));
-        if !hopeless {
-            tokio::select! {
-                connected = &mut connecting => {
-                    return self.outcome(connected, &hosts, deadline, Some(probes)).await;
-                }
-                () = tokio::time::sleep_until(deadline) => {}
-            }
-        }
-        Err(self.error(&hosts, combine(self.causes(probes, None))))
-    }
-
-    /// The client, or the error for a connect the client library ended before the deadline:
-    /// each host's cause from `probes`, or from probes run now in the time left.
-    async fn outcome(
-        &self,
-        connected: std::result::Result<Client, lockkeeper_zk_client::Error>,
-        hosts: &[String],
-        deadline: Instant,
-        probes: Option<Vec<(String, Probe)>>,
-    ) -> Result<Client> {
-        let err = match connected {
+            .connect(self.connect_string)
+            .await;
+        let cause = match connected {
             Ok(client) => return Ok(client),
             // A malformed connect string will not get better by retrying.
             Err(err @ lockkeeper_zk_client::Error::BadArguments(_)) => {
@@ -105,123 +51,49 @@ impl Attempt<'_> {
                     self.connect_string
                 )));
             }
-            Err(err) => err,
+            Err(lockkeeper_zk_client::Error::Connect { failures, .. }) => {
+                combine(in_order(&hosts, failures))
+            }
+            // A session was established, and then something else failed (creating the
+            // chroot, say).
+            Err(err) => ConnectCause::Other(format!("a ZooKeeper server answers, but: {err}")),
         };
-        let probes = match probes {
-            Some(probes) => probes,
-            // Bounded by the deadline, step by step.
-            None => self.probe_all(hosts, deadline).await,
-        };
-        Err(self.error(hosts, combine(self.causes(probes, Some(&err)))))
-    }
-
-    /// The cause of each host's failure. A host that serves ZooKeeper fine failed for the
-    /// client library's reason (`err`), or by not establishing the session in time.
-    fn causes(
-        &self,
-        probes: Vec<(String, Probe)>,
-        err: Option<&lockkeeper_zk_client::Error>,
-    ) -> Vec<(String, ConnectCause)> {
-        probes
-            .into_iter()
-            .map(|(host, probe)| {
-                let cause = match (probe, err) {
-                    (Probe::Fails(cause), _) => cause,
-                    (Probe::Serving, Some(err)) => {
-                        ConnectCause::Other(format!("a ZooKeeper server answers, but: {err}"))
-                    }
-                    (Probe::Serving, None) => ConnectCause::Other(format!(
-                        "a ZooKeeper server answers, but no session was established within {:?}",
-                        self.connection_timeout
-                    )),
-                };
-                (host, cause)
-            })
-            .collect()
-    }
-
-    fn error(&self, hosts: &[String], cause: ConnectCause) -> Error {
-        Error::Connect {
+        Err(Error::Connect {
             address: hosts.join(","),
             cause,
-        }
-    }
-
-    /// Probes every host at once; each answer is in the order of `hosts`.
-    async fn probe_all(&self, hosts: &[String], deadline: Instant) -> Vec<(String, Probe)> {
-        let probes = hosts
-            .iter()
-            .map(|host| async move { (host.clone(), self.probe(host, deadline).await) });
-        futures_util::future::join_all(probes).await
-    }
-
-    /// What `host` is: a ZooKeeper server that grants sessions, or the cause a connection
-    /// there fails with.
-    async fn probe(&self, host: &str, deadline: Instant) -> Probe {
-        let limit = self.connection_timeout;
-        let mut stream = match dial(host, deadline, limit).await {
-            Ok(stream) => stream,
-            Err(cause) => return Probe::Fails(cause),
-        };
-        let mut question = Vec::with_capacity(64);
-        let timeout = i32::try_from(self.session_timeout.as_millis()).unwrap_or(i32::MAX);
-        encode_frame(&mut question, |out| {
-            ConnectRequest::new_session(timeout).write(out)
-        });
-        // A connect response is 4 bytes of length and 36 or 37 of record.
-        let answer = match ask(&mut stream, &question, 41, deadline, limit).await {
-            Ok(Answer::Bytes(bytes)) => bytes,
-            Ok(Answer::Closed) => {
-                return Probe::Fails(ConnectCause::Rejected(
-                    "it closed the connection without answering ZooKeeper's handshake \
-                     (a ZooKeeper server that is not serving: no quorum, or too many \
-                     connections from this address; or not ZooKeeper at all)"
-                        .into(),
-                ));
-            }
-            Err(cause) => return Probe::Fails(cause),
-        };
-        let Some(response) = connect_response(&answer) else {
-            return Probe::Fails(ConnectCause::NotZooKeeper(shown(&answer)));
-        };
-        if response.timeout <= 0 {
-            return Probe::Fails(ConnectCause::Rejected(
-                "it refused to open a session".into(),
-            ));
-        }
-        // End the probe's session now rather than leave it to expire. Best effort: if this
-        // does not arrive, the server expires the session after its timeout.
-        let mut close = Vec::with_capacity(12);
-        encode_frame(&mut close, |out| {
-            1i32.write(out);
-            CLOSE_SESSION.write(out);
-        });
-        let _ = tokio::time::timeout_at(deadline, async {
-            use tokio::io::AsyncWriteExt;
-            stream.write_all(&close).await
         })
-        .await;
-        Probe::Serving
     }
 }
 
-/// What a probe found at one host.
-enum Probe {
-    /// A ZooKeeper server that granted the probe a session.
-    Serving,
-    /// A connection there fails, for this reason.
-    Fails(ConnectCause),
+/// Each host's cause, in the order of `hosts`; a host the client never got to is said to be.
+fn in_order(hosts: &[String], failures: Vec<(String, HostFailure)>) -> Vec<(String, ConnectCause)> {
+    hosts
+        .iter()
+        .map(|host| {
+            let cause = failures
+                .iter()
+                .find(|(tried, _)| tried == host)
+                .map_or_else(
+                    || ConnectCause::Other("not tried before the connection timeout".into()),
+                    |(_, why)| cause(why),
+                );
+            (host.clone(), cause)
+        })
+        .collect()
 }
 
-/// The connect response in `answer`, if it is one: a frame whose length fits the record.
-fn connect_response(answer: &[u8]) -> Option<ConnectResponse> {
-    let length = i32::from_be_bytes(answer.get(..4)?.try_into().ok()?);
-    if !(36..=37).contains(&length) {
-        return None;
+/// The library's cause for what the client found at one host.
+fn cause(failure: &HostFailure) -> ConnectCause {
+    match failure {
+        HostFailure::Refused => ConnectCause::Refused,
+        HostFailure::ConnectTimedOut(after) => ConnectCause::TimedOut(*after),
+        HostFailure::NoAnswer(after) => ConnectCause::NoAnswer(*after),
+        HostFailure::NotZooKeeper(what) => ConnectCause::NotZooKeeper(what.clone()),
+        HostFailure::Closed | HostFailure::SessionRefused => {
+            ConnectCause::Rejected(failure.to_string())
+        }
+        HostFailure::Io(what) => ConnectCause::Other(what.clone()),
     }
-    let record = answer.get(4..4 + length as usize)?;
-    let response = ConnectResponse::read(&mut Reader::new(Bytes::copy_from_slice(record))).ok()?;
-    (response.protocol_version == 0 && response.passwd.len() == 16).then_some(response)
 }
 
 #[cfg(test)]
@@ -238,20 +110,24 @@ mod tests {
     }
 
     #[test]
-    fn only_a_connect_response_is_one() {
-        let mut frame = Vec::new();
-        encode_frame(&mut frame, |out| {
-            ConnectResponse {
-                protocol_version: 0,
-                timeout: 4000,
-                session_id: 7,
-                passwd: Bytes::from_static(&[1; 16]),
-                read_only: Some(false),
-            }
-            .write(out)
-        });
-        assert_eq!(connect_response(&frame).map(|r| r.session_id), Some(7));
-        assert!(connect_response(b"-ERR unknown command 'x'\r\n").is_none());
-        assert!(connect_response(b"HTTP/1.1 400 Bad Request\r\n\r\n").is_none());
+    fn causes_follow_the_connect_string_and_name_a_host_not_tried() {
+        let hosts = ["a:1".to_owned(), "b:2".to_owned(), "c:3".to_owned()];
+        let failures = vec![
+            (
+                "c:3".to_owned(),
+                HostFailure::NotZooKeeper("it answered \"x\"".into()),
+            ),
+            ("a:1".to_owned(), HostFailure::Refused),
+        ];
+        let causes = in_order(&hosts, failures);
+        assert_eq!(causes[0], ("a:1".to_owned(), ConnectCause::Refused));
+        assert!(
+            matches!(&causes[1], (h, ConnectCause::Other(why)) if h == "b:2" && why.contains("not tried"))
+        );
+        assert!(matches!(&causes[2], (h, ConnectCause::NotZooKeeper(_)) if h == "c:3"));
+        assert!(matches!(
+            cause(&HostFailure::Closed),
+            ConnectCause::Rejected(_)
+        ));
     }
 }
