@@ -329,6 +329,44 @@ async fn timeouts_and_cancellation_leave_no_node_behind() {
     .await;
 }
 
+/// An acquisition waiting under the internal mutex whose mutex node someone deletes still
+/// gets its leases when they fit (the session is alive, so they are ours), rather than an error
+/// that would leave them held by nobody who knows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_internal_lock_does_not_cost_the_waiter_its_lease() {
+    for_each_backend(|connect| async move {
+        let path = "/semaphores/deleted-internal";
+        let holder = session(&connect).await;
+        let waiter = session(&connect).await;
+        let operator = session(&connect).await;
+        let held = holder.semaphore(path, 1).unwrap().acquire(1).await.unwrap();
+        let waiting = tokio::spawn({
+            let semaphore = waiter.semaphore(path, 1).unwrap();
+            async move { semaphore.acquire(1).await }
+        });
+        // The waiter holds the internal mutex and has its lease node in line.
+        let locks = wait_children(&operator, &locks_dir(path), 1).await;
+        wait_children(&operator, &leases_dir(path), 2).await;
+        operator
+            .client()
+            .unwrap()
+            .delete(&format!("{}/{}", locks_dir(path), locks[0]), None)
+            .await
+            .unwrap();
+        held.release().await.unwrap();
+        let leases = tokio::time::timeout(Duration::from_secs(60), waiting)
+            .await
+            .expect("granted once the holder released")
+            .unwrap()
+            .expect("the lease is the waiter's: its session is alive");
+        assert!(leases.is_held());
+        assert_eq!(children(&operator, &leases_dir(path)).await.len(), 1);
+        leases.release().await.unwrap();
+        assert!(children(&operator, &leases_dir(path)).await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_before_anything_is_sent() {
     for_each_backend(|connect| async move {
