@@ -59,18 +59,29 @@ macro_rules! lock {
     };
 }
 
-/// `impl Guard for $guard` for a guard with the usual inherent methods: `fencing_token`,
-/// `is_held`, `valid_until`, `lost` and `release` returning `Result<()>`; `|$g| $held_as` is
-/// what records the hold, and any further items go into the impl as they are.
+/// `impl Guard for $guard`: `|g| ...` says how `g` answers the fencing token, whether it is
+/// held, what records the hold and how it is released (`g` by value, in an `async` block);
+/// `valid_until` and `lost` are the guard's own. The short form is for a guard whose inherent
+/// `fencing_token`, `is_held` and `release` (to `Result<()>`) are what the trait asks. Any
+/// further items go into the impl as they are.
 macro_rules! guard {
-    ($guard:ty, held_as: |$g:ident| $held_as:expr $(, $($more:tt)*)?) => {
+    (
+        $guard:ty,
+        token: |$t:ident| $token:expr,
+        held: |$h:ident| $held:expr,
+        held_as: |$a:ident| $held_as:expr,
+        release: |$r:ident| $release:expr
+        $(, $($more:tt)*)?
+    ) => {
         impl Guard for $guard {
             fn fencing_token(&self) -> Option<FencingToken> {
-                Some(<$guard>::fencing_token(self))
+                let $t = self;
+                $token
             }
 
             fn is_held(&self) -> bool {
-                <$guard>::is_held(self)
+                let $h = self;
+                $held
             }
 
             fn valid_until(&self) -> Option<tokio::time::Instant> {
@@ -82,16 +93,27 @@ macro_rules! guard {
             }
 
             fn held_as(&self) -> String {
-                let $g = self;
+                let $a = self;
                 $held_as
             }
 
             fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-                Box::pin(<$guard>::release(*self))
+                let $r = *self;
+                Box::pin(async move { $release })
             }
 
             $($($more)*)?
         }
+    };
+    ($guard:ty, held_as: |$a:ident| $held_as:expr $(, $($more:tt)*)?) => {
+        guard!(
+            $guard,
+            token: |g| Some(g.fencing_token()),
+            held: |g| g.is_held(),
+            held_as: |$a| $held_as,
+            release: |g| g.release().await
+            $(, $($more)*)?
+        );
     };
 }
 
@@ -179,59 +201,19 @@ mod zk {
         }
     );
 
-    /// Leadership: held while leading; released by resigning.
-    impl Guard for Leadership {
-        fn fencing_token(&self) -> Option<FencingToken> {
-            Some(Leadership::fencing_token(self))
-        }
+    // Leadership: held while leading; released by resigning.
+    guard!(Leadership,
+        token: |g| Some(g.fencing_token()),
+        held: |g| g.is_leader(),
+        held_as: |g| g.node().to_owned(),
+        release: |g| not_leader_is_not_held(g.resign().await));
 
-        fn is_held(&self) -> bool {
-            self.is_leader()
-        }
-
-        fn valid_until(&self) -> Option<tokio::time::Instant> {
-            Leadership::valid_until(self)
-        }
-
-        fn lost(&self) -> BoxFuture<'_, ()> {
-            Box::pin(Leadership::lost(self))
-        }
-
-        fn held_as(&self) -> String {
-            self.node().to_owned()
-        }
-
-        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(async move { not_leader_is_not_held(self.resign().await) })
-        }
-    }
-
-    /// Leases of a semaphore: the first lease's token ([`Leases::fencing_tokens`] has each).
-    impl Guard for Leases {
-        fn fencing_token(&self) -> Option<FencingToken> {
-            self.fencing_tokens().first().copied()
-        }
-
-        fn is_held(&self) -> bool {
-            Leases::is_held(self)
-        }
-
-        fn valid_until(&self) -> Option<tokio::time::Instant> {
-            Leases::valid_until(self)
-        }
-
-        fn lost(&self) -> BoxFuture<'_, ()> {
-            Box::pin(Leases::lost(self))
-        }
-
-        fn held_as(&self) -> String {
-            self.nodes().join(",")
-        }
-
-        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(Leases::release(*self))
-        }
-    }
+    // Leases of a semaphore: the first lease's token (`Leases::fencing_tokens` has each).
+    guard!(Leases,
+        token: |g| g.fencing_tokens().first().copied(),
+        held: |g| g.is_held(),
+        held_as: |g| g.nodes().join(","),
+        release: |g| g.release().await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -302,87 +284,27 @@ mod redis {
         }
     }
 
-    /// Redlock has no fencing token: its masters are independent and share no counter.
-    impl Guard for RedlockGuard {
-        fn fencing_token(&self) -> Option<FencingToken> {
-            None
-        }
+    // Redlock has no fencing token: its masters are independent and share no counter.
+    guard!(RedlockGuard,
+        token: |_g| None,
+        held: |g| g.is_held(),
+        held_as: |g| g.name().to_owned(),
+        release: |g| g.release().await);
 
-        fn is_held(&self) -> bool {
-            RedlockGuard::is_held(self)
-        }
+    // A reentrant guard's release gives back one hold; the trait's `Ok` does not say whether
+    // it was the last (the inherent `release` does).
+    guard!(ReentrantGuard,
+        token: |g| Some(g.fencing_token()),
+        held: |g| g.is_held(),
+        held_as: |g| g.name().to_owned(),
+        release: |g| g.release().await.map(drop));
 
-        fn valid_until(&self) -> Option<tokio::time::Instant> {
-            RedlockGuard::valid_until(self)
-        }
-
-        fn lost(&self) -> BoxFuture<'_, ()> {
-            Box::pin(RedlockGuard::lost(self))
-        }
-
-        fn held_as(&self) -> String {
-            self.name().to_owned()
-        }
-
-        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(RedlockGuard::release(*self))
-        }
-    }
-
-    /// A reentrant guard's release gives back one hold; the trait's `Ok` does not say whether
-    /// it was the last (the inherent `release` does).
-    impl Guard for ReentrantGuard {
-        fn fencing_token(&self) -> Option<FencingToken> {
-            Some(ReentrantGuard::fencing_token(self))
-        }
-
-        fn is_held(&self) -> bool {
-            ReentrantGuard::is_held(self)
-        }
-
-        fn valid_until(&self) -> Option<tokio::time::Instant> {
-            ReentrantGuard::valid_until(self)
-        }
-
-        fn lost(&self) -> BoxFuture<'_, ()> {
-            Box::pin(ReentrantGuard::lost(self))
-        }
-
-        fn held_as(&self) -> String {
-            self.name().to_owned()
-        }
-
-        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(async move { ReentrantGuard::release(*self).await.map(drop) })
-        }
-    }
-
-    /// As for [`ReentrantGuard`]: one hold given back.
-    impl Guard for LocalReentrantGuard {
-        fn fencing_token(&self) -> Option<FencingToken> {
-            Some(LocalReentrantGuard::fencing_token(self))
-        }
-
-        fn is_held(&self) -> bool {
-            LocalReentrantGuard::is_held(self)
-        }
-
-        fn valid_until(&self) -> Option<tokio::time::Instant> {
-            LocalReentrantGuard::valid_until(self)
-        }
-
-        fn lost(&self) -> BoxFuture<'_, ()> {
-            Box::pin(LocalReentrantGuard::lost(self))
-        }
-
-        fn held_as(&self) -> String {
-            LocalReentrantGuard::name(self).to_owned()
-        }
-
-        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(async move { LocalReentrantGuard::release(*self).await.map(drop) })
-        }
-    }
+    // As for `ReentrantGuard`: one hold given back.
+    guard!(LocalReentrantGuard,
+        token: |g| Some(g.fencing_token()),
+        held: |g| g.is_held(),
+        held_as: |g| g.name().to_owned(),
+        release: |g| g.release().await.map(drop));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -406,30 +328,10 @@ mod etcd {
 
     guard!(LockGuard, held_as: |g| g.key());
 
-    /// Leadership: held while leading; released by resigning.
-    impl Guard for Leadership {
-        fn fencing_token(&self) -> Option<FencingToken> {
-            Some(Leadership::fencing_token(self))
-        }
-
-        fn is_held(&self) -> bool {
-            Leadership::is_held(self)
-        }
-
-        fn valid_until(&self) -> Option<tokio::time::Instant> {
-            Leadership::valid_until(self)
-        }
-
-        fn lost(&self) -> BoxFuture<'_, ()> {
-            Box::pin(Leadership::lost(self))
-        }
-
-        fn held_as(&self) -> String {
-            self.key()
-        }
-
-        fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-            Box::pin(async move { not_leader_is_not_held(self.resign().await) })
-        }
-    }
+    // Leadership: held while leading; released by resigning.
+    guard!(Leadership,
+        token: |g| Some(g.fencing_token()),
+        held: |g| g.is_held(),
+        held_as: |g| g.key(),
+        release: |g| not_leader_is_not_held(g.resign().await));
 }
