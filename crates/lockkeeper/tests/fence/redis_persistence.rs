@@ -105,6 +105,24 @@ async fn redis_fence_accepts_a_server_that_fsyncs_every_write() {
             .unwrap(),
         Outcome::Accepted
     );
+    // The keys it names are the keys it wrote: the token, and the value beside it.
+    let get = |key: String| {
+        let redis = redis.clone();
+        async move {
+            let mut get = redis::cmd("GET");
+            get.arg(&key);
+            redis.command::<Option<Vec<u8>>>(&get).await.unwrap()
+        }
+    };
+    assert_eq!(
+        get(fence.value_key("orders")).await.as_deref(),
+        Some(&b"three"[..])
+    );
+    assert_eq!(
+        get(fence.token_key("orders")).await.as_deref(),
+        Some(&b"3"[..])
+    );
+    assert_ne!(fence.value_key("orders"), fence.token_key("orders"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
