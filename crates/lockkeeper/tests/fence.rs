@@ -231,6 +231,14 @@ async fn bad_input_is_an_invalid_argument_naming_it() {
         };
         sql_invalid(SqlFence::new("orders; DROP TABLE x").map(|_| ()), "table");
         sql_invalid(SqlFence::new("").map(|_| ()), "table");
+        let longest = "t".repeat(63);
+        assert_eq!(
+            SqlFence::new(&longest).unwrap().table(),
+            longest,
+            "63 bytes is the limit"
+        );
+        sql_invalid(SqlFence::new(&"t".repeat(64)).map(|_| ()), "table");
+        assert_eq!(SqlFence::new("_fenced_1").unwrap().table(), "_fenced_1");
         #[cfg(feature = "sqlite")]
         {
             let conn = rusqlite::Connection::open_in_memory().unwrap();
