@@ -266,6 +266,7 @@ async fn bad_input_is_an_invalid_argument_naming_it() {
         invalid(ZkFence::new(&session, "/"), "fence path");
         invalid(ZkFence::new(&session, "/zookeeper/x"), "fence path");
         let fence = ZkFence::new(&session, "/fenced/x").unwrap();
+        assert_eq!(fence.path(), "/fenced/x");
         invalid(
             fence.write_checked("", FencingToken::new(1), b"v").await,
             "lock node",
