@@ -122,7 +122,12 @@ async fn redis_fence_accepts_a_server_that_fsyncs_every_write() {
         get(fence.token_key("orders")).await.as_deref(),
         Some(&b"3"[..])
     );
-    assert_ne!(fence.value_key("orders"), fence.token_key("orders"));
+    // The layout other clients (and operators) read: the value beside the token's key.
+    assert_eq!(
+        fence.value_key("orders"),
+        format!("{}:value", fence.token_key("orders"))
+    );
+    assert!(fence.token_key("orders").ends_with(":fence:{orders}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
