@@ -519,3 +519,19 @@ async fn watchdog(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis counts leases in whole milliseconds: one is the shortest, and is allowed.
+    #[test]
+    fn a_ttl_of_one_millisecond_is_the_shortest_allowed() {
+        assert!(check_ttl("lease time", Duration::from_millis(1)).is_ok());
+        let err = check_ttl("lease time", Duration::from_micros(999)).unwrap_err();
+        assert!(
+            err.to_string().contains("lease time must be at least 1 ms"),
+            "{err}"
+        );
+    }
+}
