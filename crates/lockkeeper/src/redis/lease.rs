@@ -534,4 +534,12 @@ mod tests {
             "{err}"
         );
     }
+
+    /// The fencing counter starts at 1: zero or less is a corrupt counter, not a token.
+    #[test]
+    fn a_fencing_counter_below_one_is_corruption() {
+        assert_eq!(fencing_token(1).unwrap(), FencingToken::new(1));
+        assert!(fencing_token(0).is_err());
+        assert!(fencing_token(-5).is_err());
+    }
 }
