@@ -419,3 +419,52 @@ async fn a_reentrant_unlock_whose_answer_is_lost_is_an_error() {
         "the lock hash is gone"
     );
 }
+
+/// A release Redis refuses (here its user lost the right to run scripts: `NOPERM`) is an
+/// answer, not a lost one: it is sent once and its error returned, never retried as if it
+/// might have gone through (a retry that then found the key gone would report a release that
+/// never happened).
+#[tokio::test]
+async fn a_refused_release_is_sent_once_and_reported() {
+    let server = RedisServer::start();
+    let redis = Redis::connect(&server.url()).await.expect("connect");
+    let mut admin = raw(&server).await;
+    let lock = redis.lease_lock("refused").lease(LEASE);
+    let guard = lock.try_lock().await.expect("try_lock").expect("free");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG RESETSTAT");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-@scripting")
+        .query_async(&mut admin)
+        .await
+        .expect("ACL SETUSER");
+    let released = guard.release().await;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("+@all")
+        .query_async(&mut admin)
+        .await
+        .expect("ACL SETUSER");
+    assert!(
+        matches!(&released, Err(Error::Redis(err)) if err.to_string().contains("no permissions")),
+        "a refused release: {released:?}"
+    );
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .expect("INFO commandstats");
+    let rejected: u64 = stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .filter_map(|line| line.split("rejected_calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(rejected, 1, "the release was sent once: {stats}");
+}
