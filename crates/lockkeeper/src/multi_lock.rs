@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::lock::{Guard, Lock};
+use crate::wait::Deadline;
 
 /// Several locks taken together: see the module docs.
 ///
@@ -112,30 +113,25 @@ impl MultiLock {
 
     /// Waits until every lock is held.
     pub async fn lock(&self) -> Result<MultiGuard> {
-        let guard = self.acquire(Wait::Forever).await?;
+        let guard = self.acquire(Deadline::Never).await?;
         guard.ok_or(Error::SessionLost)
     }
 
     /// Takes every lock only if each is free now; `None` (holding nothing) otherwise.
     pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.acquire(Wait::Try).await
+        self.acquire(Deadline::Now).await
     }
 
     /// Waits at most `timeout` in all; `None` (holding nothing) if some lock was not granted
     /// in time. A zero timeout is refused: use [`try_lock`](MultiLock::try_lock).
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<Option<MultiGuard>> {
-        if timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "a zero timeout waits for nothing; use try_lock".into(),
-            ));
-        }
-        self.acquire(Wait::Until(Instant::now() + timeout)).await
+        self.acquire(Deadline::after(timeout)?).await
     }
 
-    async fn acquire(&self, wait: Wait) -> Result<Option<MultiGuard>> {
+    async fn acquire(&self, deadline: Deadline) -> Result<Option<MultiGuard>> {
         let mut taken = MultiGuard { held: Vec::new() };
         for lock in &self.locks {
-            match take(lock.as_ref(), wait).await {
+            match take(lock.as_ref(), deadline).await {
                 Ok(Some(one)) => taken.held.push((lock.name().to_owned(), one)),
                 Ok(None) => {
                     taken.release_quietly().await;
@@ -151,24 +147,16 @@ impl MultiLock {
     }
 }
 
-/// How long the whole set may wait.
-#[derive(Clone, Copy)]
-enum Wait {
-    Forever,
-    Until(Instant),
-    Try,
-}
-
-/// Takes one lock of the set within what is left of `wait`; `None` if it was not granted in
-/// time. Once the time is up, a lock still to take gets one try.
-async fn take(lock: &dyn Lock, wait: Wait) -> Result<Option<Box<dyn Guard>>> {
-    match wait {
-        Wait::Forever => lock.lock().await.map(Some),
-        Wait::Until(at) => match at.checked_duration_since(Instant::now()) {
+/// Takes one lock of the set within what is left of the set's `deadline`; `None` if it was not
+/// granted in time. Once the time is up, a lock still to take gets one try.
+async fn take(lock: &dyn Lock, deadline: Deadline) -> Result<Option<Box<dyn Guard>>> {
+    match deadline {
+        Deadline::Never => lock.lock().await.map(Some),
+        Deadline::At(at) => match at.checked_duration_since(Instant::now()) {
             Some(left) if !left.is_zero() => lock.lock_timeout(left).await,
             _ => lock.try_lock().await,
         },
-        Wait::Try => lock.try_lock().await,
+        Deadline::Now => lock.try_lock().await,
     }
 }
 
