@@ -551,8 +551,8 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
                 Err(err) => return Err(Failure::Host(HostFailure::Io(err.to_string()))),
             }
         };
-        let response = ConnectResponse::read(&mut Reader::new(body))
-            .map_err(|_| Failure::Host(HostFailure::NotZooKeeper(shown(&buf))))?;
+        let response = ConnectResponse::read(&mut Reader::new(body.clone()))
+            .map_err(|_| Failure::Host(HostFailure::NotZooKeeper(shown(&body))))?;
         if response.timeout <= 0 {
             return Err(if identity.id == 0 {
                 Failure::Host(HostFailure::SessionRefused)
@@ -587,16 +587,11 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
 /// ASCII as it is, the rest escaped.
 fn shown(answer: &[u8]) -> String {
     const SHOWN: usize = 48;
-    let mut text: String = answer
-        .iter()
-        .take(SHOWN)
-        .flat_map(|&b| std::ascii::escape_default(b))
-        .map(char::from)
-        .collect();
+    let mut text = answer[..answer.len().min(SHOWN)].escape_ascii().to_string();
     if answer.len() > SHOWN {
         text.push_str("...");
     }
-    format!("it answered {text:?}")
+    format!("it answered \"{text}\"")
 }
 
 fn shuffle(hosts: &mut [String]) {
@@ -862,6 +857,15 @@ async fn close_asked(shared: &Shared) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_wrong_answer_is_shown_escaped_once_and_cut() {
+        assert_eq!(
+            shown(b"HTTP/1.1 400\r\n"),
+            "it answered \"HTTP/1.1 400\\r\\n\""
+        );
+        assert!(shown(&[b'x'; 100]).ends_with("x...\""));
+    }
+
     use super::*;
 
     #[test]
