@@ -1,30 +1,71 @@
-//! How long something the server granted for a time can be trusted by the client.
+//! How long a blocking recipe call may wait: the one deadline type behind every `lock()`,
+//! `lock_timeout(d)` and `try_lock()` (and `lead()`, `lead_timeout(d)`, `try_lead()`, ...) of
+//! the ZooKeeper and etcd recipes.
 //!
-//! A ZooKeeper session and a Redis lease have one thing in common: the server ends them a
-//! fixed time after it last heard from the client, and the client cannot watch that happen.
-//! So the client keeps its own, conservative deadline: the time it *sent* the request that
-//! the server answered (the server heard it later, so its clock started later), plus the
-//! granted time, minus an allowance for the two clocks running at slightly different rates
-//! (1% plus 2 ms, as Redlock allows). Until that deadline the grant cannot have ended on the
-//! server; after it, the client must assume it has.
+//! A zero timeout is refused rather than read as "try once": the `try_` variants say that
+//! explicitly, and a zero computed by mistake should not silently turn a wait into a poll.
 //!
-//! Times are `tokio::time::Instant` (the monotonic clock), which keeps running while the
-//! process is stopped (SIGSTOP, a long GC-like pause): a holder that wakes up past its
-//! deadline knows it before it does anything else.
+//! A timed wait is bounded as a whole: once its deadline passes, withdrawing from the wait
+//! (deleting a waiting node, leaving a line) may take at most [`WITHDRAWAL`] more, and a
+//! backend that does not answer the withdrawal in that time is an error, not "not acquired":
+//! `Ok(None)` promises that the backend was heard saying the lock is someone else's.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The last instant a grant of `granted` can be trusted, when the request the server answered
-/// left at `sent`.
-pub(crate) fn trusted_until(sent: Instant, granted: Duration) -> Instant {
-    sent + granted.saturating_sub(drift(granted))
+use crate::error::{Error, Result};
+
+/// How long withdrawing from a timed wait may take past its deadline. A working backend
+/// answers in milliseconds; one that has not answered in a second is not going to answer
+/// before a caller who asked for a deadline stops caring.
+pub(crate) const WITHDRAWAL: Duration = Duration::from_secs(1);
+
+/// How long a blocking call may wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deadline {
+    /// `lock()`, `lead()`...: until done.
+    Never,
+    /// `lock_timeout(d)`...: until this instant.
+    At(Instant),
+    /// `try_lock()`...: only if it can be done at once.
+    Now,
 }
 
-/// The allowance for clock drift over `granted`.
-fn drift(granted: Duration) -> Duration {
-    granted / 100 + Duration::from_millis(2)
+impl Deadline {
+    pub(crate) fn after(timeout: std::time::Duration) -> Result<Deadline> {
+        if timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "timeout must be greater than zero (the try_ variant does not wait at all)".into(),
+            ));
+        }
+        Ok(Deadline::At(Instant::now() + timeout))
+    }
+
+    /// The instant by which a timed wait must have withdrawn ([`WITHDRAWAL`] past its
+    /// deadline); `None` for waits without a deadline.
+    pub(crate) fn withdrawn_by(&self) -> Option<Instant> {
+        match self {
+            Deadline::At(at) => Some(*at + WITHDRAWAL),
+            Deadline::Never | Deadline::Now => None,
+        }
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        match self {
+            Deadline::Never => false,
+            Deadline::At(at) => Instant::now() >= *at,
+            Deadline::Now => true,
+        }
+    }
+
+    pub(crate) async fn sleep(&self) {
+        match self {
+            Deadline::Never => std::future::pending().await,
+            Deadline::At(at) => tokio::time::sleep_until(*at).await,
+            Deadline::Now => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -32,15 +73,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_deadline_comes_before_the_server_s() {
-        let sent = Instant::now();
-        let until = trusted_until(sent, Duration::from_secs(10));
-        assert_eq!(until - sent, Duration::from_millis(9_898));
-    }
-
-    #[test]
-    fn a_grant_shorter_than_the_drift_is_never_trusted() {
-        let sent = Instant::now();
-        assert_eq!(trusted_until(sent, Duration::from_millis(1)), sent);
+    fn zero_timeout_is_refused() {
+        assert!(matches!(
+            Deadline::after(std::time::Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

@@ -19,19 +19,19 @@
 //! - a lost-lock signal (`guard.lost().await` and `guard.is_held()`), because a distributed lock
 //!   can be taken away (session expiry, lease end) without its holder doing anything.
 
-mod connect;
 mod deadline;
 pub mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod fence;
 pub mod fencing;
+mod grant;
 mod hold_time;
 pub mod lock;
 mod multi_lock;
+mod probe;
 pub mod redis;
 mod sync;
-mod wait;
 pub mod zk;
 
 pub use error::{ConnectCause, Error, Result};

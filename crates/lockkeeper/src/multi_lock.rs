@@ -21,10 +21,10 @@ use std::time::Duration;
 use futures_util::future::select_all;
 use tokio::time::Instant;
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::lock::{Guard, Lock};
-use crate::wait::Deadline;
 
 /// Several locks taken together: see the module docs.
 ///

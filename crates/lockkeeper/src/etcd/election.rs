@@ -6,6 +6,7 @@ use std::sync::Arc;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp};
 use etcd_client::{Txn, WatchOptions};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::etcd::check_name;
 use crate::etcd::guard::{HoldOptions, LockGuard};
@@ -13,7 +14,6 @@ use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::etcd::token;
 use crate::fencing::FencingToken;
-use crate::wait::Deadline;
 use tokio_util::sync::ReusableBoxFuture;
 
 /// A leader election on etcd, laid out as Go's `concurrency.Election` (and so `etcdctl

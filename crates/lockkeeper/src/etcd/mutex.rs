@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::deadline::Deadline;
 use crate::error::Result;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
 use crate::etcd::{check_name, lock_delay_option, positive};
-use crate::wait::Deadline;
 
 /// A distributed mutual-exclusion lock on etcd, laid out exactly as Go's `concurrency.Mutex`
 /// (and so `etcdctl lock NAME`): the key `NAME/{lease id in hex}` with the session's lease;

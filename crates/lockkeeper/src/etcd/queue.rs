@@ -16,18 +16,18 @@
 //! goes away (a dropped future, a timeout) while it is in flight, the task's result is dropped
 //! when it lands and the key deleted, so no abandoned key blocks the line.
 //!
-//! A timed wait is bounded as a whole ([`crate::wait`]): past its deadline, entering and
+//! A timed wait is bounded as a whole ([`crate::deadline`]): past its deadline, entering and
 //! withdrawing get [`WITHDRAWAL`] more, and an etcd that has not answered by then is an error
 //! naming that, not "not acquired". `Ok(None)` means etcd was heard: the key was withdrawn.
 
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp, TxnOpResponse};
 
+use crate::deadline::{Deadline, WITHDRAWAL};
 use crate::error::{Error, Result};
 use crate::etcd::delay;
 use crate::etcd::guard::{Held, HoldOptions, LockGuard};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::etcd::wait::{Earlier, Waited, wait_for_earlier};
-use crate::wait::{Deadline, WITHDRAWAL};
 
 /// How often a stale key of ours is cleared before the acquisition gives up.
 const STALE_CLEARINGS: u32 = 16;

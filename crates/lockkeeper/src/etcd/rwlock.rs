@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::deadline::Deadline;
 use crate::error::Result;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
 use crate::etcd::{check_name, lock_delay_option, positive, unique_suffix};
-use crate::wait::Deadline;
 
 /// A distributed read-write lock on etcd (lockkeeper's layout; etcd's Go packages have none):
 ///

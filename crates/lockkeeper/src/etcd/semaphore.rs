@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
 use crate::etcd::{check_name, positive, unique_suffix};
-use crate::wait::Deadline;
 
 /// A distributed counting semaphore on etcd (lockkeeper's layout): each acquisition puts
 /// `NAME/{lease:x}-{unique}` with the session's lease and holds a permit while fewer than `n`

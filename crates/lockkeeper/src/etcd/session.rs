@@ -5,7 +5,7 @@
 //! session renews the lease every third of its TTL (as Go's `concurrency.Session` does) on a
 //! keep-alive stream, and keeps its own conservative deadline ([`Session::valid_until`]): the
 //! time the last *successful* renewal was sent, plus the TTL etcd granted, minus the drift
-//! allowance of [`crate::deadline`]. etcd cannot expire the lease before that instant.
+//! allowance of [`crate::grant`]. etcd cannot expire the lease before that instant.
 //!
 //! Invariants:
 //! - **Loss is final.** Once the deadline passes without a renewal, a renewal answers that the
@@ -29,9 +29,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::connect::{combine, dial};
-use crate::deadline::trusted_until;
 use crate::error::{ConnectCause, Error, Result};
+use crate::grant::trusted_until;
+use crate::probe::{combine, dial};
 use crate::sync::lock;
 
 /// The session TTL when none is given: Go's `concurrency.DefaultTTL` (60 s).

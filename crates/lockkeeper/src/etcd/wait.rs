@@ -27,9 +27,9 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
-use crate::wait::Deadline;
 
 /// What a wait came to.
 #[derive(Debug, PartialEq, Eq)]

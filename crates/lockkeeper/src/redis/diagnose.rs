@@ -12,8 +12,8 @@ use std::time::Duration;
 use redis::RedisError;
 use tokio::time::Instant;
 
-use crate::connect::{Answer, ask, dial, shown};
 use crate::error::{ConnectCause, Error};
+use crate::probe::{Answer, ask, dial, shown};
 
 /// The error for a failed connection to the server at `address`, with the cause a probe finds
 /// before `deadline`; `limit` is the connection timeout the caller was given.

@@ -39,7 +39,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conn::unexpected_reply;
-use crate::deadline::trusted_until;
+use crate::grant::trusted_until;
 use crate::hold_time;
 use crate::{Error, FencingToken, Result};
 

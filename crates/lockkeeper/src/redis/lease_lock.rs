@@ -22,7 +22,7 @@ use super::lease::{
 use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::NOW;
 use super::wait::{self, Attempt};
-use crate::deadline::trusted_until;
+use crate::grant::trusted_until;
 use crate::{Error, FencingToken, Result};
 
 /// KEYS: lock, fence, line, line deadlines. ARGV: token, ttl, waiter (empty for a single

@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 use super::keys::{self, DEFAULT_PREFIX, LockKeys};
 use super::lease::{Lease, LeaseSpec, Renew, check_ttl, release_by};
-use crate::deadline::trusted_until;
+use crate::grant::trusted_until;
 use crate::{Error, Result};
 
 mod node;

@@ -5,7 +5,7 @@
 //! is on the wire, the task still sees the answer, and if the attempt won the lock it gives it
 //! back at once: a cancelled `lock()` leaves nothing behind on the server.
 //!
-//! A timed wait is bounded as a whole (see [`crate::wait`]): every request it sends must be
+//! A timed wait is bounded as a whole (see [`crate::deadline`]): every request it sends must be
 //! answered by [`WITHDRAWAL`] past the deadline, and the last attempt, made at the deadline,
 //! doubles as the proof that the server still answers. So `Ok(None)` means the server said
 //! "busy" at the deadline; a server that stopped answering is an error saying so, however
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::conn::Conn;
 use super::pubsub::Subscriber;
 use crate::Result;
-use crate::wait::WITHDRAWAL;
+use crate::deadline::WITHDRAWAL;
 
 /// What one attempt found.
 pub(crate) enum Attempt<T> {

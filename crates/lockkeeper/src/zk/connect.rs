@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use lockkeeper_zk_client::{Client, HostFailure};
 
-use crate::connect::combine;
 use crate::error::{ConnectCause, Error, Result};
+use crate::probe::combine;
 
 /// The hosts of a connect string (`host:port,host:port/chroot`), each as `host:port`.
 pub(crate) fn hosts(connect_string: &str) -> Result<Vec<String>> {

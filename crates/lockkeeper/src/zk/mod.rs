@@ -30,29 +30,25 @@
 //! ZooKeeper client on Tokio; [`Session::client`] hands out its `Client` for operations the
 //! recipes do not cover, and [`Error::Zk`](crate::Error::Zk) carries its errors.
 
-mod barrier;
-mod cache;
+// The shared layer: the session and its connection, node operations, paths, retries, a held
+// node and inspection. The families below use it, and never each other, except through the
+// locks' waiting line (`locks::line`), which leader election queues on too.
 mod connect;
-mod counter;
-mod distributed_queue;
-mod election;
-mod guard;
 mod hold;
 mod inspect;
-mod member;
-mod mutex;
-mod naming;
 mod node;
-mod owner;
 pub(crate) mod path;
-mod persistent;
-mod queue;
 mod retry;
-mod revoke;
-mod rwlock;
-mod semaphore;
 pub(crate) mod session;
-mod simple;
+
+// The recipes, by Curator's families.
+mod atomic;
+mod barriers;
+mod cache;
+mod leader;
+mod locks;
+mod nodes;
+mod queue;
 mod two_phase;
 
 /// The ZooKeeper client the recipes run on: `lockkeeper-zk-client`, re-exported so that the
@@ -60,22 +56,16 @@ mod two_phase;
 /// dependency of their own.
 pub use lockkeeper_zk_client as client;
 
-pub use barrier::{Barrier, DoubleBarrier, Entered};
+pub use atomic::{AtomicLong, CountChanges, SharedCount, VersionedCount};
+pub use barriers::{Barrier, DoubleBarrier, Entered};
 pub use cache::{Cache, CacheEvent, CacheEvents, CachedNode};
-pub use counter::{AtomicLong, CountChanges, SharedCount, VersionedCount};
-pub use distributed_queue::{Delivery, DistributedQueue, PriorityQueue, SimpleQueue, Taken};
-pub use election::{Candidate, LeaderLatch, LeaderTerm, Leadership};
-pub use guard::LockGuard;
 pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, inspect_semaphore};
-pub use member::{Group, GroupView, Member, MemberEvent};
-pub use mutex::Mutex;
-pub use naming::{NameWatch, Registered, Registration};
+pub use leader::{Candidate, LeaderLatch, LeaderTerm, Leadership};
+pub use locks::{Leases, LockGuard, Mutex, Revoked, RwLock, Semaphore, SimpleLock};
+pub use nodes::{Group, GroupView, Member, MemberEvent, NameWatch, Registered, Registration};
+pub use queue::{Delivery, DistributedQueue, PriorityQueue, SimpleQueue, Taken};
 pub use retry::RetryPolicy;
-pub use revoke::Revoked;
-pub use rwlock::RwLock;
-pub use semaphore::{Leases, Semaphore};
 pub use session::{ConnectionState, Session, SessionBuilder, StateStream};
-pub use simple::SimpleLock;
 pub use two_phase::{AbortReason, Outcome, Proposal, TwoPhase, Vote};
 
 impl Session {

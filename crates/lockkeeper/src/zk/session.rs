@@ -9,7 +9,7 @@
 //!
 //! Each generation also keeps the one deadline its holders can trust without asking anyone:
 //! the server cannot expire the session before the send time of the newest request it
-//! answered plus the negotiated timeout (less a drift allowance, [`crate::deadline`]). A
+//! answered plus the negotiated timeout (less a drift allowance, [`crate::grant`]). A
 //! heartbeat read every quarter of the timeout keeps that deadline ahead while all is well; a
 //! process that was paused past it (SIGSTOP, a stalled VM) finds it passed the moment it
 //! runs again, before any round trip, and a suspension that outlasts it ends the generation.
@@ -24,8 +24,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::ReusableBoxFuture;
 
-use crate::deadline::trusted_until;
 use crate::error::{Error, Result};
+use crate::grant::trusted_until;
 use crate::zk::connect::Attempt;
 use crate::zk::retry::RetryPolicy;
 

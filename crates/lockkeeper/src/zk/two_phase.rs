@@ -86,8 +86,8 @@ use std::time::Duration;
 
 use lockkeeper_zk_client::EventType;
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::wait::Deadline;
 use crate::zk::node::look;
 use crate::zk::path::{node_name_problem, validate_node_path};
 use crate::zk::session::{Generation, Session};

@@ -5,8 +5,8 @@
 //! (`{uuid}__lock__0000000007`); a kazoo semaphore lease is a bare 32-digit hex uuid. The
 //! marker nearest the end of a name wins: a uuid prefix never contains one.
 
-use crate::zk::queue::LOCK_MARKER;
-use crate::zk::simple::SIMPLE_NODE;
+use crate::zk::locks::line::LOCK_MARKER;
+use crate::zk::locks::simple_lock::SIMPLE_NODE;
 
 use super::NodeKind;
 

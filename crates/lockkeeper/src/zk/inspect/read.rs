@@ -11,7 +11,7 @@ use lockkeeper_zk_client::{Client, MultiReadResult, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::queue::{LOCK_MARKER, Queue};
+use crate::zk::locks::line::{LOCK_MARKER, Line};
 use crate::zk::session::Generation;
 
 use super::names::{MARKERS, classify};
@@ -55,7 +55,7 @@ pub(super) async fn read(
     prefix: &str,
     names: Vec<String>,
 ) -> Result<Vec<Participant>> {
-    let queue = Queue {
+    let queue = Line {
         dir: dir.to_owned(),
         marker: LOCK_MARKER,
         markers: MARKERS,

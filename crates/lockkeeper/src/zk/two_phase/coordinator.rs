@@ -19,8 +19,8 @@ use super::{
     AbortReason, DECISION, Outcome, SITES, TwoPhase, VOTES, Vote, count, parse_sites,
     read_decision, validate_name,
 };
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::wait::Deadline;
 use crate::zk::node::{create_parents, look};
 use crate::zk::session::Generation;
 

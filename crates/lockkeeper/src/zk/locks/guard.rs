@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::zk::hold::Held;
-use crate::zk::owner::{self, Owner};
+use crate::zk::locks::owner::{self, Owner};
 
 /// Proof of holding a ZooKeeper lock ([`Mutex`], [`SimpleLock`], a side of [`RwLock`]).
 ///

@@ -10,9 +10,9 @@
 
 use lockkeeper_zk_client::{CreateMode, OneshotWatcher};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::wait::Deadline;
-use crate::zk::election::{Candidate, LeaderLatch, Leadership};
+use crate::zk::leader::{Candidate, LeaderLatch, Leadership};
 use crate::zk::node::{create_unless_exists, look};
 use crate::zk::session::Generation;
 

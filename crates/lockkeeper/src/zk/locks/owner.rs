@@ -10,8 +10,8 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::wait::Deadline;
 use crate::zk::hold::Held;
 use crate::zk::session::Health;
 

@@ -30,13 +30,15 @@ use std::time::Duration;
 
 use lockkeeper_zk_client::EventType;
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::wait::Deadline;
 use crate::zk::hold::{Held, HoldOptions};
+use crate::zk::locks::line::{
+    LOCK_MARKER, Line, PendingNode, node_data, predecessor_rule, unanswered,
+};
 use crate::zk::node::delete_node;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{LOCK_MARKER, PendingNode, Queue, node_data, predecessor_rule, unanswered};
 use crate::zk::session::{Generation, Health, Session};
 
 /// The marker of a lease node, as Curator names it: `_c_{uuid}-lease-{sequence}`.
@@ -74,8 +76,8 @@ pub struct Semaphore {
     session: Session,
     path: String,
     max_leases: u32,
-    lock: Queue,
-    leases: Queue,
+    lock: Line,
+    leases: Line,
     options: HoldOptions,
 }
 
@@ -91,12 +93,12 @@ impl Semaphore {
             session,
             path: path.to_owned(),
             max_leases,
-            lock: Queue {
+            lock: Line {
                 dir: format!("{path}/{LOCKS_DIR}"),
                 marker: LOCK_MARKER,
                 markers: &[LOCK_MARKER],
             },
-            leases: Queue {
+            leases: Line {
                 dir: format!("{path}/{LEASES_DIR}"),
                 marker: LEASE_MARKER,
                 markers: &[LEASE_MARKER],
@@ -236,7 +238,7 @@ impl Semaphore {
             held: Arc::new(lock),
             done: false,
         };
-        // A timed acquisition is bounded as a whole (see `crate::wait`): taking the leases and
+        // A timed acquisition is bounded as a whole (see `crate::deadline`): taking the leases and
         // letting the internal mutex go end by the withdrawal deadline, or say the server did
         // not answer (what was cut short is deleted in the background).
         let by = deadline.withdrawn_by();

@@ -29,9 +29,9 @@ use lockkeeper_zk_client::{
 use rand::Rng;
 
 use super::envelope;
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::sync::Watcher;
-use crate::wait::Deadline;
 use crate::zk::hold::watch_node;
 use crate::zk::node::delete_if_ours;
 use crate::zk::session::{Generation, Health, Session, is_connection_loss, is_terminal};

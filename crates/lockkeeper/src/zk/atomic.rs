@@ -9,17 +9,17 @@
 //! - `codec`: the bytes (4 or 8, big-endian, signed), and the error for anything else;
 //! - `write`: the conditional write every update ends with, and what a connection loss
 //!   during it means (never a second application);
-//! - `atomic` and `shared`: the two recipes on top.
+//! - `long` and `shared`: the two recipes on top.
 //!
 //! Counters are not locks: nothing here is ephemeral, so a counter outlives the sessions that
 //! wrote it, and a new session (after `Lost`) carries on with the same value.
 
-mod atomic;
 mod codec;
+mod long;
 mod shared;
 mod write;
 
-pub use atomic::AtomicLong;
+pub use long::AtomicLong;
 pub use shared::{CountChanges, SharedCount, VersionedCount};
 
 use crate::error::Result;

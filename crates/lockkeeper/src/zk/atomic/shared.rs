@@ -20,9 +20,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::ReusableBoxFuture;
 
 use crate::error::Result;
-use crate::zk::counter::atomic::validate_counter_path;
-use crate::zk::counter::codec::{decode_i32, encode_i32};
-use crate::zk::counter::write::{Base, Written, write_if};
+use crate::zk::atomic::codec::{decode_i32, encode_i32};
+use crate::zk::atomic::long::validate_counter_path;
+use crate::zk::atomic::write::{Base, Written, write_if};
 use crate::zk::node::look;
 use crate::zk::session::{Generation, Session, is_connection_loss};
 

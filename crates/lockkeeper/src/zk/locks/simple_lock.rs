@@ -19,13 +19,13 @@ use std::time::Duration;
 use lockkeeper_zk_client::{CreateMode, CreateOptions, EventType};
 use uuid::Uuid;
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::wait::Deadline;
-use crate::zk::guard::LockGuard;
 use crate::zk::hold::{Held, HoldOptions};
+use crate::zk::locks::guard::LockGuard;
+use crate::zk::locks::owner::Owner;
 use crate::zk::node::{create_parents, delete_if_ours, is_ours, look};
-use crate::zk::owner::Owner;
 use crate::zk::path::validate_lock_path;
 use crate::zk::session::{Generation, Health, Session, is_connection_loss, is_terminal};
 

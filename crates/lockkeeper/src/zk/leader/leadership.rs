@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::election::LeaderLatch;
 use crate::zk::hold::Held;
+use crate::zk::leader::LeaderLatch;
 use crate::zk::node::{is_ours, look};
 use crate::zk::session::Generation;
 

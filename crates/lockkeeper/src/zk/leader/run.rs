@@ -8,7 +8,7 @@
 use std::future::Future;
 
 use crate::error::{Error, Result};
-use crate::zk::election::{LeaderLatch, LeaderTerm};
+use crate::zk::leader::{LeaderLatch, LeaderTerm};
 use crate::zk::session::ConnectionState;
 
 impl LeaderLatch {

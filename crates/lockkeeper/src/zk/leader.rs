@@ -4,8 +4,9 @@
 //! Every participant queues an ephemeral-sequential node `{path}/_c_{uuid}-latch-{sequence}`
 //! whose data is its id in UTF-8; the lowest sequence leads, and every other participant
 //! watches the node just before its own (getData) and the one before that (to list again
-//! early), so a leader's departure wakes at most two participants. That is the lock queue of [`queue`](crate::zk) with the latch marker and
-//! the id as the node's data; this module adds what makes a lock a leadership:
+//! early), so a leader's departure wakes at most two participants. That is the locks' waiting
+//! line (`zk/locks/line.rs`) with the latch marker and the id as the node's data; this module
+//! adds what makes a lock a leadership:
 //!
 //! - **One term, one node.** A term starts when our node is first *and* read back as owned by
 //!   our session, and ends when that node goes (resign, requeue, loss). A new term always
@@ -50,12 +51,12 @@ use futures_util::future::join_all;
 
 pub use leadership::{LeaderTerm, Leadership};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::wait::Deadline;
 use crate::zk::hold::HoldOptions;
+use crate::zk::locks::line::{Line, predecessor_rule};
 use crate::zk::path::validate_node_path;
-use crate::zk::queue::{Queue, predecessor_rule};
 use crate::zk::session::Session;
 
 /// The marker of a latch node, as Curator names it: `_c_{uuid}-latch-{sequence}`.
@@ -96,7 +97,7 @@ impl Session {
 #[derive(Clone)]
 pub struct LeaderLatch {
     session: Session,
-    queue: Queue,
+    queue: Line,
     id: String,
     /// What each term's hold gets: the suspension policy and the maximum hold time.
     options: HoldOptions,
@@ -127,7 +128,7 @@ impl LeaderLatch {
         }
         Ok(LeaderLatch {
             session,
-            queue: Queue {
+            queue: Line {
                 dir: path.to_owned(),
                 marker: LATCH_MARKER,
                 markers: &[LATCH_MARKER],
@@ -292,7 +293,7 @@ mod tests {
 
     #[test]
     fn latch_nodes_sort_by_sequence() {
-        let queue = Queue {
+        let queue = Line {
             dir: "/e".into(),
             marker: LATCH_MARKER,
             markers: &[LATCH_MARKER],

@@ -61,8 +61,8 @@ use std::time::Duration;
 
 use lockkeeper_zk_client::{CreateMode, CreateOptions, EventType, OneshotWatcher, Stat};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::wait::Deadline;
 use crate::zk::node::{create_parents, delete_node};
 use crate::zk::path::validate_node_path;
 use crate::zk::session::{Generation, Session};

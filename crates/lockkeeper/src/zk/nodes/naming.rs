@@ -1,7 +1,7 @@
 //! Naming: a name is a node whose data is an address (`host:port`, a URL: any non-empty
 //! UTF-8 text). Register it, resolve it, watch it.
 //!
-//! An ephemeral registration is the shared persistent node (`zk/persistent.rs`): it lives as
+//! An ephemeral registration is the shared persistent node (`zk/nodes/persistent.rs`): it lives as
 //! long as the [`Registered`] handle, comes back in the next session after a session loss and
 //! after a deletion behind its back, and never takes over another live session's ephemeral
 //! name (it waits for that one to go). A persistent registration is written once and outlives
@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::zk::cache::{Cache, CacheEvent, CacheEvents};
 use crate::zk::node::create_parents;
+use crate::zk::nodes::persistent::PersistentNode;
 use crate::zk::path::validate_node_path;
-use crate::zk::persistent::PersistentNode;
 use crate::zk::session::Session;
 
 /// How a name is registered.

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::deadline::Deadline;
 use crate::error::Result;
-use crate::wait::Deadline;
-use crate::zk::guard::LockGuard;
 use crate::zk::hold::HoldOptions;
-use crate::zk::owner::Owner;
+use crate::zk::locks::guard::LockGuard;
+use crate::zk::locks::line::{LOCK_MARKER, Line, predecessor_rule};
+use crate::zk::locks::owner::Owner;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::{LOCK_MARKER, Queue, predecessor_rule};
 use crate::zk::session::Session;
 
 /// A distributed mutual-exclusion lock: the ZooKeeper lock recipe, with Curator's
@@ -45,7 +45,7 @@ use crate::zk::session::Session;
 #[derive(Clone)]
 pub struct Mutex {
     session: Session,
-    queue: Queue,
+    queue: Line,
     owner: Arc<Owner>,
     options: HoldOptions,
 }
@@ -55,7 +55,7 @@ impl Mutex {
         validate_lock_path(path)?;
         Ok(Mutex {
             session,
-            queue: Queue {
+            queue: Line {
                 dir: path.to_owned(),
                 marker: LOCK_MARKER,
                 markers: &[LOCK_MARKER],

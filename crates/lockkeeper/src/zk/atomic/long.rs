@@ -20,8 +20,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::zk::counter::codec::{decode_i64, encode_i64};
-use crate::zk::counter::write::{Base, Written, write_if};
+use crate::zk::atomic::codec::{decode_i64, encode_i64};
+use crate::zk::atomic::write::{Base, Written, write_if};
 use crate::zk::node::look;
 use crate::zk::path::{validate_lock_path, validate_node_path};
 use crate::zk::retry::RetryPolicy;

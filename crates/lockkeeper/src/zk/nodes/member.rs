@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::zk::cache::{Cache, CacheEvent, CacheEvents};
+use crate::zk::nodes::persistent::PersistentNode;
 use crate::zk::path::{node_name_problem, validate_node_path};
-use crate::zk::persistent::PersistentNode;
 use crate::zk::session::Session;
 
 impl Session {

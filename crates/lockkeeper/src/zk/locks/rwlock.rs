@@ -20,14 +20,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::wait::Deadline;
-use crate::zk::guard::LockGuard;
 use crate::zk::hold::{Held, HoldOptions};
-use crate::zk::owner::Owner;
+use crate::zk::locks::guard::LockGuard;
+use crate::zk::locks::line::predecessor_rule;
+use crate::zk::locks::line::{Decision, Line};
+use crate::zk::locks::owner::Owner;
 use crate::zk::path::validate_lock_path;
-use crate::zk::queue::predecessor_rule;
-use crate::zk::queue::{Decision, Queue};
 use crate::zk::session::{Health, Session};
 
 /// The marker of a read node, as Curator names it: `_c_{uuid}-__READ__{sequence}`.
@@ -84,8 +84,8 @@ const MARKERS: &[&str] = &[READ_MARKER, WRITE_MARKER];
 #[derive(Clone)]
 pub struct RwLock {
     session: Session,
-    read_queue: Queue,
-    write_queue: Queue,
+    read_queue: Line,
+    write_queue: Line,
     readers: Arc<Owner>,
     writer: Arc<Owner>,
     options: HoldOptions,
@@ -94,7 +94,7 @@ pub struct RwLock {
 impl RwLock {
     pub(crate) fn new(session: Session, path: &str) -> Result<RwLock> {
         validate_lock_path(path)?;
-        let queue = |marker| Queue {
+        let queue = |marker| Line {
             dir: path.to_owned(),
             marker,
             markers: MARKERS,

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use lockkeeper_zk_client::{CreateMode, CreateOptions};
 
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::wait::Deadline;
 use crate::zk::path::validate_node_path;
 use crate::zk::session::{Session, is_connection_loss, is_terminal};
 
