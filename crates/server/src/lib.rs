@@ -45,6 +45,7 @@ pub mod four_letter;
 pub mod log;
 mod memory;
 mod metrics;
+mod metrics_http;
 mod outbox;
 pub mod path;
 pub mod prep;
@@ -180,7 +181,7 @@ impl Server {
         })?;
         let bound = listener.local_addr()?;
         let MetricsSource { core, timings } = &self.metrics_source;
-        self.metrics = Some(tokio::spawn(metrics::serve(
+        self.metrics = Some(tokio::spawn(metrics_http::serve(
             listener,
             core.clone(),
             timings.clone(),

@@ -1,44 +1,28 @@
-//! Keeper's numbers, and the Prometheus endpoint that serves them with ZooKeeper's names.
+//! Keeper's numbers: the counters and timings that `mntr`, `srvr` and `/metrics` report, and
+//! their Prometheus text. A leaf: it knows no other part of the server but [`crate::trace`]'s
+//! stage timings, so the log, the snapshots, the core and the endpoint all record here.
 //!
-//! [`Stats`] (taken by the core's view) is the one place the server's counters are read: `mntr`, `srvr` and `/metrics`
-//! all format the same `Stats`, so the two views cannot drift apart. [`Summary`] records the
-//! timings ZooKeeper exports as Prometheus summaries (`fsynctime`, `snapshottime`,
-//! `readlatency`, `updatelatency`).
+//! [`Stats`] (taken by the core's view) is the one place the server's counters are read: `mntr`,
+//! `srvr` and `/metrics` all format the same `Stats`, so the views cannot drift apart.
+//! [`Summary`] records the timings ZooKeeper exports as Prometheus summaries (`fsynctime`,
+//! `snapshottime`, `readlatency`, `updatelatency`).
 //!
-//! `serve` answers `GET /metrics` on its own listener (`serve --metrics-listen`). Invariants:
-//! - **A scrape never holds up requests.** The core's part is to copy a few numbers into a
-//!   `Stats` when a scrape asks, like answering `mntr`; encoding and socket IO run in the
-//!   metrics task. A scraper that is slow to send or read holds only its own connection,
-//!   which is dropped after [`CONNECTION_LIMIT`], and at most [`MAX_SCRAPERS`] are served at
-//!   once (more are closed at once).
-//! - **ZooKeeper's layout.** Names, types and quantiles are those of ZooKeeper's
-//!   `PrometheusMetricsProvider` (gauges from `ZooKeeperServer.registerMetrics`, summaries from
-//!   `ServerMetrics`), with the metric's name as its help text as ZooKeeper does, so its
-//!   dashboards and alerts work unchanged. The text is written by the `prometheus` crate.
+//! Invariant: **ZooKeeper's layout.** Names, types and quantiles are those of ZooKeeper's
+//! `PrometheusMetricsProvider` (gauges from `ZooKeeperServer.registerMetrics`, summaries from
+//! `ServerMetrics`), with the metric's name as its help text as ZooKeeper does, so its
+//! dashboards and alerts work unchanged. The text is written by the `prometheus` crate; the
+//! endpoint that serves it is `metrics_http`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use prometheus::TextEncoder;
 use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType, Quantile};
-use prometheus::{Encoder, TextEncoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
-use tokio::task::JoinSet;
 
-use crate::core::CoreMsg;
 use crate::sync::lock;
 use crate::trace::{Stage, StageTimes};
 
-/// Scrapes served at once; a scraper past this is closed unanswered.
-const MAX_SCRAPERS: usize = 16;
-/// The longest one scrape's connection may live, request and answer included.
-const CONNECTION_LIMIT: Duration = Duration::from_secs(30);
-/// The largest request head read; a longer one is answered 431.
-const MAX_HEAD: usize = 8 << 10;
-/// How long a scrape waits for the core's numbers before answering 503.
-const CORE_LIMIT: Duration = Duration::from_secs(10);
 /// A summary's quantiles cover the observations of the last one or two of these windows
 /// (ZooKeeper rotates its quantile sketches every 60 s); its count and sum cover all time.
 const WINDOW: Duration = Duration::from_secs(60);
@@ -344,133 +328,6 @@ fn family(name: &str, kind: MetricType, metric: Metric) -> MetricFamily {
     family.set_field_type(kind);
     family.set_metric(vec![metric]);
     family
-}
-
-/// Serves `/metrics` on `listener` until `shutdown` flips; `core` answers with its [`Stats`].
-pub(crate) async fn serve(
-    listener: TcpListener,
-    core: mpsc::Sender<CoreMsg>,
-    timings: Timings,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let slots = Arc::new(Semaphore::new(MAX_SCRAPERS));
-    let mut scrapes = JoinSet::new();
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            Some(_) = scrapes.join_next(), if !scrapes.is_empty() => continue,
-            _ = shutdown.changed() => break,
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(
-                max = MAX_SCRAPERS,
-                "metrics: too many scrapes at once; closing"
-            );
-            continue;
-        };
-        let (core, timings) = (core.clone(), timings.clone());
-        scrapes.spawn(async move {
-            let _ = tokio::time::timeout(CONNECTION_LIMIT, scrape(stream, &core, &timings)).await;
-            drop(slot);
-        });
-    }
-    scrapes.shutdown().await;
-}
-
-/// One HTTP/1.1 exchange: the request head, one answer, then the close.
-async fn scrape(
-    mut stream: TcpStream,
-    core: &mpsc::Sender<CoreMsg>,
-    timings: &Timings,
-) -> std::io::Result<()> {
-    let head = match read_head(&mut stream).await? {
-        Some(head) => head,
-        None => {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "", "").await;
-        }
-    };
-    let request_line = head.lines().next().unwrap_or_default();
-    let mut parts = request_line.split_ascii_whitespace();
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return respond(&mut stream, "400 Bad Request", "", "").await;
-    };
-    if !version.starts_with("HTTP/1.") {
-        return respond(&mut stream, "400 Bad Request", "", "").await;
-    }
-    let path = target.split('?').next().unwrap_or_default();
-    if path != "/metrics" {
-        return respond(&mut stream, "404 Not Found", "", "").await;
-    }
-    if method != "GET" {
-        return respond(&mut stream, "405 Method Not Allowed", "", "").await;
-    }
-    let Some(stats) = stats_from(core).await else {
-        return respond(&mut stream, "503 Service Unavailable", "", "").await;
-    };
-    let text = render(&stats, timings);
-    let format = TextEncoder::new().format_type().to_string();
-    respond(&mut stream, "200 OK", &format, &text).await
-}
-
-/// The core's numbers, or `None` if it is gone or too busy to answer within [`CORE_LIMIT`].
-async fn stats_from(core: &mpsc::Sender<CoreMsg>) -> Option<Stats> {
-    let (reply, answer) = oneshot::channel();
-    tokio::time::timeout(CORE_LIMIT, async {
-        core.send(CoreMsg::Stats { reply }).await.ok()?;
-        answer.await.ok()
-    })
-    .await
-    .ok()
-    .flatten()
-}
-
-/// Reads up to the blank line that ends a request head. `None` if it is longer than
-/// [`MAX_HEAD`]; an error if the peer closes first.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
-        }
-        if head.len() > MAX_HEAD {
-            return Ok(None);
-        }
-    }
-}
-
-async fn respond(
-    stream: &mut TcpStream,
-    status: &str,
-    content_type: &str,
-    body: &str,
-) -> std::io::Result<()> {
-    let content_type = if content_type.is_empty() {
-        "text/plain; charset=utf-8"
-    } else {
-        content_type
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
 }
 
 #[cfg(test)]
