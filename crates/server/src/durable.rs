@@ -18,11 +18,10 @@
 //! - **The mark only moves forward** in zxid; publishers order their publications themselves
 //!   (the log publishes under its own lock, in the order its groups were written).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
 
-use crate::outbox::Waiting;
 use crate::sync::lock;
 use crate::trace::SyncStamps;
 
@@ -82,6 +81,19 @@ impl Durable {
     }
 }
 
+/// What waits on the mark: a connection's outbox (`net::outbox`), whose next message reveals
+/// more than is durable. The mark holds it weakly (see [`Waiting`]) and knows nothing else of it.
+pub(crate) trait Waiter: Send + Sync {
+    /// The mark took this waiter off its list (it moved, or a fault or the log's stop decided
+    /// the waiter's next message): write what it released. Called on the publishing thread,
+    /// with no lock of the mark held.
+    fn released(self: Arc<Self>);
+}
+
+/// A waiter on the list. Weak: one that nobody else holds any more has nothing left to send,
+/// and is dropped from the list ([`Waiting::strong_count`] is 0).
+pub(crate) type Waiting = Weak<dyn Waiter>;
+
 /// The mark, shared by the log workers (which move it), the core and every outbox.
 pub struct DurableMark {
     /// The value, also for whoever awaits a change (the core, to finish a snapshot).
@@ -108,8 +120,10 @@ impl Released {
     /// Writes what the new mark lets out to each released outbox's socket (or hands it to the
     /// connection's writer when the socket is full), on the calling thread.
     pub fn write(self) {
-        for outbox in self.0 {
-            outbox.released();
+        for waiting in self.0 {
+            if let Some(waiter) = waiting.upgrade() {
+                waiter.released();
+            }
         }
     }
 }
@@ -152,7 +166,7 @@ impl DurableMark {
         let verdict = self.value.borrow().verdict(visible_at, faults);
         if verdict == Verdict::Wait {
             if waiting.outboxes.len() >= waiting.prune_at {
-                waiting.outboxes.retain(Waiting::is_alive);
+                waiting.outboxes.retain(|w| w.strong_count() > 0);
                 waiting.prune_at = PRUNE_AT.max(2 * waiting.outboxes.len());
             }
             waiting.outboxes.push(outbox);
@@ -204,11 +218,18 @@ mod tests {
         assert_eq!(mark.verdict(2 << 32 | 5, 2), Verdict::Send);
     }
 
+    /// A waiter whose outbox is already gone.
+    struct Gone;
+
+    impl Waiter for Gone {
+        fn released(self: Arc<Self>) {}
+    }
+
     #[test]
     fn a_long_waiting_list_drops_the_outboxes_nobody_holds() {
         let mark = DurableMark::new(0);
         for _ in 0..1000 {
-            assert_eq!(mark.wait(Waiting::gone(), 1, 0), Verdict::Wait);
+            assert_eq!(mark.wait(Weak::<Gone>::new(), 1, 0), Verdict::Wait);
         }
         let waiting = lock(&mark.waiting);
         assert!(

@@ -48,7 +48,7 @@ use std::time::Instant;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
-use crate::durable::{Durable, DurableMark, Verdict};
+use crate::durable::{Durable, DurableMark, Verdict, Waiter};
 use crate::reply::{Message, Outgoing};
 use crate::sync::lock;
 use crate::trace::SendTrace;
@@ -74,10 +74,6 @@ pub struct Outbox(Arc<Shared>);
 
 /// The connection's writer task's end: what needs waiting for.
 pub struct WriterEnd(Arc<Shared>);
-
-/// The durable mark's hold on an outbox whose next message waits for it. Weak: a connection
-/// nobody else holds any more has nothing left to send.
-pub(crate) struct Waiting(Weak<Shared>);
 
 struct Shared {
     socket: OwnedWriteHalf,
@@ -352,28 +348,17 @@ impl WriterEnd {
     }
 }
 
-impl Waiting {
-    /// An entry whose outbox is already gone (tests of the waiting list).
-    #[cfg(test)]
-    pub(crate) fn gone() -> Waiting {
-        Waiting(Weak::new())
-    }
-
-    /// Whether anyone but the mark still holds the outbox.
-    pub(crate) fn is_alive(&self) -> bool {
-        self.0.strong_count() > 0
-    }
-
+/// An outbox on the durable mark's waiting list, which holds it weakly: a connection nobody
+/// else holds any more has nothing left to send.
+impl Waiter for Shared {
     /// The durable mark took this outbox off its waiting list: write what it released.
-    pub(crate) fn released(self) {
-        if let Some(shared) = self.0.upgrade() {
-            let next = {
-                let mut state = lock(&shared.state);
-                state.waiting = false;
-                shared.pump_locked(&mut state, INLINE_BYTES)
-            };
-            shared.after_pump(next);
-        }
+    fn released(self: Arc<Self>) {
+        let next = {
+            let mut state = lock(&self.state);
+            state.waiting = false;
+            self.pump_locked(&mut state, INLINE_BYTES)
+        };
+        self.after_pump(next);
     }
 }
 
@@ -497,7 +482,7 @@ impl Shared {
         }
         let verdict = self
             .mark
-            .wait(Waiting(Arc::downgrade(self)), visible_at, faults);
+            .wait(Arc::downgrade(self) as Weak<dyn Waiter>, visible_at, faults);
         state.waiting = verdict == Verdict::Wait;
         Some((verdict, self.mark.get()))
     }
