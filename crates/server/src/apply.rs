@@ -11,8 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::session::Sessions;
-use crate::snapshot::SessionRecord;
+use crate::session::{SessionRecord, Sessions};
 use crate::tree::DataTree;
 use crate::txn::{self, Trigger, Txn, TxnResult};
 

@@ -489,7 +489,8 @@ mod tests {
     use super::*;
     use crate::config::SyncMode;
     use crate::log::TxnLog;
-    use crate::snapshot::{Capture, SnapshotMsg};
+    use crate::snapshot::{Encoder, SnapshotMsg};
+    use crate::tree::NodeSink;
     use crate::txn;
     use std::os::unix::fs::FileExt;
 
@@ -729,9 +730,9 @@ mod tests {
         let expected: Vec<(String, Option<Bytes>)> = (0..500)
             .map(|i| (format!("/n{i:03}"), Some(Bytes::from_static(b"old"))))
             .collect();
-        let mut capture = Capture::new(at, &[], &tree.acls());
-        let mut bytes = capture.take_bytes();
-        tree.start_capture(capture);
+        let mut encoder = Encoder::new(at, &[], &tree.acls());
+        let mut bytes = encoder.take_bytes();
+        tree.start_capture(at, Box::new(encoder));
         // Walk a little, then change nodes on both sides of the cursor, delete some, add some.
         bytes.extend(tree.capture_step(100));
         for i in [5, 250, 499] {

@@ -9,6 +9,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::watch::ConnId;
 
+/// A session as snapshots and recovery know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub id: i64,
+    pub timeout_ms: i32,
+    pub passwd: [u8; 16],
+}
+
 #[derive(Debug, Clone)]
 pub struct Session {
     pub id: i64,

@@ -1,23 +1,20 @@
 //! Snapshots: the whole state at one zxid, written in the background so recovery need not replay
 //! the log from the beginning.
 //!
-//! Taking one must not stall requests, and the core owns the tree, so the core walks the tree in
-//! its key order (tree order: parents before children) a chunk at a time between batches of requests. A write that reaches a node the walk
-//! has not visited yet first records that node's *pre-image*; nodes created during the walk are
-//! skipped. The result is exactly the state at the snapshot's zxid, with a stall bounded by the
-//! chunk size. A writer thread streams the bytes to `snapshot.<zxid>.tmp`, and once the log is
-//! durable up to that zxid, syncs, renames it into place, syncs the directory and purges what
-//! is no longer needed.
+//! Taking one must not stall requests, and the core owns the tree, so the tree's capture
+//! (`tree`) walks it a chunk at a time between batches of requests, recording each node
+//! as it was at the snapshot's zxid (a write ahead of the walk records the pre-image first).
+//! The [`Encoder`] here turns what the capture records into the file's bytes. A writer thread
+//! streams them to `snapshot.<zxid>.tmp`, and once the log is durable up to that zxid, syncs,
+//! renames it into place, syncs the directory and purges what is no longer needed.
 //!
 //! File: `LKSNAPSH`, u32 version, i64 zxid, sessions (i32 count, then id, timeout, password), ACL
 //! table (i32 count, then each ACL), node records in tree order (tag 1, path, data, ACL index,
-//! stat fields),
-//! end (tag 0, i64 node count), u32 crc32c of all bytes before it.
+//! stat fields), end (tag 0, i64 node count), u32 crc32c of all bytes before it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::Instant;
@@ -27,7 +24,8 @@ use lockkeeper_proto::{Acl, DecodeError, Jute, Reader};
 
 use crate::log::{segment_name, sync_dir};
 use crate::metrics::Summary;
-use crate::tree::{self, Node, Nodes, path_order};
+use crate::session::SessionRecord;
+use crate::tree::{Node, NodeRecord, NodeSink};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
 const NODE_TAG: u8 = 1;
@@ -37,34 +35,20 @@ pub fn snapshot_name(zxid: i64) -> String {
     format!("snapshot.{zxid:016x}")
 }
 
-/// A session as snapshots and recovery know it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionRecord {
-    pub id: i64,
-    pub timeout_ms: i32,
-    pub passwd: [u8; 16],
-}
-
-/// A snapshot being taken: how far the walk has got and which nodes it must skip.
-pub struct Capture {
-    pub zxid: i64,
-    /// The last key walked; everything at or before it is in the snapshot.
-    cursor: Option<String>,
-    /// Nodes ahead of the cursor already recorded (their pre-image, before a write).
-    recorded_ahead: HashSet<String>,
-    /// Nodes ahead of the cursor created after the snapshot's zxid.
-    created_ahead: HashSet<String>,
+/// A snapshot's encoder: the header (zxid, sessions, ACL table), then each node the tree's
+/// capture records, then the end record. The capture decides *which* nodes and in what state;
+/// this decides their bytes.
+pub struct Encoder {
     /// ACL (by the address of its shared allocation) -> index in the snapshot's ACL table.
     acl_index: HashMap<usize, i32>,
     out: Vec<u8>,
     count: i64,
-    walked: bool,
 }
 
-impl Capture {
+impl Encoder {
     /// Starts a snapshot at `zxid` with the server's sessions and every ACL in use (nodes refer
     /// to ACLs by their index in this table, so a node costs four bytes of ACL).
-    pub fn new(zxid: i64, sessions: &[SessionRecord], acls: &[Arc<[Acl]>]) -> Capture {
+    pub fn new(zxid: i64, sessions: &[SessionRecord], acls: &[Arc<[Acl]>]) -> Encoder {
         let mut out = Vec::with_capacity(64 * 1024);
         out.extend_from_slice(SNAPSHOT_MAGIC);
         out.extend_from_slice(&2u32.to_be_bytes());
@@ -81,88 +65,30 @@ impl Capture {
             acl.to_vec().write(&mut out);
             acl_index.insert(Arc::as_ptr(acl) as *const Acl as usize, i as i32);
         }
-        Capture {
-            zxid,
-            cursor: None,
-            recorded_ahead: HashSet::new(),
-            created_ahead: HashSet::new(),
+        Encoder {
             acl_index,
             out,
             count: 0,
-            walked: false,
         }
     }
+}
 
-    fn ahead(&self, path: &str) -> bool {
-        !self.walked
-            && self
-                .cursor
-                .as_deref()
-                .is_none_or(|c| path_order(path, c).is_gt())
-    }
-
-    /// Called before `path` is changed or deleted.
-    pub fn before_change(&mut self, path: &str, nodes: &Nodes) {
-        if self.ahead(path)
-            && !self.recorded_ahead.contains(path)
-            && !self.created_ahead.contains(path)
-        {
-            if let Some(node) = tree::node(nodes, path) {
-                encode_node(&mut self.out, path, node, &self.acl_index);
-                self.count += 1;
-            }
-            self.recorded_ahead.insert(path.to_string());
-        }
-    }
-
-    /// Called when `path` is created.
-    pub fn on_create(&mut self, path: &str) {
-        if self.ahead(path) && !self.recorded_ahead.contains(path) {
-            self.created_ahead.insert(path.to_string());
-        }
-    }
-
-    /// Records up to `limit` more nodes in key order.
-    pub fn walk(&mut self, nodes: &Nodes, limit: usize) {
-        let start = match &self.cursor {
-            Some(c) => Bound::Excluded(c.as_str()),
-            None => Bound::Unbounded,
-        };
-        let mut last = None;
-        let mut seen = 0;
-        for (path, node) in tree::nodes_from(nodes, start).take(limit) {
-            seen += 1;
-            last = Some(path);
-            if self.recorded_ahead.remove(&**path) || self.created_ahead.remove(&**path) {
-                continue;
-            }
-            encode_node(&mut self.out, path, node, &self.acl_index);
-            self.count += 1;
-        }
-        match last {
-            Some(path) if seen == limit => self.cursor = Some(path.to_string()),
-            _ => {
-                self.walked = true;
-                self.recorded_ahead.clear();
-                self.created_ahead.clear();
-            }
-        }
-    }
-
-    pub fn is_walked(&self) -> bool {
-        self.walked
+impl NodeSink for Encoder {
+    fn node(&mut self, path: &str, node: &Node) {
+        encode_node(&mut self.out, path, node, &self.acl_index);
+        self.count += 1;
     }
 
     /// Takes the bytes produced so far, to stream them to the writer.
-    pub fn take_bytes(&mut self) -> Vec<u8> {
+    fn take_bytes(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.out)
     }
 
     /// The closing bytes (before the checksum, which the writer adds).
-    pub fn finish(mut self) -> Vec<u8> {
+    fn finish(mut self: Box<Self>) -> Vec<u8> {
         self.out.push(END_TAG);
         self.count.write(&mut self.out);
-        self.out
+        std::mem::take(&mut self.out)
     }
 }
 
@@ -184,10 +110,6 @@ fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node, acl_index: &HashMap<u
     node.ephemeral_owner.write(out);
     node.pzxid.write(out);
 }
-
-/// One node as read back from a snapshot: its path and the node (children are derived from
-/// the paths when the tree is rebuilt).
-pub type NodeRecord = (String, Node);
 
 pub struct Loaded {
     pub zxid: i64,

@@ -9,7 +9,8 @@
 //! then bytewise. The children of a node are then one contiguous run of keys (same depth, the
 //! parent's path plus `/` as prefix), so a node keeps no set of its children's names, only
 //! their count: that set cost about a third of the tree's memory. Parents come before their
-//! children, which a snapshot's walk relies on.
+//! children, which a snapshot's walk relies on (the capture, in `tree/capture.rs`: it copies the
+//! tree at one zxid while the tree changes, into a sink the snapshot's encoder implements).
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -21,7 +22,11 @@ use bytes::Bytes;
 use lockkeeper_proto::{Acl, Stat};
 
 use crate::path;
-use crate::snapshot::{Capture, NodeRecord};
+
+mod capture;
+
+use capture::Capture;
+pub use capture::NodeSink;
 
 /// `ephemeralOwner` of a container node, as ZooKeeper encodes it.
 pub const CONTAINER_OWNER: i64 = i64::MIN;
@@ -243,6 +248,10 @@ pub fn nodes_from<'a>(
         .map(|(k, n)| (k, &**n))
 }
 
+/// One node as a snapshot holds it: its path and the node (children are derived from the
+/// paths when the tree is rebuilt).
+pub type NodeRecord = (String, Node);
+
 pub struct DataTree {
     /// Ordered by path so a snapshot can walk it in chunks while it changes. Nodes are boxed:
     /// B-tree leaves are often half empty, and an empty slot then costs a pointer, not a node.
@@ -252,7 +261,7 @@ pub struct DataTree {
     ttl_nodes: HashSet<String>,
     /// Most nodes share a handful of ACLs; one `Arc` per distinct ACL keeps them cheap.
     acl_cache: HashMap<Vec<Acl>, Arc<[Acl]>>,
-    /// The snapshot being taken, which must see each node as it was at its zxid.
+    /// The capture under way (for a snapshot), which must see each node as it was at its zxid.
     capture: Option<Capture>,
     /// Bytes of paths and data, kept as nodes change so `mntr` and `/metrics` read a number
     /// instead of walking a tree of millions of nodes on the core's thread.
@@ -504,9 +513,9 @@ impl DataTree {
         count
     }
 
-    /// Starts a snapshot of the current state (at `capture.zxid`).
-    pub fn start_capture(&mut self, capture: Capture) {
-        self.capture = Some(capture);
+    /// Starts a capture of the current state (at `zxid`, the last applied) into `sink`.
+    pub fn start_capture(&mut self, zxid: i64, sink: Box<dyn NodeSink>) {
+        self.capture = Some(Capture::new(zxid, sink));
     }
 
     pub fn capture_zxid(&self) -> Option<i64> {
@@ -517,7 +526,7 @@ impl DataTree {
         self.capture.is_some()
     }
 
-    /// Advances the snapshot by up to `limit` nodes and returns the bytes produced so far.
+    /// Advances the capture by up to `limit` nodes and returns the bytes produced so far.
     pub fn capture_step(&mut self, limit: usize) -> Vec<u8> {
         match &mut self.capture {
             Some(capture) => {
@@ -528,12 +537,12 @@ impl DataTree {
         }
     }
 
-    /// Whether the snapshot walk is complete (only its closing bytes remain).
+    /// Whether the capture's walk is complete (only its closing bytes remain).
     pub fn capture_walked(&self) -> bool {
         self.capture.as_ref().is_some_and(Capture::is_walked)
     }
 
-    /// Ends a walked snapshot and returns its closing bytes.
+    /// Ends a walked capture and returns its sink's closing bytes.
     pub fn finish_capture(&mut self) -> Vec<u8> {
         self.capture.take().map(Capture::finish).unwrap_or_default()
     }

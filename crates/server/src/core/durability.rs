@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use super::{Core, listing};
 use crate::log::LogEvent;
 use crate::recovery;
-use crate::snapshot::{Capture, SessionRecord, SnapshotMsg};
+use crate::session::SessionRecord;
+use crate::snapshot::{Encoder, SnapshotMsg};
+use crate::tree::NodeSink;
 use crate::txn::Txn;
 use crate::watch::Watches;
 
@@ -52,9 +54,9 @@ impl Core {
             nodes = self.state.tree.len(),
             "starting snapshot"
         );
-        let mut capture = Capture::new(zxid, &sessions, &self.state.tree.acls());
-        let header = capture.take_bytes();
-        self.state.tree.start_capture(capture);
+        let mut encoder = Encoder::new(zxid, &sessions, &self.state.tree.acls());
+        let header = encoder.take_bytes();
+        self.state.tree.start_capture(zxid, Box::new(encoder));
         let _ = self.snapshots.send(SnapshotMsg::Start { zxid });
         let _ = self.snapshots.send(SnapshotMsg::Chunk(header));
     }
