@@ -148,10 +148,9 @@ async fn handshake(
     if let Some(word) = four_letter::is_four_letter_word(&buf[..4]) {
         let (reply, answer) = oneshot::channel();
         ctx.core
-            .send(CoreMsg::FourLetter {
-                word: word.to_string(),
-                reply,
-            })
+            .send(CoreMsg::Inspect(Box::new(move |view| {
+                let _ = reply.send(four_letter::answer(view, word));
+            })))
             .await
             .map_err(|_| Closed::Shutdown)?;
         let text = answer.await.map_err(|_| Closed::Shutdown)?;

@@ -75,10 +75,9 @@ pub enum CoreMsg {
     Disconnected {
         conn: ConnId,
     },
-    FourLetter {
-        word: String,
-        reply: oneshot::Sender<String>,
-    },
+    /// Reads the core's [`View`] in its task, so every number read comes from one moment
+    /// (a four-letter word: `four_letter` formats it, the core knows no words).
+    Inspect(Box<dyn FnOnce(&View<'_>) + Send>),
     /// A scrape of `/metrics` asks for the numbers `mntr` shows.
     Stats {
         reply: oneshot::Sender<Stats>,

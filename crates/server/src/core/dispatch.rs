@@ -45,9 +45,7 @@ impl Core {
                 }
             }
             CoreMsg::Disconnected { conn } => self.disconnect(conn),
-            CoreMsg::FourLetter { word, reply } => {
-                let _ = reply.send(crate::four_letter::answer(&self.view(), &word));
-            }
+            CoreMsg::Inspect(read) => read(&self.view()),
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.view().stats);
             }
