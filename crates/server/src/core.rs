@@ -15,16 +15,14 @@
 //! Owning all state in one task gives ZooKeeper's total order for free and needs no locks; the
 //! expensive parts (socket IO, encoding, decoding) run in the connection tasks in parallel.
 
-mod apply;
 mod dispatch;
 mod durability;
 mod listing;
-mod log;
-mod prep;
 mod read;
-mod reply;
+mod send;
 mod sessions;
 mod view;
+mod write;
 
 pub(crate) use view::View;
 
@@ -76,7 +74,7 @@ pub enum CoreMsg {
         conn: ConnId,
     },
     /// Reads the core's [`View`] in its task, so every number read comes from one moment
-    /// (a four-letter word: `four_letter` formats it, the core knows no words).
+    /// (a four-letter word: `net::four_letter` formats it, the core knows no words).
     Inspect(Box<dyn FnOnce(&View<'_>) + Send>),
     /// A scrape of `/metrics` asks for the numbers `mntr` shows.
     Stats {

@@ -1,15 +1,15 @@
 //! Dispatch: the core's entry. Each message from a connection (or the server) is taken in
-//! arrival order; a request is checked against its session, then sent down the write pipeline
-//! or to the reads. The request path goes one way: dispatch -> prep -> log -> apply -> reply.
+//! arrival order; a request is checked against its session, then routed: a write to `write`
+//! (prep -> log -> apply -> reply), anything else to `read`. Latency is recorded here, for both.
 
 use std::time::Instant;
 
 use lockkeeper_proto::*;
 
-use super::{Core, CoreMsg, now_ms};
+use super::{Core, CoreMsg};
 use crate::memory;
 use crate::reply::Body;
-use crate::txn::{Txn, TxnResult};
+
 use crate::watch::ConnId;
 
 impl Core {
@@ -83,41 +83,6 @@ impl Core {
             return self.write_request(conn, xid, &request);
         }
         self.read_request(conn, xid, request);
-    }
-
-    /// A write, in one straight line at one zxid: prep decides the txn (or the error), the log
-    /// takes it, apply changes the state and fires watches, the reply goes on the outbox.
-    fn write_request(&mut self, conn: ConnId, xid: i32, request: &Request) {
-        if self.read_only.is_some() {
-            let zxid = self.state.last_zxid;
-            return self.reply(conn, xid, zxid, ErrorCode::NotReadOnly, Body::Empty);
-        }
-        let zxid = self.next_zxid();
-        let txn = match self.prepare(conn, request) {
-            Some(Ok(txn)) => txn,
-            Some(Err(rejected)) => {
-                self.log.skip(zxid);
-                return self.reject(conn, xid, zxid, rejected);
-            }
-            None => return,
-        };
-        let time = self.log_txn(zxid, &txn);
-        let result = self.apply_at(zxid, time, &txn);
-        self.reply_to_write(conn, xid, zxid, request, result);
-    }
-
-    /// A write the server makes itself (sessions, the reaper): log and apply at a new zxid.
-    pub(super) fn write_txn(&mut self, txn: Txn) -> TxnResult {
-        let zxid = self.next_zxid();
-        let time = self.log_txn(zxid, &txn);
-        self.apply_at(zxid, time, &txn)
-    }
-
-    pub(super) fn reap_containers(&mut self) {
-        for path in self.state.tree.reapable(now_ms()) {
-            tracing::debug!(%path, "removing empty container or expired TTL node");
-            self.write_txn(Txn::Delete { path });
-        }
     }
 
     /// Once a burst of connections and sessions has gone: shrinks the maps that held them and

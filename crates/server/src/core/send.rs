@@ -1,4 +1,4 @@
-//! Reply, the core's side: every message a connection gets (replies, watch events, the
+//! Send: every message a connection gets (replies, watch events, the
 //! connect response) is queued on its outbox here, stamped with the zxid it reveals, and held
 //! there until the log is durable that far. At the end of each batch (after the log's flush,
 //! so the log has its group first) the core writes what is already sendable (or, when busy, has the
@@ -10,9 +10,8 @@ use std::time::Instant;
 
 use super::Core;
 use crate::outbox::Refused;
-use crate::reply::{Body, Message, MultiResult, Outgoing};
+use crate::reply::{Body, Message, Outgoing};
 use crate::trace::RequestStamps;
-use crate::txn::TxnResult;
 use crate::watch::{ConnId, Fired};
 
 impl Core {
@@ -117,47 +116,5 @@ impl Core {
             });
             self.send(conn, Message::Reply { header, body }, false);
         }
-    }
-
-    /// The reply to a write that was applied, made from what apply returned.
-    pub(super) fn reply_to_write(
-        &mut self,
-        conn: ConnId,
-        xid: i32,
-        zxid: i64,
-        request: &Request,
-        result: TxnResult,
-    ) {
-        let body = match (request, result) {
-            (Request::Create(op), TxnResult::Created { path, stat }) => {
-                if op.op == OpCode::Create {
-                    Body::Path(path)
-                } else {
-                    Body::PathStat { path, stat }
-                }
-            }
-            (Request::Multi(ops), TxnResult::Multi(results)) => Body::Multi(
-                ops.iter()
-                    .zip(results)
-                    .map(|(op, result)| match (op, result) {
-                        (MultiOp::Create(c), TxnResult::Created { path, stat }) => {
-                            MultiResult::Created {
-                                op: c.op,
-                                path,
-                                stat,
-                            }
-                        }
-                        (_, TxnResult::DataSet(stat)) => MultiResult::DataSet(stat),
-                        (_, TxnResult::Deleted) => MultiResult::Deleted,
-                        _ => MultiResult::Checked,
-                    })
-                    .collect(),
-            ),
-            (_, TxnResult::DataSet(stat) | TxnResult::AclSet(stat)) => Body::Stat(stat),
-            _ => Body::Empty,
-        };
-        let close = matches!(request, Request::CloseSession);
-        let header = ReplyHeader { xid, zxid, err: 0 };
-        self.send(conn, Message::Reply { header, body }, close);
     }
 }
