@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use lockkeeper_load::BoxError;
 use lockkeeper_load::stats::{Json, fmt_duration, new_histogram, record};
-use lockkeeper_server::trace::Stage;
+use lockkeeper_server::Stage;
 use tokio::sync::Barrier;
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -796,8 +796,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn measures_both_clients_and_the_handoff_in_a_tiny_run() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let keeper = lockkeeper_testkit::Keeper::start_with(lockkeeper_server::config::Config {
-            sync: lockkeeper_server::config::SyncMode::Always,
+        let keeper = lockkeeper_testkit::Keeper::start_with(lockkeeper_server::Config {
+            sync: lockkeeper_server::SyncMode::Always,
             // The Mutex's directory is a container, empty between cycles: a reap inside the
             // timed run would add its own synced writes to the count asserted below.
             container_check_interval: Duration::from_secs(3600),

@@ -4,8 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lockkeeper_server::config::SyncMode;
-use lockkeeper_server::{Config, Server};
+use lockkeeper_server::{Config, Server, SyncMode};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum SyncFlag {
@@ -81,7 +80,7 @@ pub struct ServeArgs {
 
 pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     for word in &args.four_letter_words {
-        if word != "*" && !lockkeeper_server::four_letter::WORDS.contains(&word.as_str()) {
+        if word != "*" && !lockkeeper_server::FOUR_LETTER_WORDS.contains(&word.as_str()) {
             return Err(format!("unknown four-letter word {word:?} in --4lw-whitelist").into());
         }
     }

@@ -419,9 +419,7 @@ impl Backend {
     /// The server's transaction log, the server's own order of events, which a checker may
     /// read: Keeper's, or one Apache ZooKeeper's (not an ensemble's: no one member's log is
     /// the whole order a checker would need across a leader change).
-    pub fn server_history(
-        &self,
-    ) -> Option<Result<Vec<(i64, lockkeeper_server::txn::Txn)>, String>> {
+    pub fn server_history(&self) -> Option<Result<Vec<(i64, lockkeeper_server::Txn)>, String>> {
         match &self.servers {
             Servers::Keeper(k) | Servers::KeeperNetns(k) => {
                 Some(lockkeeper_server::recovery::history(&k.data_dir()).map_err(|e| e.to_string()))

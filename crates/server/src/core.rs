@@ -4,16 +4,20 @@
 //! reply on the connection's outbox. Its files read as the pipeline, one way:
 //!
 //! ```text
-//! dispatch -> prep -> log -> apply -> reply        (a write, at one zxid)
-//! dispatch -> read -> reply                        (anything else, at the last zxid;
-//!                                                   a listing at an earlier point)
+//! dispatch -> write: prep -> log -> apply -> reply     (a write, at one zxid)
+//! dispatch -> read -> reply                            (anything else, at the last zxid;
+//!                                                       listing: a getChildren at an earlier point)
 //! ```
 //!
-//! with `sessions` (connect, attach, expiry), `durability` (snapshots, the disk fault) and
-//! `view` (what the four-letter words and `/metrics` read) beside them. The fields are private
-//! to this module: the rest of the server reaches the core through its messages and its view.
-//! Owning all state in one task gives ZooKeeper's total order for free and needs no locks; the
-//! expensive parts (socket IO, encoding, decoding) run in the connection tasks in parallel.
+//! with `sessions` (connect, attach, expiry), `durability` (snapshots, the disk fault), `view`
+//! (what the four-letter words and `/metrics` read) and `send` (queueing each message on its
+//! connection's outbox) beside them. The fields are private to this module: the rest of the
+//! server reaches the core through its messages and its view. Owning all state in one task
+//! gives ZooKeeper's total order for free and needs no locks; the expensive parts (socket IO,
+//! encoding, decoding) run in the connection tasks in parallel.
+//!
+//! The core calls down into `state` (prep, apply) and `disk` (the log, snapshots, recovery);
+//! nothing there calls back up into it or into `net`.
 
 mod dispatch;
 mod durability;
@@ -35,18 +39,18 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use lockkeeper_proto::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::acl::AuthIds;
-use crate::apply::State;
 use crate::config::Config;
-use crate::datadir_lock::DataDirLock;
-use crate::durable::{Durable, DurableMark};
-use crate::log::{LogEvent, TxnLog};
+use crate::disk::datadir_lock::DataDirLock;
+use crate::disk::durable::{Durable, DurableMark};
+use crate::disk::log::{LogEvent, TxnLog};
+use crate::disk::recovery;
+use crate::disk::snapshot;
 use crate::memory::AfterBurst;
 use crate::metrics::{Stats, Timings};
-use crate::outbox::Outbox;
-use crate::recovery;
-use crate::snapshot;
-use crate::watch::{ConnId, Watches};
+use crate::net::outbox::Outbox;
+use crate::state::acl::AuthIds;
+use crate::state::apply::State;
+use crate::state::watch::{ConnId, Watches};
 
 /// What connections (and the server) tell the core.
 pub enum CoreMsg {
@@ -111,7 +115,7 @@ pub(crate) struct Counters {
 pub struct Core {
     config: Arc<Config>,
     /// What txns change: the tree, the sessions, the last zxid. Changed only by
-    /// [`crate::apply::apply`], and (in place) by a reload after a disk fault.
+    /// [`crate::state::apply::apply`], and (in place) by a reload after a disk fault.
     state: State,
     watches: Watches,
     /// What listings must not leave out (see `listing`).

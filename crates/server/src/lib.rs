@@ -1,30 +1,5 @@
 //! Keeper: a coordination server that speaks the Apache ZooKeeper client protocol.
 //!
-//! The request pipeline, in ZooKeeper's words:
-//!
-//! ```text
-//! connection (decode frame)
-//!   -> core: dispatch -> prep (validate, ACL, build txn) -> log (append; the batch is handed
-//!            to a log worker, which writes what is queued as a group and syncs it: on a
-//!            multi-threaded runtime a task that does this on the core's own thread once the
-//!            core yields, the thread's other tasks moved to another thread; elsewhere two
-//!            threads, up to two groups' syncs in flight)
-//!            -> apply (tree and sessions, fire watches) -> reply (queued on the outbox,
-//!            stamped with the zxid it reveals)
-//!   -> outbox (holds each message until the log is durable that far, then encodes it and
-//!      writes it in request order: the log worker whose sync released it writes it, or the
-//!      core at the end of its batch when it was sendable already; the connection's writer
-//!      task takes what would hold them up: a full socket, a large backlog, a busy core's)
-//! ```
-//!
-//! Each stage of that path is timed for every reply that waits for the log ([`trace`]; `mntr`'s
-//! `lk_write_stage_*` keys).
-//!
-//! The connection task runs per client; dispatch, prep, log and apply run in the single core
-//! task, which owns all state, so nothing waits for the disk there: replies wait in their
-//! outboxes, and the durable mark ([`durable`]) lets them out. The state changes only through
-//! [`apply::apply`], which recovery replays the log with.
-//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! let config = lockkeeper_server::Config { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() };
@@ -33,45 +8,97 @@
 //! server.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! # The chain
+//!
+//! A request goes through the stages of ZooKeeper's chain of request processors, in this
+//! order (wired in one place, [`Server::start`], as ZooKeeper's `setupRequestProcessors` does):
+//!
+//! ```text
+//! net::connection (decode frame)
+//!   -> core: dispatch -> write: prep (validate, ACL, build txn)
+//!                             -> log (append; the batch is handed to a log worker, which
+//!                                writes what is queued as a group and syncs it: on a
+//!                                multi-threaded runtime a task that does this on the core's
+//!                                own thread once the core yields, the thread's other tasks
+//!                                moved to another thread; elsewhere two threads, up to two
+//!                                groups' syncs in flight)
+//!                             -> apply (tree and sessions, fire watches)
+//!                             -> reply (queued on the outbox, stamped with the zxid it reveals)
+//!          dispatch -> read -> reply (anything else, at the last zxid)
+//!   -> net::outbox (holds each message until the log is durable that far, then encodes it and
+//!      writes it in request order: the log worker whose sync released it writes it, or the
+//!      core at the end of its batch when it was sendable already; the connection's writer
+//!      task takes what would hold them up: a full socket, a large backlog, a busy core's)
+//! ```
+//!
+//! The connection task runs per client; dispatch, prep, log and apply run in the single core
+//! task, which owns all state, so nothing waits for the disk there: replies wait in their
+//! outboxes, and the durable mark (`disk::durable`) lets them out. The state changes only
+//! through `state::apply::apply`, which recovery replays the log with. Each stage of the
+//! write path is timed for every reply that waits for the log (`trace`; `mntr`'s
+//! `lk_write_stage_*` keys).
+//!
+//! # Layout
+//!
+//! Imports go one way, down this list: `net` → `core` → `state` and `disk` (and `disk` →
+//! `state`); the leaves at the end are used by all and use only each other. The one edge back
+//! up is the chain's last stage: the core hands each message to its connection's
+//! `net::outbox`, in `net::reply`'s types, and those two import nothing of the core or the
+//! connection (the durable mark releases outboxes through a trait of its own).
+//!
+//! - `net`: the sockets. `accept` (the accept loop, maxClientCnxns), `connection` (one client:
+//!   handshake, framing, decoding, its writer task), `outbox` (a connection's messages held
+//!   until durable, then written in order), `reply` (what the core sends, and its encoding),
+//!   `four_letter` (`ruok`, `mntr`, ...), `metrics_http` (`GET /metrics`).
+//! - `core`: the one task that owns the state. `dispatch` (the entry: session checks, routing,
+//!   latency), `write` (zxid, prep, log, apply, the write's reply), `read` and `listing` (the
+//!   reads), `send` (queueing on outboxes), `sessions` (connect, attach, expiry), `durability`
+//!   (snapshots, the disk fault), `view` (what the four-letter words and `/metrics` read).
+//! - `state`: what the server knows, no IO and no file format. `tree` (the znodes, and the
+//!   capture a snapshot is taken from), `session`, `watch`, `acl`, `path`, `txn`, `prep`
+//!   (request to txn), `apply` (the one apply).
+//! - `disk`: the data dir and every file format. `log` (the txn log and its workers),
+//!   `durable` (the durable mark, and the waiters it releases, known only by a trait),
+//!   `snapshot` (the encoder and the background writer), [`recovery`] (rebuilding the state; also
+//!   `lockkeeper verify`), [`datadir_lock`] (one server per data dir).
+//! - Leaves: [`config`](Config), `metrics` (the counters and their Prometheus text), `trace`
+//!   (the write path's stage timings), `memory` (giving memory back after a burst), `sync` (the
+//!   one way to take a std mutex).
+//!
+//! # Public API
+//!
+//! [`Server`] and [`Config`] (with [`SyncMode`]); for `lockkeeper verify` and the fault suite,
+//! [`recovery`] (with the [`Txn`]s of [`recovery::history`]) and [`datadir_lock`]; for
+//! `serve`'s checks of its options and the benchmarks, [`FOUR_LETTER_WORDS`] and [`Stage`].
+//! Everything else is private to the crate.
 
-pub mod acl;
-pub mod apply;
-pub mod config;
-mod connection;
+mod config;
 mod core;
-pub mod datadir_lock;
-pub mod durable;
-pub mod four_letter;
-pub mod log;
+mod disk;
 mod memory;
 mod metrics;
-mod metrics_http;
-mod outbox;
-pub mod path;
-pub mod prep;
-pub mod recovery;
-mod reply;
-pub mod session;
-pub mod snapshot;
+mod net;
+mod state;
 mod sync;
-pub mod trace;
-pub mod tree;
-pub mod txn;
-pub mod watch;
+mod trace;
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch as signal};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
-pub use crate::config::Config;
-use crate::connection::ConnectionCtx;
-use crate::core::Core;
-use crate::datadir_lock::DataDirLock;
+pub use crate::config::{Config, SyncMode};
+use crate::core::{Core, CoreMsg};
+use crate::disk::datadir_lock::DataDirLock;
+pub use crate::disk::{datadir_lock, recovery};
+use crate::net::accept::{self, Shared};
+pub use crate::net::four_letter::WORDS as FOUR_LETTER_WORDS;
+use crate::net::metrics_http;
+pub use crate::state::txn::Txn;
+pub use crate::trace::Stage;
 
 /// A running server. Dropping it stops it (abruptly); [`Server::shutdown`] stops it cleanly.
 ///
@@ -104,7 +131,7 @@ impl Server {
         let lock = tokio::task::spawn_blocking(move || DataDirLock::exclusive(&dir))
             .await
             .map_err(std::io::Error::other)??;
-        let listener = bind(config.listen, config.listen_backlog).map_err(|e| {
+        let listener = accept::bind(config.listen, config.listen_backlog).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
         })?;
         let local_addr = listener.local_addr()?;
@@ -136,7 +163,7 @@ impl Server {
             timings,
         };
         let core = tokio::spawn(core.run(core_rx, shutdown_rx.clone()));
-        let accept = tokio::spawn(accept_loop(
+        let accept = tokio::spawn(accept::accept_loop(
             listener,
             config,
             core_tx,
@@ -227,108 +254,3 @@ struct MetricsSource {
     core: mpsc::Sender<CoreMsg>,
     timings: metrics::Timings,
 }
-
-/// Connections per client address, for maxClientCnxns. A std `Mutex`: it is held for a map
-/// update only, never across an `.await`, so an async mutex would add cost and nothing else.
-type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
-
-/// Decrements the per-address count when a connection task ends, however it ends.
-struct IpSlot {
-    per_ip: PerIp,
-    ip: IpAddr,
-}
-
-impl Drop for IpSlot {
-    fn drop(&mut self) {
-        let mut map = sync::lock(&self.per_ip);
-        if let Some(n) = map.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
-}
-
-/// What every connection gets a handle on: the durable mark that releases its replies, and the
-/// server's count of packets written.
-struct Shared {
-    durable: Arc<durable::DurableMark>,
-    packets_sent: Arc<AtomicU64>,
-    /// Where the connections record the write path's stages.
-    stages: Arc<trace::StageTimes>,
-}
-
-/// Binds `addr` with a listen backlog of `backlog` (tokio's `TcpListener::bind` always asks
-/// for 128).
-fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    // As std and tokio do on Unix: a restarted server binds while old connections linger in
-    // TIME_WAIT.
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(backlog)
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    config: Arc<Config>,
-    core: mpsc::Sender<CoreMsg>,
-    shared: Shared,
-    mut shutdown: signal::Receiver<bool>,
-) {
-    let per_ip: PerIp = Arc::default();
-    // Owning the connection tasks here means they are all aborted when this loop ends.
-    let mut connections = JoinSet::new();
-    let mut next_id: watch::ConnId = 1;
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            _ = shutdown.changed() => break,
-        };
-        let slot = {
-            let mut map = sync::lock(&per_ip);
-            let count = map.entry(peer.ip()).or_insert(0);
-            if config.max_client_cnxns > 0 && *count >= config.max_client_cnxns {
-                tracing::warn!(%peer, max = config.max_client_cnxns, "too many connections from this address; closing");
-                drop(stream);
-                continue;
-            }
-            *count += 1;
-            IpSlot {
-                per_ip: per_ip.clone(),
-                ip: peer.ip(),
-            }
-        };
-        let ctx = ConnectionCtx::new(
-            next_id,
-            peer,
-            core.clone(),
-            shared.durable.clone(),
-            shared.packets_sent.clone(),
-            shared.stages.clone(),
-            &config,
-        );
-        next_id += 1;
-        connections.spawn(async move {
-            connection::serve(stream, ctx).await;
-            drop(slot);
-        });
-    }
-    connections.shutdown().await;
-}
-
-use crate::core::CoreMsg;

@@ -11,7 +11,7 @@
 //! `PrometheusMetricsProvider` (gauges from `ZooKeeperServer.registerMetrics`, summaries from
 //! `ServerMetrics`), with the metric's name as its help text as ZooKeeper does, so its
 //! dashboards and alerts work unchanged. The text is written by the `prometheus` crate; the
-//! endpoint that serves it is `metrics_http`.
+//! endpoint that serves it is `net::metrics_http`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //!
 //! A write's reply crosses three stages before it reaches the socket: the connection's reader,
 //! the core and a log worker (a task on the core's thread, or a thread of its own; see
-//! [`crate::log`]), which writes the reply to the socket itself once its sync made it durable
+//! [`crate::disk::log`]), which writes the reply to the socket itself once its sync made it durable
 //! (or the core does, at the end of its batch, when the log was faster). Each stamps an
 //! [`Instant`] where it hands the work on, and whoever finally writes a reply which had to wait
 //! for durability turns the stamps into stage durations and adds them to [`StageTimes`].

@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lockkeeper_server::config::SyncMode;
-use lockkeeper_server::trace::Stage;
+use lockkeeper_server::{Stage, SyncMode};
 use lockkeeper_testkit::{Keeper, TestServer, backend_enabled, try_four_letter_word};
 use zookeeper_client::{Acls, Client, CreateMode, EventType};
 

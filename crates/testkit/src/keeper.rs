@@ -54,7 +54,7 @@ impl Keeper {
             container_check_interval: Duration::from_secs(1),
             four_letter_words: vec!["*".to_string()],
             // Tests restart Keeper, they do not power off the machine: no fsync needed.
-            sync: lockkeeper_server::config::SyncMode::None,
+            sync: lockkeeper_server::SyncMode::None,
             ..Config::default()
         }
     }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use lockkeeper_server::txn::Txn;
+use lockkeeper_server::Txn;
 
 use crate::check::two_phase::Vote;
 

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use lockkeeper_proto::OpCode;
-use lockkeeper_server::txn::Txn;
+use lockkeeper_server::Txn;
 
 const MAGIC: &[u8; 4] = b"ZKLG";
 

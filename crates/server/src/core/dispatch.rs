@@ -8,9 +8,9 @@ use lockkeeper_proto::*;
 
 use super::{Core, CoreMsg};
 use crate::memory;
-use crate::reply::Body;
+use crate::net::reply::Body;
 
-use crate::watch::ConnId;
+use crate::state::watch::ConnId;
 
 impl Core {
     pub(super) fn handle(&mut self, msg: CoreMsg) {

@@ -9,13 +9,13 @@
 use std::time::{Duration, Instant};
 
 use super::{Core, listing};
-use crate::log::LogEvent;
-use crate::recovery;
-use crate::session::SessionRecord;
-use crate::snapshot::{Encoder, SnapshotMsg};
-use crate::tree::NodeSink;
-use crate::txn::Txn;
-use crate::watch::Watches;
+use crate::disk::log::LogEvent;
+use crate::disk::recovery;
+use crate::disk::snapshot::{Encoder, SnapshotMsg};
+use crate::state::session::SessionRecord;
+use crate::state::tree::NodeSink;
+use crate::state::txn::Txn;
+use crate::state::watch::Watches;
 
 /// Nodes a snapshot records per tick of its pacing timer. The walk is paced rather than run flat
 /// out: on a small machine a flat-out walk (and the writer thread behind it) takes the CPU that

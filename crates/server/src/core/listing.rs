@@ -29,10 +29,10 @@ use std::collections::HashMap;
 use lockkeeper_proto::*;
 
 use super::Core;
-use crate::path;
-use crate::reply::{Body, Message};
-use crate::txn::{Trigger, Txn};
-use crate::watch::{ConnId, Fired};
+use crate::net::reply::{Body, Message};
+use crate::state::path;
+use crate::state::txn::{Trigger, Txn};
+use crate::state::watch::{ConnId, Fired};
 
 /// Paths whose child list lost a child, or whose ACL was set, at a zxid that may not be durable
 /// yet: a listing of such a path is answered no earlier than that zxid. An entry at or below the
@@ -164,9 +164,9 @@ mod tests {
 
     use crate::config::Config;
     use crate::core::CoreMsg;
-    use crate::datadir_lock::DataDirLock;
-    use crate::outbox::{self, WriterEnd};
-    use crate::reply::Outgoing;
+    use crate::disk::datadir_lock::DataDirLock;
+    use crate::net::outbox::{self, WriterEnd};
+    use crate::net::reply::Outgoing;
     use lockkeeper_proto::request::CreateOp;
 
     /// A core on an empty data dir, driven by hand: nothing it logs is handed to the log
@@ -238,7 +238,7 @@ mod tests {
                 op: OpCode::Create,
                 path: path.into(),
                 data: None,
-                acl: crate::acl::open_acl(),
+                acl: crate::state::acl::open_acl(),
                 flags: 0,
                 ttl: 0,
             });

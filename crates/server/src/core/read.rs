@@ -6,9 +6,9 @@ use bytes::Bytes;
 use lockkeeper_proto::*;
 
 use super::Core;
-use crate::reply::{Body, ReadResult};
-use crate::tree::{DataTree, Node};
-use crate::watch::ConnId;
+use crate::net::reply::{Body, ReadResult};
+use crate::state::tree::{DataTree, Node};
+use crate::state::watch::ConnId;
 
 impl Core {
     /// Answers a request that changes nothing, at the last zxid.
@@ -230,8 +230,9 @@ impl Core {
     fn set_watches(&mut self, conn: ConnId, set: SetWatches2) {
         let mut fired = Vec::new();
         let since = set.relative_zxid;
-        let mut fire =
-            |path: String, event: EventType| fired.push(crate::watch::Fired { conn, event, path });
+        let mut fire = |path: String, event: EventType| {
+            fired.push(crate::state::watch::Fired { conn, event, path })
+        };
         for p in set.data_watches {
             match self.state.tree.get(&p) {
                 None => fire(p, EventType::NodeDeleted),

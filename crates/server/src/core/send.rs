@@ -9,10 +9,10 @@ use lockkeeper_proto::*;
 use std::time::Instant;
 
 use super::Core;
-use crate::outbox::Refused;
-use crate::reply::{Body, Message, Outgoing};
+use crate::net::outbox::Refused;
+use crate::net::reply::{Body, Message, Outgoing};
+use crate::state::watch::{ConnId, Fired};
 use crate::trace::RequestStamps;
-use crate::watch::{ConnId, Fired};
 
 impl Core {
     /// Queues a message for `conn`, never waiting. A connection that has gone away is simply

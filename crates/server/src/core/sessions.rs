@@ -10,11 +10,11 @@ use std::time::Instant;
 use lockkeeper_proto::*;
 
 use super::{Connection, Core};
-use crate::acl::AuthIds;
-use crate::outbox::Outbox;
-use crate::reply::Message;
-use crate::txn::Txn;
-use crate::watch::ConnId;
+use crate::net::outbox::Outbox;
+use crate::net::reply::Message;
+use crate::state::acl::AuthIds;
+use crate::state::txn::Txn;
+use crate::state::watch::ConnId;
 
 impl Core {
     pub(super) fn connect(

@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 use super::{Connection, Core};
 use crate::config::Config;
 use crate::metrics::Stats;
-use crate::session::Sessions;
+use crate::state::session::Sessions;
+use crate::state::watch::{ConnId, Watches};
 use crate::trace::StageTimes;
-use crate::watch::{ConnId, Watches};
 
 pub(crate) struct View<'c> {
     pub config: &'c Config,

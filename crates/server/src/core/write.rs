@@ -4,12 +4,12 @@
 //!
 //! - **zxid**: handed out here, `epoch << 32 | counter`, so zxids keep increasing across
 //!   restarts. A rejected write still uses its zxid (the log skips it), as ZooKeeper's do.
-//! - **prep**: which prep check (`prep`) a write request gets, with the connection's
+//! - **prep**: which prep check (`state::prep`) a write request gets, with the connection's
 //!   session and auth; the txn it makes, or the error.
 //! - **log**: the txn is appended to the log before it is applied. The append only queues it:
 //!   the flush at the end of each batch hands the batch to the log writer (group commit), and
 //!   replies wait for its sync in the outboxes.
-//! - **apply**: the state changes through `apply::apply` (the function recovery replays
+//! - **apply**: the state changes through `state::apply::apply` (the function recovery replays
 //!   with), then the watches its triggers match fire, filtered by ACL.
 //! - **reply**: made from what apply returned, and queued (see `send`) to wait for the log.
 //!
@@ -21,11 +21,11 @@ use std::time::Instant;
 use lockkeeper_proto::*;
 
 use super::{Core, now_ms};
-use crate::apply::{self, Applied};
-use crate::prep::{self, Ctx, Rejected};
-use crate::reply::{Body, Message, MultiResult};
-use crate::txn::{Txn, TxnResult};
-use crate::watch::ConnId;
+use crate::net::reply::{Body, Message, MultiResult};
+use crate::state::apply::{self, Applied};
+use crate::state::prep::{self, Ctx, Rejected};
+use crate::state::txn::{Txn, TxnResult};
+use crate::state::watch::ConnId;
 
 impl Core {
     /// A write, in one straight line at one zxid: prep decides the txn (or the error), the log

@@ -14,10 +14,10 @@ use lockkeeper_proto::{
     perms,
 };
 
-use crate::acl::AuthIds;
-use crate::path;
-use crate::tree::{DataTree, MAX_TTL, Owner};
-use crate::txn::Txn;
+use crate::state::acl::AuthIds;
+use crate::state::path;
+use crate::state::tree::{DataTree, MAX_TTL, Owner};
+use crate::state::txn::Txn;
 
 /// Who is asking.
 pub struct Ctx<'a> {
@@ -193,7 +193,7 @@ fn create_in(view: &mut View, ctx: &Ctx, op: &CreateOp) -> Result<Txn, ErrorCode
     }
     let ephemeral_owner = match mode {
         m if m.is_ephemeral() => ctx.session_id,
-        CreateMode::Container => crate::tree::CONTAINER_OWNER,
+        CreateMode::Container => crate::state::tree::CONTAINER_OWNER,
         m if m.is_ttl() => Owner::ttl(ttl),
         _ => 0,
     };
@@ -316,14 +316,14 @@ mod tests {
             },
             path: path.into(),
             data: None,
-            acl: crate::acl::open_acl(),
+            acl: crate::state::acl::open_acl(),
             flags: mode.code(),
             ttl: 0,
         }
     }
 
     fn run(tree: &mut DataTree, txn: Result<Txn, ErrorCode>, zxid: i64) {
-        crate::txn::apply(tree, &txn.unwrap(), zxid, 0, &mut Vec::new());
+        crate::state::txn::apply(tree, &txn.unwrap(), zxid, 0, &mut Vec::new());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //!
 //! Every reply and watch event is held until the durable zxid reaches the state it reveals; the
 //! thread that publishes a mark writes what it released to the sockets itself (see
-//! [`crate::durable`]), after letting go of the publish lock.
+//! [`crate::disk::durable`]), after letting go of the publish lock.
 //!
 //! A segment is `log.<zxid of its first record, 16 hex digits>`: a 16-byte header (`LKTXNLOG`,
 //! version, zero), then records `u32 len | u32 crc32c(payload) | payload`, payload =
@@ -44,11 +44,11 @@ use std::time::Instant;
 use tokio::sync::mpsc as tokio_mpsc;
 
 use crate::config::SyncMode;
-use crate::durable::{Durable, DurableMark};
+use crate::disk::durable::{Durable, DurableMark};
 use crate::metrics::Summary;
+use crate::state::txn::Txn;
 use crate::sync::lock;
 use crate::trace::SyncStamps;
-use crate::txn::Txn;
 use workers::{Placement, Workers};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";

@@ -6,7 +6,7 @@
 //! that node's *pre-image*; nodes created during the walk are skipped. What the walk records is
 //! then exactly the tree at the capture's zxid, with a stall bounded by the chunk size.
 //!
-//! Where the recorded nodes go is a [`NodeSink`]: the snapshot's encoder (`snapshot`),
+//! Where the recorded nodes go is a [`NodeSink`]: the snapshot's encoder (`disk::snapshot`),
 //! which owns the file format. The walk knows no bytes but the ones the sink hands back.
 
 use std::collections::HashSet;

@@ -1,4 +1,4 @@
-//! Znode paths: how to split one into parent and name. What a valid path is lives in
+//! Znode paths: a path's parent and its ancestors. What a valid path is lives in
 //! `lockkeeper_proto::path`, shared with the client, so both refuse what ZooKeeper refuses.
 
 pub use lockkeeper_proto::path::validate;
@@ -11,20 +11,6 @@ pub fn parent(path: &str) -> Option<&str> {
         return None;
     }
     Some(if slash == 0 { "/" } else { &path[..slash] })
-}
-
-/// The last component ("/a/b" -> "b").
-pub fn name(path: &str) -> &str {
-    path.rfind('/').map_or(path, |slash| &path[slash + 1..])
-}
-
-/// Joins a parent path and a child name.
-pub fn child(parent: &str, name: &str) -> String {
-    if parent == "/" {
-        format!("/{name}")
-    } else {
-        format!("{parent}/{name}")
-    }
 }
 
 /// `path` itself, then each ancestor up to "/" (for persistent recursive watches).
@@ -41,9 +27,6 @@ mod tests {
         assert_eq!(parent("/a/b"), Some("/a"));
         assert_eq!(parent("/a"), Some("/"));
         assert_eq!(parent("/"), None);
-        assert_eq!(name("/a/b"), "b");
-        assert_eq!(child("/", "a"), "/a");
-        assert_eq!(child("/a", "b"), "/a/b");
         assert_eq!(
             self_and_ancestors("/a/b").collect::<Vec<_>>(),
             ["/a/b", "/a", "/"]

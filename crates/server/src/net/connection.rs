@@ -2,7 +2,7 @@
 //!
 //! The reader half peeks at the first four bytes (a four-letter word or a frame length), reads
 //! the connect request, then decodes frames into requests for the core. Replies leave through
-//! the connection's [`Outbox`], written by whoever made them sendable (the core, or the log
+//! the connection's [`Outbox`](outbox::Outbox), written by whoever made them sendable (the core, or the log
 //! thread whose sync made them durable); the connection's writer task does what needs waiting
 //! or would hold them up: it finishes a write the full socket did not take, writes a large
 //! backlog and what a busy core leaves it, shuts the socket down after a close, and resets a
@@ -29,11 +29,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
 use crate::core::CoreMsg;
-use crate::durable::DurableMark;
-use crate::four_letter;
-use crate::outbox::{self, Next, WriterEnd};
+use crate::disk::durable::DurableMark;
+use crate::net::four_letter;
+use crate::net::outbox::{self, Next, WriterEnd};
+use crate::state::watch::ConnId;
 use crate::trace::{Reaction, SendTrace, StageTimes};
-use crate::watch::ConnId;
 
 /// Why a connection ended early; logged, never sent.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 //!   event that reveals nothing new, what the log made durable meanwhile), unless it has a
 //!   backlog: then the connection's writer task writes it, beside the core;
 //! - a log worker, when it publishes a durable mark, writes what that mark released (a write's
-//!   reply, the events the write fired; see [`crate::durable`]).
+//!   reply, the events the write fired; see [`crate::disk::durable`]).
 //!
 //! So a reply leaves on the thread that last held it back, and no other thread is woken to send
 //! it. What would need waiting, or hold the core or a log worker up, is left to the connection's
@@ -48,8 +48,8 @@ use std::time::Instant;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
-use crate::durable::{Durable, DurableMark, Verdict, Waiter};
-use crate::reply::{Message, Outgoing};
+use crate::disk::durable::{Durable, DurableMark, Verdict, Waiter};
+use crate::net::reply::{Message, Outgoing};
 use crate::sync::lock;
 use crate::trace::SendTrace;
 
@@ -602,7 +602,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::pair;
     use super::*;
-    use crate::reply::{Body, Message};
+    use crate::net::reply::{Body, Message};
     use lockkeeper_proto::ReplyHeader;
     use std::time::Duration;
     use tokio::io::AsyncReadExt;
@@ -663,7 +663,7 @@ mod tests {
     /// A message whose encoding panics, revealing the state at `visible_at`.
     fn panics(visible_at: i64) -> Outgoing {
         Outgoing {
-            message: Message::Text(crate::reply::ENCODE_PANICS.to_string()),
+            message: Message::Text(crate::net::reply::ENCODE_PANICS.to_string()),
             ..event("/", visible_at)
         }
     }

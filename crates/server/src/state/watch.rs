@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use lockkeeper_proto::{EventType, WatcherType};
 
-use crate::path;
+use crate::state::path;
 
 pub type ConnId = u64;
 

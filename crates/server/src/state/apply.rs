@@ -11,9 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::session::{SessionRecord, Sessions};
-use crate::tree::DataTree;
-use crate::txn::{self, Trigger, Txn, TxnResult};
+use crate::state::session::{SessionRecord, Sessions};
+use crate::state::tree::DataTree;
+use crate::state::txn::{self, Trigger, Txn, TxnResult};
 
 /// Everything a transaction changes.
 pub struct State {

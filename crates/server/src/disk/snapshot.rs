@@ -2,7 +2,7 @@
 //! the log from the beginning.
 //!
 //! Taking one must not stall requests, and the core owns the tree, so the tree's capture
-//! (`tree`) walks it a chunk at a time between batches of requests, recording each node
+//! (`state::tree`) walks it a chunk at a time between batches of requests, recording each node
 //! as it was at the snapshot's zxid (a write ahead of the walk records the pre-image first).
 //! The [`Encoder`] here turns what the capture records into the file's bytes. A writer thread
 //! streams them to `snapshot.<zxid>.tmp`, and once the log is durable up to that zxid, syncs,
@@ -22,10 +22,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use lockkeeper_proto::{Acl, DecodeError, Jute, Reader};
 
-use crate::log::{segment_name, sync_dir};
+use crate::disk::log::{segment_name, sync_dir};
 use crate::metrics::Summary;
-use crate::session::SessionRecord;
-use crate::tree::{Node, NodeRecord, NodeSink};
+use crate::state::session::SessionRecord;
+use crate::state::tree::{Node, NodeRecord, NodeSink};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
 const NODE_TAG: u8 = 1;

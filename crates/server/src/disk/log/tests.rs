@@ -34,7 +34,7 @@ fn create(i: i64) -> Txn {
     Txn::Create {
         path: format!("/n{i}"),
         data: None,
-        acl: crate::acl::open_acl(),
+        acl: crate::state::acl::open_acl(),
         ephemeral_owner: 0,
     }
 }
@@ -80,7 +80,7 @@ where
     Fut: std::future::Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    let first = crate::recovery::FIRST_ZXID;
+    let first = crate::disk::recovery::FIRST_ZXID;
     let open = move |dir: &Path| {
         let (events, heard) = tokio_mpsc::unbounded_channel();
         let log = TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap();
@@ -135,7 +135,7 @@ async fn drop_and_wait(log: TxnLog) -> bool {
 /// once, as a stopping core does.
 fn log_through(runtime: Runtime) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let first = crate::recovery::FIRST_ZXID;
+    let first = crate::disk::recovery::FIRST_ZXID;
     let segment = dir.path().join(segment_name(first));
     let exercise = move |mut log: TxnLog, _| async move {
         let tasks = matches!(log.workers, Workers::Task(_));
@@ -161,7 +161,8 @@ fn log_through(runtime: Runtime) -> Run {
         (mark.get().zxid - first, tasks, descriptors, workers_gone)
     };
     let (published, tasks, descriptors, workers_gone) = run_in(runtime, dir.path(), exercise);
-    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
+    let recovered =
+        crate::disk::recovery::recover(dir.path(), crate::disk::recovery::Mode::Repair).unwrap();
     assert_eq!(recovered.last_zxid, first + 6, "{runtime:?}");
     Run {
         recovered: recovered.replayed,
@@ -185,7 +186,7 @@ async fn next_event(heard: &mut tokio_mpsc::UnboundedReceiver<LogEvent>) -> LogE
 /// panic included, even by the drop), and a resume must make the log durable again.
 fn panic_through(runtime: Runtime) {
     let dir = tempfile::tempdir().unwrap();
-    let first = crate::recovery::FIRST_ZXID;
+    let first = crate::disk::recovery::FIRST_ZXID;
     let exercise = move |mut log: TxnLog, mut heard| async move {
         log.append(first, 1000, &create(0));
         log.flush();
@@ -229,7 +230,8 @@ fn panic_through(runtime: Runtime) {
         );
     };
     run_in(runtime, dir.path(), exercise);
-    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
+    let recovered =
+        crate::disk::recovery::recover(dir.path(), crate::disk::recovery::Mode::Repair).unwrap();
     assert_eq!(recovered.last_zxid, first + 1, "{runtime:?}");
 }
 
@@ -250,7 +252,7 @@ fn a_panicking_log_thread_fails_the_log_and_resumes() {
 fn roll_fault_through(runtime: Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
-    let first = crate::recovery::FIRST_ZXID;
+    let first = crate::disk::recovery::FIRST_ZXID;
     let exercise = move |mut log: TxnLog, mut heard| async move {
         // A thread holds `publish` while a worker takes the first record, so that worker stops
         // holding the writer; what is queued meanwhile is taken next, as one group.
@@ -288,7 +290,8 @@ fn roll_fault_through(runtime: Runtime) {
             matches!(&failed, LogEvent::Failed(e) if e.contains("new segment")),
             "{failed:?}"
         );
-        let on_disk = crate::recovery::recover(&path, crate::recovery::Mode::Check).unwrap();
+        let on_disk =
+            crate::disk::recovery::recover(&path, crate::disk::recovery::Mode::Check).unwrap();
         assert_eq!(
             on_disk.last_zxid,
             log.durable_zxid(),
@@ -309,7 +312,8 @@ fn roll_fault_through(runtime: Runtime) {
         assert!(drop_and_wait(log).await, "the workers outlived the log");
     };
     run_in(runtime, dir.path(), exercise);
-    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Repair).unwrap();
+    let recovered =
+        crate::disk::recovery::recover(dir.path(), crate::disk::recovery::Mode::Repair).unwrap();
     assert_eq!(
         (recovered.last_zxid, recovered.replayed),
         (first + 2, 3),
@@ -363,7 +367,7 @@ fn elsewhere_the_log_runs_threads_and_loses_nothing_at_its_drop() {
 #[test]
 fn a_log_task_whose_runtime_shuts_down_first_hands_its_work_to_a_thread() {
     let dir = tempfile::tempdir().unwrap();
-    let first = crate::recovery::FIRST_ZXID;
+    let first = crate::disk::recovery::FIRST_ZXID;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -395,7 +399,8 @@ fn a_log_task_whose_runtime_shuts_down_first_hands_its_work_to_a_thread() {
         "the heir outlived the log"
     );
     assert_eq!(mark.get().zxid, first + 3);
-    let recovered = crate::recovery::recover(dir.path(), crate::recovery::Mode::Check).unwrap();
+    let recovered =
+        crate::disk::recovery::recover(dir.path(), crate::disk::recovery::Mode::Check).unwrap();
     assert_eq!((recovered.last_zxid, recovered.replayed), (first + 3, 4));
 }
 

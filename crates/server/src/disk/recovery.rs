@@ -13,16 +13,18 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use lockkeeper_proto::Reader;
 
-use crate::apply::{self, State};
-use crate::log::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, segment_name, sync_dir};
-use crate::session::Sessions;
-use crate::snapshot::{self, snapshot_name};
-use crate::tree::DataTree;
-use crate::txn::Txn;
+use crate::disk::log::{
+    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, segment_name, sync_dir,
+};
+use crate::disk::snapshot::{self, snapshot_name};
+use crate::state::apply::{self, State};
+use crate::state::session::Sessions;
+use crate::state::tree::DataTree;
+use crate::state::txn::Txn;
 
 /// The zxid of the very first txn a data dir ever holds (epoch 1, counter 1): a log that starts
 /// there is complete even without a snapshot.
-pub const FIRST_ZXID: i64 = (1 << 32) | 1;
+pub(crate) const FIRST_ZXID: i64 = (1 << 32) | 1;
 
 /// Whether recovery may change files (truncate a torn tail, remove stale temp files).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +70,8 @@ pub struct TornTail {
     pub dropped_bytes: u64,
 }
 
-/// What a data dir holds: the state (its parts as [`State`] has them) and how it was read.
+/// What a data dir holds: the state (its parts as the core's `State` has them) and how it was
+/// read.
 pub struct Recovered {
     pub tree: DataTree,
     pub sessions: Sessions,
@@ -81,7 +84,7 @@ pub struct Recovered {
 
 impl Recovered {
     /// The recovered state, as the core applies txns to it.
-    pub fn into_state(self) -> State {
+    pub(crate) fn into_state(self) -> State {
         State {
             tree: self.tree,
             sessions: self.sessions,
@@ -100,7 +103,11 @@ pub fn recover(dir: &Path, mode: Mode) -> Result<Recovered, Corruption> {
 /// on disk (its group failed after it, or its sync ended after the fault), and the log cuts it
 /// off when it resumes, so state rebuilt from it would be state no reply may reveal and no
 /// restart would bring back.
-pub fn recover_through(dir: &Path, mode: Mode, through: i64) -> Result<Recovered, Corruption> {
+pub(crate) fn recover_through(
+    dir: &Path,
+    mode: Mode,
+    through: i64,
+) -> Result<Recovered, Corruption> {
     let io_error = |e: std::io::Error| Corruption {
         file: dir.to_path_buf(),
         offset: 0,
@@ -488,17 +495,17 @@ fn remove_stale_temp_files(dir: &Path) {
 mod tests {
     use super::*;
     use crate::config::SyncMode;
-    use crate::log::TxnLog;
-    use crate::snapshot::{Encoder, SnapshotMsg};
-    use crate::tree::NodeSink;
-    use crate::txn;
+    use crate::disk::log::TxnLog;
+    use crate::disk::snapshot::{Encoder, SnapshotMsg};
+    use crate::state::tree::NodeSink;
+    use crate::state::txn;
     use std::os::unix::fs::FileExt;
 
     fn create(path: &str, data: &'static [u8]) -> Txn {
         Txn::Create {
             path: path.into(),
             data: Some(Bytes::from_static(data)),
-            acl: crate::acl::open_acl(),
+            acl: crate::state::acl::open_acl(),
             ephemeral_owner: 0,
         }
     }
@@ -764,7 +771,7 @@ mod tests {
             bytes.extend(tree.capture_step(64));
         }
         bytes.extend(tree.finish_capture());
-        let writer = crate::snapshot::spawn_writer(dir.path().to_path_buf(), 3).unwrap();
+        let writer = crate::disk::snapshot::spawn_writer(dir.path().to_path_buf(), 3).unwrap();
         writer.send(SnapshotMsg::Start { zxid: at }).unwrap();
         writer
             .send(SnapshotMsg::Chunk(bytes[..bytes.len() - 9].to_vec()))
@@ -778,7 +785,7 @@ mod tests {
         while !path.exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let loaded = crate::snapshot::load(&path).unwrap();
+        let loaded = crate::disk::snapshot::load(&path).unwrap();
         let mut got: Vec<(String, Option<Bytes>)> = loaded
             .nodes
             .into_iter()

@@ -5,7 +5,7 @@
 //! back until that zxid is durable.
 //!
 //! [`Outgoing::memory`] estimates what a queued message holds, for the per-connection bound on
-//! queued replies (see [`crate::outbox`]).
+//! queued replies (see [`crate::net::outbox`]).
 
 use bytes::Bytes;
 use lockkeeper_proto::request::MULTI_END;

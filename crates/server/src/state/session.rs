@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::watch::ConnId;
+use crate::state::watch::ConnId;
 
 /// A session as snapshots and recovery know it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use lockkeeper_proto::{Acl, Stat};
 
-use crate::path;
+use crate::state::path;
 
 mod capture;
 
@@ -291,7 +291,7 @@ impl DataTree {
             capture: None,
             data_size: 0,
         };
-        let open = tree.intern_acl(crate::acl::open_acl());
+        let open = tree.intern_acl(crate::state::acl::open_acl());
         let read_only = tree.intern_acl(vec![Acl {
             perms: lockkeeper_proto::perms::READ,
             id: lockkeeper_proto::Id {
@@ -722,7 +722,7 @@ mod tests {
             tree.create(
                 &format!("/n{i}"),
                 bytes(i * 3),
-                crate::acl::open_acl(),
+                crate::state::acl::open_acl(),
                 0,
                 zxid,
                 0,
@@ -792,7 +792,7 @@ mod tests {
             "/a/y0",
         ] {
             zxid += 1;
-            tree.create(p, None, crate::acl::open_acl(), 0, zxid, 0);
+            tree.create(p, None, crate::state::acl::open_acl(), 0, zxid, 0);
         }
         let names = |t: &DataTree, p: &str| t.children(p).map(str::to_string).collect::<Vec<_>>();
         assert_eq!(names(&tree, "/"), ["a", "a-", "ab", "zookeeper"]);
@@ -816,9 +816,9 @@ mod tests {
     #[test]
     fn cversion_counts_creations_and_deletions() {
         let mut tree = DataTree::new();
-        tree.create("/p", None, crate::acl::open_acl(), 0, 1, 0);
-        tree.create("/p/a", None, crate::acl::open_acl(), 0, 2, 0);
-        tree.create("/p/b", None, crate::acl::open_acl(), 0, 3, 0);
+        tree.create("/p", None, crate::state::acl::open_acl(), 0, 1, 0);
+        tree.create("/p/a", None, crate::state::acl::open_acl(), 0, 2, 0);
+        tree.create("/p/b", None, crate::state::acl::open_acl(), 0, 3, 0);
         tree.delete("/p/a", 4);
         let p = tree.get("/p").unwrap();
         assert_eq!(
@@ -842,7 +842,7 @@ mod tests {
     #[test]
     fn reaps_used_empty_containers_and_expired_ttl_nodes() {
         let mut tree = DataTree::new();
-        let acl = crate::acl::open_acl();
+        let acl = crate::state::acl::open_acl();
         tree.create("/c", None, acl.clone(), CONTAINER_OWNER, 1, 0);
         tree.create("/fresh", None, acl.clone(), CONTAINER_OWNER, 2, 0);
         tree.create("/c/x", None, acl.clone(), 0, 3, 0);

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use lockkeeper_proto::{Acl, EventType, Stat};
 
-use crate::path;
-use crate::tree::DataTree;
+use crate::state::path;
+use crate::state::tree::DataTree;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Txn {
@@ -305,7 +305,7 @@ mod tests {
             Txn::Create {
                 path: "/a".into(),
                 data: None,
-                acl: crate::acl::open_acl(),
+                acl: crate::state::acl::open_acl(),
                 ephemeral_owner: 42,
             },
             Txn::Create {
@@ -322,7 +322,7 @@ mod tests {
             },
             Txn::SetAcl {
                 path: "/b".into(),
-                acl: crate::acl::open_acl(),
+                acl: crate::state::acl::open_acl(),
                 aversion: 1,
             },
             Txn::Multi(vec![

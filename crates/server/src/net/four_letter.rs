@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::core::View;
-use crate::tree::Owner;
+use crate::state::tree::Owner;
 
 /// Words Keeper knows. Anything else in the first four bytes is treated as a frame length.
 pub const WORDS: [&str; 10] = [
@@ -204,7 +204,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::core::Core;
-    use crate::datadir_lock::DataDirLock;
+    use crate::disk::datadir_lock::DataDirLock;
 
     /// `isro` follows the core's read-only state (entered for real only by a failing disk, which
     /// the disk-full test of the command line provokes), and runs even when the whitelist does
