@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::{Redis, RedisOptions};
 use lockkeeper_testkit::RedisServer;
 use tokio::time::Instant;
@@ -35,7 +36,7 @@ mod python;
 
 use python::PyFigures;
 
-/// The lease both clients set: redis-py's `Lock(timeout=30)`, lockkeeper's `.lease(30 s)`.
+/// The lease both clients set: redis-py's `Lock(timeout=30)`, lockkeeper's `LockOptions::new().lease(30 s)`.
 const LEASE: Duration = Duration::from_secs(30);
 
 /// The flags of `lockkeeper-bench --redis`.
@@ -195,7 +196,9 @@ async fn uncontended(
     name: &str,
     how: Acquire,
 ) -> Result<Uncontended, BoxError> {
-    let lock = redis.lease_lock(name).lease(LEASE);
+    let lock = redis
+        .lease_lock(name)
+        .with_options(LockOptions::new().lease(LEASE))?;
     let cycle = || async {
         let guard = match how {
             Acquire::Lock => lock.lock().await?,
@@ -265,7 +268,11 @@ async fn contended(
     let mut locks = Vec::with_capacity(settings.clients);
     for _ in 0..settings.clients {
         let redis = Redis::connect_with(url, options.clone()).await?;
-        locks.push(redis.lease_lock("contended").lease(LEASE));
+        locks.push(
+            redis
+                .lease_lock("contended")
+                .with_options(LockOptions::new().lease(LEASE))?,
+        );
     }
     let start = Instant::now() + Duration::from_millis(50);
     let measure_from = start + settings.warmup;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use std::any::Any;
 
 use lockkeeper::redis::LeaseGuard;
-use lockkeeper::{FencingToken, Guard, Lock};
+use lockkeeper::{FencingToken, Guard, Lock, LockOptions};
 use tokio::time::Instant;
 
 use crate::backend::{BackendArgs, Failure, Handle, parse_duration};
@@ -299,21 +299,28 @@ async fn close(handle: &Handle, until: Instant) {
 /// process paused past it) or a deleted node is a loss at once.
 fn lock_of(handle: &Handle, name: &str, kind: Kind) -> lockkeeper::Result<Box<dyn Lock>> {
     Ok(match (handle, kind) {
-        (Handle::Zk(session), Kind::Exclusive) => {
-            Box::new(session.mutex(name)?.keep_through_suspension())
-        }
-        (Handle::Zk(session), Kind::Read) => {
-            Box::new(session.rw_lock(name)?.keep_through_suspension().read_lock())
-        }
+        (Handle::Zk(session), Kind::Exclusive) => Box::new(
+            session
+                .mutex(name)?
+                .with_options(LockOptions::new().keep_through_suspension())?,
+        ),
+        (Handle::Zk(session), Kind::Read) => Box::new(
+            session
+                .rw_lock(name)?
+                .with_options(LockOptions::new().keep_through_suspension())?
+                .read_lock(),
+        ),
         (Handle::Zk(session), Kind::Write) => Box::new(
             session
                 .rw_lock(name)?
-                .keep_through_suspension()
+                .with_options(LockOptions::new().keep_through_suspension())?
                 .write_lock(),
         ),
-        (Handle::Zk(session), Kind::Semaphore(n)) => {
-            Box::new(session.semaphore(name, n)?.keep_through_suspension())
-        }
+        (Handle::Zk(session), Kind::Semaphore(n)) => Box::new(
+            session
+                .semaphore(name, n)?
+                .with_options(LockOptions::new().keep_through_suspension())?,
+        ),
         (Handle::Redis(redis), Kind::Exclusive) => Box::new(redis.lease_lock(name)),
         (Handle::Redis(redis), Kind::Read) => Box::new(redis.rw_lock(name).read_lock()),
         (Handle::Redis(redis), Kind::Write) => Box::new(redis.rw_lock(name).write_lock()),

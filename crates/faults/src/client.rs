@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use lockkeeper::redis::{Redis, RedisOptions, redlock};
-use lockkeeper::{Guard, Lock};
+use lockkeeper::{Guard, Lock, LockOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -225,12 +225,16 @@ impl Locker {
                     }
                 };
                 match kind {
-                    Kind::Lease => Box::new(redis.lease_lock(name).watchdog(REDIS_LEASE)),
+                    Kind::Lease => Box::new(
+                        redis
+                            .lease_lock(name)
+                            .with_options(LockOptions::new().watchdog(REDIS_LEASE))?,
+                    ),
                     Kind::Reentrant => Box::new(
                         redis
                             .reentrant_lock(name)
                             .owner(args.name.clone())
-                            .watchdog(REDIS_LEASE),
+                            .with_options(LockOptions::new().watchdog(REDIS_LEASE))?,
                     ),
                     other => return Err(mismatch(other, "redis")),
                 }
@@ -238,7 +242,7 @@ impl Locker {
             (Endpoint::Redlock(masters), Kind::Redlock) => Box::new(
                 redlock::Redlock::new(masters)?
                     .lease_lock(name)
-                    .lease(REDIS_LEASE),
+                    .with_options(LockOptions::new().lease(REDIS_LEASE))?,
             ),
             (Endpoint::Redlock(_), other) => return Err(mismatch(other, "redlock")),
             (Endpoint::Etcd(endpoints), kind) => {

@@ -26,9 +26,9 @@ pub mod etcd;
 pub mod fence;
 pub mod fencing;
 mod grant;
-mod hold_time;
 pub mod lock;
 mod multi_lock;
+mod options;
 mod probe;
 pub mod redis;
 mod sync;
@@ -39,6 +39,7 @@ pub use fence::{LocalFence, RedisFence, ZkFence};
 pub use fencing::FencingToken;
 pub use lock::{Guard, Lock};
 pub use multi_lock::{MultiGuard, MultiLock};
+pub use options::LockOptions;
 
 /// The README's examples, compiled as doc tests so that they cannot drift from the API.
 #[cfg(doctest)]

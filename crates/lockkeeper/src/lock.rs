@@ -43,6 +43,7 @@ use tokio::time::Instant;
 
 use crate::error::Result;
 use crate::fencing::FencingToken;
+use crate::options::LockOptions;
 
 mod backends;
 
@@ -79,11 +80,10 @@ pub trait Lock: Debug + Send + Sync {
     /// [`try_lock`](Lock::try_lock).
     fn lock_timeout(&self, timeout: Duration) -> BoxFuture<'_, Result<Option<Box<dyn Guard>>>>;
 
-    /// The same lock, with every hold given up `max_hold` after its grant (lock-delay, where
-    /// the handle has one, applies then as after a failure). A bound for a holder that may
-    /// hang: its guard counts as lost from that instant on. Settings of this handle are kept.
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for zero.
-    fn with_max_hold(&self, max_hold: Duration) -> Result<Box<dyn Lock>>;
+    /// The same lock, held with `options` ([`LockOptions`]): each option set replaces this
+    /// handle's, the others are kept. [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a value the backend refuses or an option this lock does not take.
+    fn with_options(&self, options: LockOptions) -> Result<Box<dyn Lock>>;
 }
 
 /// Proof of holding a [`Lock`]: what every guard of every backend answers.

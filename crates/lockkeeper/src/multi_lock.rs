@@ -25,6 +25,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::lock::{Guard, Lock};
+use crate::options::LockOptions;
 
 /// Several locks taken together: see the module docs.
 ///
@@ -77,31 +78,33 @@ impl MultiLock {
         Ok(MultiLock { locks })
     }
 
-    /// Gives every lock up `max_hold` after its own grant (see [`Lock::with_max_hold`]): the
+    /// Every lock held with `options` ([`Lock::with_options`]); options not set keep each
+    /// lock's own. With `max_hold`, each lock is given up that long after its own grant: the
     /// guard counts as lost from the first lock's limit on, at most `max_hold` after the
     /// acquisition began to be granted, and each lock is released at its own limit (the last
-    /// one at most the acquisition's duration later). Overrides the maximum hold times the
-    /// handles were given. [`Error::InvalidArgument`] for zero.
+    /// one at most the acquisition's duration later). [`Error::InvalidArgument`] for a value
+    /// or an option one of the locks refuses, naming that lock.
     ///
     /// ```no_run
     /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
     /// use std::{sync::Arc, time::Duration};
-    /// use lockkeeper::{Lock, MultiLock};
+    /// use lockkeeper::{Lock, LockOptions, MultiLock};
     ///
     /// let locks: [Arc<dyn Lock>; 2] = [
     ///     Arc::new(session.mutex("/accounts/alice")?),
     ///     Arc::new(session.mutex("/accounts/bob")?),
     /// ];
-    /// let both = MultiLock::new(locks)?.max_hold(Duration::from_secs(5))?;
+    /// let options = LockOptions::new().max_hold(Duration::from_secs(5));
+    /// let both = MultiLock::new(locks)?.with_options(options)?;
     /// let guard = both.lock().await?;
     /// guard.lost().await; // within 5 s of the first grant
     /// # Ok(()) }
     /// ```
-    pub fn max_hold(self, max_hold: Duration) -> Result<MultiLock> {
+    pub fn with_options(self, options: LockOptions) -> Result<MultiLock> {
         let locks = self
             .locks
             .iter()
-            .map(|lock| lock.with_max_hold(max_hold).map(Arc::from))
+            .map(|lock| lock.with_options(options).map(Arc::from))
             .collect::<Result<Vec<_>>>()?;
         Ok(MultiLock { locks })
     }

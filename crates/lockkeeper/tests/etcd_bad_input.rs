@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use lockkeeper::LockOptions;
 use lockkeeper::etcd::Session;
 use lockkeeper::{ConnectCause, Error};
 use lockkeeper_testkit::Etcd;
@@ -104,10 +105,17 @@ async fn bad_settings_and_names_are_refused() {
     invalid(session.election(""), "election name");
     let mutex = session.mutex("jobs").expect("mutex");
     invalid(
-        mutex.clone().max_hold(Duration::ZERO),
+        mutex
+            .clone()
+            .with_options(LockOptions::new().max_hold(Duration::ZERO)),
         "max_hold for the etcd lock \"jobs\"",
     );
-    invalid(mutex.clone().lock_delay(Duration::ZERO), "lock_delay");
+    invalid(
+        mutex
+            .clone()
+            .with_options(LockOptions::new().lock_delay(Duration::ZERO)),
+        "lock_delay",
+    );
     invalid(mutex.lock_timeout(Duration::ZERO).await, "timeout");
     invalid(session.inspect("", None).await, "lock name");
     invalid(session.inspect("pool", Some(0)).await, "\"pool\"");

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::etcd::{Mutex, Session};
 use lockkeeper_testkit::{Etcd, etcdctl};
 use support_etcd::{keys, revoke_lease, session};
@@ -249,7 +250,7 @@ async fn max_hold_gives_the_lock_up() {
     let mutex = a
         .mutex("bounded")
         .expect("mutex")
-        .max_hold(Duration::from_millis(300))
+        .with_options(LockOptions::new().max_hold(Duration::from_millis(300)))
         .expect("max_hold");
     let guard = mutex.lock().await.expect("lock");
     let granted = Instant::now();
@@ -279,7 +280,7 @@ async fn lock_delay_waits_after_a_failed_holder_only() {
     let mutex = |s: &Session| {
         s.mutex("ledger")
             .expect("mutex")
-            .lock_delay(delay)
+            .with_options(LockOptions::new().lock_delay(delay))
             .expect("delay")
     };
 
@@ -336,7 +337,7 @@ async fn a_waiter_giving_up_keeps_the_delay_after_the_holder_fails() {
     let mutex = |s: &Session| {
         s.mutex("till")
             .expect("mutex")
-            .lock_delay(delay)
+            .with_options(LockOptions::new().lock_delay(delay))
             .expect("delay")
     };
     let holder = session(&etcd).await;
@@ -436,9 +437,9 @@ async fn the_maximum_hold_time_is_not_a_clean_release_under_lock_delay() {
     let held = a
         .mutex("capped")
         .expect("mutex")
-        .lock_delay(delay)
+        .with_options(LockOptions::new().lock_delay(delay))
         .expect("delay")
-        .max_hold(Duration::from_millis(300))
+        .with_options(LockOptions::new().max_hold(Duration::from_millis(300)))
         .expect("max_hold")
         .lock()
         .await
@@ -447,7 +448,7 @@ async fn the_maximum_hold_time_is_not_a_clean_release_under_lock_delay() {
         let m = b
             .mutex("capped")
             .expect("mutex")
-            .lock_delay(delay)
+            .with_options(LockOptions::new().lock_delay(delay))
             .expect("delay");
         async move {
             let guard = m.lock().await.expect("next lock");

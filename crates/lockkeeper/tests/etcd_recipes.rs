@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper_testkit::{Etcd, etcdctl};
 use support_etcd::{keys, session};
 
@@ -260,7 +261,7 @@ async fn an_elections_maximum_hold_time_ends_the_leadership() {
     let ea = a
         .election("capped")
         .expect("election")
-        .max_hold(max_hold)
+        .with_options(LockOptions::new().max_hold(max_hold))
         .expect("max_hold");
     let before = tokio::time::Instant::now();
     let lead_a = ea.campaign("a").await.expect("campaign");
@@ -282,7 +283,7 @@ async fn an_elections_maximum_hold_time_ends_the_leadership() {
     assert!(matches!(
         b.election("capped")
             .expect("election")
-            .max_hold(Duration::ZERO),
+            .with_options(LockOptions::new().max_hold(Duration::ZERO)),
         Err(Error::InvalidArgument(_))
     ));
     lead_b.resign().await.expect("resign");

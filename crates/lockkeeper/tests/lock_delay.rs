@@ -15,6 +15,7 @@ mod support;
 
 use std::time::Duration;
 
+use lockkeeper::LockOptions;
 use lockkeeper::redis::Redis;
 use lockkeeper::zk::Session;
 use lockkeeper_testkit::{RedisServer, both};
@@ -40,7 +41,11 @@ async fn waiter(
     queued: usize,
 ) -> JoinHandle<Instant> {
     let task = tokio::spawn(async move {
-        let mutex = session.mutex(path).unwrap().lock_delay(DELAY).unwrap();
+        let mutex = session
+            .mutex(path)
+            .unwrap()
+            .with_options(LockOptions::new().lock_delay(DELAY))
+            .unwrap();
         let guard = mutex.lock().await.expect("waiter's lock");
         let at = Instant::now();
         guard.release().await.expect("waiter's release");
@@ -85,7 +90,11 @@ async fn zk_a_deleted_holder_delays_waiters_and_fresh_arrivals() {
         let path = "/lock-delay/deleted";
         let holder = session(&connect).await;
         let observer = session(&connect).await;
-        let mutex = holder.mutex(path).unwrap().lock_delay(DELAY).unwrap();
+        let mutex = holder
+            .mutex(path)
+            .unwrap()
+            .with_options(LockOptions::new().lock_delay(DELAY))
+            .unwrap();
 
         // A queued waiter.
         let guard = mutex.lock().await.expect("lock");
@@ -116,7 +125,7 @@ async fn zk_a_deleted_holder_delays_waiters_and_fresh_arrivals() {
             .await
             .mutex(path)
             .unwrap()
-            .lock_delay(DELAY)
+            .with_options(LockOptions::new().lock_delay(DELAY))
             .unwrap();
         assert!(
             fresh.try_lock().await.expect("try_lock").is_none(),
@@ -142,13 +151,17 @@ async fn zk_a_failure_after_a_long_hold_is_timed_from_the_failure() {
         let guard = first
             .mutex(path)
             .unwrap()
-            .lock_delay(DELAY)
+            .with_options(LockOptions::new().lock_delay(DELAY))
             .unwrap()
             .lock()
             .await
             .expect("lock");
         let second = session(&connect).await;
-        let next = second.mutex(path).unwrap().lock_delay(DELAY).unwrap();
+        let next = second
+            .mutex(path)
+            .unwrap()
+            .with_options(LockOptions::new().lock_delay(DELAY))
+            .unwrap();
         let taking_over = tokio::spawn(async move { next.lock().await.expect("second lock") });
         wait_children(&observer, path, 2).await;
         let waiting = waiter(session(&connect).await, &observer, path, 3).await;
@@ -187,7 +200,7 @@ async fn zk_an_expired_holder_delays_the_next_grant() {
         let guard = holder
             .mutex(path)
             .unwrap()
-            .lock_delay(DELAY)
+            .with_options(LockOptions::new().lock_delay(DELAY))
             .unwrap()
             .lock()
             .await
@@ -217,7 +230,11 @@ async fn zk_a_clean_release_hands_over_at_once_and_the_maximum_hold_time_waits_t
         let path = "/lock-delay/clean";
         let holder = session(&connect).await;
         let observer = session(&connect).await;
-        let mutex = holder.mutex(path).unwrap().lock_delay(DELAY).unwrap();
+        let mutex = holder
+            .mutex(path)
+            .unwrap()
+            .with_options(LockOptions::new().lock_delay(DELAY))
+            .unwrap();
 
         let guard = mutex.lock().await.expect("lock");
         let waiting = waiter(session(&connect).await, &observer, path, 2).await;
@@ -226,7 +243,9 @@ async fn zk_a_clean_release_hands_over_at_once_and_the_maximum_hold_time_waits_t
         guard.release().await.expect("release");
         promptly("released", granted(waiting).await, released);
 
-        let capped = mutex.max_hold(Duration::from_millis(500)).unwrap();
+        let capped = mutex
+            .with_options(LockOptions::new().max_hold(Duration::from_millis(500)))
+            .unwrap();
         let guard = capped.lock().await.expect("lock");
         let waiting = waiter(session(&connect).await, &observer, path, 2).await;
         timeout(STEP, guard.lost())
@@ -252,7 +271,12 @@ async fn zk_waiters_giving_up_and_racing_reader_releases_do_not_delay() {
     for_each_backend(|connect| async move {
         let path = "/lock-delay/gave-up";
         let observer = session(&connect).await;
-        let mutex = |s: Session| s.mutex(path).unwrap().lock_delay(DELAY).unwrap();
+        let mutex = |s: Session| {
+            s.mutex(path)
+                .unwrap()
+                .with_options(LockOptions::new().lock_delay(DELAY))
+                .unwrap()
+        };
         let guard = mutex(session(&connect).await).lock().await.expect("lock");
         let impatient = mutex(session(&connect).await);
         let gives_up = tokio::spawn(async move {
@@ -277,7 +301,12 @@ async fn zk_waiters_giving_up_and_racing_reader_releases_do_not_delay() {
         );
 
         let path = "/lock-delay/readers";
-        let rw = |s: Session| s.rw_lock(path).unwrap().lock_delay(DELAY).unwrap();
+        let rw = |s: Session| {
+            s.rw_lock(path)
+                .unwrap()
+                .with_options(LockOptions::new().lock_delay(DELAY))
+                .unwrap()
+        };
         let mut readers = Vec::new();
         for _ in 0..4 {
             readers.push(rw(session(&connect).await).read().await.expect("read"));
@@ -314,7 +343,7 @@ async fn zk_rw_lock_readers_wait_out_a_failed_writer_and_writers_a_failed_reader
                 .await
                 .rw_lock(path)
                 .unwrap()
-                .lock_delay(DELAY)
+                .with_options(LockOptions::new().lock_delay(DELAY))
                 .unwrap();
             let guard = if writer_fails {
                 holder.write().await
@@ -326,7 +355,7 @@ async fn zk_rw_lock_readers_wait_out_a_failed_writer_and_writers_a_failed_reader
                 .await
                 .rw_lock(path)
                 .unwrap()
-                .lock_delay(DELAY)
+                .with_options(LockOptions::new().lock_delay(DELAY))
                 .unwrap();
             let waiting = tokio::spawn(async move {
                 let guard = if writer_fails {
@@ -401,7 +430,7 @@ fn curator_holders_are_delayed_and_curator_waiters_unaffected() {
             .block_on(session(&connect))
             .mutex(path)
             .unwrap()
-            .lock_delay(DELAY)
+            .with_options(LockOptions::new().lock_delay(DELAY))
             .unwrap();
         let guard = rt.block_on(mutex.lock()).expect("lock");
         curator.send(&format!("acquire mutex {path}"));
@@ -440,8 +469,8 @@ async fn redis_a_lapsed_lease_delays_the_next_holder() {
     let lease = Duration::from_millis(500);
     let guard = holder
         .lease_lock("lapsed")
-        .lease(lease)
-        .lock_delay(DELAY)
+        .with_options(LockOptions::new().lease(lease).lock_delay(DELAY))
+        .unwrap()
         .lock()
         .await
         .expect("lock");
@@ -450,7 +479,8 @@ async fn redis_a_lapsed_lease_delays_the_next_holder() {
     let lapsed = guard.valid_until().expect("held");
     let taken = other
         .lease_lock("lapsed")
-        .lock_delay(DELAY)
+        .with_options(LockOptions::new().lock_delay(DELAY))
+        .unwrap()
         .lock()
         .await
         .expect("next");
@@ -461,8 +491,8 @@ async fn redis_a_lapsed_lease_delays_the_next_holder() {
 
     let guard = holder
         .reentrant_lock("lapsed-reentrant")
-        .lease(lease)
-        .lock_delay(DELAY)
+        .with_options(LockOptions::new().lease(lease).lock_delay(DELAY))
+        .unwrap()
         .lock()
         .await
         .expect("lock");
@@ -478,8 +508,8 @@ async fn redis_a_lapsed_lease_delays_the_next_holder() {
 
     let guard = holder
         .rw_lock("lapsed-rw")
-        .lease(lease)
-        .lock_delay(DELAY)
+        .with_options(LockOptions::new().lease(lease).lock_delay(DELAY))
+        .unwrap()
         .write()
         .await
         .expect("lock");
@@ -491,8 +521,8 @@ async fn redis_a_lapsed_lease_delays_the_next_holder() {
 
     let permit = holder
         .semaphore("lapsed-semaphore", 1)
-        .lease(lease)
-        .lock_delay(DELAY)
+        .with_options(LockOptions::new().lease(lease).lock_delay(DELAY))
+        .unwrap()
         .acquire(1)
         .await
         .expect("acquire");
@@ -515,8 +545,12 @@ async fn redis_a_clean_release_hands_over_at_once_renewals_keep_the_delay_and_th
     let other = redis(&server).await;
     let lock = holder
         .lease_lock("clean")
-        .watchdog(Duration::from_millis(600))
-        .lock_delay(DELAY);
+        .with_options(
+            LockOptions::new()
+                .watchdog(Duration::from_millis(600))
+                .lock_delay(DELAY),
+        )
+        .unwrap();
 
     let guard = lock.lock().await.expect("lock");
     let waiting = tokio::spawn({
@@ -548,7 +582,8 @@ async fn redis_a_clean_release_hands_over_at_once_renewals_keep_the_delay_and_th
 
     let guard = lock
         .clone()
-        .max_hold(Duration::from_millis(500))
+        .with_options(LockOptions::new().max_hold(Duration::from_millis(500)))
+        .unwrap()
         .lock()
         .await
         .expect("lock");

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use lockkeeper::redis::Redis;
 use lockkeeper::redis::redlock::Redlock;
-use lockkeeper::{Error, Lock, MultiLock};
+use lockkeeper::{Error, Lock, LockOptions, MultiLock};
 use lockkeeper_testkit::{RedisNode, RedisServer, TestServer};
 use support::{for_each_backend, session};
 use tokio::time::timeout;
@@ -87,7 +87,7 @@ async fn one_lock(kind: &str, ours: &dyn Lock, theirs: &dyn Lock, tokens: bool) 
     // A maximum hold time set through the trait ends the hold: lost() resolves, is_held()
     // turns false, and the other owner gets the lock.
     let bounded = ours
-        .with_max_hold(Duration::from_millis(500))
+        .with_options(LockOptions::new().max_hold(Duration::from_millis(500)))
         .expect("max hold");
     assert_eq!(bounded.name(), ours.name(), "{kind}: the same lock");
     let guard = bounded.lock().await.expect("lock with a maximum hold");
@@ -109,11 +109,26 @@ async fn one_lock(kind: &str, ours: &dyn Lock, theirs: &dyn Lock, tokens: bool) 
     );
     assert!(
         matches!(
-            ours.with_max_hold(Duration::ZERO),
+            ours.with_options(LockOptions::new().max_hold(Duration::ZERO)),
             Err(Error::InvalidArgument(_))
         ),
         "{kind}: a zero maximum hold time is refused"
     );
+    // No lock takes both a Redis lease and a ZooKeeper suspension policy: an option a lock
+    // has no use for is refused by name, never ignored.
+    let foreign = LockOptions::new()
+        .lease(Duration::from_secs(10))
+        .keep_through_suspension();
+    match ours.with_options(foreign) {
+        Err(Error::InvalidArgument(why)) => assert!(
+            why.contains("is not an option of") && why.contains(ours.name()),
+            "{kind}: {why}"
+        ),
+        other => panic!(
+            "{kind}: a foreign option accepted: {:?}",
+            other.map(|l| l.name().to_owned())
+        ),
+    }
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::Redis;
 use lockkeeper::redis::redlock::Redlock;
 use lockkeeper::{Lock, MultiLock};
@@ -79,7 +80,11 @@ async fn zk_mutex_is_given_up_at_its_maximum_hold_time() {
         let path = "/max-hold/mutex";
         let holder = session(&connect).await;
         let other = session(&connect).await;
-        let mutex = holder.mutex(path).unwrap().max_hold(MAX_HOLD).unwrap();
+        let mutex = holder
+            .mutex(path)
+            .unwrap()
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
+            .unwrap();
         let before = Instant::now();
         let guard = mutex.lock().await.expect("lock");
         let granted = Instant::now();
@@ -113,7 +118,11 @@ async fn zk_a_handle_locks_afresh_before_the_maximum_hold_timer_has_run() {
     for_each_backend(|connect| async move {
         let path = "/max-hold/afresh";
         let holder = session(&connect).await;
-        let mutex = holder.mutex(path).unwrap().max_hold(MAX_HOLD).unwrap();
+        let mutex = holder
+            .mutex(path)
+            .unwrap()
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
+            .unwrap();
         let first = mutex.lock().await.expect("lock");
         std::thread::sleep(MAX_HOLD + TICK);
         assert!(!first.is_held(), "is_held() after the maximum hold time");
@@ -135,7 +144,11 @@ async fn zk_rw_lock_both_sides_are_given_up() {
         let path = "/max-hold/rw";
         let holder = session(&connect).await;
         let other = session(&connect).await;
-        let lock = holder.rw_lock(path).unwrap().max_hold(MAX_HOLD).unwrap();
+        let lock = holder
+            .rw_lock(path)
+            .unwrap()
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
+            .unwrap();
         for write in [true, false] {
             let side = if write { "write side" } else { "read side" };
             let before = Instant::now();
@@ -171,7 +184,7 @@ async fn zk_semaphore_leases_are_given_back() {
         let semaphore = holder
             .semaphore(path, 2)
             .unwrap()
-            .max_hold(MAX_HOLD)
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
             .unwrap();
         let before = Instant::now();
         let leases = semaphore.acquire(2).await.expect("acquire");
@@ -199,7 +212,7 @@ async fn zk_simple_lock_is_given_up() {
         let lock = holder
             .simple_lock(path)
             .unwrap()
-            .max_hold(MAX_HOLD)
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
             .unwrap();
         let before = Instant::now();
         let guard = lock.lock().await.expect("lock");
@@ -231,7 +244,9 @@ async fn zk_multi_lock_is_given_up() {
             ];
             MultiLock::new(locks).unwrap()
         };
-        let multi = locks(&holder).max_hold(MAX_HOLD).unwrap();
+        let multi = locks(&holder)
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
+            .unwrap();
         let before = Instant::now();
         let guard = multi.lock().await.expect("lock");
         let granted = Instant::now();
@@ -258,7 +273,7 @@ async fn zk_leader_latch_term_ends_and_the_next_participant_leads() {
         let latch = leader
             .leader_latch(path, "capped")
             .unwrap()
-            .max_hold(MAX_HOLD)
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
             .unwrap();
         let before = Instant::now();
         let leadership = latch.lead().await.expect("lead");
@@ -286,7 +301,7 @@ async fn zk_leader_latch_term_ends_and_the_next_participant_leads() {
             matches!(leadership.resign().await, Err(Error::NotLeader)),
             "latch: resign after the maximum hold time"
         );
-        match latch.max_hold(Duration::ZERO) {
+        match latch.with_options(LockOptions::new().max_hold(Duration::ZERO)) {
             Err(Error::InvalidArgument(msg)) => {
                 assert!(msg.contains("max_hold") && msg.contains(path), "{msg}")
             }
@@ -303,19 +318,19 @@ async fn zk_zero_maximum_hold_time_is_refused_naming_the_option() {
         let refused = [
             s.mutex("/max-hold/zero")
                 .unwrap()
-                .max_hold(Duration::ZERO)
+                .with_options(LockOptions::new().max_hold(Duration::ZERO))
                 .err(),
             s.rw_lock("/max-hold/zero")
                 .unwrap()
-                .max_hold(Duration::ZERO)
+                .with_options(LockOptions::new().max_hold(Duration::ZERO))
                 .err(),
             s.simple_lock("/max-hold/zero")
                 .unwrap()
-                .max_hold(Duration::ZERO)
+                .with_options(LockOptions::new().max_hold(Duration::ZERO))
                 .err(),
             s.semaphore("/max-hold/zero", 1)
                 .unwrap()
-                .max_hold(Duration::ZERO)
+                .with_options(LockOptions::new().max_hold(Duration::ZERO))
                 .err(),
         ];
         for err in refused {
@@ -329,14 +344,18 @@ async fn zk_zero_maximum_hold_time_is_refused_naming_the_option() {
                 other => panic!("zero max_hold accepted: {other:?}"),
             }
         }
-        match s.mutex("/max-hold/zero").unwrap().max_hold(Duration::MAX) {
+        match s
+            .mutex("/max-hold/zero")
+            .unwrap()
+            .with_options(LockOptions::new().max_hold(Duration::MAX))
+        {
             Err(Error::InvalidArgument(msg)) => assert!(msg.contains("at most"), "{msg}"),
             other => panic!("an endless max_hold accepted: {other:?}"),
         }
         match s
             .mutex("/max-hold/zero")
             .unwrap()
-            .lock_delay(Duration::ZERO)
+            .with_options(LockOptions::new().lock_delay(Duration::ZERO))
         {
             Err(Error::InvalidArgument(msg)) => assert!(msg.contains("lock_delay"), "{msg}"),
             other => panic!("zero lock_delay accepted: {other:?}"),
@@ -360,12 +379,12 @@ async fn redis_lease_lock_is_given_up_with_and_without_a_watchdog() {
             "lease lock (fixed lease)"
         };
         let lock = redis.lease_lock("max-hold");
-        let lock = if watchdog {
-            lock.watchdog(Duration::from_millis(300))
+        let options = if watchdog {
+            LockOptions::new().watchdog(Duration::from_millis(300))
         } else {
-            lock.lease(Duration::from_secs(30))
-        }
-        .max_hold(MAX_HOLD);
+            LockOptions::new().lease(Duration::from_secs(30))
+        };
+        let lock = lock.with_options(options.max_hold(MAX_HOLD)).unwrap();
         let before = Instant::now();
         let guard = lock.lock().await.expect("lock");
         let granted = Instant::now();
@@ -388,7 +407,8 @@ async fn redis_reentrant_rw_and_semaphore_are_given_up() {
 
     let lock = redis
         .reentrant_lock("max-hold-reentrant")
-        .max_hold(MAX_HOLD);
+        .with_options(LockOptions::new().max_hold(MAX_HOLD))
+        .unwrap();
     let before = Instant::now();
     let guard = lock.lock().await.expect("lock");
     let granted = Instant::now();
@@ -409,7 +429,10 @@ async fn redis_reentrant_rw_and_semaphore_are_given_up() {
         } else {
             "rw read side"
         };
-        let lock = redis.rw_lock("max-hold-rw").max_hold(MAX_HOLD);
+        let lock = redis
+            .rw_lock("max-hold-rw")
+            .with_options(LockOptions::new().max_hold(MAX_HOLD))
+            .unwrap();
         let before = Instant::now();
         let guard = if write {
             lock.write().await
@@ -428,7 +451,10 @@ async fn redis_reentrant_rw_and_semaphore_are_given_up() {
         not_held(what, guard.release().await);
     }
 
-    let semaphore = redis.semaphore("max-hold-semaphore", 1).max_hold(MAX_HOLD);
+    let semaphore = redis
+        .semaphore("max-hold-semaphore", 1)
+        .with_options(LockOptions::new().max_hold(MAX_HOLD))
+        .unwrap();
     let before = Instant::now();
     let permit = semaphore.acquire(1).await.expect("acquire");
     let granted = Instant::now();
@@ -449,7 +475,10 @@ async fn redis_redlock_is_given_up() {
     let masters: Vec<RedisNode> = (0..3).map(|_| RedisNode::start()).collect();
     let urls: Vec<String> = masters.iter().map(RedisNode::url).collect();
     let redlock = Redlock::new(&urls).expect("redlock");
-    let lock = redlock.lease_lock("max-hold").max_hold(MAX_HOLD);
+    let lock = redlock
+        .lease_lock("max-hold")
+        .with_options(LockOptions::new().max_hold(MAX_HOLD))
+        .unwrap();
     let before = Instant::now();
     let guard = lock.lock().await.expect("lock");
     let granted = Instant::now();
@@ -469,41 +498,25 @@ async fn redis_redlock_is_given_up() {
 async fn redis_zero_maximum_hold_time_and_lock_delay_are_refused() {
     let server = RedisServer::start();
     let redis = redis(&server).await;
+    let zero_hold = LockOptions::new().max_hold(Duration::ZERO);
+    let zero_delay = LockOptions::new().lock_delay(Duration::ZERO);
+    // Refused when the options are given, before anything is sent.
     for (result, option) in [
         (
-            redis
-                .lease_lock("z")
-                .max_hold(Duration::ZERO)
-                .lock()
-                .await
-                .err(),
+            redis.lease_lock("z").with_options(zero_hold).err(),
             "max_hold",
         ),
         (
-            redis
-                .lease_lock("z")
-                .lock_delay(Duration::ZERO)
-                .lock()
-                .await
-                .err(),
+            redis.lease_lock("z").with_options(zero_delay).err(),
             "lock_delay",
         ),
         (
-            redis
-                .reentrant_lock("z")
-                .lock_delay(Duration::ZERO)
-                .lock()
-                .await
-                .err(),
+            redis.reentrant_lock("z").with_options(zero_delay).err(),
             "lock_delay",
         ),
+        (redis.rw_lock("z").with_options(zero_hold).err(), "max_hold"),
         (
-            redis
-                .semaphore("z", 1)
-                .max_hold(Duration::ZERO)
-                .acquire(1)
-                .await
-                .err(),
+            redis.semaphore("z", 1).with_options(zero_hold).err(),
             "max_hold",
         ),
     ] {

@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::{Redis, RedisOptions};
 use lockkeeper_testkit::RedisServer;
 use support_redis::{connect, raw};
@@ -34,23 +35,27 @@ async fn lease_lock_arguments_are_checked_before_sending() {
     invalid(redis.lease_lock("").try_lock().await, "empty name");
     invalid(redis.lease_lock("a}b").try_lock().await, "brace in name");
     invalid(
-        redis.lease_lock("x").lease(Duration::ZERO).try_lock().await,
+        redis
+            .lease_lock("x")
+            .with_options(LockOptions::new().lease(Duration::ZERO)),
         "zero lease",
     );
     invalid(
         redis
             .lease_lock("x")
-            .lease(Duration::from_micros(500))
-            .try_lock()
-            .await,
+            .with_options(LockOptions::new().lease(Duration::from_micros(500))),
         "sub-millisecond lease",
     );
     invalid(
-        redis.lease_lock("x").watchdog(Duration::ZERO).lock().await,
+        redis
+            .lease_lock("x")
+            .with_options(LockOptions::new().watchdog(Duration::ZERO)),
         "zero watchdog lease",
     );
     invalid(
-        redis.lease_lock("x").max_hold(Duration::ZERO).lock().await,
+        redis
+            .lease_lock("x")
+            .with_options(LockOptions::new().max_hold(Duration::ZERO)),
         "zero max hold",
     );
     invalid(

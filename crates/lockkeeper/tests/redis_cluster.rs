@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lockkeeper::LockOptions;
 use lockkeeper::redis::{Redis, RedisOptions, Unlock};
 use lockkeeper_testkit::RedisCluster;
 use lockkeeper_testkit::resp::Reply;
@@ -175,7 +176,8 @@ async fn a_release_wakes_a_waiter_long_before_the_lease_ends() {
     let lease = Duration::from_secs(120);
     let guard = holder
         .lease_lock("wake")
-        .lease(lease)
+        .with_options(LockOptions::new().lease(lease))
+        .unwrap()
         .lock()
         .await
         .expect("free");

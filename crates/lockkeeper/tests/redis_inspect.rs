@@ -9,6 +9,7 @@ mod support_redis;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::{Inspection, Kind, LockKind, Redis, Revoked, State};
 use lockkeeper_testkit::RedisServer;
 use support_redis::connect;
@@ -163,7 +164,10 @@ async fn reentrant_lock_owner_count_and_waiter() {
 async fn rwlock_readers_writer_and_waiting_writer() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let lock = redis.rw_lock("rw").watchdog(Duration::from_secs(3));
+    let lock = redis
+        .rw_lock("rw")
+        .with_options(LockOptions::new().watchdog(Duration::from_secs(3)))
+        .unwrap();
     let first = lock.read().await.expect("read");
     let second = lock.read().await.expect("read");
     let writer = {
@@ -225,7 +229,10 @@ async fn rwlock_readers_writer_and_waiting_writer() {
 async fn semaphore_permit_holders_and_waiter() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let pool = redis.semaphore("pool", 3).watchdog(Duration::from_secs(3));
+    let pool = redis
+        .semaphore("pool", 3)
+        .with_options(LockOptions::new().watchdog(Duration::from_secs(3)))
+        .unwrap();
     let two = pool.acquire(2).await.expect("acquire 2");
     let one = pool.acquire(1).await.expect("acquire 1");
     let waiter = {

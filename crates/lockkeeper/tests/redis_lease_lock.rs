@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper_testkit::RedisServer;
 use support_redis::{connect, eventually, exists, pttl, raw, resource};
 
@@ -72,7 +73,8 @@ async fn waiters_are_woken_by_the_release_not_by_polling() {
         // A long lease: without the release the waiter would wait for a minute.
         let guard = holder
             .clone()
-            .lease(Duration::from_secs(60))
+            .with_options(LockOptions::new().lease(Duration::from_secs(60)))
+            .unwrap()
             .lock()
             .await
             .expect("lock");
@@ -121,7 +123,8 @@ async fn a_waiter_wakes_when_the_holders_lease_ends() {
     let redis = connect(&server).await;
     let lock = redis
         .lease_lock("expiring")
-        .lease(Duration::from_millis(500));
+        .with_options(LockOptions::new().lease(Duration::from_millis(500)))
+        .unwrap();
     let guard = lock.lock().await.expect("lock");
     // The holder never releases (forget skips the release on drop); its lease ends.
     let started = tokio::time::Instant::now();
@@ -160,7 +163,10 @@ async fn timeouts_and_busy_answers() {
 async fn fixed_lease_expires_and_the_late_release_is_not_held() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let lock = redis.lease_lock("short").lease(Duration::from_millis(300));
+    let lock = redis
+        .lease_lock("short")
+        .with_options(LockOptions::new().lease(Duration::from_millis(300)))
+        .unwrap();
     let guard = lock.lock().await.expect("lock");
     assert!(guard.is_held());
     let until = guard.valid_until().expect("deadline while held");
@@ -196,7 +202,8 @@ async fn extend_moves_the_deadline_and_fails_once_lost() {
     let redis = connect(&server).await;
     let lock = redis
         .lease_lock("extend")
-        .lease(Duration::from_millis(1500));
+        .with_options(LockOptions::new().lease(Duration::from_millis(1500)))
+        .unwrap();
     let mut guard = lock.lock().await.expect("lock");
     guard.extend(Duration::from_secs(20)).await.expect("extend");
     let mut raw = raw(&server).await;
@@ -216,7 +223,10 @@ async fn extend_moves_the_deadline_and_fails_once_lost() {
 async fn releasing_someone_elses_lock_is_not_held() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let lock = redis.lease_lock("foreign").lease(Duration::from_secs(30));
+    let lock = redis
+        .lease_lock("foreign")
+        .with_options(LockOptions::new().lease(Duration::from_secs(30)))
+        .unwrap();
     let guard = lock.lock().await.expect("lock");
     let mut raw = raw(&server).await;
     // Someone else's token in the key: our compare-and-delete must leave it alone.
@@ -282,7 +292,10 @@ async fn a_cancelled_lock_call_leaves_nothing_behind() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     // A long lease: a leaked acquisition would outlive the test.
-    let lock = redis.lease_lock("cancel").lease(Duration::from_secs(120));
+    let lock = redis
+        .lease_lock("cancel")
+        .with_options(LockOptions::new().lease(Duration::from_secs(120)))
+        .unwrap();
     let mut cancelled = 0;
     for i in 0..60u64 {
         // Cut the call off at varying points, some while the script is on the wire. Every

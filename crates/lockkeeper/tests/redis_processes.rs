@@ -7,6 +7,7 @@ mod support_redis;
 
 use std::time::Duration;
 
+use lockkeeper::LockOptions;
 use lockkeeper::redis::Redis;
 use lockkeeper_testkit::RedisServer;
 use lockkeeper_testkit::test_child::{self as child, ChildProcess};
@@ -76,7 +77,8 @@ async fn the_ttl_frees_the_lock_of_a_killed_holder() {
         let (redis, mut resource) = child_handles().await;
         let guard = redis
             .lease_lock(LOCK)
-            .watchdog(Duration::from_secs(2))
+            .with_options(LockOptions::new().watchdog(Duration::from_secs(2)))
+            .unwrap()
             .lock()
             .await
             .expect("lock");
@@ -122,7 +124,8 @@ async fn a_paused_holders_late_write_is_refused_by_the_fencing_token() {
         let go = std::path::PathBuf::from(env("LK_GO"));
         let guard = redis
             .lease_lock(LOCK)
-            .watchdog(Duration::from_secs(1))
+            .with_options(LockOptions::new().watchdog(Duration::from_secs(1)))
+            .unwrap()
             .lock()
             .await
             .expect("lock");

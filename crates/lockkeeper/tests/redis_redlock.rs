@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::redlock::{Redlock, RedlockOptions};
 use lockkeeper_testkit::resp::Reply;
 use lockkeeper_testkit::{NodeOptions, RedisNode};
@@ -63,7 +64,10 @@ async fn holds_with_two_of_five_masters_down() {
     let nodes = masters(5, false);
     nodes[3].kill();
     nodes[4].kill();
-    let lock = redlock(&nodes).lease_lock("two-down").lease(LEASE);
+    let lock = redlock(&nodes)
+        .lease_lock("two-down")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     assert_eq!(redlock(&nodes).quorum(), 3);
 
     let guard = lock
@@ -82,7 +86,10 @@ async fn holds_with_two_of_five_masters_down() {
     }
 
     // Another client finds it taken, on the same three masters.
-    let other = redlock(&nodes).lease_lock("two-down").lease(LEASE);
+    let other = redlock(&nodes)
+        .lease_lock("two-down")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     assert!(other.try_lock().await.expect("no error").is_none());
     assert!(
         other
@@ -109,7 +116,10 @@ async fn fails_cleanly_with_three_of_five_masters_down() {
     for node in &nodes[2..] {
         node.kill();
     }
-    let lock = redlock(&nodes).lease_lock("three-down").lease(LEASE);
+    let lock = redlock(&nodes)
+        .lease_lock("three-down")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
 
     let started = Instant::now();
     let outcome = lock.try_lock().await;
@@ -133,7 +143,10 @@ async fn fails_cleanly_with_three_of_five_masters_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_that_times_out_is_undone_when_it_wakes() {
     let nodes = masters(5, false);
-    let lock = redlock(&nodes).lease_lock("paused").lease(LEASE);
+    let lock = redlock(&nodes)
+        .lease_lock("paused")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     // Connect to every master first: a paused master would stall a fresh handshake instead.
     lock.try_lock()
         .await
@@ -172,7 +185,10 @@ async fn contenders_exclude_each_other() {
     let entries = Arc::new(AtomicU32::new(0));
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
-        let lock = redlock(&nodes).lease_lock("contended").lease(LEASE);
+        let lock = redlock(&nodes)
+            .lease_lock("contended")
+            .with_options(LockOptions::new().lease(LEASE))
+            .unwrap();
         let (inside, entries) = (Arc::clone(&inside), Arc::clone(&entries));
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
@@ -205,7 +221,10 @@ async fn contenders_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_leaves_nothing_behind() {
     let nodes = masters(5, false);
-    let lock = redlock(&nodes).lease_lock("cancelled").lease(LEASE);
+    let lock = redlock(&nodes)
+        .lease_lock("cancelled")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     // Someone else holds the key on three masters: every attempt takes the other two, then
     // gives them back. Cancel attempts at all sorts of points.
     for node in &nodes[..3] {
@@ -238,7 +257,10 @@ async fn validity_runs_out_and_extend_needs_a_majority() {
         RedlockOptions::new().node_timeout(Duration::from_secs(1)),
     )
     .unwrap();
-    let lock = redlock.lease_lock("short").lease(Duration::from_secs(3));
+    let lock = redlock
+        .lease_lock("short")
+        .with_options(LockOptions::new().lease(Duration::from_secs(3)))
+        .unwrap();
     let mut guard = lock
         .lock_timeout(Duration::from_secs(60))
         .await
@@ -295,7 +317,10 @@ async fn crash_restart_scenario(durable: bool) -> (bool, bool) {
     let name = format!("crash-restart-{durable}");
     nodes[3].kill();
     nodes[4].kill();
-    let a = redlock(&nodes).lease_lock(&name).lease(LEASE);
+    let a = redlock(&nodes)
+        .lease_lock(&name)
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let a_guard = a.try_lock().await.expect("no error").expect("3 of 5");
     nodes[3].restart();
     nodes[4].restart();
@@ -312,7 +337,10 @@ async fn crash_restart_scenario(durable: bool) -> (bool, bool) {
         assert_eq!(kept, None, "without persistence the restart forgot A's key");
     }
 
-    let b = redlock(&nodes).lease_lock(&name).lease(LEASE);
+    let b = redlock(&nodes)
+        .lease_lock(&name)
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let b_guard = b.try_lock().await.expect("no error");
     let outcome = (a_guard.is_held(), b_guard.is_some());
     if let Some(b_guard) = b_guard {

@@ -6,6 +6,7 @@ mod support_redis;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::Unlock;
 use lockkeeper_testkit::RedisServer;
 use support_redis::{connect, exists, raw};
@@ -178,13 +179,15 @@ async fn a_short_inner_lease_does_not_cut_the_outer_one() {
     let mut raw = raw(&server).await;
     let outer = lock
         .clone()
-        .lease(Duration::from_secs(30))
+        .with_options(LockOptions::new().lease(Duration::from_secs(30)))
+        .unwrap()
         .lock()
         .await
         .expect("lock");
     let inner = lock
         .clone()
-        .lease(Duration::from_millis(200))
+        .with_options(LockOptions::new().lease(Duration::from_millis(200)))
+        .unwrap()
         .lock()
         .await
         .expect("re-entry");
@@ -205,7 +208,8 @@ async fn the_watchdog_renews_a_reentrant_lock_and_reports_its_loss() {
     let redis = connect(&server).await;
     let lock = redis
         .reentrant_lock("renewed")
-        .watchdog(Duration::from_millis(1000));
+        .with_options(LockOptions::new().watchdog(Duration::from_millis(1000)))
+        .unwrap();
     let mut raw = raw(&server).await;
     let guard = lock.lock().await.expect("lock");
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -294,7 +298,10 @@ async fn local_count_caveat_a_fixed_lease_runs_out_under_the_count() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let lock = lockkeeper::redis::LocalReentrantLock::new(
-        redis.lease_lock("caveat").lease(Duration::from_millis(300)),
+        redis
+            .lease_lock("caveat")
+            .with_options(LockOptions::new().lease(Duration::from_millis(300)))
+            .unwrap(),
     );
     let outer = lock.lock().await.expect("lock");
     tokio::time::timeout(Duration::from_secs(5), outer.lost())

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::{Redis, Unlock};
 use lockkeeper_testkit::RedisServer;
 use support_redis::{exists, raw};
@@ -249,11 +250,17 @@ async fn timed<T>(release: impl Future<Output = T>) -> (T, Duration) {
 async fn a_lease_lock_release_whose_answer_is_lost_succeeds() {
     let (_server, proxy, redis, mut direct) = setup().await;
     // An uncut round first loads the scripts, so the cut release is one EVALSHA that runs.
-    let warm = redis.lease_lock("warm-up").lease(LEASE);
+    let warm = redis
+        .lease_lock("warm-up")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = warm.try_lock().await.expect("try_lock").expect("free");
     guard.release().await.expect("uncut release");
 
-    let lock = redis.lease_lock("orders").lease(LEASE);
+    let lock = redis
+        .lease_lock("orders")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = lock.try_lock().await.expect("try_lock").expect("free");
     assert!(exists(&mut direct, lock.key()).await, "the lock key is set");
     proxy.arm();
@@ -280,11 +287,17 @@ async fn a_lease_lock_release_whose_answer_is_lost_succeeds() {
 #[tokio::test]
 async fn a_write_lock_release_whose_answer_is_lost_succeeds() {
     let (_server, proxy, redis, mut direct) = setup().await;
-    let warm = redis.rw_lock("warm-up").lease(LEASE);
+    let warm = redis
+        .rw_lock("warm-up")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = warm.try_write().await.expect("try_write").expect("free");
     guard.release().await.expect("uncut release");
 
-    let lock = redis.rw_lock("catalog").lease(LEASE);
+    let lock = redis
+        .rw_lock("catalog")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = lock.try_write().await.expect("try_write").expect("free");
     assert!(
         exists(&mut direct, lock.writer_key()).await,
@@ -308,7 +321,10 @@ async fn a_write_lock_release_whose_answer_is_lost_succeeds() {
 #[tokio::test]
 async fn a_semaphore_release_whose_answer_is_lost_succeeds() {
     let (_server, proxy, redis, mut direct) = setup().await;
-    let warm = redis.semaphore("warm-up", 2).lease(LEASE);
+    let warm = redis
+        .semaphore("warm-up", 2)
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let permit = warm
         .try_acquire(1)
         .await
@@ -316,7 +332,10 @@ async fn a_semaphore_release_whose_answer_is_lost_succeeds() {
         .expect("free");
     permit.release().await.expect("uncut release");
 
-    let semaphore = redis.semaphore("connections", 2).lease(LEASE);
+    let semaphore = redis
+        .semaphore("connections", 2)
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let permit = semaphore
         .try_acquire(1)
         .await
@@ -342,7 +361,10 @@ async fn a_semaphore_release_whose_answer_is_lost_succeeds() {
 async fn a_release_of_a_deleted_lock_is_not_held() {
     // The control: with no cut, a lock deleted behind its holder's back is reported lost.
     let (_server, proxy, redis, mut direct) = setup().await;
-    let lock = redis.lease_lock("orders").lease(LEASE);
+    let lock = redis
+        .lease_lock("orders")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = lock.try_lock().await.expect("try_lock").expect("free");
     let deleted: i64 = redis::cmd("DEL")
         .arg(lock.key())
@@ -365,12 +387,18 @@ async fn a_lost_release_sent_after_the_lease_ran_out_is_not_held() {
     // The other control: the retry only counts "not ours" as released when the lost attempt
     // was sent within the lease. Here the lease has run out (and the key expired) first.
     let (_server, proxy, redis, mut direct) = setup().await;
-    let warm = redis.lease_lock("warm-up").lease(LEASE);
+    let warm = redis
+        .lease_lock("warm-up")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = warm.try_lock().await.expect("try_lock").expect("free");
     guard.release().await.expect("uncut release");
 
     let lease = Duration::from_millis(300);
-    let lock = redis.lease_lock("orders").lease(lease);
+    let lock = redis
+        .lease_lock("orders")
+        .with_options(LockOptions::new().lease(lease))
+        .unwrap();
     let guard = lock.try_lock().await.expect("try_lock").expect("free");
     tokio::time::sleep(lease + Duration::from_millis(200)).await;
     assert!(!guard.is_held(), "the lease has run out");
@@ -390,14 +418,20 @@ async fn a_reentrant_unlock_whose_answer_is_lost_is_an_error() {
     // A decrement is not idempotent, so the unlock is not sent again: the caller gets the
     // connection error, although the server did release the lock.
     let (_server, proxy, redis, mut direct) = setup().await;
-    let warm = redis.reentrant_lock("warm-up").lease(LEASE);
+    let warm = redis
+        .reentrant_lock("warm-up")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = warm.try_lock().await.expect("try_lock").expect("free");
     assert_eq!(
         guard.release().await.expect("uncut release"),
         Unlock::Released
     );
 
-    let lock = redis.reentrant_lock("accounts").lease(LEASE);
+    let lock = redis
+        .reentrant_lock("accounts")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = lock.try_lock().await.expect("try_lock").expect("free");
     assert!(
         exists(&mut direct, lock.key()).await,
@@ -429,7 +463,10 @@ async fn a_refused_release_is_sent_once_and_reported() {
     let server = RedisServer::start();
     let redis = Redis::connect(&server.url()).await.expect("connect");
     let mut admin = raw(&server).await;
-    let lock = redis.lease_lock("refused").lease(LEASE);
+    let lock = redis
+        .lease_lock("refused")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
     let guard = lock.try_lock().await.expect("try_lock").expect("free");
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::RwMode;
 use lockkeeper_testkit::RedisServer;
 use support_redis::{connect, eventually};
@@ -138,7 +139,10 @@ async fn a_writer_that_gives_up_withdraws_its_mark() {
 async fn a_reader_cannot_hold_past_its_lease() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let short = redis.rw_lock("leases").lease(Duration::from_millis(300));
+    let short = redis
+        .rw_lock("leases")
+        .with_options(LockOptions::new().lease(Duration::from_millis(300)))
+        .unwrap();
     let long = connect(&server).await.rw_lock("leases");
     let expiring = short.read().await.expect("read");
     let lasting = long.read().await.expect("read");

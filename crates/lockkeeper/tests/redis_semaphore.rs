@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::Redis;
 use lockkeeper_testkit::RedisServer;
 use lockkeeper_testkit::test_child::{self as child, ChildProcess};
@@ -70,7 +71,8 @@ async fn expired_permits_come_back_and_their_release_is_not_held() {
     let redis = connect(&server).await;
     let short = redis
         .semaphore("expiring", 1)
-        .lease(Duration::from_millis(300));
+        .with_options(LockOptions::new().lease(Duration::from_millis(300)))
+        .unwrap();
     let permit = short.acquire(1).await.expect("acquire");
     let other = connect(&server).await.semaphore("expiring", 1);
     let next = other
@@ -138,7 +140,8 @@ async fn a_crashed_holders_permits_come_back() {
         .await;
         let permit = redis
             .semaphore("crash", 2)
-            .watchdog(Duration::from_secs(2))
+            .with_options(LockOptions::new().watchdog(Duration::from_secs(2)))
+            .expect("options")
             .acquire(2)
             .await
             .expect("acquire");
@@ -205,7 +208,8 @@ async fn bad_permit_counts_are_invalid_arguments() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        pool.clone().lease(Duration::ZERO).try_acquire(1).await,
+        pool.clone()
+            .with_options(LockOptions::new().lease(Duration::ZERO)),
         Err(Error::InvalidArgument(_))
     ));
 }

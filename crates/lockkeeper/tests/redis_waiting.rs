@@ -5,6 +5,7 @@ mod support_redis;
 
 use std::time::Duration;
 
+use lockkeeper::LockOptions;
 use lockkeeper::redis::{Redis, RedisOptions};
 use lockkeeper_testkit::{RedisNode, RedisServer};
 use support_redis::{connect, eventually, raw};
@@ -90,11 +91,18 @@ async fn a_waiter_without_a_deadline_takes_a_lock_whose_holder_vanished() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let lease = Duration::from_secs(1);
-    let lock = redis.lease_lock("vanished").lease(lease);
+    let lock = redis
+        .lease_lock("vanished")
+        .with_options(LockOptions::new().lease(lease))
+        .unwrap();
     let guard = lock.lock().await.expect("lock");
     // The holder's process died: nothing releases, nothing is published.
     std::mem::forget(guard);
-    let waiter = connect(&server).await.lease_lock("vanished").lease(lease);
+    let waiter = connect(&server)
+        .await
+        .lease_lock("vanished")
+        .with_options(LockOptions::new().lease(lease))
+        .unwrap();
     let taken = tokio::time::timeout(Duration::from_secs(30), waiter.lock())
         .await
         .expect("the waiter took the lock once the lease ran out")
@@ -322,7 +330,8 @@ async fn waiting_survives_a_server_restart() {
     for _ in 0..100 {
         match a
             .lease_lock("restart")
-            .lease(Duration::from_secs(60))
+            .with_options(LockOptions::new().lease(Duration::from_secs(60)))
+            .unwrap()
             .lock()
             .await
         {

@@ -6,6 +6,7 @@ mod support_redis;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::redis::{Redis, RedisOptions};
 use lockkeeper_testkit::{RedisNode, RedisServer};
 use support_redis::{connect, eventually, exists, pttl, raw};
@@ -18,7 +19,10 @@ const TTL: Duration = Duration::from_millis(1000);
 async fn renewal_holds_a_lock_far_beyond_its_ttl_and_stops_at_release() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let lock = redis.lease_lock("long-job").watchdog(TTL);
+    let lock = redis
+        .lease_lock("long-job")
+        .with_options(LockOptions::new().watchdog(TTL))
+        .unwrap();
     let mut raw = raw(&server).await;
     let guard = lock.lock().await.expect("lock");
     let started = tokio::time::Instant::now();
@@ -49,7 +53,8 @@ async fn dropping_the_guard_stops_renewal_and_releases() {
     let redis = connect(&server).await;
     let lock = redis
         .lease_lock("dropped")
-        .watchdog(Duration::from_secs(30));
+        .with_options(LockOptions::new().watchdog(Duration::from_secs(30)))
+        .unwrap();
     let mut raw = raw(&server).await;
     let guard = lock.lock().await.expect("lock");
     drop(guard);
@@ -68,8 +73,12 @@ async fn maximum_hold_time_ends_renewal() {
     let redis = connect(&server).await;
     let lock = redis
         .lease_lock("capped")
-        .watchdog(TTL)
-        .max_hold(Duration::from_millis(2500));
+        .with_options(
+            LockOptions::new()
+                .watchdog(TTL)
+                .max_hold(Duration::from_millis(2500)),
+        )
+        .unwrap();
     let mut raw = raw(&server).await;
     let guard = lock.lock().await.expect("lock");
     let started = tokio::time::Instant::now();
@@ -99,7 +108,10 @@ async fn maximum_hold_time_ends_renewal() {
 async fn lost_fires_when_the_key_is_deleted_behind_the_holders_back() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let lock = redis.lease_lock("stolen").watchdog(TTL);
+    let lock = redis
+        .lease_lock("stolen")
+        .with_options(LockOptions::new().watchdog(TTL))
+        .unwrap();
     let mut raw = raw(&server).await;
     let guard = lock.lock().await.expect("lock");
     assert!(guard.is_held());
@@ -126,7 +138,10 @@ async fn lost_fires_when_the_server_dies() {
     let redis = Redis::connect_with(&node.url(), options)
         .await
         .expect("connect");
-    let lock = redis.lease_lock("doomed").watchdog(Duration::from_secs(1));
+    let lock = redis
+        .lease_lock("doomed")
+        .with_options(LockOptions::new().watchdog(Duration::from_secs(1)))
+        .unwrap();
     let guard = lock.lock().await.expect("lock");
     let lost = guard.lost();
     node.kill();

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::zk::{ConnectionState, Leadership, Session};
 use support::{
     Partition, children, curator_name, for_each_backend, session, wait_children, wait_state,
@@ -233,7 +234,8 @@ async fn keep_through_suspension_rides_out_a_short_cut() {
         let keeper = through
             .leader_latch("/election/keep", "keeps")
             .unwrap()
-            .keep_through_suspension()
+            .with_options(LockOptions::new().keep_through_suspension())
+            .unwrap()
             .lead()
             .await
             .unwrap();

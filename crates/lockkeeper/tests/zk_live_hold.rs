@@ -12,6 +12,7 @@ mod support;
 
 use std::time::Duration;
 
+use lockkeeper::LockOptions;
 use lockkeeper::zk::{ConnectionState, Session};
 use support::{for_each_backend, session};
 use tokio::time::{Instant, timeout};
@@ -147,7 +148,9 @@ async fn a_deposed_leader_stops_answering_is_leader() {
             let latch = |s: &Session, id: &str| {
                 let latch = s.leader_latch(path, id).unwrap();
                 if tolerant {
-                    latch.keep_through_suspension()
+                    latch
+                        .with_options(LockOptions::new().keep_through_suspension())
+                        .unwrap()
                 } else {
                     latch
                 }

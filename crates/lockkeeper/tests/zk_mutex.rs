@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::zk::Session;
 use lockkeeper::zk::{ConnectionState, Delivery};
 use support::{
@@ -705,7 +706,8 @@ async fn keep_through_suspension_rides_out_a_short_cut() {
         let kept = through
             .mutex("/keep/mutex")
             .unwrap()
-            .keep_through_suspension()
+            .with_options(LockOptions::new().keep_through_suspension())
+            .unwrap()
             .lock()
             .await
             .unwrap();
@@ -713,7 +715,8 @@ async fn keep_through_suspension_rides_out_a_short_cut() {
         let leases = through
             .semaphore("/keep/semaphore", 1)
             .unwrap()
-            .keep_through_suspension()
+            .with_options(LockOptions::new().keep_through_suspension())
+            .unwrap()
             .acquire(1)
             .await
             .unwrap();

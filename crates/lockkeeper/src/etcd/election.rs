@@ -14,6 +14,7 @@ use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::etcd::token;
 use crate::fencing::FencingToken;
+use crate::options::{Configure, LockOptions, Setting};
 use tokio_util::sync::ReusableBoxFuture;
 
 /// A leader election on etcd, laid out as Go's `concurrency.Election` (and so `etcdctl
@@ -91,12 +92,12 @@ impl Election {
         &self.name
     }
 
-    /// Ends every leadership `max_hold` after it was won: from then on `is_held()` is false
-    /// and `lost()` resolves, and the key is deleted, which elects the next candidate. For a
-    /// leader that must not keep the role forever. [`Error::InvalidArgument`] for zero.
-    pub fn max_hold(mut self, max_hold: std::time::Duration) -> Result<Election> {
-        self.options.max_hold = Some(super::positive("max_hold", &self.name, max_hold)?);
-        Ok(self)
+    /// How leadership is held ([`LockOptions`]): `max_hold` ends every leadership that long
+    /// after it was won: from then on `is_held()` is false and `lost()` resolves, and the key
+    /// is deleted, which elects the next candidate. For a leader that must not keep the role
+    /// forever. [`Error::InvalidArgument`] for zero or an option an election does not take.
+    pub fn with_options(self, options: LockOptions) -> Result<Election> {
+        options.apply(self)
     }
 
     /// Campaigns with `value` and waits until elected. [`Error::SessionLost`] if the session
@@ -319,10 +320,10 @@ impl Candidacy {
             .await
     }
 
-    /// The same candidacy with a maximum hold time ([`Election::max_hold`]).
-    pub fn max_hold(self, max_hold: std::time::Duration) -> Result<Candidacy> {
+    /// The same candidacy, its election held with `options` ([`Election::with_options`]).
+    pub fn with_options(self, options: LockOptions) -> Result<Candidacy> {
         Ok(Candidacy {
-            election: self.election.max_hold(max_hold)?,
+            election: self.election.with_options(options)?,
             value: self.value,
         })
     }
@@ -392,5 +393,15 @@ impl Leadership {
             Err(Error::NotHeld) => Err(Error::NotLeader),
             released => released,
         }
+    }
+}
+
+impl Configure for Election {
+    fn described(&self) -> String {
+        format!("the etcd election {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.name, setting, false)
     }
 }

@@ -65,7 +65,7 @@ pub(crate) use session::is_transient;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::hold_time;
+use crate::options::{self, Setting};
 
 /// An empty name would put the keys at the root (`/…`), shared with every other empty-named
 /// user: refused, naming the kind of recipe.
@@ -92,13 +92,29 @@ fn token(create_revision: i64) -> FencingToken {
     FencingToken::new(u64::try_from(create_revision).unwrap_or(0))
 }
 
-/// [`hold_time::positive`] for an option of the etcd lock `name`.
+/// [`options::positive`] for an option of the etcd lock `name`.
 fn positive(option: &str, name: &str, duration: Duration) -> Result<Duration> {
-    hold_time::positive(option, &format!("the etcd lock {name:?}"), duration)
+    options::positive(option, &format!("the etcd lock {name:?}"), duration)
 }
 
-/// The lock-delay option of the lock `name`: the delay and its record key.
-fn lock_delay_option(name: &str, delay: Duration) -> Result<(Duration, Arc<[u8]>)> {
-    let delay = positive("lock_delay", name, delay)?;
-    Ok((delay, Arc::from(delay::record_key(name))))
+impl guard::HoldOptions {
+    /// Takes one option for the lock `name` ([`Configure::set`](options::Configure::set)'s
+    /// contract): a maximum hold time, and a lock-delay where `delay_taken` (the mutex and the
+    /// read-write lock), recorded in the key `NAME.lock-delay`.
+    fn set(&mut self, name: &str, setting: Setting, delay_taken: bool) -> Result<bool> {
+        match setting {
+            Setting::MaxHold(max_hold) => {
+                self.max_hold = Some(positive("max_hold", name, max_hold)?);
+            }
+            Setting::LockDelay(lock_delay) if delay_taken => {
+                let lock_delay = positive("lock_delay", name, lock_delay)?;
+                self.lock_delay = Some((lock_delay, Arc::from(delay::record_key(name))));
+            }
+            Setting::LockDelay(_)
+            | Setting::Lease(_)
+            | Setting::Watchdog(_)
+            | Setting::KeepThroughSuspension => return Ok(false),
+        }
+        Ok(true)
+    }
 }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::Result;
+use crate::etcd::check_name;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
-use crate::etcd::{check_name, lock_delay_option, positive};
+use crate::options::{Configure, LockOptions, Setting};
 
 /// A distributed mutual-exclusion lock on etcd, laid out exactly as Go's `concurrency.Mutex`
 /// (and so `etcdctl lock NAME`): the key `NAME/{lease id in hex}` with the session's lease;
@@ -60,24 +61,22 @@ impl Session {
 }
 
 impl Mutex {
-    /// Gives the lock up `max_hold` after each grant, whatever the holder is doing: the
-    /// guard's `lost()` resolves and `is_held()` turns false at that instant, and the key is
-    /// deleted. That is not a clean release: under [`lock_delay`](Mutex::lock_delay) the next
-    /// holder waits the delay out, since a holder past its maximum hold time is still at work.
-    /// [`Error::InvalidArgument`](crate::Error) for zero.
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<Mutex> {
-        self.options.max_hold = Some(positive("max_hold", &self.name, max_hold)?);
-        Ok(self)
-    }
-
-    /// Lock-delay: after a holder *failed* (lease lost, key deleted) rather than released,
-    /// this handle is not granted the lock until `delay` after it saw the key gone, so the
-    /// failed holder's in-flight writes land first. Clean releases by handles with lock-delay
-    /// hand over at once; any other release (etcdctl's, Go's) counts as a failure. The record
-    /// lives in the key `NAME.lock-delay`. [`Error::InvalidArgument`](crate::Error) for zero.
-    pub fn lock_delay(mut self, delay: Duration) -> Result<Mutex> {
-        self.options.lock_delay = Some(lock_delay_option(&self.name, delay)?);
-        Ok(self)
+    /// How the lock is held ([`LockOptions`]):
+    /// - `max_hold`: each grant is given up that long after it, whatever the holder is doing:
+    ///   the guard's `lost()` resolves and `is_held()` turns false at that instant, and the
+    ///   key is deleted. That is not a clean release: under lock-delay the next holder waits
+    ///   the delay out, since a holder past its maximum hold time is still at work.
+    /// - `lock_delay`: after a holder *failed* (lease lost, key deleted) rather than released,
+    ///   this handle is not granted the lock until the delay after it saw the key gone, so the
+    ///   failed holder's in-flight writes land first. Clean releases by handles with
+    ///   lock-delay hand over at once; any other release (etcdctl's, Go's) counts as a
+    ///   failure. The record lives in the key `NAME.lock-delay`.
+    ///
+    /// [`Error::InvalidArgument`](crate::Error) for zero, or for `lease`, `watchdog` and
+    /// `keep_through_suspension`, which an etcd lock does not take (its lease is the
+    /// session's: see [`SessionBuilder`](crate::etcd::SessionBuilder)).
+    pub fn with_options(self, options: LockOptions) -> Result<Mutex> {
+        options.apply(self)
     }
 
     /// The lock's name (its keys' prefix without the `/`).
@@ -119,5 +118,15 @@ impl Mutex {
             per_session: true,
         };
         acquire(&self.session, &place, &self.options, deadline).await
+    }
+}
+
+impl Configure for Mutex {
+    fn described(&self) -> String {
+        format!("the etcd lock {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.name, setting, true)
     }
 }

@@ -8,7 +8,8 @@ use crate::error::Result;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
-use crate::etcd::{check_name, lock_delay_option, positive, unique_suffix};
+use crate::etcd::{check_name, unique_suffix};
+use crate::options::{Configure, LockOptions, Setting};
 
 /// A distributed read-write lock on etcd (lockkeeper's layout; etcd's Go packages have none):
 ///
@@ -62,22 +63,14 @@ impl Session {
 }
 
 impl RwLock {
-    /// Gives each grant (read or write) up `max_hold` after it, as [`Mutex::max_hold`] does.
-    /// [`Error::InvalidArgument`](crate::Error) for zero.
+    /// How both sides hold the lock ([`LockOptions`]): `max_hold` and `lock_delay` (one
+    /// record for both sides, `NAME.lock-delay`), as for a [`Mutex`].
+    /// [`Error::InvalidArgument`](crate::Error) for zero or an option an etcd lock does not
+    /// take.
     ///
-    /// [`Mutex::max_hold`]: crate::etcd::Mutex::max_hold
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<RwLock> {
-        self.options.max_hold = Some(positive("max_hold", &self.name, max_hold)?);
-        Ok(self)
-    }
-
-    /// Lock-delay, as [`Mutex::lock_delay`] (one record for both sides, `NAME.lock-delay`).
-    /// [`Error::InvalidArgument`](crate::Error) for zero.
-    ///
-    /// [`Mutex::lock_delay`]: crate::etcd::Mutex::lock_delay
-    pub fn lock_delay(mut self, delay: Duration) -> Result<RwLock> {
-        self.options.lock_delay = Some(lock_delay_option(&self.name, delay)?);
-        Ok(self)
+    /// [`Mutex`]: crate::etcd::Mutex::with_options
+    pub fn with_options(self, options: LockOptions) -> Result<RwLock> {
+        options.apply(self)
     }
 
     /// The lock's name.
@@ -138,5 +131,15 @@ impl RwLock {
             per_session: false,
         };
         acquire(&self.session, &place, &self.options, deadline).await
+    }
+}
+
+impl Configure for RwLock {
+    fn described(&self) -> String {
+        format!("the etcd read-write lock {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.name, setting, true)
     }
 }

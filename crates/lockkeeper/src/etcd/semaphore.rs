@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
-use crate::etcd::{check_name, positive, unique_suffix};
+use crate::etcd::{check_name, unique_suffix};
+use crate::options::{Configure, LockOptions, Setting};
 
 /// A distributed counting semaphore on etcd (lockkeeper's layout): each acquisition puts
 /// `NAME/{lease:x}-{unique}` with the session's lease and holds a permit while fewer than `n`
@@ -56,11 +57,11 @@ impl Session {
 }
 
 impl Semaphore {
-    /// Gives each permit up `max_hold` after its grant.
-    /// [`Error::InvalidArgument`] for zero.
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<Semaphore> {
-        self.options.max_hold = Some(positive("max_hold", &self.name, max_hold)?);
-        Ok(self)
+    /// How permits are held ([`LockOptions`]): `max_hold`, each permit given up that long
+    /// after its grant, as for a [`Mutex`](crate::etcd::Mutex::with_options).
+    /// [`Error::InvalidArgument`] for zero or an option a semaphore does not take.
+    pub fn with_options(self, options: LockOptions) -> Result<Semaphore> {
+        options.apply(self)
     }
 
     /// The semaphore's name.
@@ -103,5 +104,15 @@ impl Semaphore {
             per_session: false,
         };
         acquire(&self.session, &place, &self.options, deadline).await
+    }
+}
+
+impl Configure for Semaphore {
+    fn described(&self) -> String {
+        format!("the etcd semaphore {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.name, setting, false)
     }
 }

@@ -9,17 +9,16 @@ use std::time::Duration;
 use super::{BoxFuture, Guard, Lock, ReadLock, WriteLock};
 use crate::error::Result;
 use crate::fencing::FencingToken;
+use crate::options::LockOptions;
 
 /// `impl Lock for $handle`, whose guard comes from the methods named: `$wait` (waits), `$try`
 /// (one attempt) and `$timeout` (bounded), each given `$arg` (a semaphore's one lease) if
-/// named; `|$l| $name` is the lock's name and `|$m, $d| $max_hold` the handle with a maximum
-/// hold time, as a `Result`.
+/// named; `|$l| $name` is the lock's name. `with_options` is the handle's own.
 macro_rules! lock {
     (
         $handle:ty,
         name: |$l:ident| $name:expr,
-        $wait:ident, $try:ident, $timeout:ident $(($arg:expr))?,
-        max_hold: |$m:ident, $d:ident| $max_hold:expr $(,)?
+        $wait:ident, $try:ident, $timeout:ident $(($arg:expr))? $(,)?
     ) => {
         impl Lock for $handle {
             fn name(&self) -> &str {
@@ -51,9 +50,8 @@ macro_rules! lock {
                 })
             }
 
-            fn with_max_hold(&self, max_hold: Duration) -> Result<Box<dyn Lock>> {
-                let ($m, $d) = (self.clone(), max_hold);
-                Ok(Box::new($max_hold?))
+            fn with_options(&self, options: LockOptions) -> Result<Box<dyn Lock>> {
+                Ok(Box::new(self.clone().with_options(options)?))
             }
         }
     };
@@ -119,7 +117,7 @@ macro_rules! guard {
 
 /// `rw.read_lock()` and `rw.write_lock()` for a backend's `RwLock`, and the two sides as locks.
 macro_rules! rw_lock {
-    ($rw:ty, name: |$l:ident| $name:expr, max_hold: |$m:ident, $d:ident| $max_hold:expr $(,)?) => {
+    ($rw:ty, name: |$l:ident| $name:expr $(,)?) => {
         impl $rw {
             /// The read side, as a [`Lock`](crate::Lock) (Curator's `readLock()`).
             pub fn read_lock(&self) -> ReadLock<$rw> {
@@ -132,17 +130,31 @@ macro_rules! rw_lock {
             }
         }
 
+        impl ReadLock<$rw> {
+            /// The read side of the lock held with `options` (see the lock's own
+            /// `with_options`, which both sides share).
+            pub fn with_options(self, options: LockOptions) -> Result<ReadLock<$rw>> {
+                Ok(ReadLock(self.0.with_options(options)?))
+            }
+        }
+
+        impl WriteLock<$rw> {
+            /// The write side of the lock held with `options` (see the lock's own
+            /// `with_options`, which both sides share).
+            pub fn with_options(self, options: LockOptions) -> Result<WriteLock<$rw>> {
+                Ok(WriteLock(self.0.with_options(options)?))
+            }
+        }
+
         lock!(
             ReadLock<$rw>,
             name: |side| { let $l = &side.0; $name },
             read, try_read, read_timeout,
-            max_hold: |side, d| { let ($m, $d) = (side.0, d); $max_hold.map(ReadLock) },
         );
         lock!(
             WriteLock<$rw>,
             name: |side| { let $l = &side.0; $name },
             write, try_write, write_timeout,
-            max_hold: |side, d| { let ($m, $d) = (side.0, d); $max_hold.map(WriteLock) },
         );
     };
 }
@@ -182,18 +194,14 @@ mod zk {
         LeaderLatch, Leadership, Leases, LockGuard, Mutex, RwLock, Semaphore, SimpleLock,
     };
 
-    lock!(Mutex, name: |l| l.path(), lock, try_lock, lock_timeout,
-        max_hold: |m, d| m.max_hold(d));
-    lock!(SimpleLock, name: |l| l.path(), lock, try_lock, lock_timeout,
-        max_hold: |m, d| m.max_hold(d));
-    rw_lock!(RwLock, name: |l| l.path(), max_hold: |m, d| m.max_hold(d));
+    lock!(Mutex, name: |l| l.path(), lock, try_lock, lock_timeout);
+    lock!(SimpleLock, name: |l| l.path(), lock, try_lock, lock_timeout);
+    rw_lock!(RwLock, name: |l| l.path());
     // A semaphore as a lock is one lease of it.
-    lock!(Semaphore, name: |l| l.path(), acquire, try_acquire, acquire_timeout(1),
-        max_hold: |m, d| m.max_hold(d));
+    lock!(Semaphore, name: |l| l.path(), acquire, try_acquire, acquire_timeout(1));
 
     // Leading is holding the latch: `lock()` waits to lead, the guard resigns on release.
-    lock!(LeaderLatch, name: |l| l.path(), lead, try_lead, lead_timeout,
-        max_hold: |m, d| m.max_hold(d));
+    lock!(LeaderLatch, name: |l| l.path(), lead, try_lead, lead_timeout);
 
     guard!(LockGuard, held_as: |g| g.node().to_owned(),
         fn revocation_requested(&self) -> BoxFuture<'_, ()> {
@@ -228,23 +236,12 @@ mod redis {
         ReentrantLock, RwGuard, RwLock, Semaphore, SemaphorePermit,
     };
 
-    /// Redis handles check their maximum hold time when they acquire; the trait's contract is
-    /// to refuse a bad one at once, with the same message.
-    fn checked(max_hold: Duration) -> Result<Duration> {
-        crate::redis::lease::check_ttl("max_hold (the maximum hold time)", max_hold)?;
-        Ok(max_hold)
-    }
-
-    lock!(LeaseLock, name: |l| l.name(), lock, try_lock, lock_timeout,
-        max_hold: |m, d| checked(d).map(|d| m.max_hold(d)));
-    lock!(RedlockLock, name: |l| l.name(), lock, try_lock, lock_timeout,
-        max_hold: |m, d| checked(d).map(|d| m.max_hold(d)));
-    lock!(ReentrantLock, name: |l| l.name(), lock, try_lock, lock_timeout,
-        max_hold: |m, d| checked(d).map(|d| m.max_hold(d)));
-    rw_lock!(RwLock, name: |l| l.name(), max_hold: |m, d| checked(d).map(|d| m.max_hold(d)));
+    lock!(LeaseLock, name: |l| l.name(), lock, try_lock, lock_timeout);
+    lock!(RedlockLock, name: |l| l.name(), lock, try_lock, lock_timeout);
+    lock!(ReentrantLock, name: |l| l.name(), lock, try_lock, lock_timeout);
+    rw_lock!(RwLock, name: |l| l.name());
     // A semaphore as a lock is one permit of it.
-    lock!(Semaphore, name: |l| l.name(), acquire, try_acquire, acquire_timeout(1),
-        max_hold: |m, d| checked(d).map(|d| m.max_hold(d)));
+    lock!(Semaphore, name: |l| l.name(), acquire, try_acquire, acquire_timeout(1));
 
     guard!(LeaseGuard, held_as: |g| g.name().to_owned());
     guard!(RwGuard, held_as: |g| g.name().to_owned());
@@ -252,7 +249,7 @@ mod redis {
 
     /// A local-count reentrant lock's handle is one owner (its count is in the handle), so it
     /// is a [`Lock`] by reference: `&lock` or an `Arc` of it where one is needed, and
-    /// [`with_max_hold`](Lock::with_max_hold) is a new owner.
+    /// [`with_options`](Lock::with_options) is a new owner.
     impl Lock for LocalReentrantLock {
         fn name(&self) -> &str {
             self.lease_lock().name()
@@ -278,8 +275,8 @@ mod redis {
             })
         }
 
-        fn with_max_hold(&self, max_hold: Duration) -> Result<Box<dyn Lock>> {
-            let lock = self.lease_lock().clone().max_hold(checked(max_hold)?);
+        fn with_options(&self, options: LockOptions) -> Result<Box<dyn Lock>> {
+            let lock = self.lease_lock().clone().with_options(options)?;
             Ok(Box::new(LocalReentrantLock::new(lock)))
         }
     }
@@ -316,15 +313,12 @@ mod etcd {
     use super::*;
     use crate::etcd::{Candidacy, Leadership, LockGuard, Mutex, RwLock, Semaphore};
 
-    lock!(Mutex, name: |l| l.name(), lock, try_lock, lock_timeout,
-        max_hold: |m, d| m.max_hold(d));
-    rw_lock!(RwLock, name: |l| l.name(), max_hold: |m, d| m.max_hold(d));
+    lock!(Mutex, name: |l| l.name(), lock, try_lock, lock_timeout);
+    rw_lock!(RwLock, name: |l| l.name());
     // A semaphore as a lock is one permit of it (an etcd semaphore's holds are one each).
-    lock!(Semaphore, name: |l| l.name(), acquire, try_acquire, acquire_timeout,
-        max_hold: |m, d| m.max_hold(d));
+    lock!(Semaphore, name: |l| l.name(), acquire, try_acquire, acquire_timeout);
 
-    lock!(Candidacy, name: |l| l.election().name(), campaign, try_campaign, campaign_timeout,
-        max_hold: |m, d| m.max_hold(d));
+    lock!(Candidacy, name: |l| l.election().name(), campaign, try_campaign, campaign_timeout);
 
     guard!(LockGuard, held_as: |g| g.key());
 

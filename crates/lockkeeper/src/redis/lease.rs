@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 use super::conn::unexpected_reply;
 use crate::grant::trusted_until;
-use crate::hold_time;
+use crate::options::{self, Setting};
 use crate::{Error, FencingToken, Result};
 
 /// How often a release is sent in all when its answers are lost with the connection.
@@ -78,6 +78,23 @@ impl LeaseSpec {
         }
     }
 
+    /// Takes one option ([`Configure::set`](crate::options::Configure::set)'s contract): a
+    /// lease or a watchdog TTL, a maximum hold time, a lock-delay; each checked at once.
+    pub fn set(&mut self, setting: Setting) -> Result<bool> {
+        match setting {
+            Setting::Lease(lease) => self.fixed = Some(lease),
+            Setting::Watchdog(ttl) => {
+                self.fixed = None;
+                self.watchdog = ttl;
+            }
+            Setting::MaxHold(max_hold) => self.max_hold = Some(max_hold),
+            Setting::LockDelay(delay) => self.lock_delay = Some(delay),
+            Setting::KeepThroughSuspension => return Ok(false),
+        }
+        self.check()?;
+        Ok(true)
+    }
+
     /// The TTL the server sets for a lease of `lease`: longer by the lock-delay.
     pub fn on_server(&self, lease: Duration) -> Duration {
         lease.saturating_add(self.lock_delay.unwrap_or_default())
@@ -101,11 +118,11 @@ impl LeaseSpec {
         check_ttl("watchdog lease", self.watchdog)?;
         if let Some(max_hold) = self.max_hold {
             check_ttl("max_hold (the maximum hold time)", max_hold)?;
-            hold_time::at_most_longest("max_hold (the maximum hold time)", max_hold)?;
+            options::at_most_longest("max_hold (the maximum hold time)", max_hold)?;
         }
         if let Some(delay) = self.lock_delay {
             check_ttl("lock_delay", delay)?;
-            hold_time::at_most_longest("lock_delay", delay)?;
+            options::at_most_longest("lock_delay", delay)?;
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARV
 use super::script::NOW;
 use super::wait::{self, Attempt};
 use crate::grant::trusted_until;
+use crate::options::{Configure, LockOptions, Setting};
 use crate::{Error, FencingToken, Result};
 
 /// KEYS: lock, fence, line, line deadlines. ARGV: token, ttl, waiter (empty for a single
@@ -92,7 +93,7 @@ return n
 
 /// A mutual-exclusion lock held as a Redis key with a lease.
 ///
-/// Without an explicit [`lease`](LeaseLock::lease), the lock is held with the handle's watchdog
+/// Without an explicit [`lease`](crate::LockOptions::lease), the lock is held with the handle's watchdog
 /// lease (30 s by default) and renewed every third of it for as long as the guard lives, like
 /// Redisson's `RLock`; a holder that crashes frees the lock at most one lease later. With an
 /// explicit lease nothing renews it: the guard's [`is_held`](LeaseGuard::is_held) turns false
@@ -153,35 +154,23 @@ impl LeaseLock {
         &self.name
     }
 
-    /// Hold each acquisition for exactly `lease`, with no watchdog.
-    pub fn lease(mut self, lease: Duration) -> LeaseLock {
-        self.spec.fixed = Some(lease);
-        self
-    }
-
-    /// Renew with a watchdog lease of `ttl` (instead of the handle's default).
-    pub fn watchdog(mut self, ttl: Duration) -> LeaseLock {
-        self.spec.fixed = None;
-        self.spec.watchdog = ttl;
-        self
-    }
-
-    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
-    /// `is_held()` turns false at that instant, and the lock is given up: the next holder gets
-    /// it at once, or under lock-delay after the delay (the holder is still at work). Checked
-    /// at acquisition (at least 1 ms).
-    pub fn max_hold(mut self, max_hold: Duration) -> LeaseLock {
-        self.spec.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Lock-delay: the key outlives the holder's lease on the server by `delay`, so a holder
-    /// that lapsed (crashed, paused, cut off) keeps everyone out for `delay` after its own
-    /// validity ended and its in-flight writes land first; a clean release (or a release at
-    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
-    pub fn lock_delay(mut self, delay: Duration) -> LeaseLock {
-        self.spec.lock_delay = Some(delay);
-        self
+    /// How the lock is held ([`LockOptions`]); options left unset keep this handle's (at
+    /// first a watchdog lease of the client's default TTL):
+    /// - `lease`: hold each acquisition for exactly that long, with no watchdog.
+    /// - `watchdog`: renew a lease of that TTL every third of it while the guard lives.
+    /// - `max_hold`: each acquisition is given up that long after it: the guard's `lost()`
+    ///   resolves and `is_held()` turns false at that instant, and the next holder gets the
+    ///   lock at once, or under lock-delay after the delay (the holder is still at work).
+    /// - `lock_delay`: the key outlives the holder's lease on the server by the delay, so a
+    ///   holder that lapsed (crashed, paused, cut off) keeps everyone out for the delay after
+    ///   its own validity ended and its in-flight writes land first; a clean release (or a
+    ///   release at the maximum hold time) hands over at once.
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a duration under 1 ms
+    /// (Redis counts in milliseconds), a lease and a watchdog together, or
+    /// `keep_through_suspension` (a ZooKeeper option).
+    pub fn with_options(self, options: LockOptions) -> Result<LeaseLock> {
+        options.apply(self)
     }
 
     /// The key holding the lock, for inspection (`PTTL`, `GET`).
@@ -519,5 +508,15 @@ impl std::fmt::Debug for LeaseGuard {
             .field("fencing_token", &self.fencing)
             .field("held", &self.is_held())
             .finish()
+    }
+}
+
+impl Configure for LeaseLock {
+    fn described(&self) -> String {
+        format!("the Redis lock {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.spec.set(setting)
     }
 }

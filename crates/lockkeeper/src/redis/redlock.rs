@@ -50,13 +50,14 @@ use tokio::time::Instant;
 use super::keys::{self, DEFAULT_PREFIX, LockKeys};
 use super::lease::{Lease, LeaseSpec, Renew, check_ttl, release_by};
 use crate::grant::trusted_until;
+use crate::options::{Configure, LockOptions, Setting};
 use crate::{Error, Result};
 
 mod node;
 
 use node::{Node, Tally, join_all};
 
-/// The lease a Redlock lock sets when none is given with [`RedlockLock::lease`].
+/// The lease a Redlock lock sets when none is given as a [`lease`](crate::LockOptions::lease).
 pub const DEFAULT_REDLOCK_TTL: Duration = Duration::from_secs(30);
 
 /// The longest one master may take to answer by default; less when the lease is short (a
@@ -156,7 +157,8 @@ impl RedlockOptions {
 ///     "redis://10.0.0.2:6379",
 ///     "redis://10.0.0.3:6379",
 /// ])?;
-/// let lock = redlock.lease_lock("nightly-report").lease(Duration::from_secs(60));
+/// let lease = lockkeeper::LockOptions::new().lease(Duration::from_secs(60));
+/// let lock = redlock.lease_lock("nightly-report").with_options(lease)?;
 /// if let Some(guard) = lock.try_lock().await? {
 ///     // Valid for guard.validity(); no fencing token (see the module docs).
 ///     guard.release().await?;
@@ -268,7 +270,8 @@ impl std::fmt::Debug for Redlock {
 /// ```no_run
 /// # async fn demo(redlock: lockkeeper::redis::redlock::Redlock) -> lockkeeper::Result<()> {
 /// use std::time::Duration;
-/// let lock = redlock.lease_lock("orders").lease(Duration::from_secs(10));
+/// let lease = lockkeeper::LockOptions::new().lease(Duration::from_secs(10));
+/// let lock = redlock.lease_lock("orders").with_options(lease)?;
 /// match lock.lock_timeout(Duration::from_secs(2)).await? {
 ///     Some(guard) => {
 ///         tokio::select! {
@@ -312,30 +315,23 @@ impl RedlockLock {
         &self.key
     }
 
-    /// The lease (TTL) each master sets. The holder's validity is this minus the time the
-    /// vote took and the clock-drift allowance (1% + 2 ms).
-    pub fn lease(mut self, ttl: Duration) -> RedlockLock {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Gives the lock up `max_hold` after each acquisition (when that comes before the
-    /// validity's end): the guard's `lost()` resolves and `is_held()` turns false at that
-    /// instant. Without lock-delay the key is deleted on every master at once; under
-    /// lock-delay it is left to expire (its TTL is the validity plus the delay), since a
-    /// holder past its maximum hold time is still at work. Checked at acquisition (at least
-    /// 1 ms).
-    pub fn max_hold(mut self, max_hold: Duration) -> RedlockLock {
-        self.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Lock-delay: each master keeps the key `delay` longer than the lease the holder trusts,
-    /// so a holder that lapsed keeps everyone out for `delay` after its validity ended; a clean
-    /// release deletes the key at once. Checked at acquisition (at least 1 ms).
-    pub fn lock_delay(mut self, delay: Duration) -> RedlockLock {
-        self.lock_delay = Some(delay);
-        self
+    /// How the lock is held ([`LockOptions`]); options left unset keep this handle's:
+    /// - `lease`: the TTL each master sets (the default is the client's). The holder's
+    ///   validity is this minus the time the vote took and the clock-drift allowance
+    ///   (1% + 2 ms). Redlock has no watchdog: a lease is renewed only by `extend`.
+    /// - `max_hold`: each acquisition is given up that long after it (when that comes before
+    ///   the validity's end): the guard's `lost()` resolves and `is_held()` turns false at
+    ///   that instant. Without lock-delay the key is deleted on every master at once; under
+    ///   lock-delay it is left to expire (its TTL is the validity plus the delay), since a
+    ///   holder past its maximum hold time is still at work.
+    /// - `lock_delay`: each master keeps the key that much longer than the lease the holder
+    ///   trusts, so a holder that lapsed keeps everyone out for the delay after its validity
+    ///   ended; a clean release deletes the key at once.
+    ///
+    /// [`Error::InvalidArgument`] for a duration under 1 ms, or for `watchdog` and
+    /// `keep_through_suspension`, which Redlock does not take.
+    pub fn with_options(self, options: LockOptions) -> Result<RedlockLock> {
+        options.apply(self)
     }
 
     /// How this lock's leases are kept.
@@ -690,6 +686,23 @@ fn no_renewal() -> Renew {
     Arc::new(|_| Box::pin(async { Ok(false) }))
 }
 
+impl Configure for RedlockLock {
+    fn described(&self) -> String {
+        format!("the Redlock lock {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        match setting {
+            Setting::Lease(ttl) => self.ttl = ttl,
+            Setting::MaxHold(max_hold) => self.max_hold = Some(max_hold),
+            Setting::LockDelay(delay) => self.lock_delay = Some(delay),
+            Setting::Watchdog(_) | Setting::KeepThroughSuspension => return Ok(false),
+        }
+        self.check()?;
+        Ok(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -763,10 +776,19 @@ mod tests {
         let invalid = |r: Result<Option<RedlockGuard>>| matches!(r, Err(Error::InvalidArgument(_)));
         assert!(invalid(redlock.lease_lock("").try_lock().await));
         assert!(invalid(redlock.lease_lock("a}b").try_lock().await));
-        let zero = redlock.lease_lock("x").lease(Duration::ZERO);
-        assert!(invalid(zero.try_lock().await));
-        let shorter_than_node_timeout = redlock.lease_lock("x").lease(Duration::from_millis(500));
-        assert!(invalid(shorter_than_node_timeout.try_lock().await));
+        let lease = |lease| {
+            let options = crate::LockOptions::new().lease(lease);
+            redlock.lease_lock("x").with_options(options)
+        };
+        assert!(matches!(
+            lease(Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
+        let shorter_than_node_timeout = lease(Duration::from_millis(500));
+        assert!(matches!(
+            shorter_than_node_timeout,
+            Err(Error::InvalidArgument(_))
+        ));
         let lock = redlock.lease_lock("x");
         assert!(invalid(lock.lock_timeout(Duration::ZERO).await));
         let unnamed = redlock.lease_lock("").lock().await;

@@ -22,6 +22,7 @@ use super::lease::{
 use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys, STARVATION};
 use super::script::{NOW, call};
 use super::wait::{self, Attempt};
+use crate::options::{Configure, LockOptions, Setting};
 use crate::{Error, FencingToken, Result};
 
 /// KEYS: hash, fence, line, line deadlines. ARGV: owner, ttl, waiter (empty for a single
@@ -133,7 +134,7 @@ pub enum Unlock {
 /// processes to let a lock taken in one be re-entered and released in another.
 ///
 /// Leases work as for [`LeaseLock`](super::LeaseLock): a watchdog unless an explicit
-/// [`lease`](ReentrantLock::lease) is set. Each acquisition gets a guard with its own lease
+/// [`lease`](crate::LockOptions::lease) is set. Each acquisition gets a guard with its own lease
 /// and watchdog; the hash expires when the longest of them ends. A hold that outlives its
 /// lease is gone even though the count said otherwise: the next acquisition (by anyone) starts
 /// afresh at count 1 with a new fencing token.
@@ -198,35 +199,12 @@ impl ReentrantLock {
         self
     }
 
-    /// Hold each acquisition for exactly `lease`, with no watchdog.
-    pub fn lease(mut self, lease: Duration) -> ReentrantLock {
-        self.spec.fixed = Some(lease);
-        self
-    }
-
-    /// Renew with a watchdog lease of `ttl` (instead of the handle's default).
-    pub fn watchdog(mut self, ttl: Duration) -> ReentrantLock {
-        self.spec.fixed = None;
-        self.spec.watchdog = ttl;
-        self
-    }
-
-    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
-    /// `is_held()` turns false at that instant, and this hold's count is given up: when it was
-    /// the owner's last, the next holder gets the lock at once, or under lock-delay after the
-    /// delay (the holder is still at work). Checked at acquisition (at least 1 ms).
-    pub fn max_hold(mut self, max_hold: Duration) -> ReentrantLock {
-        self.spec.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Lock-delay: the key outlives the holder's lease on the server by `delay`, so a holder
-    /// that lapsed (crashed, paused, cut off) keeps everyone out for `delay` after its own
-    /// validity ended and its in-flight writes land first; a clean release (or a release at
-    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
-    pub fn lock_delay(mut self, delay: Duration) -> ReentrantLock {
-        self.spec.lock_delay = Some(delay);
-        self
+    /// How the reentrant lock is held ([`LockOptions`]): `lease`, `watchdog`, `max_hold` and
+    /// `lock_delay`, as for a [`LeaseLock`](crate::redis::LeaseLock::with_options).
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a duration under 1 ms, a
+    /// lease and a watchdog together, or `keep_through_suspension` (a ZooKeeper option).
+    pub fn with_options(self, options: LockOptions) -> Result<ReentrantLock> {
+        options.apply(self)
     }
 
     /// The hash holding `{owner: count}`, for inspection.
@@ -583,5 +561,15 @@ impl std::fmt::Debug for ReentrantGuard {
             .field("fencing_token", &self.fencing)
             .field("held", &self.is_held())
             .finish()
+    }
+}
+
+impl Configure for ReentrantLock {
+    fn described(&self) -> String {
+        format!("the Redis reentrant lock {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.spec.set(setting)
     }
 }

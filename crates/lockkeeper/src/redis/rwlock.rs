@@ -28,6 +28,7 @@ use super::script::call;
 use super::wait::{self, Attempt};
 
 pub(super) mod scripts;
+use crate::options::{Configure, LockOptions, Setting};
 use crate::{FencingToken, Result};
 use scripts::{
     INTENT_REFRESH, INTENT_TTL, INTENT_WITHDRAW, READ_ACQUIRE, READ_RELEASE, READ_RENEW,
@@ -37,7 +38,7 @@ use scripts::{
 /// A distributed read-write lock: any number of readers, or one writer.
 ///
 /// Writer-preferring (see the module docs): once a writer waits, new readers wait behind it.
-/// Every holder has its own lease (watchdog by default, or [`lease`](RwLock::lease)); an
+/// Every holder has its own lease (watchdog by default, or [`lease`](crate::LockOptions::lease)); an
 /// expired reader is dropped by the next acquisition and no longer counts. Read and write
 /// guards both carry a fencing token from the lock's one counter.
 ///
@@ -117,35 +118,12 @@ impl RwLock {
         &self.name
     }
 
-    /// Hold each acquisition for exactly `lease`, with no watchdog.
-    pub fn lease(mut self, lease: Duration) -> RwLock {
-        self.spec.fixed = Some(lease);
-        self
-    }
-
-    /// Renew with a watchdog lease of `ttl` (instead of the handle's default).
-    pub fn watchdog(mut self, ttl: Duration) -> RwLock {
-        self.spec.fixed = None;
-        self.spec.watchdog = ttl;
-        self
-    }
-
-    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
-    /// `is_held()` turns false at that instant, and the lock is given up: the next holder gets
-    /// it at once, or under lock-delay after the delay (the holder is still at work). Checked
-    /// at acquisition (at least 1 ms).
-    pub fn max_hold(mut self, max_hold: Duration) -> RwLock {
-        self.spec.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Lock-delay: the key outlives the holder's lease on the server by `delay`, so a holder
-    /// that lapsed (crashed, paused, cut off) keeps everyone out for `delay` after its own
-    /// validity ended and its in-flight writes land first; a clean release (or a release at
-    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
-    pub fn lock_delay(mut self, delay: Duration) -> RwLock {
-        self.spec.lock_delay = Some(delay);
-        self
+    /// How the read-write lock is held ([`LockOptions`]): `lease`, `watchdog`, `max_hold` and
+    /// `lock_delay`, as for a [`LeaseLock`](crate::redis::LeaseLock::with_options).
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a duration under 1 ms, a
+    /// lease and a watchdog together, or `keep_through_suspension` (a ZooKeeper option).
+    pub fn with_options(self, options: LockOptions) -> Result<RwLock> {
+        options.apply(self)
     }
 
     /// The sorted set of readers (token → lease end, server ms), for inspection.
@@ -532,5 +510,15 @@ impl std::fmt::Debug for RwGuard {
             .field("fencing_token", &self.fencing)
             .field("held", &self.is_held())
             .finish()
+    }
+}
+
+impl Configure for RwLock {
+    fn described(&self) -> String {
+        format!("the Redis read-write lock {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.spec.set(setting)
     }
 }

@@ -31,6 +31,7 @@ use super::lease::{
 use super::line::{LINE_LUA, LINE_REFRESH, LINE_TTL, LeaveOnDrop, LineKeys};
 use super::script::{NOW, call};
 use super::wait::{self, Attempt};
+use crate::options::{Configure, LockOptions, Setting};
 use crate::{Error, FencingToken, Result};
 
 /// KEYS: permits, fence, line, line deadlines. ARGV: id, n, limit, ttl, waiter (empty for a
@@ -95,7 +96,7 @@ return 0
 /// (and the same permit count).
 ///
 /// Permits are held with a lease like a lock (a watchdog by default, or
-/// [`lease`](Semaphore::lease)), so a holder that crashes or hangs loses its permits when its
+/// [`lease`](crate::LockOptions::lease)), so a holder that crashes or hangs loses its permits when its
 /// lease ends rather than leaking them. Each acquisition gets a fencing token from the
 /// semaphore's counter. Waiters are not served in order.
 ///
@@ -147,35 +148,12 @@ impl Semaphore {
         self.permits
     }
 
-    /// Hold each acquisition's permits for exactly `lease`, with no watchdog.
-    pub fn lease(mut self, lease: Duration) -> Semaphore {
-        self.spec.fixed = Some(lease);
-        self
-    }
-
-    /// Renew with a watchdog lease of `ttl` (instead of the handle's default).
-    pub fn watchdog(mut self, ttl: Duration) -> Semaphore {
-        self.spec.fixed = None;
-        self.spec.watchdog = ttl;
-        self
-    }
-
-    /// Gives the lock up `max_hold` after each acquisition: the guard's `lost()` resolves and
-    /// `is_held()` turns false at that instant, and the permits are given up: the next holder
-    /// gets them at once, or under lock-delay after the delay (the holder is still at work).
-    /// Checked at acquisition (at least 1 ms).
-    pub fn max_hold(mut self, max_hold: Duration) -> Semaphore {
-        self.spec.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Lock-delay: a permit outlives the holder's lease on the server by `delay`, so a holder
-    /// that lapsed (crashed, paused, cut off) keeps its permits for `delay` after its own
-    /// validity ended and its in-flight writes land first; a clean release (or a release at
-    /// the maximum hold time) hands over at once. Checked at acquisition (at least 1 ms).
-    pub fn lock_delay(mut self, delay: Duration) -> Semaphore {
-        self.spec.lock_delay = Some(delay);
-        self
+    /// How the semaphore is held ([`LockOptions`]): `lease`, `watchdog`, `max_hold` and
+    /// `lock_delay`, as for a [`LeaseLock`](crate::redis::LeaseLock::with_options).
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a duration under 1 ms, a
+    /// lease and a watchdog together, or `keep_through_suspension` (a ZooKeeper option).
+    pub fn with_options(self, options: LockOptions) -> Result<Semaphore> {
+        options.apply(self)
     }
 
     /// The sorted set of permits (`id:i` → lease end, server ms), for inspection.
@@ -490,5 +468,15 @@ impl std::fmt::Debug for SemaphorePermit {
             .field("fencing_token", &self.fencing)
             .field("held", &self.is_held())
             .finish()
+    }
+}
+
+impl Configure for Semaphore {
+    fn described(&self) -> String {
+        format!("the Redis semaphore {:?}", self.name)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.spec.set(setting)
     }
 }

@@ -50,7 +50,7 @@ use lockkeeper_zk_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::hold_time;
+use crate::options::{self, Setting};
 use crate::sync::{Watcher, lock};
 use crate::zk::node::{delete_if_ours, delete_node};
 use crate::zk::session::{Generation, Health, is_connection_loss};
@@ -96,29 +96,35 @@ pub(crate) struct HoldOptions {
     pub suspension: Suspension,
 }
 
+/// Whether a ZooKeeper lock has a lock-delay: the mutex and both sides of the read-write lock
+/// do; the semaphore, the simple lock and the leader latch do not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delay {
+    Taken,
+    NotTaken,
+}
+
 impl HoldOptions {
-    /// Sets the maximum hold time of the lock at `path`; zero is refused.
-    pub(crate) fn max_hold(mut self, path: &str, max_hold: Duration) -> Result<HoldOptions> {
-        self.max_hold = Some(positive("max_hold", path, max_hold)?);
-        Ok(self)
-    }
-
-    /// Sets the lock-delay of the lock at `path`; zero is refused.
-    pub(crate) fn lock_delay(mut self, path: &str, delay: Duration) -> Result<HoldOptions> {
-        self.lock_delay = Some(positive("lock_delay", path, delay)?);
-        Ok(self)
-    }
-
-    /// Keeps the holds through a suspension that reconnects to the same session in time.
-    pub(crate) fn keep_through_suspension(mut self) -> HoldOptions {
-        self.suspension = Suspension::Tolerated;
-        self
+    /// Takes one option for the lock at `path` ([`Configure::set`](crate::options::Configure::set)'s contract): maximum hold
+    /// time, lock-delay where `delay` says the lock has one, keeping through suspension.
+    pub(crate) fn set(&mut self, path: &str, setting: Setting, delay: Delay) -> Result<bool> {
+        match setting {
+            Setting::MaxHold(max_hold) => {
+                self.max_hold = Some(positive("max_hold", path, max_hold)?);
+            }
+            Setting::LockDelay(lock_delay) if delay == Delay::Taken => {
+                self.lock_delay = Some(positive("lock_delay", path, lock_delay)?);
+            }
+            Setting::KeepThroughSuspension => self.suspension = Suspension::Tolerated,
+            Setting::LockDelay(_) | Setting::Lease(_) | Setting::Watchdog(_) => return Ok(false),
+        }
+        Ok(true)
     }
 }
 
-/// [`hold_time::positive`] for an option of the lock at `path`.
+/// [`options::positive`] for an option of the lock at `path`.
 fn positive(option: &str, path: &str, duration: Duration) -> Result<Duration> {
-    hold_time::positive(option, &format!("the lock {path:?}"), duration)
+    options::positive(option, &format!("the lock {path:?}"), duration)
 }
 
 /// What a revoker writes to a holder's node to ask it to give the lock up: Curator's

@@ -31,7 +31,7 @@
 //!   grant: `is_leader()` turns false and the node is deleted, and [`LeaderLatch::run`] queues
 //!   again at the back.
 //! - **Suspension.** By default a suspended connection ends trust in the leadership at once
-//!   (Curator's standard error policy); [`LeaderLatch::keep_through_suspension`] keeps it
+//!   (Curator's standard error policy); [`LockOptions::keep_through_suspension`](crate::LockOptions::keep_through_suspension) keeps it
 //!   through a suspension that reconnects to the same session before its deadline (Curator's
 //!   session error policy). A session loss ends it either way.
 //!
@@ -54,7 +54,8 @@ pub use leadership::{LeaderTerm, Leadership};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::hold::HoldOptions;
+use crate::options::{Configure, LockOptions, Setting};
+use crate::zk::hold::{Delay, HoldOptions};
 use crate::zk::locks::line::{Line, predecessor_rule};
 use crate::zk::path::validate_node_path;
 use crate::zk::session::Session;
@@ -138,25 +139,23 @@ impl LeaderLatch {
         })
     }
 
-    /// Keeps leadership through a suspended connection that reconnects to the same session
-    /// before the session's deadline, instead of giving it up at the first suspension.
+    /// How leadership is held ([`LockOptions`]):
+    /// - `max_hold`: every term ends that long after its grant: from then on `is_leader()` is
+    ///   false and [`lost`](Leadership::lost) resolves, and the node is deleted, which grants
+    ///   the next participant. For a leader that must not keep the role forever (a stuck
+    ///   leader hands over instead of blocking the election); [`run`](LeaderLatch::run)
+    ///   queues again.
+    /// - `keep_through_suspension`: leadership survives a suspended connection that reconnects
+    ///   to the same session before the session's deadline, instead of ending at the first
+    ///   suspension. Choose it when a leadership change costs more than a leader that acts
+    ///   during a few seconds of doubt; its writes must then carry the fencing token, because
+    ///   during the suspension another participant may already lead if the session expired on
+    ///   the server.
     ///
-    /// Choose it when a leadership change costs more than a leader that acts during a few
-    /// seconds of doubt; its writes must then carry the fencing token, because during the
-    /// suspension another participant may already lead if the session expired on the server.
-    pub fn keep_through_suspension(mut self) -> LeaderLatch {
-        self.options = self.options.keep_through_suspension();
-        self
-    }
-
-    /// Ends every term `max_hold` after its grant: from then on `is_leader()` is false and
-    /// [`lost`](Leadership::lost) resolves, and the node is deleted, which grants the next
-    /// participant. For a leader that must not keep the role forever (a stuck leader hands
-    /// over instead of blocking the election); [`run`](LeaderLatch::run) queues again.
-    /// [`Error::InvalidArgument`] for zero.
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<LeaderLatch> {
-        self.options = self.options.max_hold(&self.queue.dir, max_hold)?;
-        Ok(self)
+    /// [`Error::InvalidArgument`] for a zero duration or an option a latch does not take
+    /// (`lease`, `watchdog`, `lock_delay`).
+    pub fn with_options(self, options: LockOptions) -> Result<LeaderLatch> {
+        options.apply(self)
     }
 
     /// The election path (the parent of the latch nodes).
@@ -284,6 +283,16 @@ impl std::fmt::Debug for LeaderLatch {
             .field("suspension", &self.options.suspension)
             .field("max_hold", &self.options.max_hold)
             .finish()
+    }
+}
+
+impl Configure for LeaderLatch {
+    fn described(&self) -> String {
+        format!("the leader latch {:?}", self.queue.dir)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.queue.dir, setting, Delay::NotTaken)
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::LockOptions;
 use lockkeeper::zk::ConnectionState;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
@@ -87,7 +88,8 @@ async fn a_session_moves_to_another_member_and_keeps_its_lock() {
     let leadership = holder
         .leader_latch("/ensemble/moving-election", "holder")
         .unwrap()
-        .keep_through_suspension()
+        .with_options(LockOptions::new().keep_through_suspension())
+        .unwrap()
         .lead()
         .await
         .unwrap();

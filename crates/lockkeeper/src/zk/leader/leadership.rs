@@ -57,7 +57,7 @@ impl LeaderTerm {
 
     /// Whether this participant can still be sure it leads: its node is there as far as it
     /// knows, and its session is connected (or, with
-    /// [`keep_through_suspension`](LeaderLatch::keep_through_suspension), not yet past its
+    /// [`keep_through_suspension`](crate::LockOptions::keep_through_suspension), not yet past its
     /// deadline). Answered locally, with no round trip, and live: the term's node is watched
     /// from the grant on, so a deposed leader answers false as soon as the deletion event
     /// arrives, whether or not anyone awaits [`lost`](LeaderTerm::lost).

@@ -23,7 +23,7 @@
 //! session's requests in order, so the listing already contains our node and an uncontended
 //! acquire costs one round trip.
 //!
-//! With lock-delay ([`HoldOptions::lock_delay`]), a node the rule grants waits first until
+//! With lock-delay (`HoldOptions::lock_delay`), a node the rule grants waits first until
 //! the delay has passed since any holder ahead of it was seen to fail (see `hold::delay`).
 //!
 //! [`Mutex`]: crate::zk::Mutex

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::Result;
-use crate::zk::hold::HoldOptions;
+use crate::options::{Configure, LockOptions, Setting};
+use crate::zk::hold::{Delay, HoldOptions};
 use crate::zk::locks::guard::LockGuard;
 use crate::zk::locks::line::{LOCK_MARKER, Line, predecessor_rule};
 use crate::zk::locks::owner::Owner;
@@ -65,69 +66,41 @@ impl Mutex {
         })
     }
 
-    /// Keeps the lock through a suspended connection that comes back to the same session
-    /// before the session could have expired on the server (a network blip, a ZooKeeper
-    /// member restarting): [`lost`](LockGuard::lost) then resolves only when the session ends,
-    /// its deadline passes, or the node is deleted. The default, as Curator advises for
-    /// SUSPENDED, counts every suspension as a loss; keep it for work that must stop touching
-    /// the resource at the first doubt, and use this for long jobs that would rather ride out
-    /// a blip (while suspended, the job may be running after the server expired the session:
-    /// the fencing token is what protects the resource then).
+    /// How the lock is held ([`LockOptions`]): this lock takes
+    /// - `max_hold`: each grant is given up that long after it, whatever the holder is doing:
+    ///   [`lost`](LockGuard::lost) resolves, [`is_held`](LockGuard::is_held) turns false and
+    ///   the node is deleted. Re-entries share the first grant's limit.
+    /// - `lock_delay`: when a holder *failed* (its session expired, its node was deleted by a
+    ///   revocation, it hit its maximum hold time) rather than released, this handle is not
+    ///   granted the lock until the delay after it saw the node gone. A clean release by a
+    ///   holder with lock-delay hands over at once; a release by any other holder (Curator's,
+    ///   or a handle without lock-delay) counts as a failure. Give every handle the same delay.
+    /// - `keep_through_suspension`: the guard survives a suspended connection that comes back
+    ///   to the same session before the session could have expired on the server (a network
+    ///   blip, a ZooKeeper member restarting): [`lost`](LockGuard::lost) then resolves only
+    ///   when the session ends, its deadline passes, or the node is deleted. The default, as
+    ///   Curator advises for SUSPENDED, counts every suspension as a loss; while suspended the
+    ///   job may be running after the server expired the session, and the fencing token is
+    ///   what protects the resource then.
     ///
-    /// ```no_run
-    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
-    /// let nightly = session.mutex("/locks/nightly")?.keep_through_suspension();
-    /// let guard = nightly.lock().await?;
-    /// guard.lost().await; // not at a reconnect to the same session
-    /// # Ok(()) }
-    /// ```
-    pub fn keep_through_suspension(mut self) -> Mutex {
-        self.options = self.options.keep_through_suspension();
-        self
-    }
-
-    /// Gives the lock up `max_hold` after each grant, whatever the holder is doing: the guard's
-    /// [`lost`](LockGuard::lost) resolves and [`is_held`](LockGuard::is_held) turns false at
-    /// that instant, and the node is deleted. Without lock-delay the next waiter gets the lock
-    /// at once; under [`lock_delay`](Mutex::lock_delay) it waits the delay out, because a holder
-    /// past its maximum hold time is still at work and its writes may be in flight. A bound on
-    /// how long a stuck holder can keep everyone out.
-    /// Re-entries share the first grant's limit. [`Error::InvalidArgument`](crate::Error) for
-    /// zero.
+    /// [`Error::InvalidArgument`](crate::Error) for a zero duration or an option this lock
+    /// does not take (`lease`, `watchdog`); options left unset keep this handle's.
     ///
     /// ```no_run
     /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
     /// use std::time::Duration;
+    /// use lockkeeper::LockOptions;
     ///
-    /// let mutex = session.mutex("/locks/report")?.max_hold(Duration::from_secs(60))?;
-    /// let guard = mutex.lock().await?;
-    /// guard.lost().await; // at the latest 60 s after the grant
-    /// # Ok(()) }
-    /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<Mutex> {
-        self.options = self.options.max_hold(&self.queue.dir, max_hold)?;
-        Ok(self)
-    }
-
-    /// Lock-delay: when a holder *failed* (its session expired, its node was deleted by a
-    /// revocation) rather than released, this handle is not granted the lock until `delay`
-    /// after it saw the node gone, so the failed holder's in-flight writes land first. A clean
-    /// release by a holder with lock-delay hands over at once; a release by any other holder
-    /// (Curator's, or a handle without lock-delay) counts as a failure. Give every handle of
-    /// the lock the same delay. [`Error::InvalidArgument`](crate::Error) for zero.
-    ///
-    /// ```no_run
-    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let mutex = session.mutex("/locks/ledger")?.lock_delay(Duration::from_secs(5))?;
+    /// let options = LockOptions::new()
+    ///     .max_hold(Duration::from_secs(60))
+    ///     .lock_delay(Duration::from_secs(5));
+    /// let mutex = session.mutex("/locks/ledger")?.with_options(options)?;
     /// let guard = mutex.lock().await?; // 5 s after a failed holder's node went, at the soonest
     /// guard.release().await?; // clean: the next holder starts at once
     /// # Ok(()) }
     /// ```
-    pub fn lock_delay(mut self, delay: Duration) -> Result<Mutex> {
-        self.options = self.options.lock_delay(&self.queue.dir, delay)?;
-        Ok(self)
+    pub fn with_options(self, options: LockOptions) -> Result<Mutex> {
+        options.apply(self)
     }
 
     /// The lock path (the parent of the lock nodes).
@@ -176,5 +149,15 @@ impl std::fmt::Debug for Mutex {
             .field("path", &self.queue.dir)
             .field("hold_count", &self.owner.count())
             .finish()
+    }
+}
+
+impl Configure for Mutex {
+    fn described(&self) -> String {
+        format!("the lock {:?}", self.queue.dir)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.queue.dir, setting, Delay::Taken)
     }
 }

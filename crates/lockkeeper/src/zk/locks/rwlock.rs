@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::zk::hold::{Held, HoldOptions};
+use crate::options::{Configure, LockOptions, Setting};
+use crate::zk::hold::{Delay, Held, HoldOptions};
 use crate::zk::locks::guard::LockGuard;
 use crate::zk::locks::line::predecessor_rule;
 use crate::zk::locks::line::{Decision, Line};
@@ -109,44 +110,25 @@ impl RwLock {
         })
     }
 
-    /// Keeps both sides' holds through a suspended connection that comes back to the same
-    /// session in time, as [`Mutex::keep_through_suspension`](crate::zk::Mutex::keep_through_suspension).
-    pub fn keep_through_suspension(mut self) -> RwLock {
-        self.options = self.options.keep_through_suspension();
-        self
-    }
-
-    /// Gives each read and write lock up `max_hold` after its grant: as
-    /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). [`Error::InvalidArgument`] for zero.
+    /// How both sides hold the lock ([`LockOptions`]): `max_hold`, `lock_delay` and
+    /// `keep_through_suspension`, as for a [`Mutex`](crate::zk::Mutex::with_options), for
+    /// every read and write lock. Under lock-delay a reader is delayed only by a failed
+    /// writer, a writer by any failed holder; a downgrade is never delayed (the write lock was
+    /// ours). [`Error::InvalidArgument`] for a zero duration or an option this lock does not
+    /// take (`lease`, `watchdog`).
     ///
     /// ```no_run
     /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
     /// use std::time::Duration;
+    /// use lockkeeper::LockOptions;
     ///
-    /// let config = session.rw_lock("/locks/config")?.max_hold(Duration::from_secs(30))?;
+    /// let options = LockOptions::new().max_hold(Duration::from_secs(30));
+    /// let config = session.rw_lock("/locks/config")?.with_options(options)?;
     /// let write = config.write().await?;
     /// # drop(write); Ok(()) }
     /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<RwLock> {
-        self.options = self.options.max_hold(&self.read_queue.dir, max_hold)?;
-        Ok(self)
-    }
-
-    /// Lock-delay for both sides: as [`Mutex::lock_delay`](crate::zk::Mutex::lock_delay). A
-    /// reader is delayed only by a failed writer, a writer by any failed holder; a downgrade
-    /// is never delayed (the write lock was ours). [`Error::InvalidArgument`] for zero.
-    ///
-    /// ```no_run
-    /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let config = session.rw_lock("/locks/config")?.lock_delay(Duration::from_secs(5))?;
-    /// let read = config.read().await?;
-    /// # drop(read); Ok(()) }
-    /// ```
-    pub fn lock_delay(mut self, delay: Duration) -> Result<RwLock> {
-        self.options = self.options.lock_delay(&self.read_queue.dir, delay)?;
-        Ok(self)
+    pub fn with_options(self, options: LockOptions) -> Result<RwLock> {
+        options.apply(self)
     }
 
     /// The lock path (the parent of the read and write nodes).
@@ -441,6 +423,17 @@ impl std::fmt::Debug for RwLock {
             .field("read_hold_count", &self.readers.count())
             .field("write_hold_count", &self.writer.count())
             .finish()
+    }
+}
+
+impl Configure for RwLock {
+    fn described(&self) -> String {
+        format!("the read-write lock {:?}", self.read_queue.dir)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options
+            .set(&self.read_queue.dir, setting, Delay::Taken)
     }
 }
 

@@ -33,7 +33,8 @@ use lockkeeper_zk_client::EventType;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::hold::{Held, HoldOptions};
+use crate::options::{Configure, LockOptions, Setting};
+use crate::zk::hold::{Delay, Held, HoldOptions};
 use crate::zk::locks::line::{
     LOCK_MARKER, Line, PendingNode, node_data, predecessor_rule, unanswered,
 };
@@ -107,28 +108,24 @@ impl Semaphore {
         })
     }
 
-    /// Keeps the leases through a suspended connection that comes back to the same session in
-    /// time, as [`Mutex::keep_through_suspension`](crate::zk::Mutex::keep_through_suspension).
-    pub fn keep_through_suspension(mut self) -> Semaphore {
-        self.options = self.options.keep_through_suspension();
-        self
-    }
-
-    /// Gives every lease up `max_hold` after it was granted: [`Leases::lost`] resolves and
-    /// the lease nodes are deleted, as for
-    /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). [`Error::InvalidArgument`] for zero.
+    /// How the leases are held ([`LockOptions`]): `max_hold` (every lease is given up that
+    /// long after its grant: [`Leases::lost`] resolves and the lease nodes are deleted) and
+    /// `keep_through_suspension`, as for a [`Mutex`](crate::zk::Mutex::with_options).
+    /// [`Error::InvalidArgument`] for a zero duration or an option a semaphore does not take
+    /// (`lease`, `watchdog`, `lock_delay`).
     ///
     /// ```no_run
     /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
     /// use std::time::Duration;
+    /// use lockkeeper::LockOptions;
     ///
-    /// let exports = session.semaphore("/semaphores/exports", 4)?.max_hold(Duration::from_secs(600))?;
+    /// let options = LockOptions::new().max_hold(Duration::from_secs(600));
+    /// let exports = session.semaphore("/semaphores/exports", 4)?.with_options(options)?;
     /// let lease = exports.acquire(1).await?;
     /// # drop(lease); Ok(()) }
     /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<Semaphore> {
-        self.options = self.options.max_hold(&self.path, max_hold)?;
-        Ok(self)
+    pub fn with_options(self, options: LockOptions) -> Result<Semaphore> {
+        options.apply(self)
     }
 
     /// The semaphore path (the parent of `locks` and `leases`).
@@ -580,5 +577,15 @@ impl std::fmt::Debug for Leases {
             .field("nodes", &self.nodes())
             .field("is_held", &self.is_held())
             .finish()
+    }
+}
+
+impl Configure for Semaphore {
+    fn described(&self) -> String {
+        format!("the semaphore {:?}", self.path)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.path, setting, Delay::NotTaken)
     }
 }

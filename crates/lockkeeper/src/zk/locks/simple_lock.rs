@@ -22,7 +22,8 @@ use uuid::Uuid;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::zk::hold::{Held, HoldOptions};
+use crate::options::{Configure, LockOptions, Setting};
+use crate::zk::hold::{Delay, Held, HoldOptions};
 use crate::zk::locks::guard::LockGuard;
 use crate::zk::locks::owner::Owner;
 use crate::zk::node::{create_parents, delete_if_ours, is_ours, look};
@@ -95,29 +96,24 @@ impl SimpleLock {
         })
     }
 
-    /// Keeps the lock through a suspended connection that comes back to the same session in
-    /// time, as [`Mutex::keep_through_suspension`](crate::zk::Mutex::keep_through_suspension).
-    pub fn keep_through_suspension(mut self) -> SimpleLock {
-        self.options = self.options.keep_through_suspension();
-        self
-    }
-
-    /// Gives the lock up `max_hold` after each grant: as
-    /// [`Mutex::max_hold`](crate::zk::Mutex::max_hold). (Lock-delay is offered by the queue
-    /// locks only: this lock's waiters race for one node and keep no place to wait in.)
-    /// [`Error::InvalidArgument`] for zero.
+    /// How the lock is held ([`LockOptions`]): `max_hold` and `keep_through_suspension`, as
+    /// for a [`Mutex`](crate::zk::Mutex::with_options). Lock-delay is offered by the queue
+    /// locks only: this lock's waiters race for one node and keep no place to wait in.
+    /// [`Error::InvalidArgument`] for a zero duration or an option this lock does not take.
     ///
     /// ```no_run
     /// # async fn demo(session: lockkeeper::zk::Session) -> lockkeeper::Result<()> {
     /// use std::time::Duration;
+    /// use lockkeeper::LockOptions;
     ///
-    /// let lock = session.simple_lock("/locks/cache")?.max_hold(Duration::from_secs(10))?;
+    /// let lock = session
+    ///     .simple_lock("/locks/cache")?
+    ///     .with_options(LockOptions::new().max_hold(Duration::from_secs(10)))?;
     /// let guard = lock.lock().await?;
     /// # drop(guard); Ok(()) }
     /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Result<SimpleLock> {
-        self.options = self.options.max_hold(&self.path, max_hold)?;
-        Ok(self)
+    pub fn with_options(self, options: LockOptions) -> Result<SimpleLock> {
+        options.apply(self)
     }
 
     /// The lock path (the parent of the lock node).
@@ -323,5 +319,15 @@ impl Drop for PendingCreate {
                 Err(err) => tracing::warn!(node, %err, "could not check an abandoned lock node"),
             }
         });
+    }
+}
+
+impl Configure for SimpleLock {
+    fn described(&self) -> String {
+        format!("the lock {:?}", self.path)
+    }
+
+    fn set(&mut self, setting: Setting) -> Result<bool> {
+        self.options.set(&self.path, setting, Delay::NotTaken)
     }
 }
