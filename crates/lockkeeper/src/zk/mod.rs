@@ -16,6 +16,19 @@
 //!
 //! Node layouts are Curator's, so a lock can be shared with Java services using Curator.
 //!
+//! The recipes, by Curator's families (each re-exported here, so every one is one click away):
+//!
+//! | family | recipes |
+//! |---|---|
+//! | locks | [`Mutex`], [`RwLock`], [`Semaphore`], [`SimpleLock`], revocation ([`LockGuard::revocation_requested`], [`Session::revoke`]); several at once: [`MultiLock`](crate::MultiLock) |
+//! | leader | [`LeaderLatch`] ([`Leadership`], [`LeaderTerm`]) |
+//! | cache | [`Cache`] ([`Session::tree_cache`], [`Session::node_cache`]) |
+//! | barriers | [`Barrier`], [`DoubleBarrier`]; two-phase commit: [`TwoPhase`] |
+//! | queue | [`DistributedQueue`], [`PriorityQueue`], [`SimpleQueue`] |
+//! | atomic | [`AtomicLong`], [`SharedCount`] |
+//! | nodes | group membership ([`Group`], [`Member`]), naming ([`Registration`], [`NameWatch`]) |
+//! | inspection | [`inspect`], [`inspect_semaphore`] |
+//!
 //! Two rules every handle follows:
 //! - **A constructor on [`Session`] is `async` exactly when it asks the server** something
 //!   before it can return: [`Session::tree_cache`] and [`Session::node_cache`] prime the
