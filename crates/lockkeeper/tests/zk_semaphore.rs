@@ -1,7 +1,7 @@
 //! The ZooKeeper Semaphore against Keeper and Apache ZooKeeper: exactly N holders at once and
 //! never N+1 under contention, several leases at once, leases coming back when a holder's
-//! session ends, timeouts and cancellation leaving no node, Curator's node names, and bad
-//! input.
+//! session ends, what held leases answer (tokens, validity, loss), timeouts and cancellation
+//! leaving no node, Curator's node names, and bad input.
 
 mod support;
 
@@ -207,6 +207,56 @@ async fn several_leases_are_taken_together() {
         // Dropping releases every lease (in the background).
         drop(four);
         wait_children(&a, &leases_dir(path), 0).await;
+    })
+    .await;
+}
+
+/// What a set of leases answers while held and after one lease node is deleted behind it:
+/// each lease's token is its node's czxid, `valid_until()` is in the future while held and
+/// `None` after, and `lost()` stays pending while every lease is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leases_answer_their_tokens_validity_and_loss() {
+    for_each_backend(|connect| async move {
+        let path = "/sem/answers";
+        let holder = session(&connect).await;
+        let other = session(&connect).await;
+        let leases = holder.semaphore(path, 3).unwrap().acquire(2).await.unwrap();
+        assert!(!leases.is_empty());
+        assert_eq!(leases.len(), 2);
+        let tokens = leases.fencing_tokens();
+        assert_eq!(tokens.len(), 2, "one token per lease");
+        let client = other.client().expect("client");
+        for (node, token) in leases.nodes().into_iter().zip(&tokens) {
+            let (_, stat) = client.get_data(node).await.expect("lease node");
+            assert_eq!(
+                token.get(),
+                u64::try_from(stat.czxid).unwrap(),
+                "{node}: the token is the node's czxid"
+            );
+        }
+        let until = leases.valid_until().expect("valid while held");
+        assert!(
+            until > tokio::time::Instant::now(),
+            "valid_until in the past"
+        );
+        assert!(
+            tokio::time::timeout(KEPT_OUT, leases.lost()).await.is_err(),
+            "lost() resolved while every lease is held"
+        );
+
+        let first = leases.nodes()[0].to_owned();
+        client.delete(&first, None).await.expect("delete a lease");
+        tokio::time::timeout(LIMIT, leases.lost())
+            .await
+            .expect("lost() once a lease node is deleted");
+        assert!(!leases.is_held());
+        assert_eq!(leases.valid_until(), None, "valid_until after the loss");
+        // The next grant's token is higher than every earlier one.
+        let next = other.semaphore(path, 3).unwrap().acquire(1).await.unwrap();
+        assert!(next.fencing_tokens()[0] > *tokens.iter().max().unwrap());
+        next.release().await.unwrap();
+        drop(leases);
+        wait_children(&other, &leases_dir(path), 0).await;
     })
     .await;
 }
