@@ -53,7 +53,7 @@ use crate::state::apply::State;
 use crate::state::watch::{ConnId, Watches};
 
 /// What connections (and the server) tell the core.
-pub enum CoreMsg {
+pub(crate) enum CoreMsg {
     Connect {
         conn: ConnId,
         peer: SocketAddr,
@@ -112,7 +112,7 @@ pub(crate) struct Counters {
     pub latency_count: u64,
 }
 
-pub struct Core {
+pub(crate) struct Core {
     config: Arc<Config>,
     /// What txns change: the tree, the sessions, the last zxid. Changed only by
     /// [`crate::state::apply::apply`], and (in place) by a reload after a disk fault.
@@ -152,14 +152,14 @@ pub struct Core {
 /// tasks, which run beside it, rather than write them itself (see `reply`).
 const BUSY_BATCH: usize = 32;
 
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl Counters {
-    pub fn average_latency_ms(&self) -> f64 {
+    pub(crate) fn average_latency_ms(&self) -> f64 {
         if self.latency_count == 0 {
             return 0.0;
         }
@@ -171,7 +171,7 @@ impl Core {
     /// Rebuilds the state from `config.data_dir` and starts the log and snapshot writers.
     /// Takes the data dir's lock, so nothing can be read or repaired without holding it.
     /// Blocking (it reads the whole data dir): run it off the async runtime.
-    pub fn recover(config: Arc<Config>, lock: DataDirLock) -> std::io::Result<Core> {
+    pub(crate) fn recover(config: Arc<Config>, lock: DataDirLock) -> std::io::Result<Core> {
         let started = Instant::now();
         let recovered =
             recovery::recover(&config.data_dir, recovery::Mode::Repair).map_err(|e| {
@@ -236,7 +236,7 @@ impl Core {
     }
 
     /// The log's durable mark, which releases every connection's replies.
-    pub fn durable(&self) -> Arc<DurableMark> {
+    pub(crate) fn durable(&self) -> Arc<DurableMark> {
         self.log.durable()
     }
 
@@ -246,7 +246,7 @@ impl Core {
 
     /// Runs until `rx` closes or `shutdown` flips. Messages are taken in batches so one log flush
     /// covers every write that arrived together (group commit).
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         mut rx: mpsc::Receiver<CoreMsg>,
         mut shutdown: watch::Receiver<bool>,

@@ -38,14 +38,14 @@ pub(crate) struct AfterBurst {
 
 impl AfterBurst {
     /// A connection closed or a session ended.
-    pub fn departed(&mut self, now: Instant) {
+    pub(crate) fn departed(&mut self, now: Instant) {
         self.departed += 1;
         self.last = Some(now);
     }
 
     /// True once per burst, when it is over: the caller shrinks its maps, then calls
     /// [`AfterBurst::trim`].
-    pub fn due(&mut self, now: Instant) -> bool {
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
         let quiet = self
             .last
             .is_some_and(|last| now.duration_since(last) >= QUIET);
@@ -57,7 +57,7 @@ impl AfterBurst {
     }
 
     /// Returns malloc's free pages to the OS, off the calling thread.
-    pub fn trim(&self) {
+    pub(crate) fn trim(&self) {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         {
             self.trimming.store(true, Ordering::Release);

@@ -29,7 +29,7 @@ const WINDOW: Duration = Duration::from_secs(60);
 
 /// The server's state as `mntr` and `/metrics` report it. Times are in milliseconds.
 #[derive(Debug, Clone)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// `standalone`, or `read-only` while the disk fails and writes are refused.
     pub server_state: &'static str,
     pub avg_latency: f64,

@@ -112,7 +112,7 @@ struct Counter {
 
 /// What a reader of [`StageTimes`] gets for one stage; times in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StageValue {
+pub(crate) struct StageValue {
     pub stage: Stage,
     pub count: u64,
     pub sum_us: f64,
@@ -123,7 +123,7 @@ pub struct StageValue {
 /// writers) and read by `mntr` and `/metrics`. Relaxed atomics: each number is exact, but a
 /// reader may see one stage's count a reply ahead of another's.
 #[derive(Debug)]
-pub struct StageTimes {
+pub(crate) struct StageTimes {
     stages: [Counter; 9],
     /// The zero of the instants kept as integers (see [`StageTimes::nanos`]).
     base: Instant,
@@ -139,7 +139,7 @@ impl Default for StageTimes {
 }
 
 impl StageTimes {
-    pub fn record(&self, stage: Stage, took: Duration) {
+    pub(crate) fn record(&self, stage: Stage, took: Duration) {
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         let c = &self.stages[stage as usize];
         c.count.fetch_add(1, Ordering::Relaxed);
@@ -148,7 +148,7 @@ impl StageTimes {
     }
 
     /// Every stage's totals, in [`Stage::ALL`] order.
-    pub fn values(&self) -> [StageValue; 9] {
+    pub(crate) fn values(&self) -> [StageValue; 9] {
         Stage::ALL.map(|stage| {
             let c = &self.stages[stage as usize];
             StageValue {
@@ -170,7 +170,7 @@ impl StageTimes {
     /// Records the stages of one reply that waited for durability: `request` stamped by the
     /// reader and the core, `sync` by the log worker, `taken` and `sent` by whoever wrote it to
     /// the socket.
-    pub fn record_reply(
+    pub(crate) fn record_reply(
         &self,
         request: &RequestStamps,
         sync: &SyncStamps,
@@ -199,7 +199,7 @@ impl StageTimes {
 
 /// The stamps a request collects before the log, carried by its reply to whoever writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestStamps {
+pub(crate) struct RequestStamps {
     /// The reader decoded the frame.
     pub received: Instant,
     /// The core took the request.
@@ -210,7 +210,7 @@ pub struct RequestStamps {
 
 /// The stamps of one sync of the log, published with the durable mark it reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncStamps {
+pub(crate) struct SyncStamps {
     /// The zxid durable before this sync: the sync covered `(after, Durable::zxid]`.
     pub after: i64,
     /// The core flushed the newest batch this sync carries.
@@ -227,18 +227,18 @@ pub struct SyncStamps {
 /// One connection's half of `reaction`: its writer notes when it wrote a watch event, its
 /// reader takes the note at the next request.
 #[derive(Debug, Default)]
-pub struct Reaction {
+pub(crate) struct Reaction {
     /// Nanoseconds since [`StageTimes`]' base of the last event written, 0 for none.
     event_written: AtomicU64,
 }
 
 impl Reaction {
-    pub fn event_written(&self, times: &StageTimes, at: Instant) {
+    pub(crate) fn event_written(&self, times: &StageTimes, at: Instant) {
         self.event_written.store(times.nanos(at), Ordering::Relaxed);
     }
 
     /// A request was decoded at `at`: records the reaction to the event written before it.
-    pub fn request_received(&self, times: &StageTimes, at: Instant) {
+    pub(crate) fn request_received(&self, times: &StageTimes, at: Instant) {
         let written = self.event_written.swap(0, Ordering::Relaxed);
         if written != 0 {
             let now = times.nanos(at);
@@ -253,7 +253,7 @@ impl Reaction {
 /// The sending side of one connection: the reply that last waited for the log, kept until the
 /// write that sends it, and whether a watch event is among what is being written.
 #[derive(Debug)]
-pub struct SendTrace {
+pub(crate) struct SendTrace {
     stages: Arc<StageTimes>,
     reaction: Arc<Reaction>,
     /// The stamps of the reply that waited, the log's sync that released it, when it was taken.
@@ -263,7 +263,7 @@ pub struct SendTrace {
 }
 
 impl SendTrace {
-    pub fn new(stages: Arc<StageTimes>, reaction: Arc<Reaction>) -> SendTrace {
+    pub(crate) fn new(stages: Arc<StageTimes>, reaction: Arc<Reaction>) -> SendTrace {
         SendTrace {
             stages,
             reaction,
@@ -276,7 +276,7 @@ impl SendTrace {
     /// `sync`. Keeps its stamps (if it was queued before the log was durable that far), the
     /// first such message's of a write, if `sync` is the one that covered it: a later mark
     /// would charge this reply for another batch's stages.
-    pub fn took(
+    pub(crate) fn took(
         &mut self,
         stamps: Option<RequestStamps>,
         visible_at: i64,
@@ -294,14 +294,14 @@ impl SendTrace {
     /// What was encoded goes to the socket now. A watch event among it is noted before the
     /// write: the client may read it and send its next request before the write returns here,
     /// and the reader must then find the note.
-    pub fn sending(&mut self, at: Instant) {
+    pub(crate) fn sending(&mut self, at: Instant) {
         if std::mem::take(&mut self.event) {
             self.reaction.event_written(&self.stages, at);
         }
     }
 
     /// What was encoded is on the socket at `at`.
-    pub fn written(&mut self, at: Instant) {
+    pub(crate) fn written(&mut self, at: Instant) {
         if let Some((request, sync, taken)) = self.waited.take() {
             self.stages.record_reply(&request, &sync, taken, at);
         }

@@ -34,7 +34,7 @@ pub(crate) struct View<'c> {
 
 impl View<'_> {
     /// The sessions that own ephemerals, with their paths (`dump`).
-    pub fn ephemerals(&self) -> impl Iterator<Item = (&i64, &BTreeSet<String>)> {
+    pub(crate) fn ephemerals(&self) -> impl Iterator<Item = (&i64, &BTreeSet<String>)> {
         self.core.state.tree.sessions_with_ephemerals()
     }
 }

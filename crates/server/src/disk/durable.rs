@@ -29,7 +29,7 @@ use crate::trace::SyncStamps;
 /// queued before a fault that reveals more than was durable at the fault is dropped, never
 /// sent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Durable {
+pub(crate) struct Durable {
     pub zxid: i64,
     pub faults: u64,
     /// The durable zxid when the last fault happened. After a fault the core reloads what is
@@ -44,7 +44,7 @@ pub struct Durable {
 
 /// What the mark says of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Everything it reveals is durable.
     Send,
     /// Not yet.
@@ -57,7 +57,7 @@ pub enum Verdict {
 impl Durable {
     /// The verdict on a message that reveals the state at `visible_at` and was queued when
     /// `faults` disk faults had happened.
-    pub fn verdict(&self, visible_at: i64, faults: u64) -> Verdict {
+    pub(crate) fn verdict(&self, visible_at: i64, faults: u64) -> Verdict {
         if faults == self.faults {
             if self.zxid >= visible_at {
                 Verdict::Send
@@ -75,7 +75,7 @@ impl Durable {
     }
 
     /// Counts a disk fault: what is not durable now may never be.
-    pub fn fault(&mut self) {
+    pub(crate) fn fault(&mut self) {
         self.faults += 1;
         self.faulted_at = self.zxid;
     }
@@ -95,7 +95,7 @@ pub(crate) trait Waiter: Send + Sync {
 pub(crate) type Waiting = Weak<dyn Waiter>;
 
 /// The mark, shared by the log workers (which move it), the core and every outbox.
-pub struct DurableMark {
+pub(crate) struct DurableMark {
     /// The value, also for whoever awaits a change (the core, to finish a snapshot).
     value: watch::Sender<Durable>,
     /// Outboxes whose next message waits for the mark to move.
@@ -114,12 +114,12 @@ const PRUNE_AT: usize = 64;
 
 /// Outboxes a publication released: write them once every lock is let go.
 #[must_use = "the released outboxes are written only by Released::write"]
-pub struct Released(Vec<Waiting>);
+pub(crate) struct Released(Vec<Waiting>);
 
 impl Released {
     /// Writes what the new mark lets out to each released outbox's socket (or hands it to the
     /// connection's writer when the socket is full), on the calling thread.
-    pub fn write(self) {
+    pub(crate) fn write(self) {
         for waiting in self.0 {
             if let Some(waiter) = waiting.upgrade() {
                 waiter.released();
@@ -129,7 +129,7 @@ impl Released {
 }
 
 impl DurableMark {
-    pub fn new(zxid: i64) -> Arc<DurableMark> {
+    pub(crate) fn new(zxid: i64) -> Arc<DurableMark> {
         Arc::new(DurableMark {
             value: watch::Sender::new(Durable {
                 zxid,
@@ -142,17 +142,17 @@ impl DurableMark {
         })
     }
 
-    pub fn get(&self) -> Durable {
+    pub(crate) fn get(&self) -> Durable {
         *self.value.borrow()
     }
 
     /// A receiver that sees every change of the mark.
-    pub fn subscribe(&self) -> watch::Receiver<Durable> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Durable> {
         self.value.subscribe()
     }
 
     /// Changes the mark and takes every outbox waiting for it.
-    pub fn publish(&self, change: impl FnOnce(&mut Durable)) -> Released {
+    pub(crate) fn publish(&self, change: impl FnOnce(&mut Durable)) -> Released {
         let mut waiting = lock(&self.waiting);
         self.value.send_modify(change);
         waiting.prune_at = PRUNE_AT;

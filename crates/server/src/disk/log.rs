@@ -51,10 +51,10 @@ use crate::sync::lock;
 use crate::trace::SyncStamps;
 use workers::{Placement, Workers};
 
-pub const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
-pub const SEGMENT_HEADER_LEN: u64 = 16;
+pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
+pub(crate) const SEGMENT_HEADER_LEN: u64 = 16;
 /// Bytes before each payload: length and checksum.
-pub const RECORD_HEADER_LEN: usize = 8;
+pub(crate) const RECORD_HEADER_LEN: usize = 8;
 /// Segments are rolled once they pass this size.
 const SEGMENT_SIZE: u64 = 64 << 20;
 /// Zeros are written ahead of the records in steps of this size.
@@ -72,13 +72,13 @@ const OVERLAP_MAX: usize = 1024;
 /// A new segment starts with fewer zeros, so creating one (at every snapshot) costs a short sync.
 const FIRST_ZEROS: u64 = 64 << 10;
 
-pub fn segment_name(first_zxid: i64) -> String {
+pub(crate) fn segment_name(first_zxid: i64) -> String {
     format!("log.{first_zxid:016x}")
 }
 
 /// What the log workers tell the core.
 #[derive(Debug)]
-pub enum LogEvent {
+pub(crate) enum LogEvent {
     Failed(String),
     Resumed,
     StillFailing(String),
@@ -98,7 +98,7 @@ enum WriterMsg {
     Resume { next_zxid: i64 },
 }
 
-pub struct TxnLog {
+pub(crate) struct TxnLog {
     batch: Vec<u8>,
     batch_first: Option<i64>,
     batch_last: i64,
@@ -115,7 +115,7 @@ impl TxnLog {
     /// Starts the log's workers on `dir`: one task on a multi-threaded tokio runtime, else two
     /// threads (see the module doc). The first record opens a new segment, so a restarted
     /// server never appends to a segment a crash may have left torn.
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         sync: SyncMode,
         last_zxid: i64,
@@ -174,7 +174,7 @@ impl TxnLog {
     }
 
     /// Queues `txn` at `zxid` for the next flush.
-    pub fn append(&mut self, zxid: i64, time: i64, txn: &Txn) {
+    pub(crate) fn append(&mut self, zxid: i64, time: i64, txn: &Txn) {
         encode_record(&mut self.batch, zxid, time, txn);
         self.batch_first.get_or_insert(zxid);
         self.batch_last = zxid;
@@ -182,12 +182,12 @@ impl TxnLog {
 
     /// Records a zxid with nothing to log (a rejected write still consumes a zxid, as in
     /// ZooKeeper), so the durable mark can pass it.
-    pub fn skip(&mut self, zxid: i64) {
+    pub(crate) fn skip(&mut self, zxid: i64) {
         self.batch_last = zxid;
     }
 
     /// Ends a batch: hands everything appended since the last flush to the writer.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if self.batch_last == self.sent_last {
             return;
         }
@@ -203,13 +203,13 @@ impl TxnLog {
     }
 
     /// Starts a new segment with the next record.
-    pub fn roll(&mut self) {
+    pub(crate) fn roll(&mut self) {
         self.flush();
         self.send(WriterMsg::Roll);
     }
 
     /// Asks the writer to leave the failed state; it answers with a [`LogEvent`].
-    pub fn resume(&mut self, next_zxid: i64) {
+    pub(crate) fn resume(&mut self, next_zxid: i64) {
         self.batch.clear();
         self.batch_first = None;
         self.batch_last = next_zxid - 1;
@@ -230,11 +230,11 @@ impl TxnLog {
     }
 
     /// The durable mark this log moves.
-    pub fn durable(&self) -> Arc<DurableMark> {
+    pub(crate) fn durable(&self) -> Arc<DurableMark> {
         self.durable.clone()
     }
 
-    pub fn durable_zxid(&self) -> i64 {
+    pub(crate) fn durable_zxid(&self) -> i64 {
         self.durable.get().zxid
     }
 
@@ -242,7 +242,7 @@ impl TxnLog {
     /// reply queued until now that reveals more than was durable at the fault is dropped (the
     /// state it reveals may never become durable) and its connection closes; what was durable
     /// is still sent.
-    pub fn abandon_pending(&self) {
+    pub(crate) fn abandon_pending(&self) {
         self.durable.publish(Durable::fault).write();
     }
 }
@@ -261,7 +261,7 @@ impl Drop for TxnLog {
     }
 }
 
-pub fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
+pub(crate) fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
     let start = out.len();
     out.extend_from_slice(&[0; RECORD_HEADER_LEN]);
     out.extend_from_slice(&zxid.to_be_bytes());
@@ -788,7 +788,7 @@ fn zero_fill(file: &File, offset: u64, len: u64) -> io::Result<()> {
     file.write_all_at(&ZEROS[..len.min(ZERO_STEP) as usize], offset)
 }
 
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

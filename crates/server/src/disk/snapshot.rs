@@ -27,18 +27,18 @@ use crate::metrics::Summary;
 use crate::state::session::SessionRecord;
 use crate::state::tree::{Node, NodeRecord, NodeSink};
 
-pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"LKSNAPSH";
 const NODE_TAG: u8 = 1;
 const END_TAG: u8 = 0;
 
-pub fn snapshot_name(zxid: i64) -> String {
+pub(crate) fn snapshot_name(zxid: i64) -> String {
     format!("snapshot.{zxid:016x}")
 }
 
 /// A snapshot's encoder: the header (zxid, sessions, ACL table), then each node the tree's
 /// capture records, then the end record. The capture decides *which* nodes and in what state;
 /// this decides their bytes.
-pub struct Encoder {
+pub(crate) struct Encoder {
     /// ACL (by the address of its shared allocation) -> index in the snapshot's ACL table.
     acl_index: HashMap<usize, i32>,
     out: Vec<u8>,
@@ -48,7 +48,7 @@ pub struct Encoder {
 impl Encoder {
     /// Starts a snapshot at `zxid` with the server's sessions and every ACL in use (nodes refer
     /// to ACLs by their index in this table, so a node costs four bytes of ACL).
-    pub fn new(zxid: i64, sessions: &[SessionRecord], acls: &[Arc<[Acl]>]) -> Encoder {
+    pub(crate) fn new(zxid: i64, sessions: &[SessionRecord], acls: &[Arc<[Acl]>]) -> Encoder {
         let mut out = Vec::with_capacity(64 * 1024);
         out.extend_from_slice(SNAPSHOT_MAGIC);
         out.extend_from_slice(&2u32.to_be_bytes());
@@ -111,7 +111,7 @@ fn encode_node(out: &mut Vec<u8>, path: &str, node: &Node, acl_index: &HashMap<u
     node.pzxid.write(out);
 }
 
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub zxid: i64,
     pub sessions: Vec<SessionRecord>,
     pub acls: Vec<Arc<[Acl]>>,
@@ -119,7 +119,7 @@ pub struct Loaded {
 }
 
 /// Reads and checks a whole snapshot file. `Err` says why it cannot be used.
-pub fn load(path: &Path) -> Result<Loaded, String> {
+pub(crate) fn load(path: &Path) -> Result<Loaded, String> {
     let bytes = fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() < 8 + 4 + 8 + 4 + 1 + 8 + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
         return Err("not a snapshot (bad magic or too short)".into());
@@ -201,7 +201,7 @@ fn read_u8(r: &mut Reader) -> Result<u8, DecodeError> {
 }
 
 /// What the core streams to the snapshot writer thread.
-pub enum SnapshotMsg {
+pub(crate) enum SnapshotMsg {
     Start {
         zxid: i64,
     },
@@ -268,7 +268,7 @@ impl InProgress {
 /// The thread that writes snapshots and purges old files. Dropping it lets the thread finish
 /// what is queued and joins it, so nothing writes to the data dir once the core is gone (and the
 /// data dir lock, dropped after it, is released only then).
-pub struct SnapshotWriter {
+pub(crate) struct SnapshotWriter {
     tx: Option<mpsc::Sender<SnapshotMsg>>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Every snapshot written, for `/metrics`' `snapshottime`.
@@ -277,7 +277,7 @@ pub struct SnapshotWriter {
 
 impl SnapshotWriter {
     /// Queues `msg` for the writer thread.
-    pub fn send(&self, msg: SnapshotMsg) -> Result<(), mpsc::SendError<SnapshotMsg>> {
+    pub(crate) fn send(&self, msg: SnapshotMsg) -> Result<(), mpsc::SendError<SnapshotMsg>> {
         match &self.tx {
             Some(tx) => tx.send(msg),
             None => Err(mpsc::SendError(msg)),
@@ -299,7 +299,7 @@ impl Drop for SnapshotWriter {
 }
 
 /// Starts the thread that writes snapshots and purges old files.
-pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<SnapshotWriter> {
+pub(crate) fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<SnapshotWriter> {
     let (tx, rx) = mpsc::channel();
     let snapshot_time = Summary::snapshot_time();
     let timing = snapshot_time.clone();
@@ -336,7 +336,7 @@ pub fn spawn_writer(dir: PathBuf, retain: usize) -> io::Result<SnapshotWriter> {
 
 /// Keeps the newest `retain` snapshots and the log segments needed to recover from the oldest
 /// of them: a segment can go once the next one starts at or before that snapshot's zxid + 1.
-pub fn purge(dir: &Path, retain: usize) -> io::Result<()> {
+pub(crate) fn purge(dir: &Path, retain: usize) -> io::Result<()> {
     let (mut snapshots, logs) = list(dir)?;
     snapshots.sort_unstable();
     if snapshots.len() <= retain.max(1) {
@@ -356,7 +356,7 @@ pub fn purge(dir: &Path, retain: usize) -> io::Result<()> {
 }
 
 /// Snapshot zxids and log segment start zxids in `dir`, each sorted ascending.
-pub fn list(dir: &Path) -> io::Result<(Vec<i64>, Vec<i64>)> {
+pub(crate) fn list(dir: &Path) -> io::Result<(Vec<i64>, Vec<i64>)> {
     let mut snapshots = Vec::new();
     let mut logs = Vec::new();
     for entry in fs::read_dir(dir)? {

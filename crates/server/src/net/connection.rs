@@ -54,7 +54,7 @@ enum Closed {
     Shutdown,
 }
 
-pub struct ConnectionCtx {
+pub(crate) struct ConnectionCtx {
     pub id: ConnId,
     pub peer: SocketAddr,
     pub core: mpsc::Sender<CoreMsg>,
@@ -76,7 +76,7 @@ pub struct ConnectionCtx {
 }
 
 impl ConnectionCtx {
-    pub fn new(
+    pub(crate) fn new(
         id: ConnId,
         peer: SocketAddr,
         core: mpsc::Sender<CoreMsg>,
@@ -102,7 +102,7 @@ impl ConnectionCtx {
 }
 
 /// Serves one client until it disconnects, misbehaves or the core closes it.
-pub async fn serve(stream: TcpStream, ctx: ConnectionCtx) {
+pub(crate) async fn serve(stream: TcpStream, ctx: ConnectionCtx) {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let mut buf = BytesMut::with_capacity(4096);

@@ -15,11 +15,11 @@ pub const WORDS: [&str; 10] = [
     "ruok", "srvr", "stat", "mntr", "cons", "dump", "wchs", "envi", "conf", "isro",
 ];
 
-pub fn is_four_letter_word(first: &[u8]) -> Option<&'static str> {
+pub(crate) fn is_four_letter_word(first: &[u8]) -> Option<&'static str> {
     WORDS.iter().copied().find(|w| w.as_bytes() == first)
 }
 
-pub const VERSION: &str = concat!("3.8.0-lockkeeper-", env!("CARGO_PKG_VERSION"));
+pub(crate) const VERSION: &str = concat!("3.8.0-lockkeeper-", env!("CARGO_PKG_VERSION"));
 
 pub(crate) fn answer(view: &View, word: &str) -> String {
     if !view.config.four_letter_word_allowed(word) {

@@ -61,7 +61,7 @@ const INLINE_BYTES: usize = 4 * WRITE_BATCH;
 
 /// What is counted for one connection, read by `cons` without taking the outbox's lock.
 #[derive(Debug, Default)]
-pub struct ConnStats {
+pub(crate) struct ConnStats {
     pub queued_packets: AtomicU64,
     pub queued_bytes: AtomicU64,
     pub sent_packets: AtomicU64,
@@ -70,10 +70,10 @@ pub struct ConnStats {
 
 /// The core's end of one connection's outbox. Dropping it (the core let go of the connection,
 /// or the core itself is gone) closes the connection once what is queued has been written.
-pub struct Outbox(Arc<Shared>);
+pub(crate) struct Outbox(Arc<Shared>);
 
 /// The connection's writer task's end: what needs waiting for.
-pub struct WriterEnd(Arc<Shared>);
+pub(crate) struct WriterEnd(Arc<Shared>);
 
 struct Shared {
     socket: OwnedWriteHalf,
@@ -143,7 +143,7 @@ enum End {
 
 /// Why a message was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// This message would have passed the bound: the connection is being closed now.
     Overflow {
         queued_bytes: u64,
@@ -155,7 +155,7 @@ pub enum Refused {
 
 /// What the writer task does next, after [`WriterEnd::pump`].
 #[derive(Debug)]
-pub enum Next {
+pub(crate) enum Next {
     /// Nothing sendable is left to write: wait to be woken.
     Idle,
     /// More is sendable than one pump of the core or a log worker writes: pump again.
@@ -173,7 +173,7 @@ pub enum Next {
 /// An outbox writing to `socket`, releasing messages as `mark` moves, holding at most `limit`
 /// bytes: the core's end and the writer task's. `trace` records the stages of what it writes,
 /// `server_sent` counts the packets every outbox of the server has written.
-pub fn new(
+pub(crate) fn new(
     socket: OwnedWriteHalf,
     mark: Arc<DurableMark>,
     limit: u64,
@@ -204,7 +204,7 @@ pub fn new(
 }
 
 impl Outbox {
-    pub fn stats(&self) -> &ConnStats {
+    pub(crate) fn stats(&self) -> &ConnStats {
         &self.0.stats
     }
 
@@ -212,7 +212,7 @@ impl Outbox {
     /// most for another thread's pump: non-blocking writes of up to [`INLINE_BYTES`]). What is
     /// queued is written by the next [`Outbox::flush`] or by the publication of the durable mark
     /// that releases it.
-    pub fn push(&self, outgoing: Outgoing) -> Result<(), Refused> {
+    pub(crate) fn push(&self, outgoing: Outgoing) -> Result<(), Refused> {
         let shared = &*self.0;
         let mut state = lock(&shared.state);
         if state.end.is_some() {
@@ -235,14 +235,14 @@ impl Outbox {
     }
 
     /// Writes what is sendable now; leaves to the writer task what needs waiting for.
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         self.0.flush();
     }
 
     /// Has the connection's writer task write what is sendable, on its own thread; when
     /// nothing is sendable yet, only puts the outbox on the mark's waiting list (the
     /// publication that releases it writes it, with no task to wake).
-    pub fn hand_to_writer(&self) {
+    pub(crate) fn hand_to_writer(&self) {
         let shared = &self.0;
         let mut state = lock(&shared.state);
         if state.end.is_none() && state.written == state.out.len() {
@@ -281,13 +281,13 @@ impl Drop for Outbox {
 impl WriterEnd {
     /// Writes what is sendable, up to [`INLINE_BYTES`] (see [`Shared::pump`]: the core and the
     /// log workers wait for the outbox's lock meanwhile), and says what to do next.
-    pub fn pump(&self) -> Next {
+    pub(crate) fn pump(&self) -> Next {
         self.0.pump(INLINE_BYTES)
     }
 
     /// Writing cannot go on (waiting for the socket failed, or the peer took nothing for
     /// `close_linger` after the close): nothing more is written, and what is queued is dropped.
-    pub fn broken(&self, error: &io::Error) {
+    pub(crate) fn broken(&self, error: &io::Error) {
         let mut state = lock(&self.0.state);
         // An end already set (a close, a lost session) is what the connection ends with.
         let end = state
@@ -299,7 +299,7 @@ impl WriterEnd {
 
     /// Waits until the writer task is woken: by a pump that left it something to wait for, or
     /// by the core giving up on the connection.
-    pub async fn woken(&self) {
+    pub(crate) async fn woken(&self) {
         self.0.writer.notified().await
     }
 
@@ -308,7 +308,7 @@ impl WriterEnd {
     /// far, and the bytes the kernel still holds for the peer (unsent or unacknowledged; `None`
     /// if it will not say). Either moves while the peer reads: the second also while the socket
     /// drains a large send buffer's worth before it reports writable again.
-    pub fn closed_progress(&self) -> Option<(u64, Option<u64>)> {
+    pub(crate) fn closed_progress(&self) -> Option<(u64, Option<u64>)> {
         let written = {
             let state = lock(&self.0.state);
             if !state.closing {
@@ -330,18 +330,18 @@ impl WriterEnd {
     }
 
     /// Waits until the socket may take more.
-    pub async fn writable(&self) -> io::Result<()> {
+    pub(crate) async fn writable(&self) -> io::Result<()> {
         self.0.socket.writable().await
     }
 
     /// Shuts the write side down after the last message (the peer reads an end of stream).
-    pub fn shutdown(&self) -> io::Result<()> {
+    pub(crate) fn shutdown(&self) -> io::Result<()> {
         socket2::SockRef::from(self.0.socket.as_ref()).shutdown(std::net::Shutdown::Write)
     }
 
     /// Resets the connection: the peer is not reading, and a FIN would wait behind the unsent
     /// bytes in the socket buffer for as long as it keeps not reading.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         let socket = socket2::SockRef::from(self.0.socket.as_ref());
         let _ = socket.set_linger(Some(std::time::Duration::ZERO));
         let _ = socket.shutdown(std::net::Shutdown::Both);
@@ -561,7 +561,7 @@ fn uncount(stats: &ConnStats, dropped: Counted) {
 #[cfg(test)]
 impl WriterEnd {
     /// Takes every queued message off without writing it (tests that drive the core by hand).
-    pub fn take_queued(&self) -> Vec<Outgoing> {
+    pub(crate) fn take_queued(&self) -> Vec<Outgoing> {
         let mut state = lock(&self.0.state);
         let mut taken = Counted::default();
         let messages = state
@@ -585,7 +585,7 @@ pub(crate) mod testing {
 
     /// An outbox writing to one end of a new loopback connection (its two ends), and the
     /// client's end of the connection.
-    pub async fn pair(mark: Arc<DurableMark>, limit: u64) -> (Outbox, WriterEnd, TcpStream) {
+    pub(crate) async fn pair(mark: Arc<DurableMark>, limit: u64) -> (Outbox, WriterEnd, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("address"))
             .await

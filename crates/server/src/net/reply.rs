@@ -14,7 +14,7 @@ use lockkeeper_proto::*;
 use crate::trace::RequestStamps;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MultiResult {
+pub(crate) enum MultiResult {
     Created {
         op: OpCode,
         path: String,
@@ -27,7 +27,7 @@ pub enum MultiResult {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadResult {
+pub(crate) enum ReadResult {
     Children(Vec<String>),
     Data { data: Option<Bytes>, stat: Stat },
     Error(ErrorCode),
@@ -35,7 +35,7 @@ pub enum ReadResult {
 
 /// The body that follows a reply header.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Body {
+pub(crate) enum Body {
     Empty,
     Stat(Stat),
     Path(String),
@@ -66,7 +66,7 @@ pub enum Body {
 }
 
 #[derive(Debug)]
-pub enum Message {
+pub(crate) enum Message {
     /// The answer to the connect request: no reply header.
     Connect(ConnectResponse),
     Reply {
@@ -79,7 +79,7 @@ pub enum Message {
 
 /// One message for a connection, as queued on its outbox.
 #[derive(Debug)]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     pub message: Message,
     /// The outbox holds it until this zxid is durable.
     pub visible_at: i64,
@@ -99,17 +99,17 @@ impl Outgoing {
     /// encoded length. Node data counts in full even though it is shared with the data tree:
     /// once the node changes or goes, the queued reply is what keeps the old data alive.
     /// Allocator overhead (a few words per allocation) is not counted.
-    pub fn memory(&self) -> usize {
+    pub(crate) fn memory(&self) -> usize {
         std::mem::size_of::<Outgoing>() + self.message.heap()
     }
 
     /// Whether this is a packet on the wire, counted in `cons` and `mntr`; a close marker is not.
-    pub fn is_packet(&self) -> bool {
+    pub(crate) fn is_packet(&self) -> bool {
         !matches!(self.message, Message::Text(_))
     }
 
     /// Whether this is a watch event (for `reaction` in [`crate::trace`]).
-    pub fn is_event(&self) -> bool {
+    pub(crate) fn is_event(&self) -> bool {
         matches!(&self.message, Message::Reply { header, .. } if header.xid == XID_NOTIFICATION)
     }
 }
@@ -133,7 +133,7 @@ impl Message {
     }
 
     /// Appends this message, framed, to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Message::Connect(response) => encode_frame(out, |b| response.write(b)),
             Message::Reply { header, body } => encode_frame(out, |b| {

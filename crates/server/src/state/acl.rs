@@ -14,14 +14,14 @@ use sha1::{Digest, Sha1};
 
 /// The identities one connection has proven.
 #[derive(Debug, Clone, Default)]
-pub struct AuthIds {
+pub(crate) struct AuthIds {
     ids: Vec<Id>,
     is_super: bool,
 }
 
 impl AuthIds {
     /// Every connection is implicitly authenticated by its address under the `ip` scheme.
-    pub fn for_peer(peer: IpAddr) -> AuthIds {
+    pub(crate) fn for_peer(peer: IpAddr) -> AuthIds {
         AuthIds {
             ids: vec![Id {
                 scheme: "ip".into(),
@@ -33,7 +33,7 @@ impl AuthIds {
 
     /// Handles an `auth` packet. `Err(AuthFailed)` for a scheme Keeper does not know; ZooKeeper
     /// closes the connection after that answer, and so does the caller.
-    pub fn add(
+    pub(crate) fn add(
         &mut self,
         scheme: &str,
         auth: &[u8],
@@ -67,13 +67,13 @@ impl AuthIds {
         }
     }
 
-    pub fn ids(&self) -> &[Id] {
+    pub(crate) fn ids(&self) -> &[Id] {
         &self.ids
     }
 
     /// ZooKeeper's `checkACL`: an empty ACL or the super user passes; otherwise some entry must
     /// grant `perm` to `world:anyone` or to one of this connection's ids.
-    pub fn check(&self, acl: &[Acl], perm: i32) -> Result<(), ErrorCode> {
+    pub(crate) fn check(&self, acl: &[Acl], perm: i32) -> Result<(), ErrorCode> {
         if acl.is_empty() || self.is_super {
             return Ok(());
         }
@@ -93,7 +93,7 @@ impl AuthIds {
 
     /// Validates an ACL given in a create or setACL and expands the `auth` scheme into this
     /// connection's authenticated (digest) ids, dropping duplicates.
-    pub fn fixup(&self, acl: &[Acl]) -> Result<Vec<Acl>, ErrorCode> {
+    pub(crate) fn fixup(&self, acl: &[Acl]) -> Result<Vec<Acl>, ErrorCode> {
         if acl.is_empty() {
             return Err(ErrorCode::InvalidAcl);
         }
@@ -129,7 +129,7 @@ impl AuthIds {
 }
 
 /// `user:password` -> `user:base64(sha1(user:password))`, the digest scheme's stored id.
-pub fn digest(user_password: &str) -> String {
+pub(crate) fn digest(user_password: &str) -> String {
     let user = user_password.split(':').next().unwrap_or_default();
     let hash = Sha1::digest(user_password.as_bytes());
     format!(
@@ -174,7 +174,7 @@ fn ip_in(addr: IpAddr, net: IpAddr, bits: u32) -> bool {
 }
 
 /// The ACL a client gets for `world:anyone` with every permission.
-pub use lockkeeper_proto::open_acl;
+pub(crate) use lockkeeper_proto::open_acl;
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use crate::state::tree::DataTree;
 use crate::state::txn::{self, Trigger, Txn, TxnResult};
 
 /// Everything a transaction changes.
-pub struct State {
+pub(crate) struct State {
     pub tree: DataTree,
     pub sessions: Sessions,
     /// The newest zxid applied (or, in a live server, handed out: a rejected write uses one too).
@@ -25,14 +25,14 @@ pub struct State {
 
 /// What applying one txn did: the result the reply is made from, and the changes a watch may
 /// be waiting for.
-pub struct Applied {
+pub(crate) struct Applied {
     pub result: TxnResult,
     pub triggers: Vec<Trigger>,
 }
 
 impl State {
     /// The state of a data dir that holds nothing yet.
-    pub fn empty() -> State {
+    pub(crate) fn empty() -> State {
         State {
             tree: DataTree::new(),
             sessions: Sessions::new(Duration::ZERO, Duration::MAX),
@@ -41,7 +41,7 @@ impl State {
     }
 
     /// The state a snapshot holds, taken at `zxid`.
-    pub fn restore(tree: DataTree, sessions: &[SessionRecord], zxid: i64) -> State {
+    pub(crate) fn restore(tree: DataTree, sessions: &[SessionRecord], zxid: i64) -> State {
         let mut state = State {
             tree,
             last_zxid: zxid,
@@ -59,7 +59,7 @@ impl State {
     /// Makes a recovered state ready to serve: the sessions negotiate within `[min, max]`, every
     /// session's expiry deadline starts now (the time they spent in the log is not held against
     /// them), and every ephemeral belongs to a session that can expire, or it would live forever.
-    pub fn resume(&mut self, min: Duration, max: Duration, now: Instant) {
+    pub(crate) fn resume(&mut self, min: Duration, max: Duration, now: Instant) {
         self.sessions.set_timeout_bounds(min, max);
         self.sessions.restart_deadlines(now);
         for owner in self.tree.ephemeral_owners() {
@@ -75,7 +75,7 @@ impl State {
 }
 
 /// Applies `txn` at `zxid` (logged at wall-clock `time`, in ms) to the whole state.
-pub fn apply(state: &mut State, txn: &Txn, zxid: i64, time: i64) -> Applied {
+pub(crate) fn apply(state: &mut State, txn: &Txn, zxid: i64, time: i64) -> Applied {
     match txn {
         Txn::CreateSession {
             session_id,

@@ -1,11 +1,11 @@
 //! Znode paths: a path's parent and its ancestors. What a valid path is lives in
 //! `lockkeeper_proto::path`, shared with the client, so both refuse what ZooKeeper refuses.
 
-pub use lockkeeper_proto::path::validate;
+pub(crate) use lockkeeper_proto::path::validate;
 
 /// The parent of a non-root path ("/a/b" -> "/a", "/a" -> "/"). `None` for "/" or a path
 /// without a slash.
-pub fn parent(path: &str) -> Option<&str> {
+pub(crate) fn parent(path: &str) -> Option<&str> {
     let slash = path.rfind('/')?;
     if path.len() == 1 {
         return None;
@@ -14,7 +14,7 @@ pub fn parent(path: &str) -> Option<&str> {
 }
 
 /// `path` itself, then each ancestor up to "/" (for persistent recursive watches).
-pub fn self_and_ancestors(path: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn self_and_ancestors(path: &str) -> impl Iterator<Item = &str> {
     std::iter::successors(Some(path), |p| parent(p))
 }
 

@@ -20,7 +20,7 @@ use crate::state::tree::{DataTree, MAX_TTL, Owner};
 use crate::state::txn::Txn;
 
 /// Who is asking.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub session_id: i64,
     pub auth: &'a AuthIds,
 }
@@ -28,7 +28,7 @@ pub struct Ctx<'a> {
 /// A rejected write: one code, or for a multi, ZooKeeper's per-op codes (Ok before the failing
 /// op, its error, then RuntimeInconsistency for the rest).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejected {
+pub(crate) enum Rejected {
     Op(ErrorCode),
     Multi(Vec<ErrorCode>),
 }
@@ -69,7 +69,7 @@ impl View<'_> {
     }
 }
 
-pub fn create(tree: &DataTree, ctx: &Ctx, op: &CreateOp) -> Result<Txn, ErrorCode> {
+pub(crate) fn create(tree: &DataTree, ctx: &Ctx, op: &CreateOp) -> Result<Txn, ErrorCode> {
     create_in(
         &mut View {
             tree,
@@ -80,7 +80,11 @@ pub fn create(tree: &DataTree, ctx: &Ctx, op: &CreateOp) -> Result<Txn, ErrorCod
     )
 }
 
-pub fn delete(tree: &DataTree, ctx: &Ctx, req: &PathVersionRequest) -> Result<Txn, ErrorCode> {
+pub(crate) fn delete(
+    tree: &DataTree,
+    ctx: &Ctx,
+    req: &PathVersionRequest,
+) -> Result<Txn, ErrorCode> {
     delete_in(
         &mut View {
             tree,
@@ -91,7 +95,7 @@ pub fn delete(tree: &DataTree, ctx: &Ctx, req: &PathVersionRequest) -> Result<Tx
     )
 }
 
-pub fn set_data(tree: &DataTree, ctx: &Ctx, req: &SetDataRequest) -> Result<Txn, ErrorCode> {
+pub(crate) fn set_data(tree: &DataTree, ctx: &Ctx, req: &SetDataRequest) -> Result<Txn, ErrorCode> {
     set_data_in(
         &mut View {
             tree,
@@ -102,7 +106,7 @@ pub fn set_data(tree: &DataTree, ctx: &Ctx, req: &SetDataRequest) -> Result<Txn,
     )
 }
 
-pub fn set_acl(tree: &DataTree, ctx: &Ctx, req: &SetAclRequest) -> Result<Txn, ErrorCode> {
+pub(crate) fn set_acl(tree: &DataTree, ctx: &Ctx, req: &SetAclRequest) -> Result<Txn, ErrorCode> {
     set_acl_in(
         &mut View {
             tree,
@@ -113,7 +117,7 @@ pub fn set_acl(tree: &DataTree, ctx: &Ctx, req: &SetAclRequest) -> Result<Txn, E
     )
 }
 
-pub fn multi(tree: &DataTree, ctx: &Ctx, ops: &[MultiOp]) -> Result<Txn, Rejected> {
+pub(crate) fn multi(tree: &DataTree, ctx: &Ctx, ops: &[MultiOp]) -> Result<Txn, Rejected> {
     let mut view = View {
         tree,
         changes: HashMap::new(),

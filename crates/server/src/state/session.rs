@@ -11,7 +11,7 @@ use crate::state::watch::ConnId;
 
 /// A session as snapshots and recovery know it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionRecord {
+pub(crate) struct SessionRecord {
     pub id: i64,
     pub timeout_ms: i32,
     pub passwd: [u8; 16],

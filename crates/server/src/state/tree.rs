@@ -26,18 +26,18 @@ use crate::state::path;
 mod capture;
 
 use capture::Capture;
-pub use capture::NodeSink;
+pub(crate) use capture::NodeSink;
 
 /// `ephemeralOwner` of a container node, as ZooKeeper encodes it.
-pub const CONTAINER_OWNER: i64 = i64::MIN;
+pub(crate) const CONTAINER_OWNER: i64 = i64::MIN;
 /// High byte that marks a TTL node's `ephemeralOwner`; the TTL in ms fills the low 40 bits.
 const TTL_MARK: i64 = 0xff00_0000_0000_0000_u64 as i64;
 /// Largest TTL ZooKeeper can encode (40 bits of milliseconds, about 34 years).
-pub const MAX_TTL: i64 = 0x0000_00ff_ffff_ffff;
+pub(crate) const MAX_TTL: i64 = 0x0000_00ff_ffff_ffff;
 
 /// What kind of node an `ephemeralOwner` value denotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Owner {
+pub(crate) enum Owner {
     Persistent,
     Ephemeral(i64),
     Container,
@@ -45,7 +45,7 @@ pub enum Owner {
 }
 
 impl Owner {
-    pub fn decode(ephemeral_owner: i64) -> Owner {
+    pub(crate) fn decode(ephemeral_owner: i64) -> Owner {
         match ephemeral_owner {
             0 => Owner::Persistent,
             CONTAINER_OWNER => Owner::Container,
@@ -54,7 +54,7 @@ impl Owner {
         }
     }
 
-    pub fn ttl(ttl_ms: i64) -> i64 {
+    pub(crate) fn ttl(ttl_ms: i64) -> i64 {
         TTL_MARK | ttl_ms
     }
 }
@@ -152,7 +152,7 @@ fn depth(path: &str) -> usize {
 /// Every map lookup compares a path with a dozen keys, so this costs about what a plain string
 /// comparison does: past the bytes both paths share (which hold as many `/` on either side),
 /// only the differing tails are scanned for `/`, and they are short for siblings.
-pub fn path_order(a: &str, b: &str) -> Ordering {
+pub(crate) fn path_order(a: &str, b: &str) -> Ordering {
     if a == "/" || b == "/" {
         // The root's one `/` is depth 0, not 1.
         return depth(a).cmp(&depth(b)).then_with(|| a.cmp(b));
@@ -167,10 +167,10 @@ pub fn path_order(a: &str, b: &str) -> Ordering {
 /// A path borrowed as a key of [`Nodes`] (ordered by [`path_order`]).
 #[derive(PartialEq, Eq)]
 #[repr(transparent)]
-pub struct PathStr(str);
+pub(crate) struct PathStr(str);
 
 impl PathStr {
-    pub fn new(path: &str) -> &PathStr {
+    pub(crate) fn new(path: &str) -> &PathStr {
         // SAFETY: `PathStr` is `repr(transparent)` over `str`, so the two references have the
         // same layout and the same metadata (the length).
         unsafe { &*(path as *const str as *const PathStr) }
@@ -192,7 +192,7 @@ impl PartialOrd for PathStr {
 /// A path owned as a key of [`Nodes`]. `Box<str>`, not `String`: no capacity word, in slots
 /// that are often half empty.
 #[derive(Clone, PartialEq, Eq)]
-pub struct PathKey(Box<str>);
+pub(crate) struct PathKey(Box<str>);
 
 impl From<&str> for PathKey {
     fn from(path: &str) -> PathKey {
@@ -226,15 +226,15 @@ impl std::ops::Deref for PathKey {
 }
 
 /// Every node by path, in tree order.
-pub type Nodes = BTreeMap<PathKey, Box<Node>>;
+pub(crate) type Nodes = BTreeMap<PathKey, Box<Node>>;
 
 /// The node at `path` in `nodes`.
-pub fn node<'a>(nodes: &'a Nodes, path: &str) -> Option<&'a Node> {
+pub(crate) fn node<'a>(nodes: &'a Nodes, path: &str) -> Option<&'a Node> {
     nodes.get(PathStr::new(path)).map(|n| &**n)
 }
 
 /// The nodes from `start` on, in tree order.
-pub fn nodes_from<'a>(
+pub(crate) fn nodes_from<'a>(
     nodes: &'a Nodes,
     start: Bound<&str>,
 ) -> impl Iterator<Item = (&'a PathKey, &'a Node)> {
@@ -250,7 +250,7 @@ pub fn nodes_from<'a>(
 
 /// One node as a snapshot holds it: its path and the node (children are derived from the
 /// paths when the tree is rebuilt).
-pub type NodeRecord = (String, Node);
+pub(crate) type NodeRecord = (String, Node);
 
 pub struct DataTree {
     /// Ordered by path so a snapshot can walk it in chunks while it changes. Nodes are boxed:

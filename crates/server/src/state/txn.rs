@@ -50,7 +50,7 @@ pub enum Txn {
 
 /// What applying one txn produced, for the reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TxnResult {
+pub(crate) enum TxnResult {
     Session,
     Created { path: String, stat: Stat },
     Deleted,
@@ -63,7 +63,7 @@ pub enum TxnResult {
 /// A change a watch may be waiting for, with the ACL of the node it concerns: a watcher that
 /// may not READ that node is not told (ZooKeeper filters events the same way).
 #[derive(Debug, Clone)]
-pub struct Trigger {
+pub(crate) struct Trigger {
     pub path: String,
     pub event: EventType,
     pub acl: Arc<[Acl]>,
@@ -78,7 +78,7 @@ fn trigger(tree: &DataTree, path: &str, event: EventType, triggers: &mut Vec<Tri
 }
 
 /// Applies `txn` at `zxid`, appending the watch triggers it causes to `triggers`.
-pub fn apply(
+pub(crate) fn apply(
     tree: &mut DataTree,
     txn: &Txn,
     zxid: i64,

@@ -11,11 +11,11 @@ use lockkeeper_proto::{EventType, WatcherType};
 
 use crate::state::path;
 
-pub type ConnId = u64;
+pub(crate) type ConnId = u64;
 
 /// An event to deliver: to which connection, what happened, where.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fired {
+pub(crate) struct Fired {
     pub conn: ConnId,
     pub event: EventType,
     pub path: String,
@@ -65,7 +65,7 @@ impl WatchTable {
 }
 
 #[derive(Default)]
-pub struct Watches {
+pub(crate) struct Watches {
     /// getData and exists watches: fire on create, change and delete of the node.
     data: WatchTable,
     /// getChildren watches: fire when the children change or the node is deleted.
@@ -75,17 +75,17 @@ pub struct Watches {
 }
 
 impl Watches {
-    pub fn add_data(&mut self, path: &str, conn: ConnId) {
+    pub(crate) fn add_data(&mut self, path: &str, conn: ConnId) {
         self.data.add(path, conn);
     }
 
-    pub fn add_child(&mut self, path: &str, conn: ConnId) {
+    pub(crate) fn add_child(&mut self, path: &str, conn: ConnId) {
         self.child.add(path, conn);
     }
 
     /// Adds a persistent watch; a connection has one mode per path, the last one asked for
     /// (as in ZooKeeper 3.8).
-    pub fn add_persistent(&mut self, path: &str, conn: ConnId, recursive: bool) {
+    pub(crate) fn add_persistent(&mut self, path: &str, conn: ConnId, recursive: bool) {
         if recursive {
             self.persistent.remove(path, conn);
             self.recursive.add(path, conn)
@@ -97,7 +97,7 @@ impl Watches {
 
     /// Collects the events `event` at `path` fires. Each connection hears of one change once,
     /// even if several of its watches match (ZooKeeper's suppression of duplicate watchers).
-    pub fn trigger(&mut self, path: &str, event: EventType, out: &mut Vec<Fired>) {
+    pub(crate) fn trigger(&mut self, path: &str, event: EventType, out: &mut Vec<Fired>) {
         let mut conns: HashSet<ConnId> = HashSet::new();
         match event {
             EventType::NodeChildrenChanged => {
@@ -127,7 +127,7 @@ impl Watches {
     }
 
     /// Removes `conn`'s watches of `kind` on `path`; false if it had none (NoWatcher).
-    pub fn remove(&mut self, path: &str, conn: ConnId, kind: WatcherType) -> bool {
+    pub(crate) fn remove(&mut self, path: &str, conn: ConnId, kind: WatcherType) -> bool {
         match kind {
             WatcherType::Data => self.data.remove(path, conn),
             WatcherType::Children => self.child.remove(path, conn),
@@ -146,7 +146,7 @@ impl Watches {
     }
 
     /// Whether `conn` has a watch of `kind` on `path` (checkWatches).
-    pub fn has(&self, path: &str, conn: ConnId, kind: WatcherType) -> bool {
+    pub(crate) fn has(&self, path: &str, conn: ConnId, kind: WatcherType) -> bool {
         match kind {
             WatcherType::Data => self.data.contains(path, conn),
             WatcherType::Children => self.child.contains(path, conn),
@@ -163,7 +163,7 @@ impl Watches {
         }
     }
 
-    pub fn remove_connection(&mut self, conn: ConnId) {
+    pub(crate) fn remove_connection(&mut self, conn: ConnId) {
         for table in [
             &mut self.data,
             &mut self.child,
@@ -174,12 +174,12 @@ impl Watches {
         }
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.data.count() + self.child.count() + self.persistent.count() + self.recursive.count()
     }
 
     /// Distinct watched paths and watching connections, for `wchs`.
-    pub fn summary(&self) -> (usize, usize) {
+    pub(crate) fn summary(&self) -> (usize, usize) {
         let mut paths: HashSet<&str> = HashSet::new();
         let mut conns: HashSet<ConnId> = HashSet::new();
         for table in [&self.data, &self.child, &self.persistent, &self.recursive] {

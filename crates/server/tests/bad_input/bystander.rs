@@ -16,7 +16,7 @@ use lockkeeper_proto::{
 
 use lockkeeper_testkit::raw::{Answer, Raw, open_acl};
 
-pub struct Bystander {
+pub(crate) struct Bystander {
     conn: Raw,
     backend: String,
     /// Every node the server acknowledged writing, with the data it last acknowledged.
@@ -26,7 +26,7 @@ pub struct Bystander {
 
 impl Bystander {
     /// Connects and writes `/bystander` (acknowledged) before any abuse starts.
-    pub async fn start(addr: SocketAddr, backend: &str) -> Bystander {
+    pub(crate) async fn start(addr: SocketAddr, backend: &str) -> Bystander {
         let conn = Raw::session(addr, format!("{backend} bystander")).await;
         let mut bystander = Bystander {
             conn,
@@ -44,13 +44,13 @@ impl Bystander {
     }
 
     /// A ping on the bystander's connection: the server still serves it right now.
-    pub async fn ping(&mut self, during: &str) {
+    pub(crate) async fn ping(&mut self, during: &str) {
         self.conn.label = format!("{} bystander (during {during})", self.backend);
         self.conn.ping().await;
     }
 
     /// After `after`: still connected, reads back every acknowledged write, and writes again.
-    pub async fn check(&mut self, after: &str) {
+    pub(crate) async fn check(&mut self, after: &str) {
         self.checks += 1;
         self.conn.label = format!("{} bystander (after {after})", self.backend);
         self.conn.ping().await;
@@ -63,7 +63,7 @@ impl Bystander {
     }
 
     /// From a new session (e.g. after a restart): every acknowledged write is still there.
-    pub async fn verify_from(&self, addr: SocketAddr, after: &str) {
+    pub(crate) async fn verify_from(&self, addr: SocketAddr, after: &str) {
         let label = format!("{} reader (after {after})", self.backend);
         let mut reader = Raw::session_eventually(addr, label, 4_000).await;
         read_back(&mut reader, &self.acknowledged).await;

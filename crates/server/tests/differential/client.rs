@@ -15,22 +15,22 @@ use super::ops::{AclChoice, NodeKind, USERS};
 
 /// How long any single request may take. Generous: the machine is shared and Keeper syncs its
 /// log to disk; this only turns a hang into a reported difference.
-pub const OP_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Session timeout asked for. Long, so that a loaded machine never expires a session mid-run.
-pub const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// TTL of TTL nodes: far longer than a run, so expiry never races the comparison.
-pub const TTL: Duration = Duration::from_secs(3600);
+pub(crate) const TTL: Duration = Duration::from_secs(3600);
 
 /// `user:password` for [`USERS`]`[user]`, as addauth digest takes it.
-pub fn credential(user: usize) -> String {
+pub(crate) fn credential(user: usize) -> String {
     let (name, password) = USERS[user];
     format!("{name}:{password}")
 }
 
 /// The digest ACL id for [`USERS`]`[user]`: `user:base64(sha1(user:password))`.
-pub fn digest_id(user: usize) -> String {
+pub(crate) fn digest_id(user: usize) -> String {
     let hash = Sha1::digest(credential(user).as_bytes());
     format!(
         "{}:{}",
@@ -39,7 +39,7 @@ pub fn digest_id(user: usize) -> String {
     )
 }
 
-pub fn acl_list(choice: AclChoice) -> Vec<Acl> {
+pub(crate) fn acl_list(choice: AclChoice) -> Vec<Acl> {
     let digest = |user: usize| AuthId::new("digest", &digest_id(user));
     match choice {
         AclChoice::AnyoneAll => vec![Acl::new(Permission::ALL, AuthId::anyone())],
@@ -64,7 +64,7 @@ pub fn acl_list(choice: AclChoice) -> Vec<Acl> {
     }
 }
 
-pub fn create_options(kind: NodeKind, acls: Acls<'_>) -> CreateOptions<'_> {
+pub(crate) fn create_options(kind: NodeKind, acls: Acls<'_>) -> CreateOptions<'_> {
     match kind {
         NodeKind::Persistent => CreateMode::Persistent.with_acls(acls),
         NodeKind::Ephemeral => CreateMode::Ephemeral.with_acls(acls),
@@ -79,7 +79,7 @@ pub fn create_options(kind: NodeKind, acls: Acls<'_>) -> CreateOptions<'_> {
 }
 
 /// ACL entries as `scheme:id:PERMS`, sorted: see `compare.rs` on why order is not compared.
-pub fn show_acl(acl: &[Acl]) -> Vec<String> {
+pub(crate) fn show_acl(acl: &[Acl]) -> Vec<String> {
     sorted(
         acl.iter()
             .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
@@ -87,17 +87,17 @@ pub fn show_acl(acl: &[Acl]) -> Vec<String> {
     )
 }
 
-pub fn text(data: &[u8]) -> String {
+pub(crate) fn text(data: &[u8]) -> String {
     String::from_utf8_lossy(data).into_owned()
 }
 
-pub fn sorted(mut names: Vec<String>) -> Vec<String> {
+pub(crate) fn sorted(mut names: Vec<String>) -> Vec<String> {
     names.sort();
     names
 }
 
 /// Awaits a client call for at most [`OP_TIMEOUT`]; errors become their names.
-pub async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     call: impl Future<Output = Result<T, zookeeper_client::Error>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(OP_TIMEOUT, call).await {
@@ -108,7 +108,7 @@ pub async fn bounded<T>(
 }
 
 /// Opens a session and authenticates it as `users`.
-pub async fn connect(connect_string: &str, users: &[usize]) -> Result<Client, String> {
+pub(crate) async fn connect(connect_string: &str, users: &[usize]) -> Result<Client, String> {
     let client = bounded(
         Client::connector()
             .with_session_timeout(SESSION_TIMEOUT)
@@ -126,7 +126,7 @@ pub async fn connect(connect_string: &str, users: &[usize]) -> Result<Client, St
 
 /// Closes a session and waits until the server has confirmed it, so that its ephemerals are
 /// gone before the next operation.
-pub async fn close(client: Client) -> Result<(), String> {
+pub(crate) async fn close(client: Client) -> Result<(), String> {
     let mut state = client.state_watcher();
     drop(client);
     let wait = async {

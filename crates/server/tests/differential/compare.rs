@@ -32,7 +32,7 @@ use std::fmt;
 
 /// A zxid replaced by its label (see the module documentation).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Zxid(pub usize);
+pub(crate) struct Zxid(pub usize);
 
 impl fmt::Debug for Zxid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -42,7 +42,7 @@ impl fmt::Debug for Zxid {
 
 /// A stat with times dropped, zxids labelled and the ephemeral owner named.
 #[derive(Clone, PartialEq, Eq)]
-pub struct NStat {
+pub(crate) struct NStat {
     pub czxid: Zxid,
     pub mzxid: Zxid,
     pub pzxid: Zxid,
@@ -74,7 +74,7 @@ impl fmt::Debug for NStat {
 
 /// The result of one operation in a successful multi.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MultiItem {
+pub(crate) enum MultiItem {
     /// The created path; the stat when the server sent one (see `run.rs` on multi creates).
     Create {
         path: String,
@@ -87,7 +87,7 @@ pub enum MultiItem {
 
 /// The result of one operation in a multiRead.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReadItem {
+pub(crate) enum ReadItem {
     Data { data: String, stat: NStat },
     Children(Vec<String>),
     Error(String),
@@ -95,7 +95,7 @@ pub enum ReadItem {
 
 /// One node of a tree dump.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TreeEntry {
+pub(crate) struct TreeEntry {
     pub path: String,
     /// Data and stat, or the error reading them (an ACL can hide a node even from the
     /// inspector when sessions do not authenticate).
@@ -105,7 +105,7 @@ pub struct TreeEntry {
 
 /// The normalized answer to one operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The error the client reported, by name (`NoNode`, `BadVersion`, …).
     Error(String),
     Created {
@@ -141,7 +141,7 @@ pub enum Outcome {
 
 /// Everything one server produced for one step.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Step {
+pub(crate) struct Step {
     pub outcome: Outcome,
     /// Watch events that reached any session during this step, sorted, as
     /// `s<slot>: <event type> <path> (watch #<op> <kind>)`. Sorted because the order in which
@@ -154,13 +154,13 @@ pub struct Step {
 
 /// Maps raw zxids to labels in order of first appearance and tracks their order.
 #[derive(Default)]
-pub struct ZxidLabels {
+pub(crate) struct ZxidLabels {
     labels: BTreeMap<i64, usize>,
     fresh: Vec<(Zxid, usize)>,
 }
 
 impl ZxidLabels {
-    pub fn label(&mut self, zxid: i64) -> Zxid {
+    pub(crate) fn label(&mut self, zxid: i64) -> Zxid {
         if let Some(&label) = self.labels.get(&zxid) {
             return Zxid(label);
         }
@@ -173,13 +173,13 @@ impl ZxidLabels {
     }
 
     /// The labels introduced since the previous call, with their ranks.
-    pub fn take_fresh(&mut self) -> Vec<(Zxid, usize)> {
+    pub(crate) fn take_fresh(&mut self) -> Vec<(Zxid, usize)> {
         std::mem::take(&mut self.fresh)
     }
 }
 
 /// Says how two steps differ, or `None` when they agree.
-pub fn difference(a: &Step, b: &Step) -> Option<String> {
+pub(crate) fn difference(a: &Step, b: &Step) -> Option<String> {
     let mut out = Vec::new();
     if a.outcome != b.outcome {
         out.push("the results differ".to_string());
@@ -198,7 +198,7 @@ pub fn difference(a: &Step, b: &Step) -> Option<String> {
 }
 
 /// A step, printed for a failure message.
-pub fn show_step(step: &Step) -> String {
+pub(crate) fn show_step(step: &Step) -> String {
     let mut s = format!("{:?}", step.outcome);
     if !step.events.is_empty() {
         s.push_str(&format!("\n      events: {:?}", step.events));

@@ -36,7 +36,7 @@ const EPHEMERAL_PREFIXES: [&str; 5] = ["/", "/a", "/a/s", "/d", "/a/b"];
 /// checks hit real nodes and right versions often. Both servers run the very same drawn
 /// operation, so what the generator learned from one server is only used to choose the next
 /// operation, never to judge the other.
-pub struct Generator {
+pub(crate) struct Generator {
     rng: StdRng,
     /// Sequential nodes the reference server reported as created (and not since deleted).
     sequential: Vec<String>,
@@ -63,7 +63,7 @@ fn parent(path: &str) -> &str {
 }
 
 impl Generator {
-    pub fn new(seed: u64) -> Generator {
+    pub(crate) fn new(seed: u64) -> Generator {
         Generator {
             rng: StdRng::seed_from_u64(seed),
             sequential: Vec::new(),
@@ -268,7 +268,7 @@ impl Generator {
     }
 
     /// Draws the next operation.
-    pub fn next_op(&mut self) -> Op {
+    pub(crate) fn next_op(&mut self) -> Op {
         let s = self.slot();
         let roll = self.rng.gen_range(0..1000);
         match roll {
@@ -397,7 +397,7 @@ impl Generator {
     }
 
     /// Learns from the reference server's answer to `op`.
-    pub fn observe(&mut self, op: &Op, outcome: &Outcome) {
+    pub(crate) fn observe(&mut self, op: &Op, outcome: &Outcome) {
         match (op, outcome) {
             (Op::Create { s, kind, .. }, Outcome::Created { path, stat }) => {
                 self.learn_created(path, *kind, *s);

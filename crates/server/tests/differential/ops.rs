@@ -6,19 +6,19 @@
 use std::fmt;
 
 /// How many sessions the generator spreads its operations over.
-pub const SLOTS: usize = 4;
+pub(crate) const SLOTS: usize = 4;
 
 /// The one slot that sets persistent watches; the others set one-shot watches only. ZooKeeper
 /// 3.8 does not support two kinds of watch on one path of one connection (ZOOKEEPER-4466), so
 /// the test never asks for that (the generator also keeps one addWatch mode per path).
-pub const PERSISTENT_SLOT: usize = SLOTS - 1;
+pub(crate) const PERSISTENT_SLOT: usize = SLOTS - 1;
 
 /// The users the digest scheme knows in this test: `(user, password)`.
-pub const USERS: [(&str, &str); 2] = [("alice", "alice-secret"), ("bob", "bob-secret")];
+pub(crate) const USERS: [(&str, &str); 2] = [("alice", "alice-secret"), ("bob", "bob-secret")];
 
 /// The kind of node a create asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeKind {
+pub(crate) enum NodeKind {
     Persistent,
     Ephemeral,
     PersistentSequential,
@@ -30,7 +30,7 @@ pub enum NodeKind {
 }
 
 impl NodeKind {
-    pub fn is_sequential(self) -> bool {
+    pub(crate) fn is_sequential(self) -> bool {
         matches!(
             self,
             NodeKind::PersistentSequential
@@ -42,7 +42,7 @@ impl NodeKind {
 
 /// The ACL a create or setAcl asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AclChoice {
+pub(crate) enum AclChoice {
     /// world:anyone, all permissions.
     AnyoneAll,
     /// world:anyone, read only.
@@ -66,7 +66,7 @@ pub enum AclChoice {
 
 /// What a one-shot watch is set with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WatchKind {
+pub(crate) enum WatchKind {
     Exists,
     Data,
     Children,
@@ -74,7 +74,7 @@ pub enum WatchKind {
 
 /// One operation inside a `multi` transaction.
 #[derive(Clone, Debug)]
-pub enum SubOp {
+pub(crate) enum SubOp {
     Create {
         path: String,
         data: Vec<u8>,
@@ -97,14 +97,14 @@ pub enum SubOp {
 
 /// One operation inside a `multiRead`.
 #[derive(Clone, Debug)]
-pub enum ReadOp {
+pub(crate) enum ReadOp {
     GetData(String),
     GetChildren(String),
 }
 
 /// One step of a run. `s` is the session slot (0..[`SLOTS`]) that performs it.
 #[derive(Clone, Debug)]
-pub enum Op {
+pub(crate) enum Op {
     Create {
         s: usize,
         path: String,

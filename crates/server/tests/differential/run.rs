@@ -64,7 +64,7 @@ fn show_event(s: usize, event: &WatchedEvent, watch: String) -> String {
 /// How a backend's sessions are set up, and which known differences both sides normalize away
 /// (always symmetrically, so that the zxid labels stay aligned).
 #[derive(Clone, Copy, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// Slot 0 authenticates as alice, slot 1 as bob, the inspector as both; when false no
     /// session authenticates at all.
     pub authenticate: bool,
@@ -112,7 +112,7 @@ impl Normalizer {
 }
 
 /// One server, driven through [`SLOTS`] sessions.
-pub struct Backend {
+pub(crate) struct Backend {
     pub name: String,
     connect_string: String,
     /// True when the sessions see the real root (no chroot): dumps then skip `/zookeeper`,
@@ -127,7 +127,7 @@ pub struct Backend {
 
 impl Backend {
     /// Opens the sessions (see [`Options`]).
-    pub async fn open(
+    pub(crate) async fn open(
         name: &str,
         connect_string: String,
         top_level: bool,
@@ -172,7 +172,7 @@ impl Backend {
     }
 
     /// Closes every session of this backend.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         for slot in self.slots {
             let _ = close(slot.client).await;
         }
@@ -180,7 +180,7 @@ impl Backend {
     }
 
     /// Runs operation number `index` and collects what it caused.
-    pub async fn step(&mut self, index: usize, op: &Op) -> Step {
+    pub(crate) async fn step(&mut self, index: usize, op: &Op) -> Step {
         let outcome = self.exec(index, op).await;
         let events = self.collect_events().await;
         let zxid_ranks = self.norm.zxids.take_fresh();

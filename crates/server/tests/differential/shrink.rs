@@ -34,7 +34,7 @@ async fn fails_at_end(pair: &mut Pair, ops: &[Op]) -> bool {
 
 /// Removes operations while the last one still differs: chunks of halving size, then single
 /// operations until none can go. Bounded by [`SHRINK_BUDGET`].
-pub async fn shrink(pair: &mut Pair, ops: &[Op]) -> Option<Vec<Op>> {
+pub(crate) async fn shrink(pair: &mut Pair, ops: &[Op]) -> Option<Vec<Op>> {
     let deadline = Instant::now() + SHRINK_BUDGET;
     let mut current = ops.to_vec();
     if !fails_at_end(pair, &current).await {
@@ -66,7 +66,7 @@ pub async fn shrink(pair: &mut Pair, ops: &[Op]) -> Option<Vec<Op>> {
 }
 
 /// Runs the shrunk sequence once more to print every step with both answers.
-pub async fn show_replay(pair: &mut Pair, ops: &[Op]) -> String {
+pub(crate) async fn show_replay(pair: &mut Pair, ops: &[Op]) -> String {
     let (mut a, mut b) = pair.open("shown", true).await;
     let mut out = String::new();
     for (index, op) in ops.iter().enumerate() {
@@ -107,7 +107,7 @@ fn env_flags(settings: &Settings) -> String {
     out
 }
 
-pub fn report(
+pub(crate) fn report(
     settings: &Settings,
     seed: u64,
     other: &str,

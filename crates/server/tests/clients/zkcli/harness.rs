@@ -13,12 +13,12 @@ use lockkeeper_testkit::zkcli;
 use sha1::{Digest, Sha1};
 
 /// A whole zkCli run: JVM start plus a few hundred commands. Generous, as the machine is shared.
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const RUN_TIMEOUT: Duration = Duration::from_secs(180);
 
-pub const MARK: &str = "/zkcli-mark-";
+pub(crate) const MARK: &str = "/zkcli-mark-";
 
 /// The id a `digest` ACL names for `user:password`: `user:base64(sha1("user:password"))`.
-pub fn digest_id(user: &str, password: &str) -> String {
+pub(crate) fn digest_id(user: &str, password: &str) -> String {
     let hash = Sha1::digest(format!("{user}:{password}").as_bytes());
     format!(
         "{user}:{}",
@@ -28,20 +28,20 @@ pub fn digest_id(user: &str, password: &str) -> String {
 
 /// A zkCli script under construction, cut into named sections.
 #[derive(Default)]
-pub struct Script {
+pub(crate) struct Script {
     lines: Vec<String>,
 }
 
 impl Script {
-    pub fn section(&mut self, name: &str) -> &mut Self {
+    pub(crate) fn section(&mut self, name: &str) -> &mut Self {
         self.lines.push(format!("stat {MARK}{name}"));
         self
     }
-    pub fn cmd(&mut self, line: impl Into<String>) -> &mut Self {
+    pub(crate) fn cmd(&mut self, line: impl Into<String>) -> &mut Self {
         self.lines.push(line.into());
         self
     }
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut text = self.lines.join("\n");
         text.push_str("\nquit\n");
         text
@@ -50,14 +50,14 @@ impl Script {
 
 /// zkCli's output, split into sections (watch notifications and blank lines removed) and the
 /// ordered list of watch notifications.
-pub struct Transcript {
+pub(crate) struct Transcript {
     pub raw: String,
     sections: HashMap<String, Vec<String>>,
     pub events: Vec<String>,
 }
 
 impl Transcript {
-    pub fn parse(raw: String) -> Transcript {
+    pub(crate) fn parse(raw: String) -> Transcript {
         let mut sections: HashMap<String, Vec<String>> = HashMap::new();
         let mut events = Vec::new();
         let mut current: Option<String> = None;
@@ -89,7 +89,7 @@ impl Transcript {
         }
     }
 
-    pub fn section(&self, name: &str) -> &[String] {
+    pub(crate) fn section(&self, name: &str) -> &[String] {
         self.sections
             .get(name)
             .map(Vec::as_slice)
@@ -102,12 +102,12 @@ impl Transcript {
     }
 
     /// The section with times, zxids and session ids masked, for comparison with a literal.
-    pub fn masked(&self, name: &str) -> Vec<String> {
+    pub(crate) fn masked(&self, name: &str) -> Vec<String> {
         self.section(name).iter().map(|l| mask(l)).collect()
     }
 
     /// Watch notifications about nodes (connection-state events left out).
-    pub fn node_events(&self) -> Vec<String> {
+    pub(crate) fn node_events(&self) -> Vec<String> {
         self.events
             .iter()
             .filter(|e| !e.contains("type:None"))
@@ -117,7 +117,7 @@ impl Transcript {
 }
 
 /// Replaces what differs run to run (times, zxids, session ids) by placeholders.
-pub fn mask(line: &str) -> String {
+pub(crate) fn mask(line: &str) -> String {
     for field in ["ctime", "mtime"] {
         if line.starts_with(&format!("{field} = ")) {
             return format!("{field} = <time>");
@@ -137,7 +137,7 @@ pub fn mask(line: &str) -> String {
 }
 
 /// The masked lines zkCli prints for a stat.
-pub fn stat(
+pub(crate) fn stat(
     cversion: u32,
     data_version: u32,
     acl_version: u32,
@@ -160,16 +160,16 @@ pub fn stat(
     ]
 }
 
-pub fn lines(literal: &[&str]) -> Vec<String> {
+pub(crate) fn lines(literal: &[&str]) -> Vec<String> {
     literal.iter().map(|s| s.to_string()).collect()
 }
 
-pub fn concat(parts: Vec<Vec<String>>) -> Vec<String> {
+pub(crate) fn concat(parts: Vec<Vec<String>>) -> Vec<String> {
     parts.into_iter().flatten().collect()
 }
 
 /// A zxid printed by a stat line (`cZxid = 0x1f`) in the section, by position among those lines.
-pub fn zxids(section: &[String], field: &str) -> Vec<u64> {
+pub(crate) fn zxids(section: &[String], field: &str) -> Vec<u64> {
     section
         .iter()
         .filter_map(|l| l.strip_prefix(&format!("{field} = 0x")))
@@ -179,7 +179,7 @@ pub fn zxids(section: &[String], field: &str) -> Vec<u64> {
 
 /// Runs zkCli against `connect` with `script` on its standard input; returns everything it
 /// printed (stdout and stderr interleaved in the order written).
-pub fn run_zkcli(connect: &str, script: &str) -> String {
+pub(crate) fn run_zkcli(connect: &str, script: &str) -> String {
     let dir = tempfile::tempdir().expect("tempdir for the zkCli run");
     let input_path = dir.path().join("commands.txt");
     let output_path = dir.path().join("output.txt");
@@ -218,7 +218,7 @@ pub fn run_zkcli(connect: &str, script: &str) -> String {
 /// The transcript with zxids replaced by their rank of first appearance (so "the same zxid as
 /// before" and "a new, later zxid" survive) and times and session ids masked: what two servers
 /// that assign zxids from different starting points must still agree on.
-pub fn zxid_shape(t: &Transcript, names: &[&str]) -> Vec<String> {
+pub(crate) fn zxid_shape(t: &Transcript, names: &[&str]) -> Vec<String> {
     let mut ranks: HashMap<String, usize> = HashMap::new();
     let mut out = Vec::new();
     for name in names {
@@ -242,20 +242,20 @@ pub fn zxid_shape(t: &Transcript, names: &[&str]) -> Vec<String> {
 
 /// Collects every failed check of one backend's transcript, so that one run reports all the
 /// differences at once instead of stopping at the first.
-pub struct Findings {
+pub(crate) struct Findings {
     backend: &'static str,
     failures: RefCell<Vec<String>>,
 }
 
 impl Findings {
-    pub fn new(backend: &'static str) -> Findings {
+    pub(crate) fn new(backend: &'static str) -> Findings {
         Findings {
             backend,
             failures: RefCell::new(Vec::new()),
         }
     }
 
-    pub fn eq<T: PartialEq + Debug>(&self, what: &str, actual: T, expected: T) {
+    pub(crate) fn eq<T: PartialEq + Debug>(&self, what: &str, actual: T, expected: T) {
         if actual != expected {
             self.failures.borrow_mut().push(format!(
                 "{what}:\n    actual:   {actual:?}\n    expected: {expected:?}"
@@ -263,14 +263,14 @@ impl Findings {
         }
     }
 
-    pub fn that(&self, condition: bool, what: String) {
+    pub(crate) fn that(&self, condition: bool, what: String) {
         if !condition {
             self.failures.borrow_mut().push(what);
         }
     }
 
     /// Panics listing every failure, followed by zkCli's whole output.
-    pub fn finish(self, raw: &str) {
+    pub(crate) fn finish(self, raw: &str) {
         let failures = self.failures.into_inner();
         if !failures.is_empty() {
             panic!(
