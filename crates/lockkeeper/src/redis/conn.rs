@@ -53,7 +53,7 @@ impl Conn {
 
     /// Runs clean-up work in a task of its own, counted until it ends (see [`Conn::settle`]).
     /// On the given runtime: the callers are `Drop` implementations, which may run outside one.
-    pub fn spawn_cleanup<F>(&self, runtime: &tokio::runtime::Handle, work: F)
+    pub(crate) fn spawn_cleanup<F>(&self, runtime: &tokio::runtime::Handle, work: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -62,7 +62,7 @@ impl Conn {
 
     /// Waits until the clean-up tasks started so far (and any they start) have ended, for at
     /// most `limit`; whether they all did.
-    pub async fn settle(&self, limit: Duration) -> bool {
+    pub(crate) async fn settle(&self, limit: Duration) -> bool {
         // Closing the tracker only lets `wait` finish once it is empty; tasks can still be
         // added. Reopened afterwards, so a handle that keeps being used keeps counting.
         self.cleanups.close();
@@ -74,7 +74,7 @@ impl Conn {
     }
 
     /// The Sentinel connection, if that is what this is (the pub/sub side follows its master).
-    pub fn as_sentinel(&self) -> Option<&SentinelConn> {
+    pub(crate) fn as_sentinel(&self) -> Option<&SentinelConn> {
         match &self.link {
             Link::Sentinel(sentinel) => Some(sentinel),
             _ => None,
@@ -82,7 +82,7 @@ impl Conn {
     }
 
     /// Connects to one server and checks that it is Redis (it must answer `PING` with `PONG`).
-    pub async fn single(client: Client, timeouts: Timeouts) -> Result<Conn, RedisError> {
+    pub(crate) async fn single(client: Client, timeouts: Timeouts) -> Result<Conn, RedisError> {
         let address = Arc::from(client.get_connection_info().addr().to_string());
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
@@ -100,7 +100,7 @@ impl Conn {
     }
 
     /// Connects to a Redis Cluster through any of its nodes.
-    pub async fn cluster(nodes: &[String], timeouts: Timeouts) -> Result<Conn, RedisError> {
+    pub(crate) async fn cluster(nodes: &[String], timeouts: Timeouts) -> Result<Conn, RedisError> {
         let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response)
@@ -112,7 +112,7 @@ impl Conn {
     }
 
     /// Connects to the master the Sentinels name `master`.
-    pub async fn sentinel(
+    pub(crate) async fn sentinel(
         sentinels: &[String],
         master: &str,
         timeouts: Timeouts,
@@ -141,7 +141,10 @@ impl Conn {
     /// `host:port` it came from; a server's error answer, or a failure to reach it, is that
     /// server's entry. A cluster whose primaries could not all be asked is one entry, named
     /// after the cluster.
-    pub async fn ask_each_primary(&self, cmd: &Cmd) -> Vec<(String, Result<Value, RedisError>)> {
+    pub(crate) async fn ask_each_primary(
+        &self,
+        cmd: &Cmd,
+    ) -> Vec<(String, Result<Value, RedisError>)> {
         match &self.link {
             Link::Single(manager, address) => {
                 let answer = cmd.query_async(&mut manager.clone()).await;
@@ -305,7 +308,7 @@ impl SentinelConn {
     }
 
     /// The Redis client of the current master, for the pub/sub connection.
-    pub async fn master_client(&self) -> Result<Client, RedisError> {
+    pub(crate) async fn master_client(&self) -> Result<Client, RedisError> {
         let mut sentinel = self.shared.client.lock().await;
         within(self.shared.timeouts.connect, sentinel.async_get_client()).await
     }

@@ -26,7 +26,7 @@ impl LockKeys {
     ///
     /// The kind is part of the key so that a lease lock and a semaphore of the same name do not
     /// trample each other's data (they would read each other's keys with the wrong type).
-    pub fn new(prefix: &str, kind: &str, name: &str) -> LockKeys {
+    pub(super) fn new(prefix: &str, kind: &str, name: &str) -> LockKeys {
         let base = format!("{prefix}:{kind}:{{{name}}}");
         LockKeys {
             main: base.clone(),
@@ -38,7 +38,7 @@ impl LockKeys {
 
 impl LockKeys {
     /// Another key of the same lock (same hash tag), e.g. the writer of a read-write lock.
-    pub fn part(&self, suffix: &str) -> String {
+    pub(super) fn part(&self, suffix: &str) -> String {
         format!("{}:{suffix}", self.main)
     }
 }

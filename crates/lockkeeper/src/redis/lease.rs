@@ -69,7 +69,7 @@ pub(crate) struct LeaseSpec {
 }
 
 impl LeaseSpec {
-    pub fn new(watchdog: Duration) -> LeaseSpec {
+    pub(crate) fn new(watchdog: Duration) -> LeaseSpec {
         LeaseSpec {
             fixed: None,
             watchdog,
@@ -80,7 +80,7 @@ impl LeaseSpec {
 
     /// Takes one option ([`Configure::set`](crate::options::Configure::set)'s contract): a
     /// lease or a watchdog TTL, a maximum hold time, a lock-delay; each checked at once.
-    pub fn set(&mut self, setting: Setting) -> Result<bool> {
+    pub(crate) fn set(&mut self, setting: Setting) -> Result<bool> {
         match setting {
             Setting::Lease(lease) => self.fixed = Some(lease),
             Setting::Watchdog(ttl) => {
@@ -96,22 +96,22 @@ impl LeaseSpec {
     }
 
     /// The TTL the server sets for a lease of `lease`: longer by the lock-delay.
-    pub fn on_server(&self, lease: Duration) -> Duration {
+    pub(crate) fn on_server(&self, lease: Duration) -> Duration {
         lease.saturating_add(self.lock_delay.unwrap_or_default())
     }
 
     /// The TTL the acquire script sets.
-    pub fn server_ttl(&self) -> Duration {
+    pub(crate) fn server_ttl(&self) -> Duration {
         self.on_server(self.ttl())
     }
 
     /// The TTL to set on acquisition.
-    pub fn ttl(&self) -> Duration {
+    pub(crate) fn ttl(&self) -> Duration {
         self.fixed.unwrap_or(self.watchdog)
     }
 
     /// Zero (or sub-millisecond, which Redis would round to zero) durations are refused.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if let Some(fixed) = self.fixed {
             check_ttl("lease time", fixed)?;
         }
@@ -238,7 +238,7 @@ impl Lease {
     /// A lease acquired by a request sent at `sent`, kept as `spec` says. With a watchdog,
     /// `renew` is called every TTL/3 (with the server's TTL: the lease plus the lock-delay);
     /// with a maximum hold time, `release` is called at its end.
-    pub fn start(sent: Instant, spec: LeaseSpec, renew: Renew, release: Release) -> Lease {
+    pub(crate) fn start(sent: Instant, spec: LeaseSpec, renew: Renew, release: Release) -> Lease {
         let ttl = spec.ttl();
         let delay = spec.lock_delay.unwrap_or_default();
         let stop_at = spec.max_hold.map(|max| sent + max);
@@ -282,12 +282,12 @@ impl Lease {
 
     /// The TTL the server sets for a lease of `lease` (an explicit extend): longer by the
     /// lock-delay.
-    pub fn on_server(&self, lease: Duration) -> Duration {
+    pub(crate) fn on_server(&self, lease: Duration) -> Duration {
         lease.saturating_add(self.delay)
     }
 
     /// Whether the lease is still ours: not lost, not released, and its deadline ahead.
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         match *self.status.borrow() {
             Status::Held { valid_until } => Instant::now() < valid_until,
             Status::Lost | Status::Released | Status::MaxHold => false,
@@ -295,7 +295,7 @@ impl Lease {
     }
 
     /// The current deadline, while held.
-    pub fn valid_until(&self) -> Option<Instant> {
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
         match *self.status.borrow() {
             Status::Held { valid_until } if Instant::now() < valid_until => Some(valid_until),
             _ => None,
@@ -303,7 +303,7 @@ impl Lease {
     }
 
     /// Resolves once the lease is lost, released, or past its deadline.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
+    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
         let mut status = self.status.subscribe();
         async move {
             loop {
@@ -331,7 +331,7 @@ impl Lease {
     }
 
     /// Moves the deadline (after an explicit extend).
-    pub fn renewed(&self, valid_until: Instant) {
+    pub(crate) fn renewed(&self, valid_until: Instant) {
         self.status.send_if_modified(|s| match s {
             Status::Held { .. } => {
                 *s = Status::Held { valid_until };
@@ -342,7 +342,7 @@ impl Lease {
     }
 
     /// Marks the lease lost (an explicit extend found the lock gone).
-    pub fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self) {
         self.stop_watchdog();
         self.status.send_replace(Status::Lost);
     }
@@ -351,7 +351,7 @@ impl Lease {
     /// that no renewal lands after it (one in flight is harmless: it only extends a key that
     /// is still ours, and finds nothing once the release deleted it). False when the maximum
     /// hold time's timer claimed the release first: then the caller must send none.
-    pub fn end(&mut self) -> bool {
+    pub(crate) fn end(&mut self) -> bool {
         self.stop_watchdog();
         if self.claimed.swap(true, Ordering::AcqRel) {
             return false;
@@ -372,7 +372,7 @@ impl Lease {
     /// the lease was still valid, nothing says the lock was lost first, and the release counts
     /// as done. `NotHeld` only when the server said "not yours" to a first attempt, or to a
     /// retry of one sent after the lease had run out.
-    pub async fn release_with<F, Fut>(&mut self, mut attempt: F) -> Result<()>
+    pub(crate) async fn release_with<F, Fut>(&mut self, mut attempt: F) -> Result<()>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<bool>>,

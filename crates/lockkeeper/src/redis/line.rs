@@ -105,7 +105,7 @@ pub(crate) struct LineKeys {
 
 impl LineKeys {
     /// The line of the lock with `keys` (same hash tag).
-    pub fn for_lock(keys: &super::keys::LockKeys) -> LineKeys {
+    pub(super) fn for_lock(keys: &super::keys::LockKeys) -> LineKeys {
         LineKeys {
             line: keys.part("line"),
             deadlines: keys.part("line:deadlines"),

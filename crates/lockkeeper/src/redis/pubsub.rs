@@ -89,7 +89,7 @@ impl Shared {
 impl Subscriber {
     /// Starts the subscriber task (it connects on the first subscription). Must be called
     /// inside a tokio runtime.
-    pub fn start(source: PubSource, timeouts: Timeouts) -> Subscriber {
+    pub(crate) fn start(source: PubSource, timeouts: Timeouts) -> Subscriber {
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
         });
@@ -101,7 +101,7 @@ impl Subscriber {
     /// Subscribes to `channel`; returns once the server has confirmed the subscription (at once
     /// if another waiter of this handle already holds it). Cancel-safe: dropping the future
     /// drops the reference, and the task unsubscribes if it was the last one.
-    pub async fn subscribe(&self, channel: &str) -> Result<Subscription, RedisError> {
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, RedisError> {
         let (receiver, confirmation) = {
             let mut channels = self.shared.lock();
             let entry = channels
@@ -176,7 +176,7 @@ impl Subscription {
     /// Resolves when a message arrived on the channel since the subscription was made or since
     /// the last call returned, with the waiter it was addressed to (`None`: everyone). Never
     /// resolves if the subscriber is gone (the caller always waits with a time limit as well).
-    pub async fn changed(&mut self) -> Option<Arc<str>> {
+    pub(crate) async fn changed(&mut self) -> Option<Arc<str>> {
         if self.generation.changed().await.is_err() {
             std::future::pending::<()>().await;
         }

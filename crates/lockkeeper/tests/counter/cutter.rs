@@ -16,14 +16,14 @@ const BEFORE: u8 = 2;
 /// is in the server's hands, and its outcome is unknown to the client. Armed with
 /// [`arm_before`](WriteCutter::arm_before), it drops the write instead, and the server never
 /// sees it.
-pub struct WriteCutter {
+pub(crate) struct WriteCutter {
     addr: std::net::SocketAddr,
     armed: Arc<AtomicU8>,
     accept: tokio::task::JoinHandle<()>,
 }
 
 impl WriteCutter {
-    pub async fn start(upstream: &str) -> WriteCutter {
+    pub(crate) async fn start(upstream: &str) -> WriteCutter {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the proxy");
@@ -49,21 +49,21 @@ impl WriteCutter {
         }
     }
 
-    pub fn connect_string(&self) -> String {
+    pub(crate) fn connect_string(&self) -> String {
         self.addr.to_string()
     }
 
-    pub fn arm(&self) {
+    pub(crate) fn arm(&self) {
         self.armed.store(AFTER, Ordering::SeqCst);
     }
 
     /// Cuts at the next write without sending it: the request is lost, not its answer.
-    pub fn arm_before(&self) {
+    pub(crate) fn arm_before(&self) {
         self.armed.store(BEFORE, Ordering::SeqCst);
     }
 
     /// Whether the armed cut has happened.
-    pub fn fired(&self) -> bool {
+    pub(crate) fn fired(&self) -> bool {
         self.armed.load(Ordering::SeqCst) == IDLE
     }
 }

@@ -31,7 +31,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(420);
 
 /// Which recipe the run contends for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// InterProcessMutex / Mutex: every holder is a writer.
     Mutex,
     /// InterProcessReadWriteLock / RwLock: a write every third iteration, reads otherwise.
@@ -120,7 +120,7 @@ async fn rust_contender(
 
 /// Curator and lockkeeper contenders on one lock of `kind` at once, on `server`: no overlap,
 /// every contender finishes, the languages take turns, and no lock node is left.
-pub fn contend(server: &dyn TestServer, kind: Kind) {
+pub(crate) fn contend(server: &dyn TestServer, kind: Kind) {
     let on = server.name();
     let markers = Arc::new(MarkerDir::new(&format!("{}-{on}", kind.arg())));
     let path = format!("/interop/{}", kind.arg());

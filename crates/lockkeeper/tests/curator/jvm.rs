@@ -35,7 +35,7 @@ fn classes_dir() -> &'static Path {
 }
 
 /// A running Java program, killed on drop if it is still running.
-pub struct Jvm {
+pub(crate) struct Jvm {
     label: String,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -45,7 +45,7 @@ pub struct Jvm {
 
 impl Jvm {
     /// Starts `class` with `args`, stdin and stdout piped.
-    pub fn spawn(class: &str, args: &[&str]) -> Jvm {
+    pub(crate) fn spawn(class: &str, args: &[&str]) -> Jvm {
         let classpath = format!("{}:{}", classes_dir().display(), curator_classpath());
         let mut child = Command::new(java())
             .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
@@ -93,7 +93,7 @@ impl Jvm {
     }
 
     /// Everything the program printed so far, for assertion messages.
-    pub fn transcript(&self) -> String {
+    pub(crate) fn transcript(&self) -> String {
         format!(
             "--- {}:\n{}",
             self.label,
@@ -102,7 +102,7 @@ impl Jvm {
     }
 
     /// The next line the program prints, waiting at most `limit`; panics on silence or exit.
-    pub fn next_line(&mut self, limit: Duration) -> String {
+    pub(crate) fn next_line(&mut self, limit: Duration) -> String {
         match self.lines.recv_timeout(limit) {
             Ok(line) => line,
             Err(RecvTimeoutError::Timeout) => {
@@ -117,7 +117,7 @@ impl Jvm {
     }
 
     /// The next line if the program prints one within `wait`, else `None` (it is still busy).
-    pub fn line_within(&mut self, wait: Duration) -> Option<String> {
+    pub(crate) fn line_within(&mut self, wait: Duration) -> Option<String> {
         match self.lines.recv_timeout(wait) {
             Ok(line) => Some(line),
             Err(RecvTimeoutError::Timeout) => None,
@@ -129,7 +129,7 @@ impl Jvm {
     }
 
     /// Skips lines until one equals `expected`, waiting at most `limit` in all.
-    pub fn expect_line(&mut self, expected: &str, limit: Duration) {
+    pub(crate) fn expect_line(&mut self, expected: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -140,7 +140,7 @@ impl Jvm {
     }
 
     /// Writes one line to the program's stdin.
-    pub fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin still open");
         writeln!(stdin, "{line}")
             .and_then(|()| stdin.flush())
@@ -148,13 +148,13 @@ impl Jvm {
     }
 
     /// Sends a command and returns the one line that answers it.
-    pub fn request(&mut self, command: &str, limit: Duration) -> String {
+    pub(crate) fn request(&mut self, command: &str, limit: Duration) -> String {
         self.send(command);
         self.next_line(limit)
     }
 
     /// Closes the program's stdin and waits until it exits (at most `limit`).
-    pub fn finish(mut self, limit: Duration) -> Finished {
+    pub(crate) fn finish(mut self, limit: Duration) -> Finished {
         self.stdin = None;
         let deadline = Instant::now() + limit;
         let mut rest = Vec::new();
@@ -190,7 +190,7 @@ impl Jvm {
 }
 
 /// What a program that exited left behind.
-pub struct Finished {
+pub(crate) struct Finished {
     /// Whether it exited with status 0.
     pub success: bool,
     /// The lines it printed after those already read with [`Jvm::next_line`].

@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A fresh marker directory under the cargo target's temporary directory, removed on drop.
-pub struct MarkerDir {
+pub(crate) struct MarkerDir {
     dir: PathBuf,
 }
 
 impl MarkerDir {
     /// An empty directory named after `label` and this process.
-    pub fn new(label: &str) -> MarkerDir {
+    pub(crate) fn new(label: &str) -> MarkerDir {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("zk-curator-markers-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -29,12 +29,12 @@ impl MarkerDir {
         MarkerDir { dir }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.dir
     }
 
     /// Holds the resource exclusively for `hold`; returns the conflicts seen.
-    pub async fn as_writer(&self, who: &str, hold: Duration) -> usize {
+    pub(crate) async fn as_writer(&self, who: &str, hold: Duration) -> usize {
         let mut violations = 0;
         let mine = self.dir.join("writer");
         let created = match OpenOptions::new().write(true).create_new(true).open(&mine) {
@@ -59,7 +59,7 @@ impl MarkerDir {
     }
 
     /// Holds the resource, shared with other readers, for `hold`; returns the conflicts seen.
-    pub async fn as_reader(&self, who: &str, hold: Duration) -> usize {
+    pub(crate) async fn as_reader(&self, who: &str, hold: Duration) -> usize {
         let mut violations = 0;
         let mine = self.dir.join(format!("reader-{who}"));
         // `who` is unique per contender, so this only fails if the test itself is wrong.
@@ -90,7 +90,7 @@ impl MarkerDir {
     }
 
     /// Every holder so far, in the order they held.
-    pub fn holders(&self) -> Vec<String> {
+    pub(crate) fn holders(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.join("log"))
             .unwrap_or_default()
             .lines()
@@ -99,7 +99,7 @@ impl MarkerDir {
     }
 
     /// Marker files still present (none once every holder is done).
-    pub fn leftovers(&self) -> Vec<String> {
+    pub(crate) fn leftovers(&self) -> Vec<String> {
         std::fs::read_dir(&self.dir)
             .expect("list the marker directory")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())

@@ -8,11 +8,11 @@ use lockkeeper_testkit::TestServer;
 
 /// Bound on a JVM's start (a cold JVM on a loaded two-core machine is slow), and on every
 /// contender of a run getting into the queue.
-pub const JVM_START: Duration = Duration::from_secs(120);
+pub(crate) const JVM_START: Duration = Duration::from_secs(120);
 /// Bound on one step of a check.
-pub const STEP: Duration = Duration::from_secs(60);
+pub(crate) const STEP: Duration = Duration::from_secs(60);
 
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -21,7 +21,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A lockkeeper session with `server`, bounded by [`STEP`].
-pub async fn connect(server: &dyn TestServer) -> Session {
+pub(crate) async fn connect(server: &dyn TestServer) -> Session {
     tokio::time::timeout(STEP, Session::connect(&server.connect_string()))
         .await
         .unwrap_or_else(|_| panic!("no session with {} within {STEP:?}", server.name()))
@@ -40,7 +40,7 @@ async fn plain_client(server: &dyn TestServer) -> lockkeeper_zk_client::Client {
 
 /// The children of `path` as a plain ZooKeeper client sees them; none if the node is gone (a
 /// container parent is reaped once empty).
-pub async fn lock_nodes(server: &dyn TestServer, path: &str) -> Vec<String> {
+pub(crate) async fn lock_nodes(server: &dyn TestServer, path: &str) -> Vec<String> {
     match plain_client(server).await.list_children(path).await {
         Ok(children) => children,
         Err(lockkeeper_zk_client::Error::NoNode) => Vec::new(),
@@ -49,7 +49,7 @@ pub async fn lock_nodes(server: &dyn TestServer, path: &str) -> Vec<String> {
 }
 
 /// Waits (bounded by [`JVM_START`]) until the lock at `path` has `count` nodes.
-pub async fn wait_for_nodes(server: &dyn TestServer, path: &str, count: usize) {
+pub(crate) async fn wait_for_nodes(server: &dyn TestServer, path: &str, count: usize) {
     let client = plain_client(server).await;
     let deadline = tokio::time::Instant::now() + JVM_START;
     loop {

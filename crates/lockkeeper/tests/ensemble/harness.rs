@@ -13,16 +13,16 @@ use tokio::time::Instant;
 
 /// The session timeout of every session here: long enough to ride out an election (well under
 /// a second on an idle machine), short enough that a lost session shows within a test.
-pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+pub(crate) const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// Bounds each test's whole run of contention.
-pub const TEST_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const TEST_LIMIT: Duration = Duration::from_secs(60);
 
 /// Tests here take turns: each starts its own ensemble, and only one may run at a time.
-pub static ONE_ENSEMBLE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_ENSEMBLE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Starts a three-member ensemble, or `None` when ZooKeeper is not a selected backend.
-pub async fn ensemble() -> Option<Arc<ZkEnsemble>> {
+pub(crate) async fn ensemble() -> Option<Arc<ZkEnsemble>> {
     if !backend_enabled("zookeeper") {
         eprintln!("skipped: zookeeper is not in LOCKKEEPER_TEST_BACKENDS");
         return None;
@@ -32,7 +32,7 @@ pub async fn ensemble() -> Option<Arc<ZkEnsemble>> {
 
 /// Whether `err` means the operation was cut off by the fault (the connection or the session
 /// went): a caller retries those. Anything else is a failure of the test.
-pub fn cut_off(err: &Error) -> bool {
+pub(crate) fn cut_off(err: &Error) -> bool {
     use lockkeeper_zk_client::Error as Zk;
     err.is_connection_loss()
         || matches!(
@@ -44,7 +44,7 @@ pub fn cut_off(err: &Error) -> bool {
 }
 
 /// Runs an ensemble operation (they block: kills, restarts, waits) off the async workers.
-pub async fn blocking<T: Send + 'static>(op: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) async fn blocking<T: Send + 'static>(op: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(op)
         .await
         .expect("ensemble operation panicked")
@@ -53,7 +53,7 @@ pub async fn blocking<T: Send + 'static>(op: impl FnOnce() -> T + Send + 'static
 /// `count` sessions on the whole connect string, spread evenly over the members: the client
 /// picks a member at random, so a session that lands on a member that already has its share
 /// is closed and connected again (bounded).
-pub async fn spread_sessions(ensemble: &Arc<ZkEnsemble>, count: usize) -> Vec<Session> {
+pub(crate) async fn spread_sessions(ensemble: &Arc<ZkEnsemble>, count: usize) -> Vec<Session> {
     let share = count.div_ceil(ensemble.size());
     let mut on_member = vec![0; ensemble.size()];
     let mut sessions = Vec::with_capacity(count);
@@ -80,7 +80,7 @@ pub async fn spread_sessions(ensemble: &Arc<ZkEnsemble>, count: usize) -> Vec<Se
     sessions
 }
 
-pub async fn session_on(connect: &str) -> Session {
+pub(crate) async fn session_on(connect: &str) -> Session {
     Session::builder(connect)
         .session_timeout(SESSION_TIMEOUT)
         .connect()
@@ -89,7 +89,7 @@ pub async fn session_on(connect: &str) -> Session {
 }
 
 /// The member whose `cons` lists session `id`, if any.
-pub fn member_of(ensemble: &ZkEnsemble, id: i64) -> Option<usize> {
+pub(crate) fn member_of(ensemble: &ZkEnsemble, id: i64) -> Option<usize> {
     let needle = format!("sid=0x{id:x}");
     (0..ensemble.size()).find(|&i| {
         ensemble.pid(i).is_some()
@@ -101,7 +101,7 @@ pub fn member_of(ensemble: &ZkEnsemble, id: i64) -> Option<usize> {
 /// A resource the lock protects: counts holders inside at once (must stay at one) and, like
 /// a fenced store, refuses a token not above the last one it accepted.
 #[derive(Default)]
-pub struct Resource {
+pub(crate) struct Resource {
     pub inside: AtomicUsize,
     pub most_inside: AtomicUsize,
     pub last_token: AtomicU64,
@@ -110,7 +110,7 @@ pub struct Resource {
 }
 
 impl Resource {
-    pub fn enter(&self, token: u64) {
+    pub(crate) fn enter(&self, token: u64) {
         let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_inside.fetch_max(now, Ordering::SeqCst);
         if self.last_token.fetch_max(token, Ordering::SeqCst) >= token {
@@ -119,29 +119,29 @@ impl Resource {
         self.writes.fetch_add(1, Ordering::SeqCst);
     }
 
-    pub fn leave(&self) {
+    pub(crate) fn leave(&self) {
         self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 /// When each grant happened, to measure how long nobody could take the lock around a fault.
 #[derive(Default)]
-pub struct Grants(StdMutex<Vec<Instant>>);
+pub(crate) struct Grants(StdMutex<Vec<Instant>>);
 
 impl Grants {
-    pub fn record(&self) {
+    pub(crate) fn record(&self) {
         self.0.lock().unwrap().push(Instant::now());
     }
 
     /// The first grant after `at`, and the last one before it.
-    pub fn around(&self, at: Instant) -> (Option<Instant>, Option<Instant>) {
+    pub(crate) fn around(&self, at: Instant) -> (Option<Instant>, Option<Instant>) {
         let grants = self.0.lock().unwrap();
         let before = grants.iter().copied().filter(|g| *g <= at).max();
         let after = grants.iter().copied().filter(|g| *g > at).min();
         (before, after)
     }
 
-    pub fn count_after(&self, at: Instant) -> usize {
+    pub(crate) fn count_after(&self, at: Instant) -> usize {
         self.0.lock().unwrap().iter().filter(|g| **g > at).count()
     }
 }

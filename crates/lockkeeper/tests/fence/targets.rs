@@ -20,14 +20,14 @@ use crate::support::session;
 use lockkeeper::fence::sql::{SqlError, SqlFence};
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub const TABLE: &str = "fenced";
+pub(crate) const TABLE: &str = "fenced";
 
 /// Every accepted write of an in-process resource, in the order they happened.
-pub type LocalLog = Arc<StdMutex<Vec<(String, u64)>>>;
+pub(crate) type LocalLog = Arc<StdMutex<Vec<(String, u64)>>>;
 
 /// The in-process resource: its values and the log of accepted writes.
 #[derive(Clone, Default)]
-pub struct LocalStore {
+pub(crate) struct LocalStore {
     pub fence: Arc<LocalFence>,
     pub values: Arc<StdMutex<HashMap<String, Vec<u8>>>>,
     pub log: LocalLog,
@@ -35,7 +35,7 @@ pub struct LocalStore {
 
 /// Where a fence keeps its resource, shared by the writers of one test.
 #[derive(Clone)]
-pub enum Target {
+pub(crate) enum Target {
     Local(LocalStore),
     Redis(String),
     #[cfg(feature = "sqlite")]
@@ -47,7 +47,7 @@ pub enum Target {
 }
 
 impl Target {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Target::Local(_) => "local",
             Target::Redis(_) => "redis",
@@ -60,7 +60,7 @@ impl Target {
     }
 
     /// A writer with a connection of its own, so that concurrent writers really are.
-    pub async fn writer(&self) -> Writer {
+    pub(crate) async fn writer(&self) -> Writer {
         match self {
             Target::Local(store) => Writer::Local(store.clone()),
             Target::Redis(url) => {
@@ -91,7 +91,7 @@ impl Target {
 }
 
 /// One writer's handle on a fence, seen through the calls every fence has.
-pub enum Writer {
+pub(crate) enum Writer {
     Local(LocalStore),
     Redis(RedisFence),
     #[cfg(feature = "sqlite")]
@@ -105,7 +105,7 @@ impl Writer {
     /// Writes `value` to `resource` with `token`. The SQL writers also append the token to a
     /// history table in the same transaction when accepted, so the history is the order in
     /// which the accepted writes took effect.
-    pub async fn write(&mut self, resource: &str, token: u64, value: &[u8]) -> Outcome {
+    pub(crate) async fn write(&mut self, resource: &str, token: u64, value: &[u8]) -> Outcome {
         let token = FencingToken::new(token);
         match self {
             Writer::Local(store) => store
@@ -171,7 +171,7 @@ impl Writer {
     }
 
     /// The stored token and value of `resource`.
-    pub async fn read(&mut self, resource: &str) -> Option<(u64, Vec<u8>)> {
+    pub(crate) async fn read(&mut self, resource: &str) -> Option<(u64, Vec<u8>)> {
         let found = match self {
             Writer::Local(store) => {
                 let value = store.values.lock().unwrap().get(resource).cloned();
@@ -196,7 +196,7 @@ impl Writer {
 
     /// The tokens of the accepted writes of `resource` in the order they took effect, where
     /// the fence keeps that order (in-process and SQL).
-    pub async fn history(&mut self, resource: &str) -> Option<Vec<u64>> {
+    pub(crate) async fn history(&mut self, resource: &str) -> Option<Vec<u64>> {
         match self {
             Writer::Local(store) => Some(
                 store
@@ -246,12 +246,12 @@ fn sql_outcome(result: Result<(), SqlError>, name: &str) -> Outcome {
     }
 }
 
-pub fn zk_path(resource: &str) -> String {
+pub(crate) fn zk_path(resource: &str) -> String {
     format!("/fenced/{resource}")
 }
 
 #[cfg(feature = "postgres")]
-pub async fn pg_connect(config: &str) -> tokio_postgres::Client {
+pub(crate) async fn pg_connect(config: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(config, tokio_postgres::NoTls)
         .await
         .expect("connect to PostgreSQL");
@@ -263,7 +263,7 @@ pub async fn pg_connect(config: &str) -> tokio_postgres::Client {
 
 /// Creates the fence's table and the history table.
 #[cfg(feature = "postgres")]
-pub async fn pg_prepare(config: &str) {
+pub(crate) async fn pg_prepare(config: &str) {
     let client = pg_connect(config).await;
     SqlFence::new(TABLE)
         .unwrap()
@@ -280,7 +280,7 @@ pub async fn pg_prepare(config: &str) {
 }
 
 #[cfg(feature = "sqlite")]
-pub fn sqlite_prepare(path: &std::path::Path) {
+pub(crate) fn sqlite_prepare(path: &std::path::Path) {
     let conn = rusqlite::Connection::open(path).expect("open the SQLite file");
     // WAL: readers never wait for the writer, and writers queue on the busy timeout.
     conn.pragma_update(None, "journal_mode", "wal").unwrap();
@@ -296,7 +296,7 @@ pub fn sqlite_prepare(path: &std::path::Path) {
 }
 
 /// The servers behind the fences other than ZooKeeper, for one test.
-pub struct Resources {
+pub(crate) struct Resources {
     pub redis: RedisServer,
     #[cfg(feature = "postgres")]
     pub postgres: lockkeeper_testkit::Postgres,
@@ -305,7 +305,7 @@ pub struct Resources {
 }
 
 impl Resources {
-    pub async fn start() -> Resources {
+    pub(crate) async fn start() -> Resources {
         let resources = Resources {
             redis: RedisServer::start(),
             #[cfg(feature = "postgres")]
@@ -321,12 +321,12 @@ impl Resources {
     }
 
     #[cfg(feature = "sqlite")]
-    pub fn sqlite_path(&self) -> std::path::PathBuf {
+    pub(crate) fn sqlite_path(&self) -> std::path::PathBuf {
         self.sqlite_dir.path().join("fence.db")
     }
 
     /// Every fence but ZooKeeper's.
-    pub fn targets(&self) -> Vec<Target> {
+    pub(crate) fn targets(&self) -> Vec<Target> {
         vec![
             Target::Local(LocalStore::default()),
             Target::Redis(self.redis.url()),
@@ -339,7 +339,7 @@ impl Resources {
 }
 
 /// Creates an ephemeral node standing for a held lock node, for the ZooKeeper fence's check.
-pub async fn lock_node(session: &Session, node: &str) {
+pub(crate) async fn lock_node(session: &Session, node: &str) {
     let client = session.client().unwrap();
     let options = CreateOptions::new(CreateMode::Ephemeral);
     client

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 /// Runs `body` once per backend (Keeper, Apache ZooKeeper), with the connect string; a
 /// failure names the backend.
-pub async fn for_each_backend<F, Fut>(body: F)
+pub(crate) async fn for_each_backend<F, Fut>(body: F)
 where
     F: Fn(String) -> Fut,
     Fut: Future<Output = ()>,
@@ -26,12 +26,12 @@ where
 /// Whether `connect` names several servers: the opt-in ensemble run
 /// (`LOCKKEEPER_TEST_BACKENDS=ensemble`). A test whose fault needs one server (a proxy that
 /// cuts a single connection at a chosen request) skips it, saying so.
-pub fn is_ensemble(connect: &str) -> bool {
+pub(crate) fn is_ensemble(connect: &str) -> bool {
     connect.contains(',')
 }
 
 /// A session with a short timeout (the test servers' minimum is 4 s).
-pub async fn session(connect: &str) -> Session {
+pub(crate) async fn session(connect: &str) -> Session {
     Session::builder(connect)
         .session_timeout(Duration::from_secs(4))
         .connect()
@@ -40,7 +40,7 @@ pub async fn session(connect: &str) -> Session {
 }
 
 /// The children of `path` (empty if it does not exist).
-pub async fn children(session: &Session, path: &str) -> Vec<String> {
+pub(crate) async fn children(session: &Session, path: &str) -> Vec<String> {
     match session.client().expect("client").list_children(path).await {
         Ok(children) => children,
         Err(lockkeeper_zk_client::Error::NoNode) => Vec::new(),
@@ -49,7 +49,7 @@ pub async fn children(session: &Session, path: &str) -> Vec<String> {
 }
 
 /// Waits (bounded) until `path` has exactly `count` children; returns them.
-pub async fn wait_children(session: &Session, path: &str, count: usize) -> Vec<String> {
+pub(crate) async fn wait_children(session: &Session, path: &str, count: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let now = children(session, path).await;
@@ -68,10 +68,10 @@ pub async fn wait_children(session: &Session, path: &str, count: usize) -> Vec<S
 /// The loopback partition proxy (`cut`, `heal`, `connect_string`), under the name the tests
 /// use for it (not every test binary uses it).
 #[allow(unused_imports)]
-pub use lockkeeper_testkit::Proxy as Partition;
+pub(crate) use lockkeeper_testkit::Proxy as Partition;
 
 /// Waits (bounded) until `session` reports `state`.
-pub async fn wait_state(session: &Session, state: lockkeeper::zk::ConnectionState) {
+pub(crate) async fn wait_state(session: &Session, state: lockkeeper::zk::ConnectionState) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while session.state() != state {
         assert!(
@@ -84,7 +84,7 @@ pub async fn wait_state(session: &Session, state: lockkeeper::zk::ConnectionStat
 }
 
 /// Whether `name` is a Curator protected sequential node: `_c_{uuid}-{marker}{10 digits}`.
-pub fn curator_name(name: &str, marker: &str) -> bool {
+pub(crate) fn curator_name(name: &str, marker: &str) -> bool {
     let Some(rest) = name.strip_prefix("_c_") else {
         return false;
     };
@@ -102,7 +102,7 @@ pub fn curator_name(name: &str, marker: &str) -> bool {
 
 /// A session with a long timeout, so that no ping falls into a window whose requests a test
 /// counts.
-pub async fn long_session(connect: &str) -> Session {
+pub(crate) async fn long_session(connect: &str) -> Session {
     Session::builder(connect)
         .session_timeout(Duration::from_secs(30))
         .connect()
@@ -112,7 +112,7 @@ pub async fn long_session(connect: &str) -> Session {
 
 /// Requests the server has read from `session`'s connection, from `cons` (Keeper and
 /// ZooKeeper both print `recved=N` and `sid=0x...` per connection).
-pub fn requests_received(connect: &str, session: &Session) -> u64 {
+pub(crate) fn requests_received(connect: &str, session: &Session) -> u64 {
     let addr = connect.parse().expect("a single host:port");
     let sid = format!("sid=0x{:x}", session.session_id());
     let cons = lockkeeper_testkit::four_letter_word(addr, "cons");
@@ -125,7 +125,7 @@ pub fn requests_received(connect: &str, session: &Session) -> u64 {
 }
 
 /// Waits until the server holds `count` watches (`wchs`).
-pub async fn wait_watches(connect: &str, count: usize) {
+pub(crate) async fn wait_watches(connect: &str, count: usize) {
     let addr = connect.parse().expect("a single host:port");
     lockkeeper_testkit::within(Duration::from_secs(10), format!("{count} watches"), async {
         loop {

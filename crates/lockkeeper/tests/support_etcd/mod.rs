@@ -9,7 +9,7 @@ use lockkeeper::etcd::Session;
 use lockkeeper_testkit::{Etcd, etcdctl};
 
 /// A session on `endpoints` (comma-separated) with a 5 s lease, so a lost one shows quickly.
-pub async fn session_on(endpoints: &str) -> Session {
+pub(crate) async fn session_on(endpoints: &str) -> Session {
     Session::builder(endpoints)
         .ttl(Duration::from_secs(5))
         .connect()
@@ -18,12 +18,12 @@ pub async fn session_on(endpoints: &str) -> Session {
 }
 
 /// A session on the single member `etcd`.
-pub async fn session(etcd: &Etcd) -> Session {
+pub(crate) async fn session(etcd: &Etcd) -> Session {
     session_on(&etcd.addr().to_string()).await
 }
 
 /// The keys under `prefix`, as etcdctl lists them.
-pub fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
+pub(crate) fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
     etcdctl(
         &[etcd.endpoint()],
         &["get", "--prefix", "--keys-only", prefix],
@@ -37,7 +37,7 @@ pub fn keys(etcd: &Etcd, prefix: &str) -> Vec<String> {
 
 /// Revokes `session`'s lease with etcdctl, behind the session's back: its keys go at once, as
 /// when a holder's process dies and its lease runs out.
-pub fn revoke_lease(etcd: &Etcd, session: &Session) {
+pub(crate) fn revoke_lease(etcd: &Etcd, session: &Session) {
     etcdctl(
         &[etcd.endpoint()],
         &["lease", "revoke", &format!("{:x}", session.lease_id())],

@@ -3,7 +3,7 @@
 //! from `lockkeeper_testkit::test_child`, shared with the ZooKeeper tests.)
 #![allow(dead_code)] // each test binary uses its own subset
 
-pub mod resource;
+pub(crate) mod resource;
 
 use std::time::Duration;
 
@@ -11,21 +11,21 @@ use lockkeeper::redis::{Redis, RedisOptions};
 use lockkeeper_testkit::RedisServer;
 
 /// A handle on `server` with default options.
-pub async fn connect(server: &RedisServer) -> Redis {
+pub(crate) async fn connect(server: &RedisServer) -> Redis {
     Redis::connect(&server.url())
         .await
         .expect("connect to redis-server")
 }
 
 /// A handle on `server` with `options`.
-pub async fn connect_with(server: &RedisServer, options: RedisOptions) -> Redis {
+pub(crate) async fn connect_with(server: &RedisServer, options: RedisOptions) -> Redis {
     Redis::connect_with(&server.url(), options)
         .await
         .expect("connect to redis-server")
 }
 
 /// A plain connection for looking at keys behind the library's back.
-pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+pub(crate) async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
         .expect("redis url")
         .get_multiplexed_async_connection()
@@ -34,7 +34,7 @@ pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 }
 
 /// `PTTL key` on a raw connection.
-pub async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+pub(crate) async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
     redis::cmd("PTTL")
         .arg(key)
         .query_async(conn)
@@ -43,7 +43,7 @@ pub async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i6
 }
 
 /// Whether `key` exists.
-pub async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+pub(crate) async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
     let n: i64 = redis::cmd("EXISTS")
         .arg(key)
         .query_async(conn)
@@ -53,7 +53,7 @@ pub async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> 
 }
 
 /// Waits (bounded) until `check` returns true; panics with `what` otherwise.
-pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+pub(crate) async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,

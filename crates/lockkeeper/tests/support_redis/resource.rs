@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// What the resource saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Critical sections entered.
     pub entries: u64,
     /// Entries made while another holder was inside.
@@ -33,13 +33,13 @@ pub struct Stats {
 
 /// The resource's server side; stops accepting when dropped (connection threads end with
 /// their clients).
-pub struct Resource {
+pub(crate) struct Resource {
     addr: SocketAddr,
     stats: Arc<Mutex<Stats>>,
 }
 
 impl Resource {
-    pub fn start() -> Resource {
+    pub(crate) fn start() -> Resource {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind resource");
         let addr = listener.local_addr().expect("resource addr");
         let stats = Arc::new(Mutex::new(Stats::default()));
@@ -54,11 +54,11 @@ impl Resource {
         Resource { addr, stats }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub fn stats(&self) -> Stats {
+    pub(crate) fn stats(&self) -> Stats {
         self.stats.lock().expect("stats").clone()
     }
 }
@@ -108,13 +108,13 @@ fn serve(stream: TcpStream, stats: &Mutex<Stats>) {
 }
 
 /// A holder's connection to the resource.
-pub struct Client {
+pub(crate) struct Client {
     reader: tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
     writer: tokio::net::tcp::OwnedWriteHalf,
 }
 
 impl Client {
-    pub async fn connect(addr: SocketAddr) -> Client {
+    pub(crate) async fn connect(addr: SocketAddr) -> Client {
         let stream = tokio::net::TcpStream::connect(addr)
             .await
             .expect("connect to resource");
@@ -138,16 +138,16 @@ impl Client {
         reply.trim().to_string()
     }
 
-    pub async fn enter(&mut self, token: u64) {
+    pub(crate) async fn enter(&mut self, token: u64) {
         assert_eq!(self.request(format!("ENTER {token}")).await, "OK");
     }
 
-    pub async fn leave(&mut self) {
+    pub(crate) async fn leave(&mut self) {
         assert_eq!(self.request("LEAVE".into()).await, "OK");
     }
 
     /// A fenced write: true if accepted, false if refused as stale.
-    pub async fn write(&mut self, token: u64) -> bool {
+    pub(crate) async fn write(&mut self, token: u64) -> bool {
         self.request(format!("WRITE {token}")).await == "OK"
     }
 }

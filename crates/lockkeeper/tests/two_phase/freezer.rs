@@ -23,7 +23,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// Where the client freezes.
 #[derive(Clone, Debug)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// Once the answer to its getData of this path has passed to the client: it has read the
     /// node, and nothing it does next reaches the server.
     AfterGetData(String),
@@ -62,7 +62,7 @@ impl Shared {
 }
 
 /// The proxy; see the module docs.
-pub struct Freezer {
+pub(crate) struct Freezer {
     addr: std::net::SocketAddr,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
@@ -71,7 +71,7 @@ pub struct Freezer {
 impl Freezer {
     /// Starts the proxy in front of the first server of the connect string `upstream` (one
     /// member is enough: the frozen client talks to that one alone).
-    pub async fn start(upstream: &str) -> Freezer {
+    pub(crate) async fn start(upstream: &str) -> Freezer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the freezer");
@@ -105,12 +105,12 @@ impl Freezer {
         }
     }
 
-    pub fn connect_string(&self) -> String {
+    pub(crate) fn connect_string(&self) -> String {
         self.addr.to_string()
     }
 
     /// Arms `trigger` (replacing one not yet fired).
-    pub fn arm(&self, trigger: Trigger) {
+    pub(crate) fn arm(&self, trigger: Trigger) {
         *self
             .shared
             .trigger
@@ -119,7 +119,7 @@ impl Freezer {
     }
 
     /// Waits (bounded) until the armed trigger has fired and the client is frozen.
-    pub async fn frozen(&self) {
+    pub(crate) async fn frozen(&self) {
         let mut frozen = self.shared.frozen.subscribe();
         let waited = tokio::time::timeout(LIMIT, frozen.wait_for(|frozen| *frozen)).await;
         assert!(
@@ -130,7 +130,7 @@ impl Freezer {
     }
 
     /// Lets the client go on: its held requests go to the server in their order.
-    pub fn thaw(&self) {
+    pub(crate) fn thaw(&self) {
         self.shared.frozen.send_replace(false);
     }
 }

@@ -35,7 +35,7 @@ pub(super) struct NameKeys {
 
 impl NameKeys {
     /// The keys as the recipes name them (see each recipe's constructor on [`Redis`]).
-    pub fn new(prefix: &str, name: &str) -> NameKeys {
+    pub(super) fn new(prefix: &str, name: &str) -> NameKeys {
         let lease = LockKeys::new(prefix, "lease", name);
         let reentrant = LockKeys::new(prefix, "reentrant", name);
         let rw = LockKeys::new(prefix, "rw", name);

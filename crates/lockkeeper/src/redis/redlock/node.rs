@@ -50,7 +50,7 @@ pub(super) struct Node {
 
 impl Node {
     /// A master at `url`; nothing is sent until the first command.
-    pub fn open(url: &str, connect_timeout: Duration) -> Result<Node, RedisError> {
+    pub(super) fn open(url: &str, connect_timeout: Duration) -> Result<Node, RedisError> {
         Ok(Node {
             url: url.to_string(),
             client: Client::open(url)?,
@@ -62,12 +62,12 @@ impl Node {
         })
     }
 
-    pub fn url(&self) -> &str {
+    pub(super) fn url(&self) -> &str {
         &self.url
     }
 
     /// `SET key token NX PX ttl`: whether this master now holds the lock for us.
-    pub async fn acquire(
+    pub(super) async fn acquire(
         self: &Arc<Self>,
         limit: Duration,
         key: &str,
@@ -89,7 +89,7 @@ impl Node {
     }
 
     /// Compare-and-delete: whether our key was there and is gone now.
-    pub async fn release(
+    pub(super) async fn release(
         self: &Arc<Self>,
         limit: Duration,
         key: &str,
@@ -104,7 +104,7 @@ impl Node {
     }
 
     /// Compare-and-`PEXPIRE`: whether our key was there and now lives for `ttl`.
-    pub async fn extend(
+    pub(super) async fn extend(
         self: &Arc<Self>,
         limit: Duration,
         key: &str,
@@ -235,7 +235,7 @@ pub(super) struct Tally {
 }
 
 impl Tally {
-    pub fn of(results: Vec<Result<bool, RedisError>>) -> Tally {
+    pub(super) fn of(results: Vec<Result<bool, RedisError>>) -> Tally {
         let mut tally = Tally::default();
         for result in results {
             match result {
@@ -251,7 +251,7 @@ impl Tally {
     }
 
     /// Whether the failures alone made a majority impossible (as opposed to other holders).
-    pub fn unreachable(&self, quorum: usize) -> bool {
+    pub(super) fn unreachable(&self, quorum: usize) -> bool {
         self.failed > self.yes + self.no + self.failed - quorum
     }
 }
