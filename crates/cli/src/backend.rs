@@ -40,11 +40,11 @@ const SCHEMES: &str = "zk://, redis://, redis+sentinel://, redis+cluster:// or e
 /// renews every third of it, or the etcd lease's TTL. Ten seconds rides out a
 /// garbage-collection pause or a network blip, yet a crashed holder's lock is free again
 /// within ten seconds.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The backend options every operator command flattens into its arguments.
 #[derive(clap::Args, Debug, Clone)]
-pub struct BackendArgs {
+pub(crate) struct BackendArgs {
     /// The coordination backend: `zk://host:port[,host:port...][/chroot]`, `redis://host:port`,
     /// `redis+sentinel://host:port[,host:port...]/MASTER`, `redis+cluster://host:port[,...]`,
     /// `etcd://host:port[,host:port...]`.
@@ -63,7 +63,10 @@ pub struct BackendArgs {
 impl BackendArgs {
     /// Parses `--backend` and connects to it, with `session_timeout` as the ZooKeeper session
     /// timeout or the Redis lease.
-    pub async fn connect(&self, session_timeout: Duration) -> Result<(Backend, Handle), Failure> {
+    pub(crate) async fn connect(
+        &self,
+        session_timeout: Duration,
+    ) -> Result<(Backend, Handle), Failure> {
         let backend = Backend::parse(&self.backend)?;
         let handle = backend
             .connect(&ConnectOptions {
@@ -89,7 +92,7 @@ impl BackendArgs {
 
 /// A parsed backend URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// ZooKeeper or Keeper: the ensemble's `host:port`s and the chroot every path is under.
     Zk {
         hosts: Vec<String>,
@@ -110,7 +113,7 @@ pub enum Backend {
 
 /// A connected backend, as the commands use it.
 #[derive(Clone, Debug)]
-pub enum Handle {
+pub(crate) enum Handle {
     Zk(Session),
     Redis(Redis),
     /// A session: one lease, kept alive, to which every lock key of the command is attached.
@@ -124,7 +127,7 @@ pub enum Handle {
 /// The state stream is the prompt signal; the one-second look at [`Session::state`] is the
 /// fallback for a change reported before `states` was read (the stream only carries later
 /// ones). A closed session never comes back: that is [`exit::UNAVAILABLE`] naming `what`.
-pub async fn connection_back(
+pub(crate) async fn connection_back(
     session: &Session,
     states: &mut StateStream,
     what: &str,
@@ -148,7 +151,7 @@ pub async fn connection_back(
 
 /// What connecting may take and what the connection promises.
 #[derive(Clone, Copy, Debug)]
-pub struct ConnectOptions {
+pub(crate) struct ConnectOptions {
     /// The bound on connecting (exit 69 past it).
     pub connect_timeout: Duration,
     /// The ZooKeeper session timeout, the Redis watchdog lease, or the etcd lease's TTL.
@@ -157,27 +160,27 @@ pub struct ConnectOptions {
 
 /// A command's failure: a one-line message and the exit code it ends with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub code: u8,
     pub message: String,
 }
 
 impl Failure {
-    pub fn usage(message: impl Into<String>) -> Failure {
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
         Failure {
             code: exit::USAGE,
             message: message.into(),
         }
     }
 
-    pub fn unavailable(message: impl Into<String>) -> Failure {
+    pub(crate) fn unavailable(message: impl Into<String>) -> Failure {
         Failure {
             code: exit::UNAVAILABLE,
             message: message.into(),
         }
     }
 
-    pub fn software(message: impl Into<String>) -> Failure {
+    pub(crate) fn software(message: impl Into<String>) -> Failure {
         Failure {
             code: exit::SOFTWARE,
             message: message.into(),
@@ -187,7 +190,7 @@ impl Failure {
     /// A library error met while working on `what` (a lock name, a backend), with the exit code
     /// its kind calls for: a bad argument is the caller's (64), a backend that stopped
     /// answering is unavailable (69), anything else is ours (70).
-    pub fn from_lib(what: &str, err: lockkeeper::Error) -> Failure {
+    pub(crate) fn from_lib(what: &str, err: lockkeeper::Error) -> Failure {
         use lockkeeper::Error;
         let code = match &err {
             Error::InvalidArgument(_) => exit::USAGE,
@@ -209,7 +212,7 @@ impl Failure {
     }
 
     /// Prints `lockkeeper COMMAND: MESSAGE` on stderr and gives the exit code.
-    pub fn report(&self, command: &str) -> ExitCode {
+    pub(crate) fn report(&self, command: &str) -> ExitCode {
         eprintln!("lockkeeper {command}: {}", self.message);
         exit::code(self.code)
     }
@@ -217,7 +220,7 @@ impl Failure {
 
 impl Backend {
     /// Parses a backend URL; a [`Failure`] with [`exit::USAGE`] names the URL and the fault.
-    pub fn parse(url: &str) -> Result<Backend, Failure> {
+    pub(crate) fn parse(url: &str) -> Result<Backend, Failure> {
         let shown = redact(url);
         let bad = |why: String| Failure::usage(format!("backend URL {shown:?}: {why}"));
         let Some((scheme, rest)) = url.split_once("://") else {
@@ -314,7 +317,7 @@ impl Backend {
 
     /// Connects within `options.connect_timeout`: [`exit::UNAVAILABLE`] names the address
     /// and why (refused, timed out, not the right kind of server).
-    pub async fn connect(&self, options: &ConnectOptions) -> Result<Handle, Failure> {
+    pub(crate) async fn connect(&self, options: &ConnectOptions) -> Result<Handle, Failure> {
         if options.connect_timeout.is_zero() || options.session_timeout.is_zero() {
             return Err(Failure::usage(
                 "--connect-timeout and --session-timeout must be greater than zero",
@@ -486,7 +489,7 @@ fn chroot(path: &str) -> Result<Option<String>, String> {
 
 /// The duration flags (`--timeout`, `--kill-after`, ...) read `250ms`, `5s`, `1.5s`, `2m`, `1h`
 /// (a bare number is seconds) as the benchmark's do: one parser for every command.
-pub use lockkeeper_load::parse_duration;
+pub(crate) use lockkeeper_load::parse_duration;
 
 #[cfg(test)]
 mod tests {

@@ -29,7 +29,7 @@ use crate::exit;
     lockkeeper bench --connect 127.0.0.1:2181 --server-pid \"$(pgrep -f 'lockkeeper serve')\"\n\n\
     Comparisons that start their own servers (Keeper against Apache ZooKeeper, Curator, redis-py)\n\
     are run by lockkeeper-bench (cargo run --release -p lockkeeper-bench -- --compare).")]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Server to load, as host:port (any ZooKeeper-protocol server) [default: 127.0.0.1:2181].
     /// Everything is created under `/lockkeeper-bench-<pid>-<random>` and removed at the end
     /// (not after Ctrl-C).
@@ -53,7 +53,7 @@ pub struct BenchArgs {
 /// Flags of modes that start servers or peer programs. They are hidden: each only makes the
 /// command fail with a pointer to `lockkeeper-bench`, instead of clap's bare "unexpected argument".
 #[derive(clap::Args, Debug, Default)]
-pub struct Moved {
+pub(crate) struct Moved {
     #[arg(long, hide = true)]
     compare: bool,
     #[arg(long, hide = true)]
@@ -86,7 +86,7 @@ impl Moved {
 
 /// Runs the benchmark described by `args` until it completes, fails, or is interrupted; reports
 /// its own errors. Exits 0, 1 on a failed run, 64 for a mode that moved to `lockkeeper-bench`.
-pub async fn run(args: BenchArgs) -> ExitCode {
+pub(crate) async fn run(args: BenchArgs) -> ExitCode {
     if let Some(flag) = args.moved.first() {
         eprintln!(
             "lockkeeper bench: {flag} starts its own servers and is run by lockkeeper-bench: \

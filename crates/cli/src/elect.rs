@@ -68,7 +68,7 @@ ZooKeeper, LOCKKEEPER_LEADER_NODE (the term's latch node).";
 /// Arguments of `lockkeeper elect`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
-pub struct ElectArgs {
+pub(crate) struct ElectArgs {
     #[command(flatten)]
     backend: BackendArgs,
     /// This participant's id, as Curator's getLeader() and --listen show it (default:
@@ -157,7 +157,7 @@ fn wait_failed(what: &str, wait: Wait, err: lockkeeper::Error) -> Failure {
 }
 
 /// Runs the command.
-pub async fn run(args: ElectArgs) -> ExitCode {
+pub(crate) async fn run(args: ElectArgs) -> ExitCode {
     match elect(args).await {
         Ok(code) => exit::code(code),
         Err(failure) => failure.report("elect"),

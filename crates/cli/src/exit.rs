@@ -10,27 +10,27 @@
 use std::process::ExitCode;
 
 /// Bad usage: an unknown flag, a malformed backend URL, an invalid name. `EX_USAGE`.
-pub const USAGE: u8 = 64;
+pub(crate) const USAGE: u8 = 64;
 /// The backend could not be reached within the connect timeout, or stopped answering while the
 /// command worked with it (retries exhausted, session lost before the lock or leadership was
 /// granted, or unreachable when a `--timeout` wait ended: it could not say whether someone
 /// else holds the lock or leads, so this is never reported as [`NOT_ACQUIRED`]).
 /// `EX_UNAVAILABLE`.
-pub const UNAVAILABLE: u8 = 69;
+pub(crate) const UNAVAILABLE: u8 = 69;
 /// Something failed inside lockkeeper itself (a child that could not be started, an
 /// unexpected backend error after connecting). `EX_SOFTWARE`.
-pub const SOFTWARE: u8 = 70;
+pub(crate) const SOFTWARE: u8 = 70;
 /// The lock was not acquired, as the backend said: `--try` found it held (or all of a
 /// semaphore's leases taken), or `--timeout` passed with it still held; for `elect`, `--try`
 /// or `--timeout` found someone else leading. `EX_TEMPFAIL`.
-pub const NOT_ACQUIRED: u8 = 75;
+pub(crate) const NOT_ACQUIRED: u8 = 75;
 /// The lock (or leadership) was lost, or its revocation requested, while the child ran; the
 /// child's process group was stopped (SIGTERM, then SIGKILL after the grace period). The
 /// message names the cause. Releasing and closing afterwards are bounded by
 /// `--release-timeout`; past it the exit happens anyway, saying the release was not confirmed.
-pub const LOST: u8 = 76;
+pub(crate) const LOST: u8 = 76;
 
 /// An exit code from one of the constants above.
-pub fn code(code: u8) -> ExitCode {
+pub(crate) fn code(code: u8) -> ExitCode {
     ExitCode::from(code)
 }

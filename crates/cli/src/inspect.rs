@@ -14,7 +14,7 @@
 //! connection comes back, since a new session has no watches. It runs until SIGINT or SIGTERM
 //! and then exits 0. It only reads; it never changes the lock.
 
-pub mod json;
+pub(crate) mod json;
 
 use std::process::ExitCode;
 
@@ -36,7 +36,7 @@ Exit codes: 0 shown; 64 usage; 69 backend unreachable; 70 unexpected backend err
 /// Arguments of `lockkeeper inspect`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     #[command(flatten)]
     target: LockTarget,
     /// Print one JSON object (one per line with --watch) instead of the table.
@@ -50,7 +50,7 @@ pub struct InspectArgs {
 /// What `inspect` and `revoke` act on: a lock on a backend, and the one fact about it that the
 /// server does not store.
 #[derive(clap::Args, Debug)]
-pub struct LockTarget {
+pub(crate) struct LockTarget {
     #[command(flatten)]
     pub backend: BackendArgs,
     /// The lease limit of a Curator or lockkeeper semaphore at NAME, so that its holding leases
@@ -64,7 +64,11 @@ pub struct LockTarget {
 impl LockTarget {
     /// The lock's participants on ZooKeeper, a semaphore's read with `--max-leases` when given;
     /// a failure names `what` (the lock and the backend).
-    pub async fn inspect_zk(&self, session: &Session, what: &str) -> Result<Inspection, Failure> {
+    pub(crate) async fn inspect_zk(
+        &self,
+        session: &Session,
+        what: &str,
+    ) -> Result<Inspection, Failure> {
         let inspection = match self.max_leases {
             Some(max) => session.inspect_semaphore(&self.name, max).await,
             None => session.inspect(&self.name).await,
@@ -74,7 +78,7 @@ impl LockTarget {
 }
 
 /// Runs the command.
-pub async fn run(args: InspectArgs) -> ExitCode {
+pub(crate) async fn run(args: InspectArgs) -> ExitCode {
     match inspect(&args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report("inspect"),

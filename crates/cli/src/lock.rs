@@ -55,7 +55,7 @@ The command gets LOCKKEEPER_FENCING_TOKEN, LOCKKEEPER_LOCK and LOCKKEEPER_BACKEN
 /// Arguments of `lockkeeper lock`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = EXIT_CODES)]
-pub struct LockArgs {
+pub(crate) struct LockArgs {
     #[command(flatten)]
     backend: BackendArgs,
     /// Take one of N leases of a semaphore instead of the lock (every user of NAME must pass
@@ -115,7 +115,7 @@ enum Wait {
 }
 
 /// Runs the command.
-pub async fn run(args: LockArgs) -> ExitCode {
+pub(crate) async fn run(args: LockArgs) -> ExitCode {
     match lock(args).await {
         Ok(code) => exit::code(code),
         Err(failure) => failure.report("lock"),

@@ -31,11 +31,11 @@ const PAUSE: Duration = Duration::from_secs(1);
 const PAUSE_RECENT: Duration = Duration::from_secs(5);
 
 /// How long asking the backend about the node or key may take after a loss.
-pub const ASK_LIMIT: Duration = Duration::from_secs(1);
+pub(crate) const ASK_LIMIT: Duration = Duration::from_secs(1);
 
 /// What was seen up to the loss.
 #[derive(Clone, Copy, Debug)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// When the loss was reported.
     pub at: Instant,
     /// The last local deadline the guard gave before the loss.
@@ -46,7 +46,7 @@ pub struct Observed {
 }
 
 /// Waits for `lost`, sampling `valid_until` and the clock meanwhile; see the module docs.
-pub async fn observe(
+pub(crate) async fn observe(
     lost: impl Future<Output = ()>,
     valid_until: impl Fn() -> Option<Instant>,
 ) -> Observed {
@@ -92,7 +92,7 @@ impl Observed {
     /// The cause this process can name by itself: a pause of its own, or its local deadline
     /// passed without the backend renewing it. `grant` names what ran out ("ZooKeeper session",
     /// "Redis lease", "etcd lease"); `unheard` says what that means on this backend.
-    pub fn local_cause(&self, grant: &str, unheard: &str) -> Option<String> {
+    pub(crate) fn local_cause(&self, grant: &str, unheard: &str) -> Option<String> {
         if let Some(paused) = self.paused {
             return Some(format!(
                 "local deadline passed: this process was paused for {:.1}s (SIGSTOP, a stalled \
@@ -112,7 +112,7 @@ impl Observed {
 
 /// The cause of a ZooKeeper loss that [`Observed::local_cause`] did not explain: asks the
 /// server (within [`ASK_LIMIT`]) whether `node`, granted with `token`, is still there.
-pub async fn zk_cause(session: &Session, node: &str, token: FencingToken) -> String {
+pub(crate) async fn zk_cause(session: &Session, node: &str, token: FencingToken) -> String {
     use lockkeeper::zk::ConnectionState;
     const EXPIRED: &str = "the ZooKeeper session expired: the server ended it, and the lock node \
                            with it";

@@ -52,7 +52,7 @@ const NO_COOPERATIVE_ON_REDIS: &str = "cooperative revocation is not available o
 /// Arguments of `lockkeeper revoke`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
-pub struct RevokeArgs {
+pub(crate) struct RevokeArgs {
     #[command(flatten)]
     target: LockTarget,
     /// Delete the holder's node (Redis: key) if it has not released after --grace.
@@ -69,7 +69,7 @@ pub struct RevokeArgs {
 }
 
 /// Runs the command.
-pub async fn run(args: RevokeArgs) -> ExitCode {
+pub(crate) async fn run(args: RevokeArgs) -> ExitCode {
     match revoke(&args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report("revoke"),

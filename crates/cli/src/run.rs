@@ -29,11 +29,11 @@ use tokio::time::Instant;
 use crate::backend::Failure;
 use child::Group;
 
-pub use signals::Signals;
+pub(crate) use signals::Signals;
 
 /// How a supervised command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The child ended on its own (perhaps after a forwarded signal): its exit code, 128 + N
     /// if signal N ended it.
     Exited(u8),
@@ -50,7 +50,7 @@ pub enum Outcome {
 /// Says on stderr why a stopped command was stopped, in the one form `lock` and `elect` share
 /// (`lockkeeper COMMAND: NAME: REASON; the command was stopped, its exit code N`), so that an
 /// operator reading either command's log sees a loss the same way.
-pub fn report_stopped(command: &str, name: &str, reason: &str, child: u8, killed: bool) {
+pub(crate) fn report_stopped(command: &str, name: &str, reason: &str, child: u8, killed: bool) {
     let how = if killed {
         "killed (SIGKILL after --kill-after)"
     } else {
@@ -65,7 +65,7 @@ pub fn report_stopped(command: &str, name: &str, reason: &str, child: u8, killed
 /// the module docs. `lost` resolves with a one-line reason when the child must stop.
 ///
 /// A command that cannot be started is a [`Failure`] with exit code 70 naming it and why.
-pub async fn supervise(
+pub(crate) async fn supervise(
     argv: &[OsString],
     env: &[(&str, String)],
     kill_after: Duration,

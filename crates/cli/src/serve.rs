@@ -14,7 +14,7 @@ enum SyncFlag {
 
 /// Flags mirror ZooKeeper's zoo.cfg settings of the same meaning.
 #[derive(clap::Args, Debug)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on. Port 0 picks a free port (printed at start).
     #[arg(long, default_value = "127.0.0.1:2181")]
     listen: SocketAddr,
@@ -78,7 +78,7 @@ pub struct ServeArgs {
     metrics_listen: Option<SocketAddr>,
 }
 
-pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     for word in &args.four_letter_words {
         if word != "*" && !lockkeeper_server::FOUR_LETTER_WORDS.contains(&word.as_str()) {
             return Err(format!("unknown four-letter word {word:?} in --4lw-whitelist").into());

@@ -23,12 +23,12 @@ const IN_USE: u8 = 3;
 #[command(
     after_help = "Exit status: 0 sound, 1 corrupt, 2 unreadable, 3 in use by a running server."
 )]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The data directory to check (what `serve --data-dir` was given).
     data_dir: PathBuf,
 }
 
-pub fn run(args: VerifyArgs) -> ExitCode {
+pub(crate) fn run(args: VerifyArgs) -> ExitCode {
     if !args.data_dir.is_dir() {
         eprintln!(
             "lockkeeper verify: {} is not a directory",

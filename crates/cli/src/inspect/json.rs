@@ -12,7 +12,7 @@ use lockkeeper::zk::{Inspection, Layout, Participant, State};
 use serde_json::{Value, json};
 
 /// The inspection of a ZooKeeper lock path.
-pub fn zk(inspection: &Inspection) -> Value {
+pub(crate) fn zk(inspection: &Inspection) -> Value {
     let (kind, max_leases) = match inspection.layout {
         Layout::Missing => ("missing", None),
         Layout::Lock => ("lock", None),
@@ -56,7 +56,7 @@ fn participant(p: &Participant) -> Value {
 
 /// The inspection of an etcd lock name.
 #[cfg(feature = "etcd")]
-pub fn etcd(inspection: &lockkeeper::etcd::Inspection) -> Value {
+pub(crate) fn etcd(inspection: &lockkeeper::etcd::Inspection) -> Value {
     use lockkeeper::etcd::State;
     let of = |state: State| -> Vec<Value> {
         inspection
@@ -84,7 +84,7 @@ pub fn etcd(inspection: &lockkeeper::etcd::Inspection) -> Value {
 }
 
 /// The inspection of a Redis lock name (every lock kind under it).
-pub fn redis(inspection: &lockkeeper::redis::Inspection) -> Value {
+pub(crate) fn redis(inspection: &lockkeeper::redis::Inspection) -> Value {
     use lockkeeper::redis::Participant;
     let entry = |p: &Participant| -> Value {
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use crate::backend::Failure;
 
 /// A started child: the leader of its process group.
-pub struct Running {
+pub(super) struct Running {
     child: tokio::process::Child,
     pid: i32,
     /// Set once reaped, so that `wait` can be asked again.
@@ -16,12 +16,12 @@ pub struct Running {
 
 /// The child's process group, addressed by the leader's pid.
 #[derive(Clone, Copy, Debug)]
-pub struct Group {
+pub(super) struct Group {
     pgid: libc::pid_t,
 }
 
 /// Starts `argv` in a new process group with `env` added; stdio is inherited.
-pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Running, Failure> {
+pub(super) fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Running, Failure> {
     let Some((program, args)) = argv.split_first() else {
         return Err(Failure::usage("no command to run"));
     };
@@ -51,13 +51,13 @@ pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Running, Failu
 }
 
 impl Running {
-    pub fn group(&self) -> Group {
+    pub(super) fn group(&self) -> Group {
         Group { pgid: self.pid }
     }
 
     /// Waits for the child to exit and reaps it: its exit code (128 + N for signal N).
     /// Cancel-safe; may be called again after it returned.
-    pub async fn wait(&mut self) -> u8 {
+    pub(super) async fn wait(&mut self) -> u8 {
         if let Some(code) = self.code {
             return code;
         }
@@ -75,7 +75,7 @@ impl Running {
 
 impl Group {
     /// Sends `signal` to every process of the group; a group that is gone is not an error.
-    pub fn signal(&self, signal: libc::c_int) {
+    pub(super) fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         unsafe {
             libc::kill(-self.pgid, signal);
@@ -85,7 +85,7 @@ impl Group {
     /// True once no live process is left in the group. The leader must have been reaped
     /// first. Zombies do not count: an orphaned grandchild that died waits for init to reap
     /// it, and init in a container may never do so.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         // SAFETY: as above; signal 0 only checks that the group exists.
         let exists = unsafe { libc::kill(-self.pgid, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);

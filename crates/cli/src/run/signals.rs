@@ -9,14 +9,14 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use crate::backend::Failure;
 
 /// SIGINT, SIGTERM and SIGHUP as one stream.
-pub struct Signals {
+pub(crate) struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
 }
 
 impl Signals {
-    pub fn new() -> Result<Signals, Failure> {
+    pub(crate) fn new() -> Result<Signals, Failure> {
         let install = |kind| {
             signal(kind)
                 .map_err(|e| Failure::software(format!("cannot install signal handlers: {e}")))
@@ -29,7 +29,7 @@ impl Signals {
     }
 
     /// The next signal received, as its number. Cancel-safe.
-    pub async fn recv(&mut self) -> libc::c_int {
+    pub(crate) async fn recv(&mut self) -> libc::c_int {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,

@@ -4,7 +4,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
 /// The child's exit code, or 128 + N when signal N ended it.
-pub fn exit_code(status: ExitStatus) -> u8 {
+pub(super) fn exit_code(status: ExitStatus) -> u8 {
     if let Some(code) = status.code() {
         // Exit codes are 0..=255 on Unix; `code()` sign-extends nothing, this only narrows.
         return (code & 0xff) as u8;

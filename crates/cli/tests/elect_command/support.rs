@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use lockkeeper::zk::Session;
 
-pub const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
+pub(crate) const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
 /// Bound on a JVM start, a participant joining, and a failover (a 4 s session expiring on a
 /// loaded machine).
-pub const LIMIT: Duration = Duration::from_secs(90);
+pub(crate) const LIMIT: Duration = Duration::from_secs(90);
 
 /// A `lockkeeper` process with its stdout as lines and its stderr collected; SIGKILLed on drop
 /// if still running.
-pub struct Cli {
+pub(crate) struct Cli {
     child: Child,
     lines: Receiver<String>,
     /// Everything written to stderr so far (also echoed to the test's stderr, for its log).
@@ -27,7 +27,7 @@ pub struct Cli {
 }
 
 impl Cli {
-    pub fn spawn(args: &[&str], markers: &Path) -> Cli {
+    pub(crate) fn spawn(args: &[&str], markers: &Path) -> Cli {
         let mut child = Command::new(LOCKKEEPER)
             .args(args)
             .env("MARKERS", markers)
@@ -68,13 +68,13 @@ impl Cli {
         }
     }
 
-    pub fn signal(&self, signal: libc::c_int) {
+    pub(crate) fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
         unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
     }
 
     /// Waits (bounded) for the exit; its code.
-    pub fn exit_code(&mut self, limit: Duration) -> Option<i32> {
+    pub(crate) fn exit_code(&mut self, limit: Duration) -> Option<i32> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for lockkeeper") {
@@ -98,14 +98,14 @@ impl Cli {
     }
 
     /// What the process wrote to stderr so far (all of it once [`Cli::exit_code`] returned).
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
 
-    pub fn line(&self, limit: Duration) -> String {
+    pub(crate) fn line(&self, limit: Duration) -> String {
         self.lines
             .recv_timeout(limit)
             .unwrap_or_else(|e| panic!("no line from lockkeeper within {limit:?}: {e}"))
@@ -122,7 +122,7 @@ impl Drop for Cli {
 }
 
 /// Waits until `check` is true, polling; panics with `what` after [`LIMIT`].
-pub fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + LIMIT;
     while !check() {
         assert!(Instant::now() < deadline, "{what}: not within {LIMIT:?}");
@@ -130,11 +130,11 @@ pub fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-pub fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -142,7 +142,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// How many participants the election at `path` has, as the library lists them.
-pub fn queued(rt: &tokio::runtime::Runtime, session: &Session, path: &str) -> usize {
+pub(crate) fn queued(rt: &tokio::runtime::Runtime, session: &Session, path: &str) -> usize {
     rt.block_on(session.inspect(path))
         .expect("inspect the election")
         .participants
@@ -151,7 +151,7 @@ pub fn queued(rt: &tokio::runtime::Runtime, session: &Session, path: &str) -> us
 
 /// Waits (generously) until the election at `path` on the ZooKeeper `connect` has `n`
 /// participants, with a session of its own.
-pub fn wait_for_participants(connect: &str, path: &str, n: usize) {
+pub(crate) fn wait_for_participants(connect: &str, path: &str, n: usize) {
     let rt = runtime();
     let session = rt.block_on(Session::connect(connect)).expect("connect");
     wait_until(&format!("{n} participants in {path}"), || {
@@ -163,13 +163,13 @@ pub fn wait_for_participants(connect: &str, path: &str, n: usize) {
 }
 
 /// Sends `signal` to `pid` (a server this test started).
-pub fn signal(pid: u32, signal: libc::c_int) {
+pub(crate) fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: kill(2) with plain integers, to a process this test started.
     assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0, "signal {pid}");
 }
 
 /// Asserts that `text` (a process's stderr) contains every one of `want` and none of `not`.
-pub fn assert_says(label: &str, text: &str, want: &[&str], not: &[&str]) {
+pub(crate) fn assert_says(label: &str, text: &str, want: &[&str], not: &[&str]) {
     for w in want {
         assert!(text.contains(w), "{label}: does not say {w:?}\n{text}");
     }

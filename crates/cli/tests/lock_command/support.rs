@@ -13,13 +13,13 @@ use lockkeeper_testkit::TestServer;
 const BIN: &str = env!("CARGO_BIN_EXE_lockkeeper");
 
 /// How long any single `lockkeeper lock` run may take before the test gives up on it.
-pub const RUN_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const RUN_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long a holder asked to stop (signalled, revoked, lost) may take to exit.
-pub const STOP_LIMIT: Duration = Duration::from_secs(20);
+pub(crate) const STOP_LIMIT: Duration = Duration::from_secs(20);
 
 /// `lockkeeper lock --backend URL ARGS...`, output piped.
-pub fn lock_command(backend: &str, args: &[&str]) -> Command {
+pub(crate) fn lock_command(backend: &str, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .arg("lock")
@@ -34,7 +34,7 @@ pub fn lock_command(backend: &str, args: &[&str]) -> Command {
 }
 
 /// Runs `lockkeeper lock` to its end within `limit`: its output.
-pub fn run_lock(backend: &str, args: &[&str], limit: Duration) -> Output {
+pub(crate) fn run_lock(backend: &str, args: &[&str], limit: Duration) -> Output {
     let child = lock_command(backend, args)
         .spawn()
         .expect("start lockkeeper");
@@ -42,14 +42,14 @@ pub fn run_lock(backend: &str, args: &[&str], limit: Duration) -> Output {
 }
 
 /// Runs `lockkeeper lock` to its end within [`RUN_LIMIT`] and asserts its exit code.
-pub fn run_expecting(backend: &str, args: &[&str], want: i32, label: &str) -> Output {
+pub(crate) fn run_expecting(backend: &str, args: &[&str], want: i32, label: &str) -> Output {
     let output = run_lock(backend, args, RUN_LIMIT);
     assert_code(&output, want, label);
     output
 }
 
 /// `--try NAME -- true` succeeds: whoever held `name` has released it.
-pub fn assert_released(backend: &str, name: &str, label: &str) {
+pub(crate) fn assert_released(backend: &str, name: &str, label: &str) {
     run_expecting(
         backend,
         &["--try", name, "--", "true"],
@@ -59,7 +59,7 @@ pub fn assert_released(backend: &str, name: &str, label: &str) {
 }
 
 /// Waits at most `limit` for `child`; kills it and fails the test past it.
-pub fn finish(mut child: Child, limit: Duration, label: &str) -> Output {
+pub(crate) fn finish(mut child: Child, limit: Duration, label: &str) -> Output {
     let deadline = Instant::now() + limit;
     loop {
         match child.try_wait().expect("wait for a child") {
@@ -78,12 +78,12 @@ pub fn finish(mut child: Child, limit: Duration, label: &str) -> Output {
 }
 
 /// Sends `sig` to a running holder and waits (within [`STOP_LIMIT`]) for it to end.
-pub fn stop(holder: Child, sig: libc::c_int, label: &str) -> Output {
+pub(crate) fn stop(holder: Child, sig: libc::c_int, label: &str) -> Output {
     signal(holder.id(), sig);
     finish(holder, STOP_LIMIT, label)
 }
 
-pub fn describe(output: &Output) -> String {
+pub(crate) fn describe(output: &Output) -> String {
     format!(
         "status {:?}\n--- stdout:\n{}--- stderr:\n{}",
         output.status,
@@ -92,7 +92,7 @@ pub fn describe(output: &Output) -> String {
     )
 }
 
-pub fn code(output: &Output) -> i32 {
+pub(crate) fn code(output: &Output) -> i32 {
     output
         .status
         .code()
@@ -100,38 +100,38 @@ pub fn code(output: &Output) -> i32 {
 }
 
 /// Asserts the exit code, with `label` and everything the process printed on failure.
-pub fn assert_code(output: &Output, want: i32, label: &str) {
+pub(crate) fn assert_code(output: &Output, want: i32, label: &str) {
     assert_eq!(code(output), want, "{label}\n{}", describe(output));
 }
 
-pub fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Asserts that the process said `text` on stderr.
-pub fn assert_said(output: &Output, text: &str) {
+pub(crate) fn assert_said(output: &Output, text: &str) {
     assert!(stderr(output).contains(text), "{}", describe(output));
 }
 
 /// The number the process printed on stdout (a fencing token).
-pub fn printed_token(output: &Output) -> u64 {
+pub(crate) fn printed_token(output: &Output) -> u64 {
     String::from_utf8_lossy(&output.stdout)
         .trim()
         .parse()
         .expect("token")
 }
 
-pub fn zk_url(server: &dyn TestServer) -> String {
+pub(crate) fn zk_url(server: &dyn TestServer) -> String {
     format!("zk://{}", server.connect_string())
 }
 
-pub fn signal(pid: u32, signal: libc::c_int) {
+pub(crate) fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: kill(2) with plain integers, to a process this test started.
     assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0, "signal {pid}");
 }
 
 /// Whether `pid` is still a live process (a zombie is not: it has ended).
-pub fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
@@ -142,7 +142,7 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Waits at most `limit` for `cond`.
-pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if cond() {
@@ -154,7 +154,7 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// The pid a command wrote to `file`, waiting at most 20 s for it to appear.
-pub fn pid_in(file: &Path) -> u32 {
+pub(crate) fn pid_in(file: &Path) -> u32 {
     let mut pid = None;
     let found = eventually(Duration::from_secs(20), || {
         pid = std::fs::read_to_string(file)
@@ -167,7 +167,7 @@ pub fn pid_in(file: &Path) -> u32 {
 }
 
 /// A holder on `name` running `script`, once its command has written `child.pid` into `dir`.
-pub fn holder_running(
+pub(crate) fn holder_running(
     backend: &str,
     name: &str,
     dir: &Path,
@@ -192,7 +192,7 @@ pub fn holder_running(
 }
 
 /// Starts `lockkeeper lock NAME` with no command and reads the token it prints.
-pub fn hold(backend: &str, args: &[&str]) -> (Child, u64) {
+pub(crate) fn hold(backend: &str, args: &[&str]) -> (Child, u64) {
     let mut holder = lock_command(backend, args)
         .spawn()
         .expect("start the holder");
@@ -213,7 +213,7 @@ pub fn hold(backend: &str, args: &[&str]) -> (Child, u64) {
     (holder, token)
 }
 
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -222,7 +222,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// A library session on `server` and the only holder node of the lock at `path`, for a test
 /// that acts on the holder from the side (revokes it, deletes its node).
-pub fn session_and_holder(
+pub(crate) fn session_and_holder(
     rt: &tokio::runtime::Runtime,
     server: &dyn TestServer,
     path: &str,

@@ -22,19 +22,19 @@ use rand::rngs::StdRng;
 use zookeeper_client::{Client, Stat};
 
 /// The `lockkeeper` binary built for these tests.
-pub const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
+pub(crate) const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
 
 /// What Keeper prints on stdout once it listens, after recovery.
 const SERVING: &str = "lockkeeper serving ZooKeeper clients on ";
 
 /// How long a start (recovery included) may take on a loaded machine.
-pub const START_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const START_LIMIT: Duration = Duration::from_secs(120);
 
 /// The longest a single client interaction may take. Generous: the machine is shared.
-pub const OP_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const OP_LIMIT: Duration = Duration::from_secs(30);
 
 /// A `lockkeeper serve` child process. Killed with SIGKILL and reaped on drop.
-pub struct KeeperProcess {
+pub(crate) struct KeeperProcess {
     child: Child,
     addr: SocketAddr,
     /// When the process was spawned.
@@ -49,7 +49,7 @@ pub struct KeeperProcess {
 /// A start that did not reach "serving": the exit status (if the process ended in time) and
 /// everything it wrote on stderr.
 #[derive(Debug)]
-pub struct StartFailure {
+pub(crate) struct StartFailure {
     pub status: Option<ExitStatus>,
     pub stderr: String,
 }
@@ -67,7 +67,7 @@ impl std::fmt::Display for StartFailure {
 
 /// The command line common to every server these tests start: loopback port chosen by the
 /// kernel (printed back on stdout), every four-letter word allowed, fsync on every commit.
-pub fn serve_args(data_dir: &Path) -> Vec<String> {
+pub(crate) fn serve_args(data_dir: &Path) -> Vec<String> {
     vec![
         "serve".into(),
         "--listen".into(),
@@ -99,7 +99,7 @@ fn lockkeeper_command(args: &[String]) -> Command {
 impl KeeperProcess {
     /// Starts `lockkeeper serve` on `data_dir` with the common flags plus `extra`, and waits
     /// until it serves. Panics (with its stderr) if it does not.
-    pub fn start(data_dir: &Path, extra: &[&str]) -> KeeperProcess {
+    pub(crate) fn start(data_dir: &Path, extra: &[&str]) -> KeeperProcess {
         KeeperProcess::try_start(data_dir, extra).unwrap_or_else(|failure| {
             panic!(
                 "start keeper on {} with {extra:?}: {failure}",
@@ -110,7 +110,10 @@ impl KeeperProcess {
 
     /// Starts the server and waits (bounded by [`START_LIMIT`]) until it prints its serving
     /// line, or returns how it failed: a server that refuses a corrupt data dir exits instead.
-    pub fn try_start(data_dir: &Path, extra: &[&str]) -> Result<KeeperProcess, StartFailure> {
+    pub(crate) fn try_start(
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> Result<KeeperProcess, StartFailure> {
         let mut args = serve_args(data_dir);
         args.extend(extra.iter().map(|s| s.to_string()));
         let spawned_at = Instant::now();
@@ -189,22 +192,22 @@ impl KeeperProcess {
         }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub fn connect_string(&self) -> String {
+    pub(crate) fn connect_string(&self) -> String {
         self.addr.to_string()
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The server's log once it contains `needle`, or whatever it has after `within` (the log is
     /// read by a background thread, so a line written before the server listened may still be
     /// on its way when the test looks).
-    pub fn stderr_containing(&self, needle: &str, within: Duration) -> String {
+    pub(crate) fn stderr_containing(&self, needle: &str, within: Duration) -> String {
         let deadline = Instant::now() + within;
         loop {
             let text = self.stderr_text();
@@ -216,7 +219,7 @@ impl KeeperProcess {
     }
 
     /// Everything the server wrote on stderr so far (its log).
-    pub fn stderr_text(&self) -> String {
+    pub(crate) fn stderr_text(&self) -> String {
         self.stderr
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -225,7 +228,7 @@ impl KeeperProcess {
 
     /// The server's resident memory now and at its peak so far, in KiB (`VmRSS` and `VmHWM`
     /// of `/proc/PID/status`).
-    pub fn memory_kib(&self) -> (u64, u64) {
+    pub(crate) fn memory_kib(&self) -> (u64, u64) {
         let path = format!("/proc/{}/status", self.child.id());
         let status = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
         let field = |name: &str| {
@@ -239,7 +242,7 @@ impl KeeperProcess {
     }
 
     /// Sends `signal` (SIGSTOP to freeze the server, SIGCONT to thaw it) to exactly this PID.
-    pub fn signal(&self, signal: libc::c_int) {
+    pub(crate) fn signal(&self, signal: libc::c_int) {
         assert!(self.exited.is_none(), "signal {signal} to an exited server");
         // SAFETY: kill(2) with our own child's PID, not reaped yet, so not reused.
         let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
@@ -253,7 +256,7 @@ impl KeeperProcess {
     }
 
     /// Crashes the server: SIGKILL to exactly this PID, then reaps it.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if self.exited.is_some() {
             return;
         }
@@ -264,7 +267,7 @@ impl KeeperProcess {
     }
 
     /// Stops the server the polite way (SIGTERM), SIGKILL if it does not exit within `limit`.
-    pub fn terminate(&mut self, limit: Duration) -> Option<ExitStatus> {
+    pub(crate) fn terminate(&mut self, limit: Duration) -> Option<ExitStatus> {
         if self.exited.is_none() {
             // SAFETY: kill(2) with our own child's PID, which we have not reaped yet, so the
             // PID cannot have been reused by another process.
@@ -310,7 +313,7 @@ impl Drop for KeeperProcess {
 
 /// `text` without ANSI escape sequences (terminal colours), which the server's log may carry
 /// even into a pipe, and which would split `offset=N` into pieces.
-pub fn strip_ansi(text: &str) -> String {
+pub(crate) fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -330,14 +333,14 @@ pub fn strip_ansi(text: &str) -> String {
 }
 
 /// The last `lines` lines of `text`.
-pub fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// What `lockkeeper verify DIR` said.
 #[derive(Debug)]
-pub struct VerifyOutcome {
+pub(crate) struct VerifyOutcome {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
@@ -345,13 +348,13 @@ pub struct VerifyOutcome {
 
 impl VerifyOutcome {
     /// Stdout and stderr together: where a line lands is the tool's choice.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         format!("{}\n{}", self.stdout, self.stderr)
     }
 }
 
 /// Runs `lockkeeper verify data_dir` (bounded to 120 s) and returns its exit code and output.
-pub fn verify(data_dir: &Path) -> VerifyOutcome {
+pub(crate) fn verify(data_dir: &Path) -> VerifyOutcome {
     let mut child = lockkeeper_command(&["verify".into(), data_dir.display().to_string()])
         .spawn()
         .expect("spawn lockkeeper verify");
@@ -394,21 +397,21 @@ pub fn verify(data_dir: &Path) -> VerifyOutcome {
 // ---------------------------------------------------------------------------------------------
 
 /// The 8-byte magic that opens every log segment.
-pub const LOG_MAGIC: &[u8; 8] = b"LKTXNLOG";
+pub(crate) const LOG_MAGIC: &[u8; 8] = b"LKTXNLOG";
 /// Segment header: magic, u32 version, u32 zero.
-pub const LOG_HEADER_LEN: u64 = 16;
+pub(crate) const LOG_HEADER_LEN: u64 = 16;
 /// Record framing before the payload: u32 len, u32 crc32c.
-pub const RECORD_FRAME_LEN: u64 = 8;
+pub(crate) const RECORD_FRAME_LEN: u64 = 8;
 
 /// A data-dir file whose name is `<prefix>.<16 hex digits of a zxid>`.
 #[derive(Debug, Clone)]
-pub struct NamedFile {
+pub(crate) struct NamedFile {
     pub path: PathBuf,
     pub zxid: i64,
 }
 
 impl NamedFile {
-    pub fn file_name(&self) -> String {
+    pub(crate) fn file_name(&self) -> String {
         self.path
             .file_name()
             .expect("a file name")
@@ -440,18 +443,18 @@ fn named_files(dir: &Path, prefix: &str) -> Vec<NamedFile> {
 }
 
 /// The log segments of `dir`, oldest first.
-pub fn log_segments(dir: &Path) -> Vec<NamedFile> {
+pub(crate) fn log_segments(dir: &Path) -> Vec<NamedFile> {
     named_files(dir, "log")
 }
 
 /// The complete snapshots of `dir` (no `.tmp`), oldest first.
-pub fn snapshots(dir: &Path) -> Vec<NamedFile> {
+pub(crate) fn snapshots(dir: &Path) -> Vec<NamedFile> {
     named_files(dir, "snapshot")
 }
 
 /// One record of a log segment, located by parsing the framing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordSpan {
+pub(crate) struct RecordSpan {
     /// Offset of the record's `len` field in the file.
     pub offset: u64,
     /// Payload length.
@@ -461,14 +464,14 @@ pub struct RecordSpan {
 
 impl RecordSpan {
     /// Offset one past the record's last byte.
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.offset + RECORD_FRAME_LEN + u64::from(self.len)
     }
 }
 
 /// Why parsing a segment stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SegmentEnd {
+pub(crate) enum SegmentEnd {
     /// A `len` of 0: the written part ends here (the rest is preallocation).
     EndMarker(u64),
     /// The file ends exactly after a record.
@@ -481,14 +484,14 @@ pub enum SegmentEnd {
 
 /// A parsed segment: its valid records in order and how the parse ended.
 #[derive(Debug, Clone)]
-pub struct ParsedSegment {
+pub(crate) struct ParsedSegment {
     pub records: Vec<RecordSpan>,
     pub end: SegmentEnd,
 }
 
 /// Parses a log segment's bytes: header, then `len | crc32c | payload` records until `len` is
 /// 0, the file ends, or a record is damaged. Panics on a bad header (not a segment at all).
-pub fn parse_segment(bytes: &[u8]) -> ParsedSegment {
+pub(crate) fn parse_segment(bytes: &[u8]) -> ParsedSegment {
     assert!(
         bytes.len() as u64 >= LOG_HEADER_LEN,
         "segment shorter than its header"
@@ -532,13 +535,13 @@ pub fn parse_segment(bytes: &[u8]) -> ParsedSegment {
 }
 
 /// Reads and parses the segment at `path`.
-pub fn read_segment(path: &Path) -> ParsedSegment {
+pub(crate) fn read_segment(path: &Path) -> ParsedSegment {
     let bytes = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     parse_segment(&bytes)
 }
 
 /// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the log's record checksum.
-pub fn crc32c(data: &[u8]) -> u32 {
+pub(crate) fn crc32c(data: &[u8]) -> u32 {
     static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
         let mut table = [0u32; 256];
@@ -564,7 +567,7 @@ pub fn crc32c(data: &[u8]) -> u32 {
 
 /// Copies every regular file of `from` into `to` (created), so each damage case works on its
 /// own copy of one recorded data directory.
-pub fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap_or_else(|e| panic!("create {}: {e}", to.display()));
     for entry in fs::read_dir(from).unwrap_or_else(|e| panic!("list {}: {e}", from.display())) {
         let entry = entry.expect("directory entry");
@@ -581,7 +584,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// The seed from `env_var` if set (decimal or 0x-hex), else a fresh one; printed either way so
 /// a failing run can be replayed.
-pub fn seeded_rng(env_var: &str) -> (u64, StdRng) {
+pub(crate) fn seeded_rng(env_var: &str) -> (u64, StdRng) {
     let seed = match std::env::var(env_var) {
         Ok(text) => {
             let text = text.trim();
@@ -598,7 +601,7 @@ pub fn seeded_rng(env_var: &str) -> (u64, StdRng) {
 }
 
 /// Awaits `fut` at most `limit`; a timeout fails the test naming `what`.
-pub async fn within<T>(
+pub(crate) async fn within<T>(
     what: &str,
     limit: Duration,
     fut: impl std::future::Future<Output = T>,
@@ -607,7 +610,7 @@ pub async fn within<T>(
 }
 
 /// A new session on `connect` (bounded), panicking with the reason if it cannot be opened.
-pub async fn connect(connect: &str) -> Client {
+pub(crate) async fn connect(connect: &str) -> Client {
     within(
         "connect",
         OP_LIMIT,
@@ -620,18 +623,18 @@ pub async fn connect(connect: &str) -> Client {
 }
 
 /// The zxid a write left in its stat: mzxid covers creates (mzxid = czxid) and setData.
-pub fn write_zxid(stat: &Stat) -> i64 {
+pub(crate) fn write_zxid(stat: &Stat) -> i64 {
     stat.mzxid
 }
 
 /// The epoch half of a zxid.
-pub fn epoch(zxid: i64) -> i64 {
+pub(crate) fn epoch(zxid: i64) -> i64 {
     zxid >> 32
 }
 
 /// Reads many nodes at once (up to `parallel` requests in flight), returning for each path
 /// its data and stat, or None if it does not exist. Any other error fails the test.
-pub async fn read_nodes(
+pub(crate) async fn read_nodes(
     client: &Client,
     paths: &[String],
     parallel: usize,
@@ -653,7 +656,11 @@ pub async fn read_nodes(
 
 /// Polls `four_letter_word(addr, "mntr")` until its `zk_server_state` is `state`, at most
 /// `limit`; the last answer if it never is.
-pub fn wait_server_state(addr: SocketAddr, state: &str, limit: Duration) -> Result<(), String> {
+pub(crate) fn wait_server_state(
+    addr: SocketAddr,
+    state: &str,
+    limit: Duration,
+) -> Result<(), String> {
     let deadline = Instant::now() + limit;
     let mut last = String::new();
     while Instant::now() < deadline {
@@ -672,7 +679,7 @@ pub fn wait_server_state(addr: SocketAddr, state: &str, limit: Duration) -> Resu
 }
 
 /// The `zk_server_state` value of an `mntr` answer.
-pub fn mntr_state(answer: &str) -> Option<String> {
+pub(crate) fn mntr_state(answer: &str) -> Option<String> {
     answer.lines().find_map(|line| {
         line.strip_prefix("zk_server_state\t")
             .map(|v| v.trim().to_string())
