@@ -19,7 +19,7 @@ use super::workload::{Namespace, Plan, Workload};
 
 /// What `--compare` does besides the workloads, from the command line.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub plan: Plan,
     pub workloads: Vec<Workload>,
     pub sessions: Vec<usize>,
@@ -38,7 +38,7 @@ const POPULATE_SESSIONS: usize = 4;
 
 /// Everything measured on one server. A figure that could not be taken is `None` (or an `Err`
 /// run) and the reason is in `errors`, so one failing step does not hide the others.
-pub struct ServerReport {
+pub(crate) struct ServerReport {
     pub kind: ServerKind,
     pub command: String,
     pub startup: Vec<Duration>,
@@ -290,7 +290,7 @@ fn take_rss(server: &ChildServer, errors: &mut Vec<String>) -> Option<u64> {
 }
 
 /// Runs the comparison and prints it; returns the JSON document for `--json`.
-pub async fn compare(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn compare(settings: &Settings) -> Result<Json, BoxError> {
     let reports = measure_all(settings).await;
     let keeper = reports.iter().find(|r| r.kind == ServerKind::Keeper);
     let zookeeper = reports.iter().find(|r| r.kind == ServerKind::Zookeeper);
@@ -365,10 +365,10 @@ fn caveats(reports: &[ServerReport]) -> Vec<String> {
 /// A benchmark in which some figure could not be taken or a check failed; carries what was
 /// measured (for `--json`) and what went wrong.
 #[derive(Debug)]
-pub struct Partial(pub Json, pub String);
+pub(crate) struct Partial(pub Json, pub String);
 
 impl Partial {
-    pub fn new(json: Json) -> Partial {
+    pub(crate) fn new(json: Json) -> Partial {
         Partial(
             json,
             "some figures could not be measured (errors above)".into(),
@@ -378,7 +378,11 @@ impl Partial {
 
 /// The JSON on success, or a [`Partial`] naming every failure, each also printed on stderr
 /// after `prefix`.
-pub fn json_or_partial(json: Json, failures: &[String], prefix: &str) -> Result<Json, BoxError> {
+pub(crate) fn json_or_partial(
+    json: Json,
+    failures: &[String],
+    prefix: &str,
+) -> Result<Json, BoxError> {
     if failures.is_empty() {
         return Ok(json);
     }

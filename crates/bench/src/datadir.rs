@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// One snapshot or log file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DataFile {
+pub(crate) struct DataFile {
     /// The zxid in the file name: the last txn in a snapshot, the first in a log segment.
     pub zxid: i64,
     /// Apparent size; log segments are preallocated, so this is an upper bound of what they hold.
@@ -21,7 +21,7 @@ pub struct DataFile {
 
 /// The snapshot and log files of a data directory, each list sorted by zxid.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Layout {
+pub(crate) struct Layout {
     pub snapshots: Vec<DataFile>,
     /// Snapshots being written (`.tmp`): present only while a snapshot is in progress.
     pub partial_snapshots: Vec<DataFile>,
@@ -55,7 +55,7 @@ fn parse_name(name: &str) -> Option<Name> {
 
 impl Layout {
     /// Reads `data_dir` and, if present, `data_dir/version-2` (ZooKeeper's place).
-    pub fn scan(data_dir: &Path) -> io::Result<Layout> {
+    pub(crate) fn scan(data_dir: &Path) -> io::Result<Layout> {
         let mut layout = Layout::default();
         layout.add_dir(data_dir)?;
         let zookeeper = data_dir.join("version-2");
@@ -93,26 +93,26 @@ impl Layout {
     }
 
     /// The complete snapshot with the highest zxid.
-    pub fn newest_snapshot(&self) -> Option<DataFile> {
+    pub(crate) fn newest_snapshot(&self) -> Option<DataFile> {
         self.snapshots.last().copied()
     }
 
-    pub fn snapshot_bytes(&self) -> u64 {
+    pub(crate) fn snapshot_bytes(&self) -> u64 {
         self.snapshots.iter().map(|f| f.bytes).sum()
     }
 
-    pub fn log_bytes(&self) -> u64 {
+    pub(crate) fn log_bytes(&self) -> u64 {
         self.logs.iter().map(|f| f.bytes).sum()
     }
 }
 
 /// The epoch half of a zxid (it changes at every start of Keeper, at every election in ZooKeeper).
-pub fn epoch(zxid: i64) -> i64 {
+pub(crate) fn epoch(zxid: i64) -> i64 {
     zxid >> 32
 }
 
 /// Txns between two zxids of the same epoch, `None` across epochs (the counter restarts).
-pub fn txns_between(from: i64, to: i64) -> Option<i64> {
+pub(crate) fn txns_between(from: i64, to: i64) -> Option<i64> {
     (epoch(from) == epoch(to) && to >= from).then_some(to - from)
 }
 

@@ -122,7 +122,7 @@ pub struct Settings {
 
 /// Which lock is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     /// `lockkeeper::etcd::Mutex`.
     Lockkeeper,
     /// etcd's lock service through `etcd_client::LockClient`.
@@ -130,16 +130,16 @@ pub enum Side {
 }
 
 impl Side {
-    pub const ALL: [Side; 2] = [Side::Lockkeeper, Side::V3lock];
+    pub(crate) const ALL: [Side; 2] = [Side::Lockkeeper, Side::V3lock];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Side::Lockkeeper => "lockkeeper Mutex",
             Side::V3lock => "etcd v3lock (etcd-client)",
         }
     }
 
-    pub fn json_key(self) -> &'static str {
+    pub(crate) fn json_key(self) -> &'static str {
         match self {
             Side::Lockkeeper => "lockkeeper",
             Side::V3lock => "v3lock",
@@ -147,7 +147,7 @@ impl Side {
     }
 
     /// Both sides in the order of trial `trial`: every other trial reversed.
-    pub fn in_turn(trial: u32) -> [Side; 2] {
+    pub(crate) fn in_turn(trial: u32) -> [Side; 2] {
         let mut order = Side::ALL;
         if trial % 2 == 1 {
             order.reverse();
@@ -158,7 +158,7 @@ impl Side {
 
 /// Starts etcd (unless one is given), measures, prints the table and returns the JSON (or a
 /// [`Partial`](crate::compare::Partial) carrying it when some figure could not be taken).
-pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     // testkit's member blocks while it waits for health, so it starts off the async threads.
     let started = match &settings.endpoint {
         Some(_) => None,
@@ -198,7 +198,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
 
 /// Takes every figure against the etcd at `endpoint`, printing each as it comes; a figure that
 /// cannot be taken is recorded as an error and the others are still taken.
-pub async fn measure(settings: &Settings, endpoint: &str, prefix: &str) -> Report {
+pub(crate) async fn measure(settings: &Settings, endpoint: &str, prefix: &str) -> Report {
     let mut report = Report::default();
     report.print_uncontended_header(settings);
     for trial in 0..settings.trials {
@@ -317,7 +317,7 @@ async fn close_all(clients: Vec<Client>) {
 }
 
 /// Uncontended lock+unlock cycles of one client, with each cycle's latency.
-pub struct Uncontended {
+pub(crate) struct Uncontended {
     pub cycles: u64,
     pub elapsed: Duration,
     /// Whole cycles (lock and unlock), in microseconds.
@@ -325,11 +325,11 @@ pub struct Uncontended {
 }
 
 impl Uncontended {
-    pub fn per_sec(&self) -> f64 {
+    pub(crate) fn per_sec(&self) -> f64 {
         rate(self.cycles, self.elapsed)
     }
 
-    pub fn quantile(&self, q: f64) -> Duration {
+    pub(crate) fn quantile(&self, q: f64) -> Duration {
         Duration::from_micros(self.latency.value_at_quantile(q))
     }
 }

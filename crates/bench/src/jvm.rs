@@ -20,14 +20,14 @@ use super::BoxError;
 use lockkeeper_testkit::{die_with_parent, javac_command};
 
 /// Bound on compiling a program and on a JVM's start.
-pub const START_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const START_LIMIT: Duration = Duration::from_secs(120);
 
 /// What every program shares, compiled with each (the programs extend this class).
 const SUPPORT_CLASS: &str = "CuratorBenchSupport";
 const SUPPORT_SOURCE: &str = include_str!("CuratorBenchSupport.java");
 
 /// A program compiled into a temporary directory, which lives as long as this value.
-pub struct Classes {
+pub(crate) struct Classes {
     classpath: String,
     class: &'static str,
     _dir: tempfile::TempDir,
@@ -36,7 +36,7 @@ pub struct Classes {
 impl Classes {
     /// Compiles `source` (the public class `class`) and the shared support class with the
     /// `javac` next to `java`.
-    pub async fn compile(
+    pub(crate) async fn compile(
         java: &Path,
         classpath: &str,
         class: &'static str,
@@ -79,7 +79,7 @@ impl Classes {
 
     /// `java -cp <classes and jars> <class> <args>` with piped stdio, dying with this process
     /// and killed when its `Child` drops.
-    pub fn command(&self, java: &Path, args: &[String]) -> Command {
+    pub(crate) fn command(&self, java: &Path, args: &[String]) -> Command {
         let mut command = Command::new(java);
         command
             .arg("-Djava.net.preferIPv4Stack=true")
@@ -96,18 +96,18 @@ impl Classes {
     }
 
     /// The command line of [`Classes::command`] without its arguments, for the report.
-    pub fn describe(&self, java: &Path) -> String {
+    pub(crate) fn describe(&self, java: &Path) -> String {
         format!("{} -cp {} {}", java.display(), self.classpath, self.class)
     }
 }
 
 /// The end of a child's stderr, collected in the background so the pipe never fills.
 #[derive(Clone, Default)]
-pub struct StderrTail(Arc<StdMutex<String>>);
+pub(crate) struct StderrTail(Arc<StdMutex<String>>);
 
 impl StderrTail {
     /// Starts collecting `child`'s stderr (if it is piped).
-    pub fn collect(child: &mut Child) -> StderrTail {
+    pub(crate) fn collect(child: &mut Child) -> StderrTail {
         let tail = StderrTail::default();
         if let Some(mut pipe) = child.stderr.take() {
             let sink = Arc::clone(&tail.0);
@@ -135,7 +135,7 @@ impl StderrTail {
     }
 
     /// `what`, followed by the last lines the child wrote to stderr, if any.
-    pub fn failure(&self, what: &str) -> BoxError {
+    pub(crate) fn failure(&self, what: &str) -> BoxError {
         let text = self.0.lock().map(|s| s.clone()).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = &lines[lines.len().saturating_sub(15)..];
@@ -149,7 +149,7 @@ impl StderrTail {
 
 /// A running JVM that answers commands: each command is one line, each answer is result lines
 /// ending with `END`, or an `ERROR <reason>` line.
-pub struct Jvm {
+pub(crate) struct Jvm {
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
@@ -158,7 +158,11 @@ pub struct Jvm {
 
 impl Jvm {
     /// Starts `classes` with `args` and waits (bounded) for its `READY` line.
-    pub async fn start(java: &Path, classes: &Classes, args: &[String]) -> Result<Jvm, BoxError> {
+    pub(crate) async fn start(
+        java: &Path,
+        classes: &Classes,
+        args: &[String],
+    ) -> Result<Jvm, BoxError> {
         let mut child = classes
             .command(java, args)
             .spawn()
@@ -180,7 +184,7 @@ impl Jvm {
     }
 
     /// Sends one command and collects its answer up to `END`; an `ERROR` line fails it.
-    pub async fn exchange(
+    pub(crate) async fn exchange(
         &mut self,
         command: &str,
         limit: Duration,
@@ -215,12 +219,12 @@ impl Jvm {
     }
 
     /// An error carrying `what` and the end of the JVM's stderr.
-    pub fn failure(&self, what: &str) -> BoxError {
+    pub(crate) fn failure(&self, what: &str) -> BoxError {
         self.stderr.failure(what)
     }
 
     /// The `key=value` words of the `RESULT` line of an answer.
-    pub fn result<'a>(&self, lines: &'a [String]) -> Result<Fields<'a>, BoxError> {
+    pub(crate) fn result<'a>(&self, lines: &'a [String]) -> Result<Fields<'a>, BoxError> {
         let line = lines
             .iter()
             .find_map(|l| l.strip_prefix("RESULT "))
@@ -236,7 +240,7 @@ impl Jvm {
 
     /// The microsecond values of every `<prefix> <us> <us> ...` line of an answer, in order
     /// (`WAITS`, `GAPS`: one per event, so the caller checks their count against the result's).
-    pub fn micros(&self, lines: &[String], prefix: &str) -> Result<Vec<Duration>, BoxError> {
+    pub(crate) fn micros(&self, lines: &[String], prefix: &str) -> Result<Vec<Duration>, BoxError> {
         let mut values = Vec::new();
         for line in lines.iter().filter_map(|l| l.strip_prefix(prefix)) {
             for word in line.split_whitespace() {
@@ -250,7 +254,7 @@ impl Jvm {
     }
 
     /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let _ = self.stdin.write_all(b"quit\n").await;
         let _ = self.stdin.flush().await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
@@ -258,14 +262,14 @@ impl Jvm {
 }
 
 /// The `key=value` words of a `RESULT` line.
-pub struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     words: Vec<(&'a str, &'a str)>,
     stderr: StderrTail,
 }
 
 impl Fields<'_> {
     /// The whole number under `key`, or an error naming it.
-    pub fn number(&self, key: &str) -> Result<u64, BoxError> {
+    pub(crate) fn number(&self, key: &str) -> Result<u64, BoxError> {
         self.words
             .iter()
             .find(|(k, _)| *k == key)
@@ -277,7 +281,7 @@ impl Fields<'_> {
     }
 
     /// The microseconds under `key`, as a duration.
-    pub fn micros(&self, key: &str) -> Result<Duration, BoxError> {
+    pub(crate) fn micros(&self, key: &str) -> Result<Duration, BoxError> {
         self.number(key).map(Duration::from_micros)
     }
 }

@@ -27,7 +27,7 @@ use super::process::{Launcher, ServerKind};
 use super::stats::Json;
 use super::versus::{self, Client, Target, on_both_servers, runs};
 use curator::CuratorJvm;
-pub use measure::{
+pub(crate) use measure::{
     ACQUIRE_LIMIT, Contended, LockKind, close_all, contend, open, open_all, open_many,
 };
 use report::Report;
@@ -77,7 +77,7 @@ pub struct LockArgs {
 
 /// Everything one lock benchmark run needs.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub launcher: Launcher,
     pub curator_classpath: String,
     /// Bound on each measured run.
@@ -96,7 +96,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_args(
+    pub(crate) fn from_args(
         args: &LockArgs,
         launcher: Launcher,
         limit: Duration,
@@ -126,7 +126,7 @@ impl Settings {
 
 /// Starts both servers, measures, prints the table and returns the JSON (or a
 /// [`Partial`](super::compare::Partial) carrying it when some figure could not be taken).
-pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     println!(
         "lockkeeper-bench --locks: each measured run at most {}, sessions {} (handoffs), {} (notifications)",
         super::stats::fmt_duration(settings.limit),
@@ -143,7 +143,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
 
 /// Takes every figure against `targets` (one Keeper and one ZooKeeper) and prints each as it
 /// comes. A figure that cannot be taken is recorded as an error; the others are still taken.
-pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
+pub(crate) async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut report = Report::new(targets);
     let java = &settings.launcher.java;
     let started = CuratorJvm::start(java, &settings.curator_classpath, settings.jvm_watchdog());

@@ -22,31 +22,31 @@ use super::BoxError;
 
 /// Requests outstanding on one session beyond which sending waits (and the run is flagged as
 /// having fallen behind its schedule).
-pub const MAX_IN_FLIGHT: usize = 4096;
+pub(crate) const MAX_IN_FLIGHT: usize = 4096;
 
 /// One write (setData) in this many requests; the rest are getData.
-pub const WRITE_EVERY: u64 = 4;
+pub(crate) const WRITE_EVERY: u64 = 4;
 
 /// How long replies may still arrive after sending stopped.
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
 /// One request: when it was sent (since the run's origin), how long its reply took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub sent_us: u64,
     pub latency_us: u64,
     pub write: bool,
 }
 
 impl Sample {
-    pub fn done_us(&self) -> u64 {
+    pub(crate) fn done_us(&self) -> u64 {
         self.sent_us + self.latency_us
     }
 }
 
 /// What the sessions do and for how long.
 #[derive(Clone, Debug)]
-pub struct Pace {
+pub(crate) struct Pace {
     /// Requests per second over all sessions.
     pub rate: f64,
     /// Znodes `{prefix}{index:010}` for index in `0..keys` exist and are read and written.
@@ -59,7 +59,7 @@ pub struct Pace {
 
 /// Shared progress of a paced run, readable while it goes on.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// setData requests answered so far.
     pub writes: AtomicU64,
     /// Requests answered so far.
@@ -71,7 +71,7 @@ pub struct Progress {
 }
 
 /// The outcome of a paced run.
-pub struct Paced {
+pub(crate) struct Paced {
     /// Every answered request, in no particular order.
     pub samples: Vec<Sample>,
     pub origin: Instant,
@@ -79,7 +79,7 @@ pub struct Paced {
 
 /// Runs the mix on every client until `progress.stop` is raised or `pace.deadline` passes, then
 /// waits (bounded) for the outstanding replies. The first failed request ends the run.
-pub async fn run(
+pub(crate) async fn run(
     clients: &[zk::Client],
     pace: &Pace,
     progress: Arc<Progress>,

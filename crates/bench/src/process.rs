@@ -52,7 +52,7 @@ impl fmt::Display for ServerKind {
 
 /// How to launch each server; filled from the command-line flags.
 #[derive(Clone, Debug)]
-pub struct Launcher {
+pub(crate) struct Launcher {
     /// The binary whose `serve` subcommand runs Keeper.
     pub keeper_bin: PathBuf,
     /// The `java` executable for ZooKeeper.
@@ -74,7 +74,7 @@ pub struct Launcher {
 /// recovery and snapshot benchmarks. A build from before the transaction log has neither flag and
 /// would refuse to start with them, so the flags are only passed when `serve --help` lists them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KeeperFlags {
+pub(crate) struct KeeperFlags {
     /// `--sync always|none`.
     pub sync: bool,
     /// `--snap-count N`.
@@ -84,7 +84,7 @@ pub struct KeeperFlags {
 impl KeeperFlags {
     /// Runs `BIN serve --help` (bounded in time) and reads the flags off its output. Any failure
     /// means "no such flags": the start-up that follows reports a broken binary clearly enough.
-    pub fn probe(bin: &Path) -> KeeperFlags {
+    pub(crate) fn probe(bin: &Path) -> KeeperFlags {
         let child = Command::new(bin)
             .args(["serve", "--help"])
             .stdin(Stdio::null())
@@ -130,7 +130,7 @@ impl KeeperFlags {
 
 /// Per-start settings beyond the command-line flags of the benchmark.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerOptions {
+pub(crate) struct ServerOptions {
     /// Txns between snapshots: Keeper's `--snap-count`, ZooKeeper's `snapCount`.
     pub snap_count: Option<u64>,
     /// Keeper only: `--sync none` instead of `--sync always`, for what a write costs besides
@@ -140,7 +140,7 @@ pub struct ServerOptions {
 
 impl Launcher {
     /// A short description of the command line, printed so a reader knows what was measured.
-    pub fn describe(&self, kind: ServerKind) -> String {
+    pub(crate) fn describe(&self, kind: ServerKind) -> String {
         match kind {
             ServerKind::Keeper => format!(
                 "{} serve --listen 127.0.0.1:PORT --data-dir DIR{}",
@@ -173,7 +173,7 @@ impl Launcher {
 }
 
 /// A running server process; killed and reaped on drop.
-pub struct ChildServer {
+pub(crate) struct ChildServer {
     kind: ServerKind,
     child: Child,
     addr: SocketAddr,
@@ -191,12 +191,12 @@ impl ChildServer {
     ///
     /// Returns as soon as the process exists; whether it accepts sessions is the caller's to
     /// find out (that wait is one of the figures the benchmark reports).
-    pub fn spawn(kind: ServerKind, launcher: &Launcher) -> io::Result<ChildServer> {
+    pub(crate) fn spawn(kind: ServerKind, launcher: &Launcher) -> io::Result<ChildServer> {
         ChildServer::spawn_with(kind, launcher, &ServerOptions::default())
     }
 
     /// [`ChildServer::spawn`] with per-start settings.
-    pub fn spawn_with(
+    pub(crate) fn spawn_with(
         kind: ServerKind,
         launcher: &Launcher,
         options: &ServerOptions,
@@ -225,7 +225,7 @@ impl ChildServer {
     /// Kills the server with SIGKILL, as a crash or power cut would stop it (no shutdown code
     /// runs), then starts it again on the same data directory and a fresh port. Returns as soon
     /// as the new process exists; `spawned_at` and `addr` now describe it.
-    pub fn crash_and_restart(&mut self) -> io::Result<()> {
+    pub(crate) fn crash_and_restart(&mut self) -> io::Result<()> {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let (child, addr, spawned_at) = launch(
@@ -242,48 +242,48 @@ impl ChildServer {
         Ok(())
     }
 
-    pub fn kind(&self) -> ServerKind {
+    pub(crate) fn kind(&self) -> ServerKind {
         self.kind
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The instant just before the process was spawned: the origin of the start-up figure.
-    pub fn spawned_at(&self) -> Instant {
+    pub(crate) fn spawned_at(&self) -> Instant {
         self.spawned_at
     }
 
     /// `Some(status)` once the process has exited (it should not, while we use it).
-    pub fn exited(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 
     /// The last `lines` lines of the server's own output, for error messages.
-    pub fn log_tail(&self, lines: usize) -> String {
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
         let text = fs::read_to_string(&self.log_path).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// Resident set size of the server process, in KiB.
-    pub fn rss_kib(&self) -> io::Result<u64> {
+    pub(crate) fn rss_kib(&self) -> io::Result<u64> {
         rss_kib(self.pid())
     }
 
     /// Total size of the files in the server's data directory. Zero after writes means the
     /// server kept them in memory only, which matters when comparing write throughput.
-    pub fn data_dir_bytes(&self) -> io::Result<u64> {
+    pub(crate) fn data_dir_bytes(&self) -> io::Result<u64> {
         tree_bytes(&self.data_dir)
     }
 
     /// The server's data directory (ZooKeeper keeps its files in `version-2/` below it).
-    pub fn data_dir(&self) -> &Path {
+    pub(crate) fn data_dir(&self) -> &Path {
         &self.data_dir
     }
 }

@@ -43,7 +43,7 @@ use curator::CuratorRecipeJvm;
 use queue::Shape;
 use report::Report;
 
-pub use failover::participate;
+pub(crate) use failover::participate;
 
 /// Flags of the recipe benchmark (`--duration`, `--json`, `--java`, `--curator-classpath` and
 /// the server flags of `--compare` apply too).
@@ -146,7 +146,7 @@ impl CounterRetry {
 
 /// Everything one recipe benchmark run needs.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub launcher: Launcher,
     pub curator_classpath: String,
     /// Bound on each counter and handoff run, and on the producing of each queue run.
@@ -169,7 +169,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_args(
+    pub(crate) fn from_args(
         args: &RecipeArgs,
         launcher: Launcher,
         curator_classpath: &str,
@@ -229,7 +229,7 @@ const CLASS: &str = "CuratorRecipeBench";
 
 /// Starts both servers, measures, prints the tables and returns the JSON (or a
 /// [`Partial`](super::compare::Partial) carrying it when some figure could not be taken).
-pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     println!(
         "lockkeeper-bench --recipes: counter, queue and handoff runs at most {} each; {} \
          failovers per side with a {} session timeout",
@@ -247,7 +247,7 @@ pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
 
 /// Takes every figure against `targets` (one Keeper and one ZooKeeper), printing each as it
 /// comes. A figure that cannot be taken is recorded as an error; the others are still taken.
-pub async fn measure(settings: &Settings, targets: &[Target]) -> Report {
+pub(crate) async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut report = Report::new(targets);
     let java = &settings.launcher.java;
     let compiled = Classes::compile(java, &settings.curator_classpath, CLASS, SOURCE).await;
@@ -429,7 +429,7 @@ pub(super) mod tests {
     use lockkeeper_testkit::curator_classpath_unchecked;
 
     /// Settings for tests that only need their shape.
-    pub fn settings() -> Settings {
+    pub(crate) fn settings() -> Settings {
         let args = parse(&["--recipes"]).expect("parse");
         Settings::from_args(
             &args.recipes,

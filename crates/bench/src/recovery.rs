@@ -32,7 +32,7 @@ const SAMPLE: usize = 1000;
 
 /// What `--recovery` does, from the command line.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub znodes: u64,
     pub plan: Plan,
     pub launcher: Launcher,
@@ -47,13 +47,13 @@ pub struct Settings {
 
 /// Snapshot interval that leaves one snapshot at about 3/4 of `znodes` creates and a quarter of
 /// them in the log after it.
-pub fn snap_count_for(znodes: u64) -> u64 {
+pub(crate) fn snap_count_for(znodes: u64) -> u64 {
     (znodes / 4 * 3 + znodes % 4 * 3 / 4).max(2)
 }
 
 /// What came back after the restart.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Check {
+pub(crate) struct Check {
     /// Children of the parent of the znodes, `None` when the parent itself is gone.
     pub children: Option<i64>,
     /// Znodes read back individually, and how many of those were missing or had other data.
@@ -66,7 +66,7 @@ pub struct Check {
 
 impl Check {
     /// Acknowledged znodes that did not come back, as far as the check can tell.
-    pub fn missing(&self, created: u64) -> u64 {
+    pub(crate) fn missing(&self, created: u64) -> u64 {
         match self.children {
             None => created,
             Some(n) => created.saturating_sub(u64::try_from(n).unwrap_or(0)),
@@ -76,7 +76,7 @@ impl Check {
 }
 
 /// Everything measured on one server.
-pub struct Report {
+pub(crate) struct Report {
     pub kind: ServerKind,
     pub command: String,
     pub snap_count: u64,
@@ -115,18 +115,18 @@ impl Report {
     }
 
     /// Creates in the log after the snapshot, which recovery replays (sessions' own txns aside).
-    pub fn log_tail_creates(&self) -> Option<i64> {
+    pub(crate) fn log_tail_creates(&self) -> Option<i64> {
         datadir::txns_between(self.snapshot?.zxid, self.last_zxid?)
     }
 
-    pub fn missing(&self) -> Option<u64> {
+    pub(crate) fn missing(&self) -> Option<u64> {
         self.check.as_ref().map(|c| c.missing(self.created))
     }
 }
 
 /// Runs the recovery benchmark on Keeper (and ZooKeeper with `peer`), prints it, and returns
 /// its JSON. Fails (after printing) if a server lost acknowledged znodes or a step failed.
-pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     let mut kinds = vec![ServerKind::Keeper];
     if settings.peer {
         kinds.push(ServerKind::Zookeeper);
@@ -333,7 +333,7 @@ async fn wait_for_snapshot(
 /// Counts the children of `parent` and reads back a sample of `{parent}/z-<index>` for index in
 /// `0..created`: the last ones (the log tail, where a loss would be), the first ones, and a
 /// random spread.
-pub async fn check(
+pub(crate) async fn check(
     connect: &str,
     parent: &str,
     created: u64,

@@ -99,7 +99,7 @@ pub struct Settings {
 }
 
 /// Runs both workloads on both clients, prints the table and the ratios, returns the JSON.
-pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     // testkit's throwaway redis-server (no persistence, killed on drop and if this process
     // dies); its start blocks while it waits for PONG, so it runs off the runtime's threads.
     let server = match &settings.url {

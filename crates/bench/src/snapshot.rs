@@ -38,7 +38,7 @@ const TARGET_RATIO: f64 = 2.0;
 
 /// What `--snapshot-latency` does, from the command line.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub znodes: u64,
     pub plan: Plan,
     pub launcher: Launcher,
@@ -70,7 +70,7 @@ impl Settings {
 }
 
 /// Latencies of one window, all requests and by kind.
-pub struct Window {
+pub(crate) struct Window {
     pub all: Histogram<u64>,
     pub reads: Histogram<u64>,
     pub writes: Histogram<u64>,
@@ -104,7 +104,7 @@ impl Window {
 }
 
 /// The mix cut at the snapshot.
-pub struct Windows {
+pub(crate) struct Windows {
     pub before: Window,
     pub during: Window,
     pub after: Window,
@@ -113,7 +113,11 @@ pub struct Windows {
 /// Sorts the samples into windows. Requests sent during the warm-up are left out. With a
 /// snapshot `(begin, end)` (microseconds since the run's origin), a request whose interval from
 /// send to reply overlaps it counts as during; without one, everything counts as before.
-pub fn classify(samples: &[Sample], warmup_us: u64, snapshot: Option<(u64, u64)>) -> Windows {
+pub(crate) fn classify(
+    samples: &[Sample],
+    warmup_us: u64,
+    snapshot: Option<(u64, u64)>,
+) -> Windows {
     let mut w = Windows {
         before: Window::new(),
         during: Window::new(),
@@ -137,7 +141,7 @@ const SLICE: Duration = Duration::from_millis(25);
 /// One stretch of the run where requests were slow: where it was relative to the snapshot's
 /// start (by send time), and the worst latency of the requests sent in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slice {
+pub(crate) struct Slice {
     pub offset_ms: i64,
     pub max_us: u64,
     pub requests: u64,
@@ -146,7 +150,7 @@ pub struct Slice {
 /// The `n` slices of width `slice` with the highest worst latency, after the warm-up. Knowing
 /// *when* requests stalled (as the snapshot starts, while the tree is walked, when the file is
 /// synced) says more about the cause than a quantile does.
-pub fn slowest_slices(
+pub(crate) fn slowest_slices(
     samples: &[Sample],
     warmup_us: u64,
     begin_us: u64,
@@ -173,7 +177,7 @@ pub fn slowest_slices(
 
 /// What the watcher saw of the first new snapshot.
 #[derive(Clone, Debug, Default)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub began: Option<Instant>,
     pub ended: Option<Instant>,
     pub snapshot: Option<DataFile>,
@@ -278,7 +282,7 @@ impl Drop for SnapshotWatch {
 }
 
 /// Everything the benchmark found.
-pub struct Report {
+pub(crate) struct Report {
     pub command: String,
     pub snap_count: Option<u64>,
     pub populate: Option<Duration>,
@@ -307,7 +311,7 @@ impl Report {
 }
 
 /// Runs the benchmark, prints it and returns its JSON; fails when no snapshot could be measured.
-pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     let mut report = Report {
         command: settings.launcher.describe(ServerKind::Keeper),
         snap_count: settings

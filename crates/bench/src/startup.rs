@@ -48,7 +48,7 @@ async fn try_session(addr: &str) -> Result<zk::Client, zk::Error> {
 /// connections that arrive just after it binds its port; later ones are closed until it is ready,
 /// then served). Waiting for such an attempt to time out would add seconds that say nothing about
 /// when the server became ready.
-pub async fn first_session(
+pub(crate) async fn first_session(
     server: &mut ChildServer,
     limit: Duration,
 ) -> Result<Duration, BoxError> {

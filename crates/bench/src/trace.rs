@@ -88,7 +88,7 @@ pub struct TraceArgs {
 
 /// What one run needs.
 #[derive(Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub launcher: Launcher,
     pub pairs: u32,
     pub clients: usize,
@@ -99,7 +99,7 @@ pub struct Settings {
 /// The stage totals `mntr` reports: (count, sum µs) per stage name.
 type Totals = HashMap<String, (f64, f64)>;
 
-pub async fn run(settings: &Settings) -> Result<Json, BoxError> {
+pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     if !settings.launcher.keeper_flags.sync {
         return Err("this Keeper binary has no --sync flag: nothing durable to trace".into());
     }
@@ -235,7 +235,7 @@ fn fdatasync_p50(dir: &Path) -> Result<Duration, BoxError> {
 }
 
 /// A synchronous client's times: each pair, and each op of it.
-pub struct PairTimes {
+pub(crate) struct PairTimes {
     pairs: u64,
     per_pair: Histogram<u64>,
     per_op: Histogram<u64>,
@@ -243,7 +243,7 @@ pub struct PairTimes {
 }
 
 impl PairTimes {
-    pub fn new() -> PairTimes {
+    pub(crate) fn new() -> PairTimes {
         PairTimes {
             pairs: 0,
             per_pair: new_histogram(),
@@ -252,12 +252,12 @@ impl PairTimes {
         }
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.pairs
     }
 
     /// One pair: the create sent at `t0` and answered at `t1`, the delete answered at `t2`.
-    pub fn record(&mut self, t0: Instant, t1: Instant, t2: Instant) {
+    pub(crate) fn record(&mut self, t0: Instant, t1: Instant, t2: Instant) {
         record(&mut self.per_op, t1 - t0);
         record(&mut self.per_op, t2 - t1);
         record(&mut self.per_pair, t2 - t0);
@@ -717,7 +717,7 @@ fn fmt_us(d: Duration) -> String {
 }
 
 /// The target line: the pair's p50 through each client, beside two fdatasyncs + 0.15 ms.
-pub fn target_line(
+pub(crate) fn target_line(
     library_p50: Duration,
     own_p50: Duration,
     bare_p50: Duration,

@@ -18,7 +18,7 @@ use super::stats::{Json, fmt_duration, fmt_ratio};
 
 /// A server under test: which one, and where.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub(crate) struct Target {
     pub kind: ServerKind,
     pub connect: String,
     pub command: String,
@@ -26,7 +26,7 @@ pub struct Target {
 
 /// Starts Keeper and Apache ZooKeeper as child processes and waits (up to `limit` each) for
 /// their first session, printing how each was started. Dropping the servers kills them.
-pub async fn start_servers(
+pub(crate) async fn start_servers(
     launcher: &Launcher,
     limit: Duration,
 ) -> Result<(Vec<ChildServer>, Vec<Target>), BoxError> {
@@ -52,7 +52,7 @@ pub async fn start_servers(
 
 /// Starts both servers (see [`start_servers`]), takes `measure`'s figures against them, then
 /// kills them: the servers stay up until every figure is taken.
-pub async fn on_both_servers<R>(
+pub(crate) async fn on_both_servers<R>(
     launcher: &Launcher,
     limit: Duration,
     measure: impl AsyncFnOnce(&[Target]) -> R,
@@ -68,7 +68,7 @@ pub async fn on_both_servers<R>(
 /// every other trial in reverse order, so that whatever drifts during a run (a server's log
 /// file warming up, the JIT, other load on the machine) does not favour the combinations that
 /// happen to come last.
-pub fn runs(trials: u32, targets: &[Target]) -> impl Iterator<Item = (u32, Combo, String)> {
+pub(crate) fn runs(trials: u32, targets: &[Target]) -> impl Iterator<Item = (u32, Combo, String)> {
     (0..trials).flat_map(move |trial| {
         Combo::in_turn(trial)
             .filter_map(move |combo| Some((trial, combo, connect(targets, combo.server)?)))
@@ -76,7 +76,7 @@ pub fn runs(trials: u32, targets: &[Target]) -> impl Iterator<Item = (u32, Combo
 }
 
 /// Where the server of `kind` among `targets` listens.
-pub fn connect(targets: &[Target], kind: ServerKind) -> Option<String> {
+pub(crate) fn connect(targets: &[Target], kind: ServerKind) -> Option<String> {
     targets
         .iter()
         .find(|t| t.kind == kind)
@@ -85,20 +85,20 @@ pub fn connect(targets: &[Target], kind: ServerKind) -> Option<String> {
 
 /// Which client library runs the recipe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Client {
+pub(crate) enum Client {
     Lockkeeper,
     Curator,
 }
 
 impl Client {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Client::Lockkeeper => "lockkeeper",
             Client::Curator => "Curator",
         }
     }
 
-    pub fn json_key(self) -> &'static str {
+    pub(crate) fn json_key(self) -> &'static str {
         match self {
             Client::Lockkeeper => "lockkeeper",
             Client::Curator => "curator",
@@ -108,14 +108,14 @@ impl Client {
 
 /// A client on a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Combo {
+pub(crate) struct Combo {
     pub client: Client,
     pub server: ServerKind,
 }
 
 impl Combo {
     /// Every combination, in the order measured; Curator on Keeper is extra information.
-    pub const ALL: [Combo; 4] = [
+    pub(crate) const ALL: [Combo; 4] = [
         Combo::new(Client::Lockkeeper, ServerKind::Keeper),
         Combo::new(Client::Lockkeeper, ServerKind::Zookeeper),
         Combo::BASELINE,
@@ -123,10 +123,10 @@ impl Combo {
     ];
 
     /// What every ratio is taken against.
-    pub const BASELINE: Combo = Combo::new(Client::Curator, ServerKind::Zookeeper);
+    pub(crate) const BASELINE: Combo = Combo::new(Client::Curator, ServerKind::Zookeeper);
 
     /// The combinations in the order of trial `trial`: every other trial reversed.
-    pub fn in_turn(trial: u32) -> impl Iterator<Item = Combo> {
+    pub(crate) fn in_turn(trial: u32) -> impl Iterator<Item = Combo> {
         let mut order = Combo::ALL;
         if trial % 2 == 1 {
             order.reverse();
@@ -134,22 +134,22 @@ impl Combo {
         order.into_iter()
     }
 
-    pub const fn new(client: Client, server: ServerKind) -> Combo {
+    pub(crate) const fn new(client: Client, server: ServerKind) -> Combo {
         Combo { client, server }
     }
 
     /// `lockkeeper-keeper`, for znode paths.
-    pub fn key(self) -> String {
+    pub(crate) fn key(self) -> String {
         format!("{}-{}", self.client.json_key(), self.server.json_key())
     }
 
     /// `lockkeeper on Keeper`, for tables.
-    pub fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         format!("{} on {}", self.client.name(), self.server.name())
     }
 
     /// The `client` and `server` fields of a JSON row.
-    pub fn json_fields(self) -> Vec<(&'static str, Json)> {
+    pub(crate) fn json_fields(self) -> Vec<(&'static str, Json)> {
         vec![
             ("client", Json::Str(self.client.json_key().into())),
             ("server", Json::Str(self.server.json_key().into())),
@@ -158,7 +158,7 @@ impl Combo {
 }
 
 /// One measurement of one combination in one trial.
-pub struct Trial<T> {
+pub(crate) struct Trial<T> {
     pub combo: Combo,
     pub trial: u32,
     pub result: Result<T, String>,
@@ -167,7 +167,7 @@ pub struct Trial<T> {
 impl<T> Trial<T> {
     /// Its JSON row: `client`, `server`, `trial` (from 1), then `fields` of the figure or its
     /// `error`.
-    pub fn json(&self, fields: impl FnOnce(&T) -> Vec<(&'static str, Json)>) -> Json {
+    pub(crate) fn json(&self, fields: impl FnOnce(&T) -> Vec<(&'static str, Json)>) -> Json {
         let mut f = self.combo.json_fields();
         f.push(("trial", Json::num(self.trial + 1)));
         match &self.result {
@@ -179,7 +179,7 @@ impl<T> Trial<T> {
 }
 
 /// The figures of `combo` that were taken, in trial order.
-pub fn taken<T>(trials: &[Trial<T>], combo: Combo) -> impl Iterator<Item = &T> {
+pub(crate) fn taken<T>(trials: &[Trial<T>], combo: Combo) -> impl Iterator<Item = &T> {
     trials
         .iter()
         .filter(move |t| t.combo == combo)
@@ -187,12 +187,12 @@ pub fn taken<T>(trials: &[Trial<T>], combo: Combo) -> impl Iterator<Item = &T> {
 }
 
 /// The figure of `combo` with the highest `score` (the first of equals).
-pub fn best<T>(trials: &[Trial<T>], combo: Combo, score: impl Fn(&T) -> f64) -> Option<&T> {
+pub(crate) fn best<T>(trials: &[Trial<T>], combo: Combo, score: impl Fn(&T) -> f64) -> Option<&T> {
     taken(trials, combo).reduce(|a, b| if score(b) > score(a) { b } else { a })
 }
 
 /// One row per combination, in [`Combo::ALL`]'s order: `client`, `server`, then `fields`.
-pub fn per_combo_json(fields: impl Fn(Combo) -> Vec<(&'static str, Json)>) -> Json {
+pub(crate) fn per_combo_json(fields: impl Fn(Combo) -> Vec<(&'static str, Json)>) -> Json {
     Json::Arr(
         Combo::ALL
             .into_iter()
@@ -207,14 +207,14 @@ pub fn per_combo_json(fields: impl Fn(Combo) -> Vec<(&'static str, Json)>) -> Js
 
 /// A column of the printed ratio table: each combination's `figure` over Curator on
 /// ZooKeeper's.
-pub struct Column<'a> {
+pub(crate) struct Column<'a> {
     pub title: &'static str,
     pub width: usize,
     pub figure: &'a dyn Fn(Combo) -> Option<f64>,
 }
 
 /// What every comparison report carries besides its own figures.
-pub struct Record {
+pub(crate) struct Record {
     pub targets: Vec<Target>,
     /// How the Curator JVM was started, once it was.
     pub curator_command: Option<String>,
@@ -223,7 +223,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn new(targets: &[Target]) -> Record {
+    pub(crate) fn new(targets: &[Target]) -> Record {
         Record {
             targets: targets.to_vec(),
             curator_command: None,
@@ -233,7 +233,7 @@ impl Record {
 
     /// The Curator JVM when it started (its command printed and kept for the JSON); else
     /// `None`, the reason recorded as a failure.
-    pub fn curator<J>(
+    pub(crate) fn curator<J>(
         &mut self,
         started: Result<J, BoxError>,
         describe: impl Fn(&J) -> &str,
@@ -252,14 +252,14 @@ impl Record {
     }
 
     /// Prints and records a figure that could not be taken.
-    pub fn fail(&mut self, what: &str, error: &BoxError) {
+    pub(crate) fn fail(&mut self, what: &str, error: &BoxError) {
         println!("{what}: error: {error}");
         self.errors.push(format!("{what}: {error}"));
     }
 
     /// Adds one trial to `trials`: its `row` printed, or its failure (`<what>, <combo>`)
     /// printed and recorded.
-    pub fn add<T>(
+    pub(crate) fn add<T>(
         &mut self,
         trials: &mut Vec<Trial<T>>,
         what: &str,
@@ -280,7 +280,7 @@ impl Record {
 
     /// The JSON document: `command`, `servers`, `settings`, the report's own `figures`, `goals`
     /// and `errors`.
-    pub fn json(
+    pub(crate) fn json(
         &self,
         settings: Vec<(&'static str, Json)>,
         figures: Vec<(&'static str, Json)>,
@@ -317,14 +317,14 @@ impl Record {
 
     /// `json`, or a [`Partial`](super::compare::Partial) carrying it and naming every failure
     /// (each also on stderr after `prefix`).
-    pub fn finish(&self, json: Json, prefix: &str) -> Result<Json, BoxError> {
+    pub(crate) fn finish(&self, json: Json, prefix: &str) -> Result<Json, BoxError> {
         json_or_partial(json, &self.errors, prefix)
     }
 }
 
 /// Prints every combination but the baseline with `columns`' ratios against Curator on
 /// ZooKeeper.
-pub fn print_ratios(columns: &[Column]) {
+pub(crate) fn print_ratios(columns: &[Column]) {
     let mut header = "\nagainst Curator on ZooKeeper, same run".to_string();
     for c in columns {
         header.push_str(&format!(" {:>w$}", c.title, w = c.width));
@@ -341,7 +341,7 @@ pub fn print_ratios(columns: &[Column]) {
 }
 
 /// Prints the `targets:` list.
-pub fn print_goals(goals: &[Goal]) {
+pub(crate) fn print_goals(goals: &[Goal]) {
     println!("\ntargets:");
     for goal in goals {
         println!("  {}", goal.row());
@@ -350,7 +350,7 @@ pub fn print_goals(goals: &[Goal]) {
 
 /// A ratio the benchmark is held to: `measured / baseline` should reach `target` (rates), or
 /// stay at or below it (`at_most`, for times, where lower is better).
-pub struct Goal {
+pub(crate) struct Goal {
     pub name: &'static str,
     pub ratio: Option<f64>,
     pub target: f64,
@@ -359,7 +359,7 @@ pub struct Goal {
 
 impl Goal {
     /// `None` when either side could not be measured.
-    pub fn met(&self) -> Option<bool> {
+    pub(crate) fn met(&self) -> Option<bool> {
         let r = self.ratio?;
         Some(if self.at_most {
             r <= self.target
@@ -369,7 +369,7 @@ impl Goal {
     }
 
     /// One line of the printed `targets:` list.
-    pub fn row(&self) -> String {
+    pub(crate) fn row(&self) -> String {
         let verdict = match self.met() {
             Some(true) => "met",
             Some(false) => "MISSED",
@@ -389,7 +389,7 @@ impl Goal {
         )
     }
 
-    pub fn to_json(&self) -> Json {
+    pub(crate) fn to_json(&self) -> Json {
         Json::obj(vec![
             ("name", Json::Str(self.name.into())),
             ("ratio", Json::opt_num(self.ratio)),

@@ -12,7 +12,7 @@ use crate::stats::{Json, fmt_duration, fmt_ratio, ratio};
 use crate::versus::{Goal, print_goals};
 
 /// One measurement of one side in one trial (from 0), or why it could not be taken.
-pub struct Trial<T> {
+pub(crate) struct Trial<T> {
     pub side: Side,
     pub trial: u32,
     pub result: Result<T, String>,
@@ -20,7 +20,7 @@ pub struct Trial<T> {
 
 /// What one run measured.
 #[derive(Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub uncontended: Vec<Trial<Uncontended>>,
     pub contended: Vec<Trial<Contended>>,
     /// Every figure that could not be taken, with the reason.
@@ -37,7 +37,7 @@ fn best<T>(trials: &[Trial<T>], side: Side, score: impl Fn(&T) -> f64) -> Option
 }
 
 impl Report {
-    pub fn print_uncontended_header(&self, s: &Settings) {
+    pub(crate) fn print_uncontended_header(&self, s: &Settings) {
         println!(
             "\nuncontended lock+unlock, 1 client, up to {} cycles or {}",
             s.cycles,
@@ -49,7 +49,7 @@ impl Report {
         );
     }
 
-    pub fn add_uncontended(
+    pub(crate) fn add_uncontended(
         &mut self,
         side: Side,
         trial: u32,
@@ -74,7 +74,7 @@ impl Report {
         });
     }
 
-    pub fn print_contended_header(&self, s: &Settings) {
+    pub(crate) fn print_contended_header(&self, s: &Settings) {
         println!(
             "\ncontended handoffs, {} clients (a session each) looping lock -> unlock on one \
              name, up to {} each or {}; wait = asking to holding",
@@ -85,7 +85,12 @@ impl Report {
         println!("{}", Contended::table_header(26));
     }
 
-    pub fn add_contended(&mut self, side: Side, trial: u32, result: Result<Contended, BoxError>) {
+    pub(crate) fn add_contended(
+        &mut self,
+        side: Side,
+        trial: u32,
+        result: Result<Contended, BoxError>,
+    ) {
         match &result {
             Ok(c) => println!("{}", c.table_row(side.label(), trial, 26)),
             Err(e) => self.fail(&format!("contended, {}", side.label()), e),
@@ -103,7 +108,7 @@ impl Report {
     }
 
     /// The best uncontended rate of `side` over its trials.
-    pub fn cycles(&self, side: Side) -> Option<f64> {
+    pub(crate) fn cycles(&self, side: Side) -> Option<f64> {
         best(&self.uncontended, side, Uncontended::per_sec).map(Uncontended::per_sec)
     }
 
@@ -112,18 +117,18 @@ impl Report {
         best(&self.contended, side, Contended::per_sec)
     }
 
-    pub fn handoffs(&self, side: Side) -> Option<f64> {
+    pub(crate) fn handoffs(&self, side: Side) -> Option<f64> {
         self.contended_of(side).map(Contended::per_sec)
     }
 
     /// The p99 wait of `side`'s best contended trial, in microseconds.
-    pub fn p99_wait_us(&self, side: Side) -> Option<f64> {
+    pub(crate) fn p99_wait_us(&self, side: Side) -> Option<f64> {
         self.contended_of(side)
             .map(|c| c.wait_quantile(0.99).as_secs_f64() * 1e6)
     }
 
     /// The target the issue sets: lockkeeper's contended handoffs/s at least 3x v3lock's.
-    pub fn goals(&self) -> Vec<Goal> {
+    pub(crate) fn goals(&self) -> Vec<Goal> {
         vec![Goal {
             name: "contended handoffs/s, lockkeeper / v3lock",
             ratio: ratio(self.handoffs(Side::Lockkeeper), self.handoffs(Side::V3lock)),
@@ -163,12 +168,12 @@ impl Report {
     }
 
     /// Prints the summary and returns the JSON, or a `Partial` naming what failed.
-    pub fn finish(self, json: Json) -> Result<Json, BoxError> {
+    pub(crate) fn finish(self, json: Json) -> Result<Json, BoxError> {
         self.print_summary();
         json_or_partial(json, &self.errors, "etcd lock benchmark: ")
     }
 
-    pub fn to_json(&self, s: &Settings, endpoint: &str, version: &str) -> Json {
+    pub(crate) fn to_json(&self, s: &Settings, endpoint: &str, version: &str) -> Json {
         let row = |side: Side, trial: u32, fields: Result<Vec<(&'static str, Json)>, &String>| {
             let mut f = vec![
                 ("client", Json::Str(side.json_key().into())),

@@ -21,7 +21,7 @@ use crate::locks::ACQUIRE_LIMIT;
 const CALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// One client of etcd's lock service, holding a lease.
-pub struct V3Lock {
+pub(super) struct V3Lock {
     client: Client,
     lease: i64,
     name: String,
@@ -32,7 +32,7 @@ pub struct V3Lock {
 impl V3Lock {
     /// Connects to `endpoint` (`host:port`), grants a lease of `ttl` (whole seconds, at least
     /// one) and keeps it alive; every step bounded by `connect_limit`.
-    pub async fn open(
+    pub(super) async fn open(
         endpoint: &str,
         name: &str,
         ttl: Duration,
@@ -83,7 +83,7 @@ impl V3Lock {
 
     /// One `Lock` + `Unlock` on the lock's name; returns how long `Lock` took to answer (the
     /// wait for the grant).
-    pub async fn cycle(&self) -> Result<Duration, BoxError> {
+    pub(super) async fn cycle(&self) -> Result<Duration, BoxError> {
         let mut locks = self.client.lock_client();
         let asked = Instant::now();
         let options = LockOptions::new().with_lease(self.lease);
@@ -102,7 +102,7 @@ impl V3Lock {
     }
 
     /// Stops the keep-alive and revokes the lease (best effort, bounded).
-    pub async fn close(self) {
+    pub(super) async fn close(self) {
         self.keep_alive.abort();
         let mut leases = self.client.lease_client();
         let _ = tokio::time::timeout(CALL_LIMIT, leases.revoke(self.lease)).await;

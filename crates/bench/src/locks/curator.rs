@@ -20,7 +20,7 @@ const SOURCE: &str = include_str!("../CuratorLockBench.java");
 const CLASS: &str = "CuratorLockBench";
 
 /// The running JVM.
-pub struct CuratorJvm {
+pub(super) struct CuratorJvm {
     jvm: Jvm,
     command: String,
     /// Holds the compiled class for as long as the JVM runs.
@@ -29,7 +29,7 @@ pub struct CuratorJvm {
 
 impl CuratorJvm {
     /// Compiles the program and starts it with `java`, ending itself after `watchdog`.
-    pub async fn start(
+    pub(super) async fn start(
         java: &Path,
         classpath: &str,
         watchdog: Duration,
@@ -44,13 +44,13 @@ impl CuratorJvm {
     }
 
     /// The command line, printed so a reader knows what was measured.
-    pub fn describe(&self) -> &str {
+    pub(super) fn describe(&self) -> &str {
         &self.command
     }
 
     /// Up to `cycles` acquire+release cycles on one session, or until `limit` passed, after
     /// up to `warmup_cycles` unmeasured ones within `warmup`.
-    pub async fn uncontended(
+    pub(super) async fn uncontended(
         &mut self,
         connect: &str,
         path: &str,
@@ -77,7 +77,7 @@ impl CuratorJvm {
 
     /// `clients` sessions on one lock, each looping acquire -> release up to `cycles` times or
     /// until `limit` passed.
-    pub async fn contended(
+    pub(super) async fn contended(
         &mut self,
         connect: &str,
         path: &str,
@@ -107,7 +107,7 @@ impl CuratorJvm {
     }
 
     /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.
-    pub async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.jvm.stop().await;
     }
 }

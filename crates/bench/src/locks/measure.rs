@@ -17,7 +17,7 @@ use crate::BoxError;
 use crate::stats::{self, Json, rate};
 
 /// Bound on one acquisition: far beyond any wait a healthy run sees.
-pub const ACQUIRE_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const ACQUIRE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Session timeout asked of the server: a benchmark on a loaded machine must not lose its
 /// session to a scheduling hiccup.
@@ -25,20 +25,20 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Uncontended lock+release cycles on one session.
 #[derive(Clone, Debug)]
-pub struct Uncontended {
+pub(crate) struct Uncontended {
     pub cycles: u64,
     pub elapsed: Duration,
 }
 
 impl Uncontended {
-    pub fn per_sec(&self) -> f64 {
+    pub(crate) fn per_sec(&self) -> f64 {
         rate(self.cycles, self.elapsed)
     }
 }
 
 /// Several sessions handing one lock from one to the next.
 #[derive(Clone, Debug)]
-pub struct Contended {
+pub(crate) struct Contended {
     pub clients: usize,
     /// Acquisitions over all sessions (each is one handoff).
     pub handoffs: u64,
@@ -53,7 +53,7 @@ pub struct Contended {
 
 impl Contended {
     /// The column heads of a contended run's rows, the label column `width` wide.
-    pub fn table_header(width: usize) -> String {
+    pub(crate) fn table_header(width: usize) -> String {
         format!(
             "{:<width$} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>8}",
             "client",
@@ -68,7 +68,7 @@ impl Contended {
     }
 
     /// One trial's row under [`table_header`](Contended::table_header).
-    pub fn table_row(&self, label: &str, trial: u32, width: usize) -> String {
+    pub(crate) fn table_row(&self, label: &str, trial: u32, width: usize) -> String {
         format!(
             "{label:<width$} {:>5} {:>8} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
             trial + 1,
@@ -82,7 +82,7 @@ impl Contended {
     }
 
     /// The figures of the run for a JSON report, wait times in microseconds.
-    pub fn json(&self) -> Vec<(&'static str, Json)> {
+    pub(crate) fn json(&self) -> Vec<(&'static str, Json)> {
         let us = |d: Duration| Json::num(d.as_secs_f64() * 1e6);
         vec![
             ("sessions", Json::num(self.clients as u32)),
@@ -97,7 +97,7 @@ impl Contended {
         ]
     }
 
-    pub fn from_waits(clients: usize, waits: &[Duration], elapsed: Duration) -> Contended {
+    pub(crate) fn from_waits(clients: usize, waits: &[Duration], elapsed: Duration) -> Contended {
         let mut hist = stats::new_histogram();
         for &wait in waits {
             stats::record(&mut hist, wait);
@@ -117,17 +117,17 @@ impl Contended {
         }
     }
 
-    pub fn per_sec(&self) -> f64 {
+    pub(crate) fn per_sec(&self) -> f64 {
         rate(self.handoffs, self.elapsed)
     }
 
-    pub fn wait_quantile(&self, q: f64) -> Duration {
+    pub(crate) fn wait_quantile(&self, q: f64) -> Duration {
         Duration::from_micros(self.waits.value_at_quantile(q))
     }
 
     /// Longest wait over mean wait: 1 would be perfectly even; a lock that lets some waiters
     /// starve while others barge shows a large figure.
-    pub fn fairness(&self) -> Option<f64> {
+    pub(crate) fn fairness(&self) -> Option<f64> {
         let mean = self.mean_wait.as_secs_f64();
         (mean > 0.0).then(|| self.max_wait.as_secs_f64() / mean)
     }
@@ -135,21 +135,21 @@ impl Contended {
 
 /// Watch notifications per release with many waiters on one lock.
 #[derive(Clone, Debug)]
-pub struct Herd {
+pub(crate) struct Herd {
     pub sessions: usize,
     pub releases: u64,
     pub notifications: u64,
 }
 
 impl Herd {
-    pub fn per_release(&self) -> Option<f64> {
+    pub(crate) fn per_release(&self) -> Option<f64> {
         (self.releases > 0).then(|| self.notifications as f64 / self.releases as f64)
     }
 }
 
 /// Which lockkeeper lock a herd measurement uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LockKind {
+pub(crate) enum LockKind {
     /// The fair, herd-free Mutex: each waiter watches its predecessor only.
     Mutex,
     /// The naive lock on one fixed node: every waiter watches it.
@@ -157,7 +157,7 @@ pub enum LockKind {
 }
 
 impl LockKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LockKind::Mutex => "Mutex",
             LockKind::Simple => "SimpleLock",
@@ -166,7 +166,7 @@ impl LockKind {
 }
 
 /// Opens one lockkeeper session, bounded by `limit`.
-pub async fn open(connect: &str, limit: Duration) -> Result<Session, BoxError> {
+pub(crate) async fn open(connect: &str, limit: Duration) -> Result<Session, BoxError> {
     let builder = Session::builder(connect).session_timeout(SESSION_TIMEOUT);
     match tokio::time::timeout(limit, builder.connect()).await {
         Ok(Ok(session)) => Ok(session),
@@ -176,13 +176,17 @@ pub async fn open(connect: &str, limit: Duration) -> Result<Session, BoxError> {
 }
 
 /// Opens `n` sessions (see [`open`]); on any failure closes those that opened.
-pub async fn open_many(connect: &str, n: usize, limit: Duration) -> Result<Vec<Session>, BoxError> {
+pub(crate) async fn open_many(
+    connect: &str,
+    n: usize,
+    limit: Duration,
+) -> Result<Vec<Session>, BoxError> {
     open_all(n, || open(connect, limit), close_all).await
 }
 
 /// Opens `n` clients at once with `open`; on any failure closes those that opened with
 /// `close` and returns the first error. For every backend's contenders.
-pub async fn open_all<T, Opened, Closed>(
+pub(crate) async fn open_all<T, Opened, Closed>(
     n: usize,
     open: impl Fn() -> Opened,
     close: impl FnOnce(Vec<T>) -> Closed,
@@ -210,7 +214,7 @@ where
 }
 
 /// Closes every session, all at once.
-pub async fn close_all(sessions: Vec<Session>) {
+pub(crate) async fn close_all(sessions: Vec<Session>) {
     futures::future::join_all(sessions.iter().map(|s| s.close())).await;
 }
 
@@ -234,7 +238,7 @@ async fn cycle(mutex: &Mutex) -> Result<Duration, BoxError> {
 /// not on a runtime worker, so each reply would cross threads to reach it: a wake-up per
 /// request that the client library does not cost where it is normally used (`--trace` shows
 /// both).
-pub async fn uncontended(
+pub(super) async fn uncontended(
     connect: &str,
     path: &str,
     warmup_cycles: u32,
@@ -279,7 +283,7 @@ pub async fn uncontended(
 
 /// `clients` sessions, each with its own Mutex on `path`, looping lock -> release up to
 /// `cycles` times or until `limit` passed (then each finishes the wait it is in).
-pub async fn contended(
+pub(super) async fn contended(
     connect: &str,
     path: &str,
     clients: usize,
@@ -308,7 +312,7 @@ pub async fn contended(
 /// calls its `cycle` (one lock -> release, returning the wait) up to `cycles` times or until
 /// `limit` passed (then it finishes the wait it is in); every wait is gathered, timed from the
 /// start.
-pub async fn contend<C, F>(
+pub(crate) async fn contend<C, F>(
     contenders: impl IntoIterator<Item = C>,
     cycles: usize,
     limit: Duration,
@@ -353,7 +357,7 @@ where
 
 /// `sessions` sessions contend for one lock of `kind`, each acquiring and releasing it
 /// `cycles` times; returns the watch notifications their waiters received per release.
-pub async fn herd(
+pub(super) async fn herd(
     connect: &str,
     path: &str,
     kind: LockKind,

@@ -14,7 +14,7 @@ use crate::versus::{
 /// What one run measured; a figure that could not be taken is an `Err` with the reason. The
 /// comparisons use each combination's best trial (the highest rate; for contended runs, the
 /// wait figures of that same trial).
-pub struct Report {
+pub(crate) struct Report {
     pub record: Record,
     pub uncontended: Vec<Trial<Uncontended>>,
     pub contended: Vec<Trial<Contended>>,
@@ -22,7 +22,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(targets: &[Target]) -> Report {
+    pub(crate) fn new(targets: &[Target]) -> Report {
         Report {
             record: Record::new(targets),
             uncontended: Vec::new(),
@@ -31,7 +31,7 @@ impl Report {
         }
     }
 
-    pub fn print_uncontended_header(&self, s: &Settings) {
+    pub(crate) fn print_uncontended_header(&self, s: &Settings) {
         println!(
             "\nuncontended lock+release, 1 session, up to {} cycles or {}",
             s.cycles,
@@ -43,7 +43,7 @@ impl Report {
         );
     }
 
-    pub fn add_uncontended(
+    pub(crate) fn add_uncontended(
         &mut self,
         combo: Combo,
         trial: u32,
@@ -62,7 +62,7 @@ impl Report {
         (self.record).add(trials, "uncontended", (combo, trial), result, row);
     }
 
-    pub fn print_contended_header(&self, s: &Settings) {
+    pub(crate) fn print_contended_header(&self, s: &Settings) {
         println!(
             "\ncontended handoffs, {} sessions on one lock, up to {} each or {}; wait = asking to holding",
             s.clients,
@@ -72,13 +72,18 @@ impl Report {
         println!("{}", Contended::table_header(24));
     }
 
-    pub fn add_contended(&mut self, combo: Combo, trial: u32, result: Result<Contended, BoxError>) {
+    pub(crate) fn add_contended(
+        &mut self,
+        combo: Combo,
+        trial: u32,
+        result: Result<Contended, BoxError>,
+    ) {
         let row = |c: &Contended| c.table_row(&combo.label(), trial, 24);
         let trials = &mut self.contended;
         (self.record).add(trials, "contended", (combo, trial), result, row);
     }
 
-    pub fn print_herd_header(&self, s: &Settings) {
+    pub(crate) fn print_herd_header(&self, s: &Settings) {
         println!(
             "\nwatch notifications per release, {} sessions on one lock, {} acquisitions each",
             s.waiters, s.waiter_cycles
@@ -89,7 +94,12 @@ impl Report {
         );
     }
 
-    pub fn add_herd(&mut self, kind: LockKind, server: ServerKind, result: Result<Herd, BoxError>) {
+    pub(crate) fn add_herd(
+        &mut self,
+        kind: LockKind,
+        server: ServerKind,
+        result: Result<Herd, BoxError>,
+    ) {
         let label = format!("{} on {}", kind.name(), server.name());
         match &result {
             Ok(h) => println!(
@@ -195,13 +205,13 @@ impl Report {
     }
 
     /// Prints the goals and returns the JSON, or a `Partial` naming what failed.
-    pub fn finish(self, settings: &Settings) -> Result<Json, BoxError> {
+    pub(crate) fn finish(self, settings: &Settings) -> Result<Json, BoxError> {
         self.print_summary();
         let json = self.to_json(settings);
         self.record.finish(json, "lock benchmark: ")
     }
 
-    pub fn to_json(&self, s: &Settings) -> Json {
+    pub(crate) fn to_json(&self, s: &Settings) -> Json {
         let uncontended = self
             .uncontended
             .iter()

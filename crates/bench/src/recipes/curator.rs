@@ -18,14 +18,14 @@ use crate::jvm::{Classes, Jvm, START_LIMIT};
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The running command JVM.
-pub struct CuratorRecipeJvm {
+pub(super) struct CuratorRecipeJvm {
     jvm: Jvm,
     command: String,
 }
 
 impl CuratorRecipeJvm {
     /// Starts the compiled program in `commands` mode, ending itself after `watchdog`.
-    pub async fn start(
+    pub(super) async fn start(
         java: &Path,
         classes: &Classes,
         watchdog: Duration,
@@ -46,13 +46,13 @@ impl CuratorRecipeJvm {
     }
 
     /// The command line, printed so a reader knows what was measured.
-    pub fn describe(&self) -> &str {
+    pub(super) fn describe(&self) -> &str {
         &self.command
     }
 
     /// `sessions` sessions incrementing one `DistributedAtomicLong`, up to `increments` each or
     /// until `limit` passed, retrying as `retry` says.
-    pub async fn counter(
+    pub(super) async fn counter(
         &mut self,
         connect: &str,
         path: &str,
@@ -78,7 +78,7 @@ impl CuratorRecipeJvm {
 
     /// `participants` sessions in one `LeaderLatch` election, the leader closing its latch and
     /// joining again with a new one, up to `handoffs` handoffs or until `limit` passed.
-    pub async fn handoff(
+    pub(super) async fn handoff(
         &mut self,
         connect: &str,
         path: &str,
@@ -112,7 +112,7 @@ impl CuratorRecipeJvm {
 
     /// One run of a `DistributedQueue` at `path` (see [`super::queue`]), consumed at least once
     /// with the lock path `<path>-locks`; fails unless every item came exactly once.
-    pub async fn queue(
+    pub(super) async fn queue(
         &mut self,
         connect: &str,
         path: &str,
@@ -151,7 +151,7 @@ impl CuratorRecipeJvm {
     }
 
     /// Asks the JVM to end and waits briefly; it is killed on drop if it does not.
-    pub async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.jvm.stop().await;
     }
 }

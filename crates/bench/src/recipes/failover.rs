@@ -34,7 +34,7 @@ use crate::workload::{close_session, open_session};
 
 /// One failover: from the kill to the next grant, and the killed leader's session timeout.
 #[derive(Clone, Debug)]
-pub struct Failover {
+pub(crate) struct Failover {
     pub took: Duration,
     pub floor: Duration,
 }
@@ -42,7 +42,7 @@ pub struct Failover {
 impl Failover {
     /// How far above the session timeout the next grant came, in seconds (negative would mean
     /// the server expired the session early).
-    pub fn excess_secs(&self) -> f64 {
+    pub(crate) fn excess_secs(&self) -> f64 {
         // In whole nanoseconds first, so that 4.9 s - 4 s is 0.9 and not 0.9000000000000004.
         (self.took.as_nanos() as i128 - self.floor.as_nanos() as i128) as f64 / 1e9
     }
@@ -50,7 +50,7 @@ impl Failover {
 
 /// Runs the failovers of every combination of `settings.failover_combos`, one failover of each
 /// in turn, so that drift during the run does not favour one side.
-pub async fn measure(
+pub(super) async fn measure(
     settings: &Settings,
     targets: &[Target],
     classes: Option<&Classes>,
@@ -359,7 +359,7 @@ impl<'a> Election<'a> {
 /// The hidden `--election-participant CONNECT PATH ID WATCHDOG_SECS` mode: joins the election
 /// at PATH with lockkeeper's leader latch, prints `SESSION <ms>` and `LEADER <fencing token>`,
 /// and stays leader until stdin closes (or the process is killed, which is the point).
-pub async fn participate(
+pub(crate) async fn participate(
     spec: &[String],
     session_timeout: Duration,
     connect_limit: Duration,

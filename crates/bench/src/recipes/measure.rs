@@ -19,14 +19,14 @@ use crate::stats::rate;
 use crate::workload::{close_session, open_session};
 
 /// Bound on one wait for leadership: far beyond any wait a healthy run sees.
-pub const GRANT_LIMIT: Duration = Duration::from_secs(60);
+pub(super) const GRANT_LIMIT: Duration = Duration::from_secs(60);
 
 /// Tries of one increment under `--counter-retry spin`, with no sleep in between.
 const SPIN_TRIES: u32 = 10_000;
 
 /// Several sessions incrementing one counter.
 #[derive(Clone, Debug)]
-pub struct Increments {
+pub(crate) struct Increments {
     pub sessions: usize,
     pub increments: u64,
     pub elapsed: Duration,
@@ -35,14 +35,14 @@ pub struct Increments {
 }
 
 impl Increments {
-    pub fn per_sec(&self) -> f64 {
+    pub(crate) fn per_sec(&self) -> f64 {
         rate(self.increments, self.elapsed)
     }
 }
 
 /// Leadership passed from a resigning leader to the next participant, over and over.
 #[derive(Clone, Debug)]
-pub struct Handoffs {
+pub(crate) struct Handoffs {
     pub participants: usize,
     /// From the leader's resign to the next participant's grant, one per handoff.
     pub gaps: Vec<Duration>,
@@ -51,27 +51,27 @@ pub struct Handoffs {
 }
 
 impl Handoffs {
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.gaps.len() as u64
     }
 
-    pub fn per_sec(&self) -> f64 {
+    pub(crate) fn per_sec(&self) -> f64 {
         rate(self.count(), self.elapsed)
     }
 
-    pub fn mean_gap(&self) -> Option<Duration> {
+    pub(crate) fn mean_gap(&self) -> Option<Duration> {
         let n = u32::try_from(self.gaps.len()).ok().filter(|&n| n > 0)?;
         Some(self.gaps.iter().sum::<Duration>() / n)
     }
 
-    pub fn max_gap(&self) -> Option<Duration> {
+    pub(crate) fn max_gap(&self) -> Option<Duration> {
         self.gaps.iter().copied().max()
     }
 }
 
 /// `sessions` sessions, each incrementing the atomic long at `path` up to `increments` times or
 /// until `limit` passed, retrying as `retry` says.
-pub async fn counter(
+pub(super) async fn counter(
     connect: &str,
     path: &str,
     sessions: usize,
@@ -137,7 +137,7 @@ pub async fn counter(
 /// Reads the counter at `path` as Curator's `DistributedAtomicLong` stores it (8 bytes, big
 /// endian) and fails unless it equals the increments `run` counted: a counter that loses
 /// increments would otherwise look fast.
-pub async fn check_counter(
+pub(super) async fn check_counter(
     connect: &str,
     path: &str,
     run: Increments,
@@ -179,7 +179,7 @@ struct HandoffState {
 /// `participants` sessions in one election at `path`: the leader records the handoff that made
 /// it leader, then requeues (gives leadership up and joins again at the back), until `handoffs`
 /// handoffs or `limit` passed. Then each participant in turn resigns as it is granted.
-pub async fn handoff(
+pub(super) async fn handoff(
     connect: &str,
     path: &str,
     participants: usize,

@@ -22,14 +22,14 @@ use crate::locks::{close_all, open_many};
 use crate::stats::rate;
 
 /// Bound on draining the queue after the producers stopped: far beyond a healthy run's.
-pub const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+pub(super) const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long a consumer waits for an item before it looks again whether the run is over.
 const TAKE_WAIT: Duration = Duration::from_millis(100);
 
 /// Items through one queue, produced and consumed by several sessions.
 #[derive(Clone, Debug)]
-pub struct Queued {
+pub(crate) struct Queued {
     pub producers: usize,
     pub consumers: usize,
     /// Items consumed, each exactly once (checked).
@@ -39,14 +39,14 @@ pub struct Queued {
 }
 
 impl Queued {
-    pub fn per_sec(&self) -> f64 {
+    pub(crate) fn per_sec(&self) -> f64 {
         rate(self.items, self.elapsed)
     }
 }
 
 /// The shape of one queue run, the same on both sides.
 #[derive(Clone, Copy, Debug)]
-pub struct Shape {
+pub(crate) struct Shape {
     pub producers: usize,
     pub consumers: usize,
     /// Items over all producers; producer `p` puts items `p`, `p + producers`, ...
@@ -55,7 +55,7 @@ pub struct Shape {
 
 /// Fails unless `consumed` (item names, in any order) holds each of the `produced` items
 /// `item-0` .. `item-<produced - 1>` exactly once.
-pub fn check_once(path: &str, produced: u64, consumed: &[String]) -> Result<(), BoxError> {
+pub(super) fn check_once(path: &str, produced: u64, consumed: &[String]) -> Result<(), BoxError> {
     let mut seen: HashMap<&str, u32> = HashMap::new();
     for item in consumed {
         *seen.entry(item.as_str()).or_default() += 1;
@@ -93,7 +93,7 @@ struct Progress {
 }
 
 /// One run of lockkeeper's `DistributedQueue` at `path`, consumed at least once.
-pub async fn run(
+pub(super) async fn run(
     connect: &str,
     path: &str,
     shape: Shape,

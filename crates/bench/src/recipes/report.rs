@@ -18,7 +18,7 @@ use crate::versus::{
 };
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason.
-pub struct Report {
+pub(crate) struct Report {
     pub record: Record,
     pub counter: Vec<Trial<Increments>>,
     pub queue: Vec<Trial<Queued>>,
@@ -28,7 +28,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(targets: &[Target]) -> Report {
+    pub(crate) fn new(targets: &[Target]) -> Report {
         Report {
             record: Record::new(targets),
             counter: Vec::new(),
@@ -38,7 +38,7 @@ impl Report {
         }
     }
 
-    pub fn print_counter_header(&self, s: &Settings) {
+    pub(crate) fn print_counter_header(&self, s: &Settings) {
         println!(
             "\ncounter increments, {} sessions on one counter, up to {} each or {}, {} retry; \
              final value checked",
@@ -53,7 +53,12 @@ impl Report {
         );
     }
 
-    pub fn add_counter(&mut self, combo: Combo, trial: u32, result: Result<Increments, BoxError>) {
+    pub(crate) fn add_counter(
+        &mut self,
+        combo: Combo,
+        trial: u32,
+        result: Result<Increments, BoxError>,
+    ) {
         let row = |c: &Increments| {
             format!(
                 "{:<24} {:>5} {:>10} {:>12.0} {:>11}",
@@ -68,7 +73,7 @@ impl Report {
         (self.record).add(trials, "counter", (combo, trial), result, row);
     }
 
-    pub fn print_queue_header(&self, s: &Settings) {
+    pub(crate) fn print_queue_header(&self, s: &Settings) {
         let q = s.queue;
         println!(
             "\nqueue items, {} producers and {} consumers (at least once) on one queue, {} items \
@@ -84,7 +89,7 @@ impl Report {
         );
     }
 
-    pub fn add_queue(&mut self, combo: Combo, trial: u32, result: Result<Queued, BoxError>) {
+    pub(crate) fn add_queue(&mut self, combo: Combo, trial: u32, result: Result<Queued, BoxError>) {
         let row = |q: &Queued| {
             format!(
                 "{:<24} {:>5} {:>8} {:>8.0} {:>9}",
@@ -99,7 +104,7 @@ impl Report {
         (self.record).add(trials, "queue", (combo, trial), result, row);
     }
 
-    pub fn print_handoff_header(&self, s: &Settings) {
+    pub(crate) fn print_handoff_header(&self, s: &Settings) {
         println!(
             "\nresign handoff, {} participants in one election, up to {} handoffs or {}; \
              handoff = resign to the next grant",
@@ -113,7 +118,12 @@ impl Report {
         );
     }
 
-    pub fn add_handoff(&mut self, combo: Combo, trial: u32, result: Result<Handoffs, BoxError>) {
+    pub(crate) fn add_handoff(
+        &mut self,
+        combo: Combo,
+        trial: u32,
+        result: Result<Handoffs, BoxError>,
+    ) {
         let row = |h: &Handoffs| {
             format!(
                 "{:<24} {:>5} {:>8} {:>10.0} {:>9} {:>9}",
@@ -129,7 +139,7 @@ impl Report {
         (self.record).add(trials, "handoff", (combo, trial), result, row);
     }
 
-    pub fn print_failover_header(&self, s: &Settings) {
+    pub(crate) fn print_failover_header(&self, s: &Settings) {
         println!(
             "\nelection failover, {} participant processes per election, {} session timeout \
              asked; the leader's process SIGKILLed, then timed to the next grant",
@@ -142,7 +152,12 @@ impl Report {
         );
     }
 
-    pub fn add_failover(&mut self, combo: Combo, n: u32, result: Result<Failover, BoxError>) {
+    pub(crate) fn add_failover(
+        &mut self,
+        combo: Combo,
+        n: u32,
+        result: Result<Failover, BoxError>,
+    ) {
         let row = |f: &Failover| {
             format!(
                 "{:<24} {:>5} {:>9} {:>9} {:>11}",
@@ -191,7 +206,7 @@ impl Report {
     }
 
     /// The ratios the recipes are held to, all against Curator on ZooKeeper.
-    pub fn goals(&self) -> Vec<Goal> {
+    pub(crate) fn goals(&self) -> Vec<Goal> {
         let base = Combo::BASELINE;
         let lk_keeper = Combo::new(Client::Lockkeeper, ServerKind::Keeper);
         let lk_zk = Combo::new(Client::Lockkeeper, ServerKind::Zookeeper);
@@ -270,13 +285,13 @@ impl Report {
     }
 
     /// Prints the summary and returns the JSON, or a `Partial` naming what failed.
-    pub fn finish(self, settings: &Settings) -> Result<Json, BoxError> {
+    pub(crate) fn finish(self, settings: &Settings) -> Result<Json, BoxError> {
         self.print_summary();
         let json = self.to_json(settings);
         self.record.finish(json, "recipe benchmark: ")
     }
 
-    pub fn to_json(&self, s: &Settings) -> Json {
+    pub(crate) fn to_json(&self, s: &Settings) -> Json {
         let counter = self.counter.iter().map(|t| t.json(counter_json));
         let queue = self.queue.iter().map(|t| t.json(queue_json));
         let handoff = self.handoff.iter().map(|t| t.json(handoff_json));

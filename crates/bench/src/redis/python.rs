@@ -18,7 +18,7 @@ const SCRIPT: &str = include_str!("../redis_py.py");
 
 /// What redis-py measured.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PyFigures {
+pub(super) struct PyFigures {
     pub version: String,
     pub uncontended_cycles: u64,
     pub uncontended_elapsed: Duration,
@@ -34,19 +34,19 @@ pub struct PyFigures {
 }
 
 impl PyFigures {
-    pub fn uncontended_per_sec(&self) -> f64 {
+    pub(super) fn uncontended_per_sec(&self) -> f64 {
         self.uncontended_cycles as f64 / self.uncontended_elapsed.as_secs_f64().max(1e-9)
     }
 
-    pub fn contended_per_sec(&self) -> f64 {
+    pub(super) fn contended_per_sec(&self) -> f64 {
         self.acquisitions as f64 / self.contended_elapsed.as_secs_f64().max(1e-9)
     }
 
-    pub fn changes_per_sec(&self) -> f64 {
+    pub(super) fn changes_per_sec(&self) -> f64 {
         self.holder_changes as f64 / self.contended_elapsed.as_secs_f64().max(1e-9)
     }
 
-    pub fn json(&self) -> Json {
+    pub(super) fn json(&self) -> Json {
         let us = |d: Duration| Json::num(d.as_micros() as f64);
         Json::obj(vec![
             ("version", Json::Str(self.version.clone())),
@@ -111,7 +111,11 @@ impl PyFigures {
 
 /// Runs the script against `url` with keys under `prefix`; bounded by a timeout well past the
 /// time its two runs take.
-pub async fn run(settings: &Settings, url: &str, prefix: &str) -> Result<PyFigures, BoxError> {
+pub(super) async fn run(
+    settings: &Settings,
+    url: &str,
+    prefix: &str,
+) -> Result<PyFigures, BoxError> {
     let mut command = std::process::Command::new(&settings.python);
     command
         .arg("-c")

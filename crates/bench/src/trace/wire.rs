@@ -30,7 +30,7 @@ const WARM_UP_PAIRS: u32 = 50;
 const PATH: &str = "/trace-wire";
 
 /// A connected session that has done its untimed pairs: ready for [`Wire::pairs`].
-pub fn warmed_up(addr: SocketAddr, op_limit: Duration) -> Result<Wire, BoxError> {
+pub(super) fn warmed_up(addr: SocketAddr, op_limit: Duration) -> Result<Wire, BoxError> {
     let mut wire = Wire::connect(addr, op_limit)?;
     for _ in 0..WARM_UP_PAIRS {
         wire.pair()?;
@@ -46,7 +46,7 @@ enum Half {
 }
 
 /// A session on a blocking socket, with the pair's two requests built once.
-pub struct Wire {
+pub(super) struct Wire {
     addr: SocketAddr,
     stream: TcpStream,
     /// Bytes read but not yet taken as a frame.
@@ -61,7 +61,7 @@ pub struct Wire {
 impl Wire {
     /// `pairs` create+delete pairs of `/trace-wire` (for at most `limit`), each op answered
     /// before the next is sent.
-    pub fn pairs(&mut self, pairs: u32, limit: Duration) -> Result<PairTimes, BoxError> {
+    pub(super) fn pairs(&mut self, pairs: u32, limit: Duration) -> Result<PairTimes, BoxError> {
         let mut times = PairTimes::new();
         let started = Instant::now();
         while times.count() < u64::from(pairs) && started.elapsed() < limit {
