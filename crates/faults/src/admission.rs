@@ -18,7 +18,7 @@ struct Inside {
 
 /// The clients inside and the latest to enter.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     capacity: usize,
     inside: HashMap<String, Inside>,
     recent: VecDeque<String>,
@@ -26,7 +26,7 @@ pub struct Admission {
 
 impl Admission {
     /// For a lock of `capacity` holders at once (at least 1).
-    pub fn new(capacity: usize) -> Admission {
+    pub(crate) fn new(capacity: usize) -> Admission {
         Admission {
             capacity: capacity.max(1),
             inside: HashMap::new(),
@@ -35,13 +35,13 @@ impl Admission {
     }
 
     /// How many holders the lock admits at once.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// `client` enters with `token`; returns how many turns this overlapped that were not
     /// overlapped before.
-    pub fn enter(&mut self, client: &str, token: Option<u64>) -> u64 {
+    pub(crate) fn enter(&mut self, client: &str, token: Option<u64>) -> u64 {
         let mut overlapped = 0;
         let others = self.inside.keys().filter(|other| *other != client).count();
         if others >= self.capacity {
@@ -66,12 +66,12 @@ impl Admission {
     }
 
     /// `client` is out.
-    pub fn exit(&mut self, client: &str) {
+    pub(crate) fn exit(&mut self, client: &str) {
         self.inside.remove(client);
     }
 
     /// The latest client to enter, if it is still inside.
-    pub fn holder(&self) -> Option<&str> {
+    pub(crate) fn holder(&self) -> Option<&str> {
         self.recent
             .back()
             .map(String::as_str)
@@ -80,7 +80,7 @@ impl Admission {
 
     /// Whether `client` is among the last clients to enter, as many as the lock admits: the
     /// lock has not passed on past it.
-    pub fn is_recent(&self, client: &str) -> bool {
+    pub(crate) fn is_recent(&self, client: &str) -> bool {
         self.recent.iter().any(|c| c == client)
     }
 
@@ -88,7 +88,7 @@ impl Admission {
     /// time, someone entered after it. With several, it is not inside, or it is one of those
     /// inside beyond what the lock admits with the lowest tokens (granted first, so theirs are
     /// the leases that lapsed); without tokens, its turn was overlapped.
-    pub fn is_stale(&self, client: &str) -> bool {
+    pub(crate) fn is_stale(&self, client: &str) -> bool {
         if self.capacity == 1 {
             return self.recent.back().map(String::as_str) != Some(client);
         }

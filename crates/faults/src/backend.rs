@@ -25,7 +25,7 @@ use crate::shim::ServerClock;
 
 /// A backend of the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BackendKind {
+pub(crate) enum BackendKind {
     /// Keeper, a process of its own (this binary's `keeper` subcommand).
     Keeper,
     /// Keeper on a host of its own (a network namespace), each client on another, so faults
@@ -59,7 +59,7 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// The table and `--only` name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             BackendKind::Keeper => "keeper",
             BackendKind::KeeperNetns => "keeper-netns",
@@ -78,7 +78,7 @@ impl BackendKind {
 
     /// Whether it is Keeper or ZooKeeper: locks are paths, held by sessions of
     /// [`ZK_SESSION`](crate::client::ZK_SESSION).
-    pub fn is_zookeeper(self) -> bool {
+    pub(crate) fn is_zookeeper(self) -> bool {
         matches!(
             self,
             BackendKind::Keeper
@@ -90,7 +90,7 @@ impl BackendKind {
     }
 
     /// Whether its servers and clients are hosts of their own (network namespaces).
-    pub fn is_netns(self) -> bool {
+    pub(crate) fn is_netns(self) -> bool {
         matches!(
             self,
             BackendKind::KeeperNetns
@@ -102,7 +102,7 @@ impl BackendKind {
 
     /// How many hosts its servers take (hosts `0..n`; client slot `i` is host `n + i`), on a
     /// namespaced backend.
-    pub fn server_hosts(self) -> usize {
+    pub(crate) fn server_hosts(self) -> usize {
         match self {
             BackendKind::EnsembleNetns
             | BackendKind::EtcdClusterNetns
@@ -113,7 +113,7 @@ impl BackendKind {
 
     /// Whether its servers elect a leader (Raft, ZAB) that a partition can leave in a
     /// minority.
-    pub fn has_leader(self) -> bool {
+    pub(crate) fn has_leader(self) -> bool {
         matches!(
             self,
             BackendKind::EnsembleNetns | BackendKind::EtcdClusterNetns
@@ -121,13 +121,13 @@ impl BackendKind {
     }
 
     /// Whether it is Sentinel's set, whose master a partition can split from the rest.
-    pub fn is_sentinel(self) -> bool {
+    pub(crate) fn is_sentinel(self) -> bool {
         matches!(self, BackendKind::Sentinel | BackendKind::SentinelNetns)
     }
 
     /// Whether it is etcd: locks are key prefixes, held by leases of
     /// [`ETCD_TTL`](crate::client::ETCD_TTL).
-    pub fn is_etcd(self) -> bool {
+    pub(crate) fn is_etcd(self) -> bool {
         matches!(
             self,
             BackendKind::Etcd | BackendKind::EtcdCluster | BackendKind::EtcdClusterNetns
@@ -138,7 +138,7 @@ impl BackendKind {
     /// Keeper, the AOF redis-server, and three of the five Redlock masters. Sentinel's nodes
     /// are started by testkit without that hook, and Apache ZooKeeper times sessions with the
     /// JVM's monotonic clock as Keeper does, which Keeper's row shows.
-    pub fn has_server_clock(self) -> bool {
+    pub(crate) fn has_server_clock(self) -> bool {
         matches!(
             self,
             BackendKind::Keeper | BackendKind::Redis | BackendKind::Redlock
@@ -146,7 +146,7 @@ impl BackendKind {
     }
 
     /// The lock kinds that run on it.
-    pub fn kinds(self) -> &'static [Kind] {
+    pub(crate) fn kinds(self) -> &'static [Kind] {
         match self {
             BackendKind::Keeper | BackendKind::Zookeeper => &[
                 Kind::Mutex,
@@ -202,7 +202,7 @@ enum Servers {
 }
 
 /// Running servers of one backend.
-pub struct Backend {
+pub(crate) struct Backend {
     kind: BackendKind,
     servers: Servers,
     /// The clock the servers follow, where [`BackendKind::has_server_clock`]; its directory
@@ -228,7 +228,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 impl Backend {
     /// Starts the servers (blocking work on a blocking thread); `exe` is this binary, whose
     /// `keeper` subcommand is the Keeper server.
-    pub async fn start(kind: BackendKind, exe: &Path) -> Backend {
+    pub(crate) async fn start(kind: BackendKind, exe: &Path) -> Backend {
         let clock = kind.has_server_clock().then(|| {
             let dir = tempfile::Builder::new()
                 .prefix("lockkeeper-faults-clock-")
@@ -294,18 +294,18 @@ impl Backend {
     }
 
     /// The hosts of a namespaced backend (the servers' first, then the clients').
-    pub fn net(&self) -> Option<&Net> {
+    pub(crate) fn net(&self) -> Option<&Net> {
         self.net.as_deref()
     }
 
     /// The host of client slot `slot`, on a namespaced backend.
-    pub fn client_host(&self, slot: usize) -> usize {
+    pub(crate) fn client_host(&self, slot: usize) -> usize {
         self.kind.server_hosts() + slot
     }
 
     /// The host of the member that leads now, or of Sentinel's master (asked of the servers,
     /// bounded), on a namespaced backend that has one.
-    pub async fn leader_host(&self) -> Option<usize> {
+    pub(crate) async fn leader_host(&self) -> Option<usize> {
         // Each member asked in turn (`srvr`, or etcd's status): quick, but blocking.
         match &self.servers {
             Servers::Ensemble(ensemble) => tokio::task::block_in_place(|| ensemble.try_leader()),
@@ -361,14 +361,14 @@ impl Backend {
     }
 
     /// Which backend this is.
-    pub fn kind(&self) -> BackendKind {
+    pub(crate) fn kind(&self) -> BackendKind {
         self.kind
     }
 
     /// The servers a per-client proxy stands in front of (a connect string: every member or
     /// master), so one client can be cut off alone; `None` for Sentinel, whose clients learn
     /// the master's address from the sentinels and so would go around a proxy.
-    pub fn proxied_upstream(&self) -> Option<String> {
+    pub(crate) fn proxied_upstream(&self) -> Option<String> {
         match &self.servers {
             Servers::Keeper(k) | Servers::KeeperNetns(k) => Some(k.connect_string()),
             Servers::Zookeeper(z) => Some(z.connect_string()),
@@ -393,7 +393,7 @@ impl Backend {
     }
 
     /// The `--backend` argument for a client, through `proxy` when given.
-    pub fn endpoint(&self, proxy: Option<&Proxy>) -> String {
+    pub(crate) fn endpoint(&self, proxy: Option<&Proxy>) -> String {
         let hosts = proxy
             .map(Proxy::connect_string)
             .or_else(|| self.proxied_upstream());
@@ -419,7 +419,9 @@ impl Backend {
     /// The server's transaction log, the server's own order of events, which a checker may
     /// read: Keeper's, or one Apache ZooKeeper's (not an ensemble's: no one member's log is
     /// the whole order a checker would need across a leader change).
-    pub fn server_history(&self) -> Option<Result<Vec<(i64, lockkeeper_server::Txn)>, String>> {
+    pub(crate) fn server_history(
+        &self,
+    ) -> Option<Result<Vec<(i64, lockkeeper_server::Txn)>, String>> {
         match &self.servers {
             Servers::Keeper(k) | Servers::KeeperNetns(k) => {
                 Some(lockkeeper_server::recovery::history(&k.data_dir()).map_err(|e| e.to_string()))
@@ -432,7 +434,7 @@ impl Backend {
     }
 
     /// The clock the servers follow, if the backend has one.
-    pub fn server_clock(&self) -> Option<&ServerClock> {
+    pub(crate) fn server_clock(&self) -> Option<&ServerClock> {
         self.clock.as_ref().map(|(clock, _)| clock)
     }
 
@@ -444,7 +446,7 @@ impl Backend {
     /// persistence), a majority forgetting every lock at once; the one etcd member SIGKILLed
     /// and restarted on its data; the etcd cluster's leader SIGKILLed and restarted (the
     /// others elect a new leader meanwhile).
-    pub async fn server_fault(&mut self) {
+    pub(crate) async fn server_fault(&mut self) {
         if let Servers::Keeper(k) | Servers::KeeperNetns(k) = &mut self.servers {
             // On this thread, as in `start`.
             k.kill_and_restart()

@@ -33,7 +33,12 @@ const ROUNDS: u32 = 30;
 const CALL_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs the barrier `scenario` on `backend` for about `length`.
-pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
+pub(crate) async fn run(
+    backend: &mut Backend,
+    scenario: Scenario,
+    seed: u64,
+    length: Duration,
+) -> Row {
     let started = Instant::now();
     let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/barrier-{seed:x}");

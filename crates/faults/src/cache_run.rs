@@ -47,7 +47,12 @@ struct Watcher {
 }
 
 /// Runs the cache `scenario` on `backend` for about `length`.
-pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
+pub(crate) async fn run(
+    backend: &mut Backend,
+    scenario: Scenario,
+    seed: u64,
+    length: Duration,
+) -> Row {
     let started = Instant::now();
     let upstream = crate::recipes::upstream(backend, scenario);
     let root = format!("/faults/cache-{seed:x}");

@@ -23,11 +23,11 @@
 //! checker on the `two-phase` scenarios, the barrier checker on the `double-barrier` scenarios,
 //! the cache checker on the `tree-cache` scenarios.
 
-pub mod barrier;
-pub mod cache;
-pub mod counter;
-pub mod exclusion;
-pub mod queue;
-pub mod standing;
-pub mod two_phase;
-pub mod zk_log;
+pub(crate) mod barrier;
+pub(crate) mod cache;
+pub(crate) mod counter;
+pub(crate) mod exclusion;
+pub(crate) mod queue;
+pub(crate) mod standing;
+pub(crate) mod two_phase;
+pub(crate) mod zk_log;

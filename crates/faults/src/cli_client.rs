@@ -32,13 +32,13 @@ use crate::kind::Endpoint;
 
 /// The `lockkeeper` binary the clients run: beside this one (`cargo build -p lockkeeper-cli`
 /// puts it there), if it is there.
-pub fn lockkeeper_binary() -> Option<PathBuf> {
+pub(crate) fn lockkeeper_binary() -> Option<PathBuf> {
     let path = std::env::current_exe().ok()?.with_file_name("lockkeeper");
     path.is_file().then_some(path)
 }
 
 /// Runs `lockkeeper elect` candidacies one after another until `args.run_for` passes.
-pub async fn run(args: ClientArgs) -> Result<(), String> {
+pub(crate) async fn run(args: ClientArgs) -> Result<(), String> {
     let lockkeeper = lockkeeper_binary().ok_or("no `lockkeeper` binary beside this one")?;
     let exe = std::env::current_exe().map_err(|e| format!("this binary: {e}"))?;
     let backend = match &args.endpoint {
@@ -87,7 +87,7 @@ pub async fn run(args: ClientArgs) -> Result<(), String> {
 
 /// One leader's work, run by `lockkeeper elect`: enter the resource with the term's token,
 /// write [`WRITES`] times, exit. A refused write ends it early (a newer leader wrote).
-pub async fn term(resource: SocketAddr, name: &str, seed: u64) -> Result<(), String> {
+pub(crate) async fn term(resource: SocketAddr, name: &str, seed: u64) -> Result<(), String> {
     let token = std::env::var("LOCKKEEPER_FENCING_TOKEN")
         .map_err(|_| "no LOCKKEEPER_FENCING_TOKEN: run by `lockkeeper elect`".to_owned())?;
     token

@@ -36,18 +36,18 @@ const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
 /// [`FENCE_WAIT`](crate::fences::FENCE_WAIT), and requests are handled one at a time.
 const RESOURCE_WAIT: Duration = Duration::from_secs(30);
 /// The ZooKeeper session timeout (the test servers' minimum).
-pub const ZK_SESSION: Duration = Duration::from_secs(4);
+pub(crate) const ZK_SESSION: Duration = Duration::from_secs(4);
 /// The Redis watchdog lease and the Redlock lease.
-pub const REDIS_LEASE: Duration = Duration::from_secs(2);
+pub(crate) const REDIS_LEASE: Duration = Duration::from_secs(2);
 /// The etcd session's lease TTL (short, so a pause or a cut outlives it quickly; at least
 /// etcd's minimum lease TTL with testkit's Raft timings).
-pub const ETCD_TTL: Duration = Duration::from_secs(3);
+pub(crate) const ETCD_TTL: Duration = Duration::from_secs(3);
 /// Writes per turn.
 pub(crate) const WRITES: usize = 5;
 
 /// What one client process was told.
 #[derive(Debug)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// Where the lock lives.
     pub endpoint: Endpoint,
     /// Which lock.
@@ -66,7 +66,7 @@ pub struct ClientArgs {
 
 /// Runs turns until `run_for` passes. `Err` only when the setup itself is impossible (the
 /// resource server unreachable, an argument the library refuses).
-pub async fn run(args: ClientArgs) -> Result<(), String> {
+pub(crate) async fn run(args: ClientArgs) -> Result<(), String> {
     if args.kind == Kind::CliElect {
         return crate::cli_client::run(args).await;
     }

@@ -17,27 +17,27 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Where Debian's `libfaketime` package puts the library.
-pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+pub(crate) const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// How far a clock jump steps a clock, in seconds: far past every lease and session.
-pub const CLOCK_JUMP: i64 = 60;
+pub(crate) const CLOCK_JUMP: i64 = 60;
 
 /// One offset file: whoever was started with [`FakeClock::apply`] follows it.
 #[derive(Debug)]
-pub struct FakeClock {
+pub(crate) struct FakeClock {
     file: PathBuf,
 }
 
 impl FakeClock {
     /// A clock file at `file`, starting at the real time.
-    pub fn new(file: PathBuf) -> std::io::Result<FakeClock> {
+    pub(crate) fn new(file: PathBuf) -> std::io::Result<FakeClock> {
         std::fs::write(&file, "+0\n")?;
         Ok(FakeClock { file })
     }
 
     /// Sets the environment that makes `command` follow this clock. Errors if libfaketime is
     /// not installed, naming the package.
-    pub fn apply(&self, command: &mut Command) -> Result<(), String> {
+    pub(crate) fn apply(&self, command: &mut Command) -> Result<(), String> {
         if !Path::new(LIBFAKETIME).exists() {
             return Err(format!(
                 "{LIBFAKETIME} is missing: install Debian's faketime package (scripts/test does)"
@@ -52,7 +52,7 @@ impl FakeClock {
     }
 
     /// Steps the wall clock to `seconds` ahead of real time (negative: behind).
-    pub fn jump(&self, seconds: i64) -> std::io::Result<()> {
+    pub(crate) fn jump(&self, seconds: i64) -> std::io::Result<()> {
         std::fs::write(&self.file, format!("{seconds:+}\n"))
     }
 }

@@ -32,7 +32,12 @@ const CALLS: usize = 40;
 const CALL_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs the counter `scenario` on `backend` for about `length`.
-pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
+pub(crate) async fn run(
+    backend: &mut Backend,
+    scenario: Scenario,
+    seed: u64,
+    length: Duration,
+) -> Row {
     let started = Instant::now();
     let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/counter-{seed:x}");

@@ -14,7 +14,7 @@ use rand::Rng;
 
 /// Holds every packet of netfilter queue `queue` for `latency` plus up to `jitter`, then
 /// accepts it; returns only on an error.
-pub fn run(queue: u16, latency: Duration, jitter: Duration) -> std::io::Result<()> {
+pub(crate) fn run(queue: u16, latency: Duration, jitter: Duration) -> std::io::Result<()> {
     let mut nfq = nfq::Queue::open()?;
     nfq.bind(queue)?;
     nfq.set_nonblocking(true);

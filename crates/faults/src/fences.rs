@@ -33,10 +33,10 @@ use lockkeeper_testkit::{Keeper, NodeOptions, Postgres, RedisNode, TestServer};
 use lockkeeper_zk_client::{CreateMode, CreateOptions, Error as ZkError};
 
 /// How long one fence may take to answer before the write counts as unavailable there.
-pub const FENCE_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const FENCE_WAIT: Duration = Duration::from_secs(3);
 
 /// The fences, in table order.
-pub const NAMES: [&str; 5] = ["local", "redis", "postgres", "sqlite", "zk"];
+pub(crate) const NAMES: [&str; 5] = ["local", "redis", "postgres", "sqlite", "zk"];
 
 /// The anchor node standing in for a lock node on backends that have none.
 const ANCHOR: &str = "/faults-anchor";
@@ -46,7 +46,7 @@ const TABLE: &str = "faults_fenced";
 
 /// What one fence did with one write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Written: the token was at least the highest seen.
     Accepted,
     /// Refused: a higher token wrote first, or (ZooKeeper) the writer's lock node is gone.
@@ -56,7 +56,7 @@ pub enum Verdict {
 }
 
 /// The stores the fences live on, started once per run.
-pub struct Stores {
+pub(crate) struct Stores {
     redis: RedisNode,
     postgres: Postgres,
     keeper: Keeper,
@@ -66,7 +66,7 @@ pub struct Stores {
 impl Stores {
     /// Starts a durable `redis-server`, PostgreSQL and a Keeper (blocking: call off the async
     /// threads). Panics naming the store that could not start.
-    pub fn start() -> Stores {
+    pub(crate) fn start() -> Stores {
         Stores {
             redis: RedisNode::start_with(NodeOptions::new().durable(true)),
             postgres: Postgres::start(),
@@ -134,7 +134,7 @@ impl History {
 }
 
 /// The five fences of one scenario's resource.
-pub struct Fences {
+pub(crate) struct Fences {
     resource: String,
     local: LocalFence,
     local_value: Option<(u64, String)>,
@@ -161,7 +161,7 @@ impl fmt::Debug for Fences {
 impl Fences {
     /// Fences for `resource` (unique per scenario) on `stores`; the ZooKeeper fence on the
     /// backend at `zk_backend` when it is a ZooKeeper backend, else on the run's Keeper.
-    pub async fn open(
+    pub(crate) async fn open(
         stores: &Stores,
         resource: &str,
         zk_backend: Option<&str>,
@@ -224,7 +224,7 @@ impl Fences {
 
     /// Presents `client`'s write with `token` to every fence; `lock_node` is the writer's
     /// ZooKeeper lock node, if it has one. The verdicts, in [`NAMES`] order.
-    pub async fn write(
+    pub(crate) async fn write(
         &mut self,
         client: &str,
         token: FencingToken,
@@ -292,7 +292,7 @@ impl Fences {
     }
 
     /// Checks every fence's history against its store; one line per problem found.
-    pub async fn check(&self) -> Vec<String> {
+    pub(crate) async fn check(&self) -> Vec<String> {
         let decode = |row: Option<(FencingToken, Vec<u8>)>| {
             row.map(|(t, v)| (t.get(), String::from_utf8_lossy(&v).into_owned()))
         };

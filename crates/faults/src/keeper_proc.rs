@@ -29,7 +29,7 @@ use crate::shim::ServerClock;
 const SERVING: &str = "lockkeeper-faults keeper serving on";
 
 /// The configuration the `keeper` subcommand serves with.
-pub fn config(listen: SocketAddr, data_dir: PathBuf) -> Config {
+pub(crate) fn config(listen: SocketAddr, data_dir: PathBuf) -> Config {
     Config {
         listen,
         data_dir,
@@ -40,7 +40,7 @@ pub fn config(listen: SocketAddr, data_dir: PathBuf) -> Config {
 }
 
 /// Runs Keeper until the process is killed (the `keeper` subcommand).
-pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> Result<(), String> {
+pub(crate) async fn serve(listen: SocketAddr, data_dir: PathBuf) -> Result<(), String> {
     let server = lockkeeper_server::Server::start(config(listen, data_dir.clone()))
         .await
         .map_err(|e| format!("Keeper on {listen} ({}): {e}", data_dir.display()))?;
@@ -51,7 +51,7 @@ pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> Result<(), String> 
 }
 
 /// A Keeper child process on a loopback port, or on a host of its own.
-pub struct KeeperProcess {
+pub(crate) struct KeeperProcess {
     exe: PathBuf,
     /// The wall clock it follows, across restarts too.
     clock: Option<ServerClock>,
@@ -88,7 +88,7 @@ fn is_serving(ip: Ipv4Addr, port: u16) -> bool {
 impl KeeperProcess {
     /// Starts `exe keeper` on a free port and a fresh data directory, following `clock` if
     /// given; returns once it serves.
-    pub fn start(exe: &Path, clock: Option<ServerClock>) -> Result<KeeperProcess, String> {
+    pub(crate) fn start(exe: &Path, clock: Option<ServerClock>) -> Result<KeeperProcess, String> {
         let (data, log, store) = data_dir()?;
         let (child, port) = on_free_port(
             &launch(&log),
@@ -107,7 +107,11 @@ impl KeeperProcess {
 
     /// Starts `exe keeper` in `host`'s namespace of `net`, on its address; returns once it
     /// serves.
-    pub fn start_in(exe: &Path, net: Arc<Net>, host: usize) -> Result<KeeperProcess, String> {
+    pub(crate) fn start_in(
+        exe: &Path,
+        net: Arc<Net>,
+        host: usize,
+    ) -> Result<KeeperProcess, String> {
         let (data, log, store) = data_dir()?;
         let placed = Some((net.clone(), host));
         let ip = net.addr(host);
@@ -128,12 +132,12 @@ impl KeeperProcess {
     }
 
     /// The server's data directory (its transaction log and snapshots).
-    pub fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.data.path().join(DATA)
     }
 
     /// `IP:PORT`: loopback, or the address of its host.
-    pub fn connect_string(&self) -> String {
+    pub(crate) fn connect_string(&self) -> String {
         format!("{}:{}", self.ip(), self.port)
     }
 
@@ -145,7 +149,7 @@ impl KeeperProcess {
 
     /// SIGKILLs the server and starts it again on the same port and data directory; returns
     /// once it serves.
-    pub fn kill_and_restart(&mut self) -> Result<(), String> {
+    pub(crate) fn kill_and_restart(&mut self) -> Result<(), String> {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let log = self.data.path().join(LOG);

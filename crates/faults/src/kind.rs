@@ -11,7 +11,7 @@ use std::fmt;
 
 /// A lock kind the suite drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// ZooKeeper `Mutex`, or etcd's on an etcd backend.
     Mutex,
     /// ZooKeeper `RwLock`, write side (etcd's on an etcd backend).
@@ -51,7 +51,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 14] = [
+    pub(crate) const ALL: [Kind; 14] = [
         Kind::Mutex,
         Kind::RwWrite,
         Kind::Semaphore,
@@ -69,7 +69,7 @@ impl Kind {
     ];
 
     /// The command-line and table name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Mutex => "mutex",
             Kind::RwWrite => "rwlock-write",
@@ -89,7 +89,7 @@ impl Kind {
     }
 
     /// How many clients may hold it at once.
-    pub fn holders(self) -> usize {
+    pub(crate) fn holders(self) -> usize {
         match self {
             Kind::Semaphore2 => 2,
             _ => 1,
@@ -97,7 +97,7 @@ impl Kind {
     }
 
     /// Parses a [`name`](Kind::name).
-    pub fn parse(raw: &str) -> Result<Kind, String> {
+    pub(crate) fn parse(raw: &str) -> Result<Kind, String> {
         Kind::ALL
             .into_iter()
             .find(|k| k.name() == raw)
@@ -116,7 +116,7 @@ impl fmt::Display for Kind {
 
 /// Where a client finds its lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// A ZooKeeper connect string.
     Zk(String),
     /// One Redis server's URL.
@@ -136,7 +136,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// Parses the `--backend` argument (see the module docs).
-    pub fn parse(raw: &str) -> Result<Endpoint, String> {
+    pub(crate) fn parse(raw: &str) -> Result<Endpoint, String> {
         let hosts = |list: &str| -> Result<Vec<String>, String> {
             let hosts: Vec<String> = list.split(',').map(str::to_owned).collect();
             if hosts.iter().any(|h| h.is_empty() || !h.contains(':')) {

@@ -30,7 +30,7 @@ use std::process::Command;
 const TABLE: &str = "lockkeeper_faults";
 
 /// A bridge and its hosts.
-pub struct Net {
+pub(crate) struct Net {
     id: String,
     bridge: String,
     subnet: [u8; 3],
@@ -57,7 +57,7 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
 
 impl Net {
     /// Creates the bridge and `hosts` namespaces (at most 250).
-    pub fn create(hosts: usize) -> Result<Net, String> {
+    pub(crate) fn create(hosts: usize) -> Result<Net, String> {
         assert!(hosts <= 250, "at most 250 hosts on one /24");
         // Names and a /24 from the process id and a count of this process's nets: a net
         // just dropped may linger a moment (a namespace goes once its last process has
@@ -112,22 +112,22 @@ impl Net {
     }
 
     /// How many hosts it has.
-    pub fn hosts(&self) -> usize {
+    pub(crate) fn hosts(&self) -> usize {
         self.hosts
     }
 
     /// The namespace of `host`.
-    pub fn namespace(&self, host: usize) -> String {
+    pub(crate) fn namespace(&self, host: usize) -> String {
         format!("lk{}-h{host}", self.id)
     }
 
     /// The orchestrator's address on the bridge.
-    pub fn bridge_addr(&self) -> Ipv4Addr {
+    pub(crate) fn bridge_addr(&self) -> Ipv4Addr {
         Ipv4Addr::new(self.subnet[0], self.subnet[1], self.subnet[2], 1)
     }
 
     /// `host` as testkit places a server on it.
-    pub fn host(&self, host: usize) -> lockkeeper_testkit::Host {
+    pub(crate) fn host(&self, host: usize) -> lockkeeper_testkit::Host {
         lockkeeper_testkit::Host {
             netns: self.namespace(host),
             ip: self.addr(host),
@@ -135,7 +135,7 @@ impl Net {
     }
 
     /// The address of `host`.
-    pub fn addr(&self, host: usize) -> Ipv4Addr {
+    pub(crate) fn addr(&self, host: usize) -> Ipv4Addr {
         Ipv4Addr::new(
             self.subnet[0],
             self.subnet[1],
@@ -146,7 +146,7 @@ impl Net {
 
     /// Makes `command` start inside `host`'s namespace (the process keeps its own PID, so it
     /// is signalled as any other child).
-    pub fn enter(&self, host: usize, command: &mut Command) -> Result<(), String> {
+    pub(crate) fn enter(&self, host: usize, command: &mut Command) -> Result<(), String> {
         let path = format!("/var/run/netns/{}", self.namespace(host));
         let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
         // SAFETY: setns(2) only, between fork and exec; `file` lives in the closure, so the
@@ -166,7 +166,7 @@ impl Net {
     /// Cuts `host` from `peer` silently: in `host`'s namespace, every packet to `peer` and,
     /// unless `one_way`, every packet from it is dropped. One-way keeps what the host sends
     /// and drops only what it receives (it is heard, but hears nothing back).
-    pub fn cut(&self, host: usize, peer: Ipv4Addr, one_way: bool) -> Result<(), String> {
+    pub(crate) fn cut(&self, host: usize, peer: Ipv4Addr, one_way: bool) -> Result<(), String> {
         let peer = peer.to_string();
         self.drop_rule(host, "in", &["ip", "saddr", &peer, "drop"])?;
         if !one_way {
@@ -178,7 +178,7 @@ impl Net {
     /// Makes `host` drop `percent` % of the packets it receives from the other hosts, at
     /// random (nftables' `numgen random`): a lossy network, which TCP turns into
     /// retransmissions and stalls of hundreds of milliseconds.
-    pub fn lossy(&self, host: usize, percent: u32) -> Result<(), String> {
+    pub(crate) fn lossy(&self, host: usize, percent: u32) -> Result<(), String> {
         let (subnet, below) = (self.subnet(), percent.to_string());
         self.drop_rule(
             host,
@@ -221,7 +221,7 @@ impl Net {
     /// `delay` subcommand of `exe` (started in `host`'s namespace, returned to be killed),
     /// which holds it `latency` plus up to `jitter`. An iptables `NFQUEUE` rule, because this
     /// kernel has no `netem`; `--queue-bypass` lets packets through once the delayer is gone.
-    pub fn slow(
+    pub(crate) fn slow(
         &self,
         host: usize,
         exe: &std::path::Path,
@@ -265,13 +265,13 @@ impl Net {
     }
 
     /// Ends [`slow`](Net::slow) on `host`: the rule goes (the caller kills the delayer).
-    pub fn unslow(&self, host: usize) -> Result<(), String> {
+    pub(crate) fn unslow(&self, host: usize) -> Result<(), String> {
         let ns = self.namespace(host);
         run("ip", &["netns", "exec", &ns, "iptables", "-F", "INPUT"])
     }
 
     /// Ends every cut of `host`.
-    pub fn heal(&self, host: usize) -> Result<(), String> {
+    pub(crate) fn heal(&self, host: usize) -> Result<(), String> {
         let ns = self.namespace(host);
         run(
             "ip",

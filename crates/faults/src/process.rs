@@ -57,7 +57,7 @@ fn process_tree(pid: u32) -> Vec<u32> {
 }
 
 /// Stops a client and everything it runs, parents first (so none reacts to a child's stop).
-pub fn pause(pid: u32) {
+pub(crate) fn pause(pid: u32) {
     for process in process_tree(pid) {
         signal(process, libc::SIGSTOP);
     }
@@ -66,7 +66,7 @@ pub fn pause(pid: u32) {
 /// Resumes a client stopped by [`pause`], children first, the deepest (the one writing to the
 /// resource) a moment before the rest: a paused leader's work may wake before its supervisor
 /// notices the loss, as scheduling may have it.
-pub async fn resume(pid: u32) {
+pub(crate) async fn resume(pid: u32) {
     let mut tree = process_tree(pid);
     tree.reverse();
     let mut processes = tree.into_iter();
@@ -83,7 +83,7 @@ pub async fn resume(pid: u32) {
 }
 
 /// SIGKILLs a client and everything it runs, and reaps the client.
-pub fn kill(child: &mut Child) {
+pub(crate) fn kill(child: &mut Child) {
     for process in process_tree(child.id()).into_iter().skip(1) {
         signal(process, libc::SIGKILL);
     }

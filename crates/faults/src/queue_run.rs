@@ -50,7 +50,12 @@ struct History {
 }
 
 /// Runs the queue `scenario` on `backend` for about `length`.
-pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
+pub(crate) async fn run(
+    backend: &mut Backend,
+    scenario: Scenario,
+    seed: u64,
+    length: Duration,
+) -> Row {
     let started = Instant::now();
     let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/queue-{seed:x}");

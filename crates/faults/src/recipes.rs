@@ -14,7 +14,7 @@ use crate::resource::Counts;
 use crate::scenario::{Fault, Row, Scenario};
 
 /// The backend's servers as a connect string, for the clients' proxies.
-pub fn upstream(backend: &Backend, scenario: Scenario) -> String {
+pub(crate) fn upstream(backend: &Backend, scenario: Scenario) -> String {
     backend
         .proxied_upstream()
         .unwrap_or_else(|| panic!("{scenario}: a recipe scenario needs a ZooKeeper backend"))
@@ -22,7 +22,7 @@ pub fn upstream(backend: &Backend, scenario: Scenario) -> String {
 
 /// Strikes the scenario's fault: none, the backend's server fault, or `victim`'s proxy cut for
 /// past its session and then healed.
-pub async fn strike(backend: &mut Backend, scenario: Scenario, victim: &Proxy) {
+pub(crate) async fn strike(backend: &mut Backend, scenario: Scenario, victim: &Proxy) {
     match scenario.fault {
         Fault::None => {}
         Fault::Server => backend.server_fault().await,
@@ -38,7 +38,7 @@ pub async fn strike(backend: &mut Backend, scenario: Scenario, victim: &Proxy) {
 /// A recipe scenario's row: whether its fault `struck`, its checker's `problems`, what it
 /// counted (`turns`: its operations; `writes`: its acknowledged writes, if it has such) and a
 /// `note` for the JSON.
-pub fn row(
+pub(crate) fn row(
     scenario: Scenario,
     seed: u64,
     started: Instant,

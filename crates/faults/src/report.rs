@@ -30,13 +30,13 @@ const HEADER: [&str; 10] = [
 ];
 
 /// The table of `rows`, aligned, with each row's seed last.
-pub fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[Row]) -> String {
     let json: Vec<Value> = rows.iter().map(row_json).collect();
     markdown(&json)
 }
 
 /// The table of rows in `--json` form (what `report` turns into the README's table).
-pub fn markdown(rows: &[Value]) -> String {
+pub(crate) fn markdown(rows: &[Value]) -> String {
     let mut lines: Vec<Vec<String>> = vec![
         HEADER
             .iter()
@@ -157,7 +157,7 @@ fn row_json(row: &Row) -> Value {
 }
 
 /// The run as JSON: `{"seed": N, "rows": [...]}` (see [`row_json`]).
-pub fn json(seed: u64, rows: &[Row]) -> Value {
+pub(crate) fn json(seed: u64, rows: &[Row]) -> Value {
     let rows: Vec<Value> = rows.iter().map(row_json).collect();
     serde_json::json!({ "seed": seed, "rows": rows })
 }

@@ -45,7 +45,7 @@ use crate::fences::{Fences, NAMES, Verdict};
 
 /// Stale writes, counted by what happened to them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stale {
+pub(crate) struct Stale {
     /// Writes and entries from a client someone had entered after.
     pub attempted: u64,
     /// Of those, the ones sent while the client's `is_held()` still said `held`: what a
@@ -59,7 +59,7 @@ pub struct Stale {
 
 /// What the resource saw during one run.
 #[derive(Clone, Debug, Default)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Turns begun (`enter` lines).
     pub turns: u64,
     /// Writes received, fenced or not.
@@ -89,7 +89,7 @@ struct State {
 }
 
 /// The resource server; stops accepting when dropped.
-pub struct Resource {
+pub(crate) struct Resource {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
     accept: JoinHandle<()>,
@@ -98,7 +98,7 @@ pub struct Resource {
 impl Resource {
     /// Binds `ip` (loopback, or the namespaces' bridge) on a free port and serves clients of a
     /// lock that admits `capacity` at once, writing through `fences`, until dropped.
-    pub async fn start(
+    pub(crate) async fn start(
         fences: Fences,
         ip: std::net::Ipv4Addr,
         capacity: usize,
@@ -128,12 +128,12 @@ impl Resource {
     }
 
     /// Where clients connect.
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The client holding the resource now: the latest to enter, if it is still inside.
-    pub async fn holder(&self) -> Option<String> {
+    pub(crate) async fn holder(&self) -> Option<String> {
         self.state
             .lock()
             .await
@@ -144,12 +144,12 @@ impl Resource {
 
     /// Whether `client` is among the last clients to enter, as many as the lock admits: the
     /// lock has not passed on past it.
-    pub async fn is_recent(&self, client: &str) -> bool {
+    pub(crate) async fn is_recent(&self, client: &str) -> bool {
         self.state.lock().await.admission.is_recent(client)
     }
 
     /// The counts so far; the gap since the last `enter` counts as unavailability too.
-    pub async fn counts(&self) -> Counts {
+    pub(crate) async fn counts(&self) -> Counts {
         let state = self.state.lock().await;
         let mut counts = state.counts.clone();
         if let Some(last) = state.last_enter {
@@ -159,7 +159,7 @@ impl Resource {
     }
 
     /// Each fence's history checked against its store: one line per problem.
-    pub async fn check_fences(&self) -> Vec<String> {
+    pub(crate) async fn check_fences(&self) -> Vec<String> {
         self.state.lock().await.fences.check().await
     }
 
@@ -167,7 +167,7 @@ impl Resource {
     /// whose turns are terms (`terms_rise`: a leader's). More than `holders` inside is the
     /// overlaps count's business, so only the token problems are returned: an accepted write
     /// below an earlier one, or a term whose token is not above the last.
-    pub async fn check_history(&self, holders: usize, terms_rise: bool) -> Vec<String> {
+    pub(crate) async fn check_history(&self, holders: usize, terms_rise: bool) -> Vec<String> {
         let state = self.state.lock().await;
         exclusion::check(&state.events, holders, terms_rise)
             .into_iter()

@@ -25,7 +25,7 @@ use crate::process::{kill, pause, resume};
 use crate::resource::{Counts, Resource};
 
 /// Clients contending for the lock in each scenario.
-pub const CLIENTS: usize = 3;
+pub(crate) const CLIENTS: usize = 3;
 /// The longest wait for the first turns before the fault.
 const WARM_UP_LIMIT: Duration = Duration::from_secs(20);
 /// The longest wait for the lock to be granted again after a fault.
@@ -35,7 +35,7 @@ const HOLDER_WAIT: Duration = Duration::from_secs(10);
 
 /// A fault injected once in a scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// No fault: the baseline.
     None,
     /// The holder SIGSTOPped past its session or lease, then resumed.
@@ -90,7 +90,7 @@ impl Fault {
     /// Whether the fault leaves a holder that writes after someone else took the lock: a
     /// process paused between its check and its write wakes into a stale write, which only a
     /// fence can stop. A row of such a fault that saw no stale attempt tested nothing.
-    pub fn makes_zombies(self) -> bool {
+    pub(crate) fn makes_zombies(self) -> bool {
         matches!(
             self,
             Fault::Pause | Fault::PauseAndServer | Fault::MinorityLeader
@@ -98,7 +98,7 @@ impl Fault {
     }
 
     /// The name in the table (the server fault is named by the backend).
-    pub fn name(self, backend: BackendKind) -> &'static str {
+    pub(crate) fn name(self, backend: BackendKind) -> &'static str {
         match self {
             Fault::None => "none",
             Fault::Pause => "holder-paused",
@@ -147,7 +147,7 @@ fn server_fault_name(backend: BackendKind) -> &'static str {
 
 /// One scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scenario {
+pub(crate) struct Scenario {
     /// The backend.
     pub backend: BackendKind,
     /// The lock kind.
@@ -170,13 +170,13 @@ impl fmt::Display for Scenario {
 
 impl Scenario {
     /// Whether `pattern` (`BACKEND`, `BACKEND/KIND` or `BACKEND/KIND/FAULT`) selects it.
-    pub fn matches(&self, pattern: &str) -> bool {
+    pub(crate) fn matches(&self, pattern: &str) -> bool {
         let name = self.to_string();
         name == pattern || name.starts_with(&format!("{pattern}/"))
     }
 
     /// This scenario's seed under the run's `seed`: FNV-1a of the name, mixed with the seed.
-    pub fn seed(&self, seed: u64) -> u64 {
+    pub(crate) fn seed(&self, seed: u64) -> u64 {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
         for byte in self.to_string().bytes() {
             hash ^= u64::from(byte);
@@ -198,7 +198,7 @@ impl Scenario {
 }
 
 /// Every scenario of the full run, in table order.
-pub fn all() -> Vec<Scenario> {
+pub(crate) fn all() -> Vec<Scenario> {
     let backends = [
         BackendKind::Keeper,
         BackendKind::KeeperNetns,
@@ -304,7 +304,7 @@ pub fn all() -> Vec<Scenario> {
 }
 
 /// The short run: the faults that decide the table's claims, on the cheapest backends.
-pub fn short() -> Vec<Scenario> {
+pub(crate) fn short() -> Vec<Scenario> {
     let pick = [
         (BackendKind::Keeper, Kind::Mutex, Fault::Pause),
         (BackendKind::Keeper, Kind::Mutex, Fault::Kill),
@@ -337,7 +337,7 @@ pub fn short() -> Vec<Scenario> {
 
 /// One row of the table.
 #[derive(Clone, Debug)]
-pub struct Row {
+pub(crate) struct Row {
     /// What ran.
     pub scenario: Scenario,
     /// Its seed.
@@ -545,7 +545,7 @@ async fn successor(resource: &Resource, paused: &str) {
 
 /// Runs `scenario` on `backend` for about `length` (plus the fault's own length), its
 /// resource's fences on `stores`.
-pub async fn run(
+pub(crate) async fn run(
     exe: &std::path::Path,
     backend: &mut Backend,
     stores: &Stores,

@@ -29,7 +29,7 @@ use lockkeeper_testkit::NodeOptions;
 const SOURCE: &str = include_str!("../shim/wallclock.c");
 
 /// The environment variable naming the offset file (the shim's only setting).
-pub const OFFSET_FILE_ENV: &str = "LOCKKEEPER_WALLCLOCK_FILE";
+pub(crate) const OFFSET_FILE_ENV: &str = "LOCKKEEPER_WALLCLOCK_FILE";
 
 /// The compiled library's file name inside the directory given to [`build_shim`].
 const LIBRARY: &str = "libwallclock.so";
@@ -40,7 +40,7 @@ static BUILT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 /// Compiles the shim into `dir/libwallclock.so` with `cc -shared -fPIC -O2` (once per
 /// directory per process) and returns the library's path. The error names `cc`, the source
 /// file and the compiler's output.
-pub fn build_shim(dir: &Path) -> Result<PathBuf, String> {
+pub(crate) fn build_shim(dir: &Path) -> Result<PathBuf, String> {
     let library = dir.join(LIBRARY);
     // Held while compiling: two callers for one directory must not both write it.
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
@@ -92,7 +92,7 @@ pub fn build_shim(dir: &Path) -> Result<PathBuf, String> {
 ///
 /// [`RedisNode`]: lockkeeper_testkit::RedisNode
 #[derive(Clone, Debug)]
-pub struct ServerClock {
+pub(crate) struct ServerClock {
     library: PathBuf,
     file: PathBuf,
 }
@@ -100,7 +100,7 @@ pub struct ServerClock {
 impl ServerClock {
     /// A clock whose offset file is `file`, starting at the real time (`+0`); the shim is
     /// compiled into `file`'s directory.
-    pub fn new(file: PathBuf) -> Result<ServerClock, String> {
+    pub(crate) fn new(file: PathBuf) -> Result<ServerClock, String> {
         let dir = match file.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
@@ -114,7 +114,7 @@ impl ServerClock {
     }
 
     /// The environment that makes a program follow this clock: `LD_PRELOAD` and the file.
-    pub fn env(&self) -> [(&'static str, OsString); 2] {
+    pub(crate) fn env(&self) -> [(&'static str, OsString); 2] {
         [
             ("LD_PRELOAD", self.library.clone().into_os_string()),
             (OFFSET_FILE_ENV, self.file.clone().into_os_string()),
@@ -122,13 +122,13 @@ impl ServerClock {
     }
 
     /// Makes `command` follow this clock.
-    pub fn apply(&self, command: &mut Command) {
+    pub(crate) fn apply(&self, command: &mut Command) {
         command.envs(self.env());
     }
 
     /// `options` for a [`lockkeeper_testkit::RedisNode`] that follows this clock, across
     /// restarts too.
-    pub fn node_options(&self, options: NodeOptions) -> NodeOptions {
+    pub(crate) fn node_options(&self, options: NodeOptions) -> NodeOptions {
         self.env()
             .into_iter()
             .fold(options, |options, (key, value)| options.env(key, value))
@@ -136,7 +136,7 @@ impl ServerClock {
 
     /// Steps the followers' wall clock to `seconds` ahead of real time (negative: behind;
     /// 0: back to real time). They see it within 100 ms.
-    pub fn jump(&self, seconds: i64) -> std::io::Result<()> {
+    pub(crate) fn jump(&self, seconds: i64) -> std::io::Result<()> {
         let mut partial = self.file.clone().into_os_string();
         partial.push(".tmp");
         std::fs::write(&partial, format!("{seconds:+}\n"))?;

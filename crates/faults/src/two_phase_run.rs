@@ -44,7 +44,12 @@ const VOTE_TIMEOUT: Duration = Duration::from_secs(3);
 const SITE_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs the two-phase commit `scenario` on `backend` for about `length`.
-pub async fn run(backend: &mut Backend, scenario: Scenario, seed: u64, length: Duration) -> Row {
+pub(crate) async fn run(
+    backend: &mut Backend,
+    scenario: Scenario,
+    seed: u64,
+    length: Duration,
+) -> Row {
     let started = Instant::now();
     let upstream = crate::recipes::upstream(backend, scenario);
     let path = format!("/faults/2pc-{seed:x}");

@@ -21,7 +21,7 @@ use crate::scenario::{Fault, Row};
 
 /// What may happen on a row without it being a fault of lockkeeper's, and the README passage
 /// that predicts it.
-pub struct Expectation {
+pub(crate) struct Expectation {
     /// Which rows.
     pub applies: fn(BackendKind, Kind, Fault) -> bool,
     /// Whether fences may accept stale writes there (the backend's tokens went back).
@@ -33,7 +33,7 @@ pub struct Expectation {
 }
 
 /// The short list of outcomes the README predicts.
-pub const EXPECTED: &[Expectation] = &[
+pub(crate) const EXPECTED: &[Expectation] = &[
     Expectation {
         applies: |_, k, f| k.holders() > 1 && f.makes_zombies(),
         stale_accepted: true,
@@ -83,7 +83,7 @@ pub const EXPECTED: &[Expectation] = &[
 
 /// The verdict on one row.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Nothing unpredicted happened, and the row tested what it claims.
     Pass,
     /// Something a lock cannot prevent happened where the README predicts it.
@@ -96,12 +96,12 @@ pub enum Verdict {
 
 impl Verdict {
     /// Whether the run fails on it.
-    pub fn fails(&self) -> bool {
+    pub(crate) fn fails(&self) -> bool {
         matches!(self, Verdict::Vacuous | Verdict::Violation(_))
     }
 
     /// The table's word.
-    pub fn word(&self) -> String {
+    pub(crate) fn word(&self) -> String {
         match self {
             Verdict::Pass => "pass".into(),
             Verdict::Expected(_) => "expected".into(),
@@ -112,7 +112,7 @@ impl Verdict {
 }
 
 /// Judges `row`.
-pub fn judge(row: &Row) -> Verdict {
+pub(crate) fn judge(row: &Row) -> Verdict {
     let (backend, fault) = (row.scenario.backend, row.scenario.fault);
     let kind = row.scenario.kind;
     let expected = EXPECTED.iter().find(|e| (e.applies)(backend, kind, fault));

@@ -5,7 +5,7 @@
 
 /// One event of a member.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// `member` entered round `round` (its node was created).
     Enter {
         /// Who.
@@ -31,7 +31,7 @@ pub enum Event {
 
 /// What went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// A member passed before `size` members had entered its round.
     EarlyPass {
         /// The event.
@@ -55,7 +55,7 @@ pub enum Problem {
 }
 
 /// Checks `events` of a barrier of `size`.
-pub fn check(events: &[Event], size: usize) -> Vec<Problem> {
+pub(crate) fn check(events: &[Event], size: usize) -> Vec<Problem> {
     use std::collections::BTreeMap;
     let mut entered: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
     let mut inside: BTreeMap<u32, Vec<&str>> = BTreeMap::new();

@@ -9,12 +9,12 @@
 use std::collections::BTreeMap;
 
 /// A tree by full path: each node's data.
-pub type Tree = BTreeMap<String, Vec<u8>>;
+pub(crate) type Tree = BTreeMap<String, Vec<u8>>;
 
 /// What `cache` holds that `server` does not, and the other way round, one line a node:
 /// a node the cache lacks, one it still holds after the server deleted it, one whose data
 /// differs. Empty when they agree.
-pub fn diff(cache: &Tree, server: &Tree) -> Vec<String> {
+pub(crate) fn diff(cache: &Tree, server: &Tree) -> Vec<String> {
     let mut problems = Vec::new();
     for (path, data) in server {
         match cache.get(path) {
@@ -35,7 +35,7 @@ pub fn diff(cache: &Tree, server: &Tree) -> Vec<String> {
 
 /// A name watch's address against the name's node on the server (`None`: no node, or no
 /// address in it); a line if they differ.
-pub fn name(path: &str, watched: Option<&str>, server: Option<&str>) -> Option<String> {
+pub(crate) fn name(path: &str, watched: Option<&str>, server: Option<&str>) -> Option<String> {
     (watched != server)
         .then(|| format!("{path}: the name watch says {watched:?}, the server {server:?}"))
 }

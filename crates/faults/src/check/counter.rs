@@ -16,11 +16,11 @@
 use std::collections::HashSet;
 
 /// The most operations one check takes.
-pub const MAX_OPS: usize = 128;
+pub(crate) const MAX_OPS: usize = 128;
 
 /// One call to the counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// Read the value.
     Get,
     /// Add `delta` (an increment is `Add(1)`).
@@ -36,7 +36,7 @@ pub enum Op {
 
 /// What the counter answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// `Get`, or `Add` answering the value after the addition.
     Value(i64),
     /// `CompareAndSet`: whether it set the value.
@@ -49,7 +49,7 @@ pub enum Answer {
 /// One operation of the history: when it was called and answered (any clock common to all
 /// the clients, e.g. the orchestrator's; `answered` is ignored for an unknown answer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Call {
+pub(crate) struct Call {
     /// Who called (for the report).
     pub client: u32,
     /// What it asked.
@@ -64,7 +64,7 @@ pub struct Call {
 
 /// Why a history is not linearizable, or could not be checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// No order explains the answers; the longest prefix any order explained, and the calls
     /// none could place next.
     NotLinearizable {
@@ -78,7 +78,7 @@ pub enum Problem {
 }
 
 /// Checks `history` of a counter that starts at `initial`.
-pub fn check(initial: i64, history: &[Call]) -> Result<(), Problem> {
+pub(crate) fn check(initial: i64, history: &[Call]) -> Result<(), Problem> {
     if history.len() > MAX_OPS {
         return Err(Problem::TooLong(history.len()));
     }

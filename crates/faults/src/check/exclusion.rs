@@ -8,7 +8,7 @@
 
 /// One event at the resource, in the order it happened there.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// `client` began a turn (a term, for a leader) with `token`.
     Enter {
         /// Who.
@@ -32,7 +32,7 @@ pub enum Event {
 
 /// What went wrong, each with the index of the event that showed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// More than the allowed holders inside at once.
     TooMany {
         /// The event.
@@ -63,7 +63,7 @@ pub enum Problem {
 
 /// Checks `events` against `holders` allowed at once; `terms_rise`: each turn's token must be
 /// above the previous turn's (a leader's new term), not only at least it.
-pub fn check(events: &[Event], holders: usize, terms_rise: bool) -> Vec<Problem> {
+pub(crate) fn check(events: &[Event], holders: usize, terms_rise: bool) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut inside: Vec<&str> = Vec::new();
     let mut highest: Option<u64> = None;

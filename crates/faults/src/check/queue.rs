@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 /// What a queue's history showed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Acknowledged puts never taken.
     pub lost: Vec<String>,
     /// Items taken more than once, with how many times.
@@ -18,14 +18,14 @@ pub struct Report {
 
 impl Report {
     /// Whether the history breaks the queue's promise (a lost item).
-    pub fn violated(&self) -> bool {
+    pub(crate) fn violated(&self) -> bool {
         !self.lost.is_empty()
     }
 }
 
 /// Checks a queue's history: the payloads whose `put` was acknowledged, the payloads whose
 /// `put` got no answer (may or may not be in the queue), and every payload taken, in any order.
-pub fn check(acknowledged: &[String], unanswered: &[String], taken: &[String]) -> Report {
+pub(crate) fn check(acknowledged: &[String], unanswered: &[String], taken: &[String]) -> Report {
     let mut times: HashMap<&str, usize> = HashMap::new();
     for item in taken {
         *times.entry(item).or_default() += 1;

@@ -15,7 +15,7 @@ use crate::check::two_phase::Vote;
 /// Per site of `sites`, its vote standing when `PATH/TX/decision` was created; `None` when
 /// the history does not show the transaction from its proposal to its decision (a log
 /// purged after a snapshot, or no decision yet), so nothing can be said.
-pub fn at_decision(
+pub(crate) fn at_decision(
     history: &[(i64, Txn)],
     path: &str,
     tx: &str,

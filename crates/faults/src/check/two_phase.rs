@@ -3,7 +3,7 @@
 
 /// A site's vote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Vote {
+pub(crate) enum Vote {
     /// Ready to commit.
     Commit,
     /// Refuses.
@@ -14,7 +14,7 @@ pub enum Vote {
 
 /// An outcome a site learned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Committed.
     Commit,
     /// Aborted.
@@ -25,7 +25,7 @@ pub enum Outcome {
 /// servers' history, not from what the sites believe), and what each site learned (`None`:
 /// it learned nothing, e.g. it died first).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transaction {
+pub(crate) struct Transaction {
     /// Per site: its standing vote at the decision.
     pub votes: Vec<(String, Vote)>,
     /// Per site: what it learned.
@@ -34,7 +34,7 @@ pub struct Transaction {
 
 /// What went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// A site learned commit while a standing vote was not commit.
     CommitOverVote {
         /// The site that learned commit.
@@ -54,7 +54,7 @@ pub enum Problem {
 }
 
 /// Checks one transaction.
-pub fn check(tx: &Transaction) -> Vec<Problem> {
+pub(crate) fn check(tx: &Transaction) -> Vec<Problem> {
     let mut problems = Vec::new();
     let first = tx
         .learned

@@ -21,7 +21,7 @@ const MAGIC: &[u8; 4] = b"ZKLG";
 
 /// Every txn in the log files of `dir` (a `version-2` directory), in zxid order, with its
 /// zxid. A file that is not a ZooKeeper log, or a record cut short, is an error naming it.
-pub fn history(dir: &Path) -> Result<Vec<(i64, Txn)>, String> {
+pub(crate) fn history(dir: &Path) -> Result<Vec<(i64, Txn)>, String> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .flatten()
