@@ -56,12 +56,9 @@ use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::options::{Configure, LockOptions, Setting};
 use crate::zk::hold::{Delay, HoldOptions};
-use crate::zk::locks::line::{Line, predecessor_rule};
+use crate::zk::locks::line::{LATCH_MARKER, Line, predecessor_rule};
 use crate::zk::path::validate_node_path;
 use crate::zk::session::Session;
-
-/// The marker of a latch node, as Curator names it: `_c_{uuid}-latch-{sequence}`.
-const LATCH_MARKER: &str = "latch-";
 
 impl Session {
     /// A participant `id` in the election at `path` (Curator's `LeaderLatch` layout). Each

@@ -5,19 +5,11 @@
 //! (`{uuid}__lock__0000000007`); a kazoo semaphore lease is a bare 32-digit hex uuid. The
 //! marker nearest the end of a name wins: a uuid prefix never contains one.
 
-use crate::zk::locks::line::LOCK_MARKER;
+use crate::zk::locks::line::{LATCH_MARKER, LEASE_MARKER, LOCK_MARKER, READ_MARKER, WRITE_MARKER};
 use crate::zk::locks::simple_lock::SIMPLE_NODE;
 
 use super::NodeKind;
 
-/// Curator's marker of a read-lock node (`InterProcessReadWriteLock`).
-const READ_MARKER: &str = "__READ__";
-/// Curator's marker of a write-lock node.
-const WRITE_MARKER: &str = "__WRIT__";
-/// Curator's marker of a semaphore lease node (`InterProcessSemaphoreV2`).
-const LEASE_MARKER: &str = "lease-";
-/// Curator's marker of a `LeaderLatch` node (the same as lockkeeper's leader latch).
-const LATCH_MARKER: &str = "latch-";
 /// kazoo's marker of a `Lock` or `WriteLock` node (also its `Election`, built on `Lock`).
 pub(super) const KAZOO_LOCK_MARKER: &str = "__lock__";
 /// kazoo's marker of a `ReadLock` node.

@@ -59,9 +59,19 @@ pub(crate) enum Decision {
 /// of that one's.
 pub(crate) type Rule<'r> = &'r (dyn Fn(&[String], usize) -> Decision + Sync);
 
-/// The marker of a mutex node (and of the semaphore's internal lock), as Curator names it:
-/// `_c_{uuid}-lock-{sequence}`.
+// The markers in the names of the nodes that wait in a line, as Curator names them
+// (`_c_{uuid}-{marker}{sequence}`), declared here once for the recipes and for inspection.
+
+/// The marker of a mutex node (and of the semaphore's internal lock).
 pub(crate) const LOCK_MARKER: &str = "lock-";
+/// The marker of a read node (`InterProcessReadWriteLock`).
+pub(crate) const READ_MARKER: &str = "__READ__";
+/// The marker of a write node.
+pub(crate) const WRITE_MARKER: &str = "__WRIT__";
+/// The marker of a semaphore lease node (`InterProcessSemaphoreV2`).
+pub(crate) const LEASE_MARKER: &str = "lease-";
+/// The marker of a leader latch node (`LeaderLatch`).
+pub(crate) const LATCH_MARKER: &str = "latch-";
 
 /// The rule of a mutex and of a leader latch: the first node holds; every other node watches
 /// the one just before it.

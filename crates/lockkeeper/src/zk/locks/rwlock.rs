@@ -26,15 +26,11 @@ use crate::options::{Configure, LockOptions, Setting};
 use crate::zk::hold::{Delay, Held, HoldOptions};
 use crate::zk::locks::guard::LockGuard;
 use crate::zk::locks::line::predecessor_rule;
-use crate::zk::locks::line::{Decision, Line};
+use crate::zk::locks::line::{Decision, Line, READ_MARKER, WRITE_MARKER};
 use crate::zk::locks::owner::Owner;
 use crate::zk::path::validate_lock_path;
 use crate::zk::session::{Health, Session};
 
-/// The marker of a read node, as Curator names it: `_c_{uuid}-__READ__{sequence}`.
-pub(crate) const READ_MARKER: &str = "__READ__";
-/// The marker of a write node, as Curator names it: `_c_{uuid}-__WRIT__{sequence}`.
-pub(crate) const WRITE_MARKER: &str = "__WRIT__";
 /// Both markers: the sequence that orders the shared queue follows either.
 const MARKERS: &[&str] = &[READ_MARKER, WRITE_MARKER];
 

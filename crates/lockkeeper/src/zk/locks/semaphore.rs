@@ -36,14 +36,12 @@ use crate::fencing::FencingToken;
 use crate::options::{Configure, LockOptions, Setting};
 use crate::zk::hold::{Delay, Held, HoldOptions};
 use crate::zk::locks::line::{
-    LOCK_MARKER, Line, PendingNode, node_data, predecessor_rule, unanswered,
+    LEASE_MARKER, LOCK_MARKER, Line, PendingNode, node_data, predecessor_rule, unanswered,
 };
 use crate::zk::node::delete_node;
 use crate::zk::path::validate_lock_path;
 use crate::zk::session::{Generation, Health, Session};
 
-/// The marker of a lease node, as Curator names it: `_c_{uuid}-lease-{sequence}`.
-pub(crate) const LEASE_MARKER: &str = "lease-";
 /// The child of the semaphore path holding the internal mutex's nodes.
 pub(crate) const LOCKS_DIR: &str = "locks";
 /// The child of the semaphore path holding the lease nodes.
