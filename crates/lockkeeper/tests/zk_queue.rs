@@ -19,8 +19,9 @@ mod zk;
 use std::time::Duration;
 
 use lockkeeper::Error;
+use lockkeeper::zk::ConnectionState;
 use lockkeeper::zk::{Delivery, Session};
-use support::{children, for_each_backend, session};
+use support::{Partition, children, for_each_backend, session, wait_state};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -215,6 +216,44 @@ async fn at_most_once_removes_before_handing_out_and_takes_wake_on_puts() {
                 .unwrap()
                 .is_none()
         );
+    })
+    .await;
+}
+
+/// A blocking take outlives its session: when the consumer's session expires while it waits,
+/// the take carries on in the session that replaces it and gets the next item put; only a try
+/// (`try_take`) answers the loss, since it cannot see the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_take_follows_its_session_into_the_next() {
+    for_each_backend(|connect| async move {
+        let path = "/q/follows";
+        let partition = Partition::start(&connect).await;
+        let consumer = session(&partition.connect_string()).await;
+        let producer = session(&connect).await;
+        let queue = consumer.distributed_queue(path).unwrap();
+        let waiter = {
+            let queue = queue.clone();
+            tokio::spawn(async move { queue.take(Delivery::AtMostOnce).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "a take of an empty queue returned");
+        partition.cut();
+        wait_state(&consumer, ConnectionState::Lost).await;
+        partition.heal();
+        wait_state(&consumer, ConnectionState::Reconnected).await;
+        assert!(!waiter.is_finished(), "the take ended with its session");
+        producer
+            .distributed_queue(path)
+            .unwrap()
+            .put(b"after")
+            .await
+            .unwrap();
+        let taken = tokio::time::timeout(Duration::from_secs(60), waiter)
+            .await
+            .expect("the take got the item in its new session")
+            .unwrap()
+            .expect("take");
+        assert_eq!(taken.items(), [b"after".to_vec()]);
     })
     .await;
 }
