@@ -6,10 +6,18 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+/// Why a length prefix was refused; the connection that sent it is closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// The announced length is above the configured maximum (ZooKeeper's `jute.maxbuffer`).
     #[error("frame of {len} bytes exceeds the maximum of {max}")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The announced length.
+        len: usize,
+        /// The largest length accepted.
+        max: usize,
+    },
+    /// The announced length is negative.
     #[error("negative frame length {0}")]
     NegativeLength(i32),
 }

@@ -9,14 +9,22 @@ use bytes::{BufMut, Bytes};
 /// Why a record could not be decoded. The connection that sent it is at fault, not the server.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The frame ended before the record did.
     #[error("record ends early: needed {needed} more bytes")]
-    Truncated { needed: usize },
+    Truncated {
+        /// How many more bytes the record needed.
+        needed: usize,
+    },
+    /// A length below `-1`, or `-1` (null) where the field cannot be null.
     #[error("negative length {0} where a value is required")]
     NegativeLength(i32),
+    /// A request type ZooKeeper does not define.
     #[error("unknown opcode {0}")]
     UnknownOpCode(i32),
+    /// A known request type in a place it cannot appear (e.g. a read inside a write multi).
     #[error("opcode {0} is not allowed here")]
     UnexpectedOpCode(i32),
+    /// Bytes left after a complete record.
     #[error("{0} bytes left over after the record")]
     TrailingBytes(usize),
 }
@@ -27,10 +35,12 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// A reader at the start of `buf`.
     pub fn new(buf: Bytes) -> Reader {
         Reader { buf }
     }
 
+    /// The number of bytes not yet read.
     pub fn remaining(&self) -> usize {
         self.buf.len()
     }
@@ -56,14 +66,17 @@ impl Reader {
         self.take(n)
     }
 
+    /// A big-endian `int`.
     pub fn read_i32(&mut self) -> Result<i32, DecodeError> {
         Ok(i32::from_be_bytes(self.array()?))
     }
 
+    /// A big-endian `long`.
     pub fn read_i64(&mut self) -> Result<i64, DecodeError> {
         Ok(i64::from_be_bytes(self.array()?))
     }
 
+    /// A one-byte `boolean`; any non-zero byte is true.
     pub fn read_bool(&mut self) -> Result<bool, DecodeError> {
         Ok(self.array::<1>()?[0] != 0)
     }
@@ -117,7 +130,9 @@ impl Reader {
 
 /// A value with a jute encoding.
 pub trait Jute: Sized {
+    /// Appends the value's encoding to `out`.
     fn write(&self, out: &mut Vec<u8>);
+    /// Reads one value from `r`, leaving the rest for the next field.
     fn read(r: &mut Reader) -> Result<Self, DecodeError>;
 
     /// Decodes a whole record from `bytes`, rejecting trailing bytes.
@@ -128,6 +143,7 @@ pub trait Jute: Sized {
         Ok(value)
     }
 
+    /// The value's encoding in a new buffer.
     fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.write(&mut out);

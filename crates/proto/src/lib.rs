@@ -8,6 +8,8 @@
 //! Field order and types follow `zookeeper.jute`; the encoding is jute's binary archive
 //! (big-endian integers, length-prefixed buffers and strings, `-1` for null).
 
+#![warn(missing_docs)]
+
 pub mod codes;
 pub mod frame;
 pub mod jute;

@@ -14,9 +14,11 @@ use crate::records::*;
 pub struct CreateOp {
     /// Which create it was: decides the reply (path only, or path and stat) and allowed modes.
     pub op: OpCode,
+    /// The node to create (the prefix of the name, for sequential nodes).
     pub path: String,
     /// `None` is jute's null, kept apart from empty data as ZooKeeper keeps it.
     pub data: Option<Bytes>,
+    /// The node's ACL; must not be empty.
     pub acl: Vec<Acl>,
     /// Raw create flags; the server maps them to a `CreateMode` and rejects unknown ones.
     pub flags: i32,
@@ -27,44 +29,73 @@ pub struct CreateOp {
 /// An operation inside a write `multi`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MultiOp {
+    /// Create a node (any create opcode).
     Create(CreateOp),
+    /// Delete a node at an expected version.
     Delete(PathVersionRequest),
+    /// Replace a node's data at an expected version.
     SetData(SetDataRequest),
+    /// Fail the whole multi unless the node has the expected version.
     Check(PathVersionRequest),
 }
 
 /// An operation inside a `multiRead`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadOp {
+    /// List a node's children.
     GetChildren(PathWatchRequest),
+    /// Read a node's data and stat.
     GetData(PathWatchRequest),
 }
 
+/// A client request after the handshake, by operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
+    /// create, create2, createContainer or createTTL.
     Create(CreateOp),
+    /// Delete a node, optionally at an expected version.
     Delete(PathVersionRequest),
+    /// Read a node's stat, optionally leaving a watch even if it is absent.
     Exists(PathWatchRequest),
+    /// Read a node's data and stat, optionally leaving a data watch.
     GetData(PathWatchRequest),
+    /// Replace a node's data, optionally at an expected version.
     SetData(SetDataRequest),
+    /// Read a node's ACL and stat.
     GetAcl(PathRequest),
+    /// Replace a node's ACL, optionally at an expected ACL version.
     SetAcl(SetAclRequest),
+    /// List a node's children, optionally leaving a child watch.
     GetChildren(PathWatchRequest),
+    /// List a node's children with the parent's stat.
     GetChildren2(PathWatchRequest),
+    /// Wait until the server has caught up with the leader.
     Sync(PathRequest),
+    /// Check a node's version on its own, as inside a multi.
     Check(PathVersionRequest),
+    /// Write operations applied atomically.
     Multi(Vec<MultiOp>),
+    /// Reads answered together, each with its own result.
     MultiRead(Vec<ReadOp>),
+    /// Keeps an idle session alive.
     Ping,
+    /// Adds credentials to the session.
     Auth(AuthPacket),
     /// Both SetWatches and SetWatches2; the old form has no persistent watches.
     SetWatches(SetWatches2),
+    /// Ask whether the session holds a watch of a type on a path.
     CheckWatches(PathWatcherTypeRequest),
+    /// Remove the session's watches of a type on a path.
     RemoveWatches(PathWatcherTypeRequest),
+    /// Add a persistent or persistent-recursive watch.
     AddWatch(AddWatchRequest),
+    /// List the session's ephemeral nodes under a prefix.
     GetEphemerals(PathRequest),
+    /// Count the descendants of a node.
     GetAllChildrenNumber(PathRequest),
+    /// List the session's authenticated identities.
     WhoAmI,
+    /// End the session, deleting its ephemeral nodes.
     CloseSession,
     /// Known to ZooKeeper but not served by Keeper (reconfig, SASL, ...): answered Unimplemented.
     Unsupported(OpCode),
