@@ -27,7 +27,9 @@ use crate::watch::{Kind, OneshotWatcher, PersistentWatcher, Registration, Remova
 /// How a node is created: its mode, its ACL and, for the TTL modes, its time to live.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreateOptions {
+    /// Persistent, ephemeral, sequential, container or TTL.
     pub mode: CreateMode,
+    /// The new node's ACL; must not be empty.
     pub acl: Vec<Acl>,
     /// Required by (and only allowed for) the `...WithTtl` modes.
     pub ttl: Option<Duration>,
@@ -43,11 +45,13 @@ impl CreateOptions {
         }
     }
 
+    /// These options with `acl` instead of `world:anyone`.
     pub fn with_acl(mut self, acl: Vec<Acl>) -> CreateOptions {
         self.acl = acl;
         self
     }
 
+    /// These options with a time to live, for the `...WithTtl` modes.
     pub fn with_ttl(mut self, ttl: Duration) -> CreateOptions {
         self.ttl = Some(ttl);
         self

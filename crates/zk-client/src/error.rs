@@ -7,30 +7,44 @@
 
 use lockkeeper_proto::ErrorCode;
 
+/// Why a request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
+    /// The node (or, for a create, its parent) does not exist.
     #[error("no node")]
     NoNode,
+    /// A node already exists at the path created.
     #[error("node exists")]
     NodeExists,
+    /// The node's version is not the one the request expected.
     #[error("bad version")]
     BadVersion,
+    /// The node has children, so it cannot be deleted.
     #[error("node has children")]
     NotEmpty,
+    /// The parent is ephemeral, and ephemeral nodes cannot have children.
     #[error("ephemeral nodes may not have children")]
     NoChildrenForEphemerals,
+    /// The ACL is empty or malformed.
     #[error("invalid ACL")]
     InvalidAcl,
+    /// The node's ACL does not grant the session the permission the request needs.
     #[error("not authorized")]
     NoAuth,
+    /// The server refused the session's credentials; the session is over.
     #[error("authentication failed")]
     AuthFailed,
+    /// The session holds no such watch to check or remove.
     #[error("no such watcher")]
     NoWatcher,
+    /// The server does not implement the operation (e.g. TTL nodes switched off).
     #[error("operation not implemented by the server")]
     Unimplemented,
+    /// The session was taken over by a connection to another server.
     #[error("session moved to another server")]
     SessionMoved,
+    /// The request was invalid (a malformed path, bad TTL, ...), said by the server or by
+    /// this client before sending.
     #[error("bad arguments: {0}")]
     BadArguments(String),
     /// The connection broke (or was never there) before the answer came: the request may or
@@ -166,4 +180,5 @@ impl Error {
     }
 }
 
+/// A request's outcome.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

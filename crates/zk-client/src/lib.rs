@@ -28,6 +28,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 mod client;
 mod error;
 mod multi;

@@ -21,13 +21,19 @@ pub enum MultiWriteResult {
     /// The created node's path (with its sequence number), and its stat when the server
     /// gives one (ZooKeeper answers a create inside a multi with the path alone).
     Create {
+        /// The path created, without the chroot.
         path: String,
+        /// The new node's stat, if the server sent it.
         stat: Option<Stat>,
     },
+    /// The node was deleted.
     Delete,
+    /// The node's data was replaced.
     SetData {
+        /// The node's stat after the change.
         stat: Stat,
     },
+    /// The node had the expected version.
     Check,
 }
 
@@ -36,10 +42,18 @@ pub enum MultiWriteResult {
 pub enum MultiWriteError {
     /// Operation `index` (from 0) failed with `source`; nothing was applied.
     #[error("operation {index} of the batch failed: {source}")]
-    OperationFailed { index: usize, source: Error },
+    OperationFailed {
+        /// The position of the failed operation in the batch, from 0.
+        index: usize,
+        /// Why it failed.
+        source: Error,
+    },
     /// The batch as a whole failed (no answer, or an answer that cannot be read).
     #[error("{source}")]
-    RequestFailed { source: Error },
+    RequestFailed {
+        /// Why the batch failed.
+        source: Error,
+    },
 }
 
 /// A batch of writes; [`commit`](MultiWriter::commit) sends it.
@@ -65,6 +79,7 @@ impl<'c> MultiWriter<'c> {
         Ok(())
     }
 
+    /// Adds a delete, at `version` if given.
     pub fn add_delete(&mut self, path: &str, version: Option<i32>) -> Result<()> {
         let path = self.client.server_path(path, false)?;
         self.ops.push(MultiOp::Delete(PathVersionRequest {
@@ -74,6 +89,7 @@ impl<'c> MultiWriter<'c> {
         Ok(())
     }
 
+    /// Adds a data replacement, at `version` if given.
     pub fn add_set_data(&mut self, path: &str, data: &[u8], version: Option<i32>) -> Result<()> {
         let path = self.client.server_path(path, false)?;
         self.ops.push(MultiOp::SetData(SetDataRequest {
@@ -198,15 +214,21 @@ impl From<MultiWriteError> for Error {
 /// What one read of a [`MultiReader`] batch found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MultiReadResult {
+    /// A getData's answer.
     Data {
+        /// The node's data.
         data: Vec<u8>,
+        /// The node's stat.
         stat: Stat,
     },
+    /// A getChildren's answer.
     Children {
+        /// The children's names (not full paths).
         children: Vec<String>,
     },
     /// This read failed (the others are answered on their own).
     Error {
+        /// Why it failed.
         err: Error,
     },
 }
@@ -231,10 +253,12 @@ impl<'c> MultiReader<'c> {
         Ok(())
     }
 
+    /// Adds a read of a node's data and stat.
     pub fn add_get_data(&mut self, path: &str) -> Result<()> {
         self.add(path, ReadOp::GetData)
     }
 
+    /// Adds a listing of a node's children.
     pub fn add_get_children(&mut self, path: &str) -> Result<()> {
         self.add(path, ReadOp::GetChildren)
     }

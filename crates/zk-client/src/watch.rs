@@ -34,9 +34,13 @@ use tokio::sync::{mpsc, oneshot};
 pub enum EventType {
     /// The connection changed; see [`WatchedEvent::session_state`].
     Session,
+    /// The watched node was created.
     NodeCreated,
+    /// The watched node was deleted.
     NodeDeleted,
+    /// The watched node's data changed.
     NodeDataChanged,
+    /// A child of the watched node was created or deleted.
     NodeChildrenChanged,
 }
 
@@ -68,7 +72,9 @@ impl SessionState {
 /// One notification.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchedEvent {
+    /// What happened.
     pub event_type: EventType,
+    /// The session's state when the event was sent.
     pub session_state: SessionState,
     /// The node (without the chroot); empty for session events.
     pub path: String,
