@@ -20,6 +20,7 @@ pub enum SyncMode {
 pub struct Config {
     /// Where to listen; port 0 picks a free port (see `Server::local_addr`).
     pub listen: SocketAddr,
+    /// The directory holding the transaction log, snapshots and the lock file.
     pub data_dir: PathBuf,
     /// ZooKeeper's tickTime: the unit of session timeouts (negotiated into 2..20 ticks).
     pub tick_time: Duration,
@@ -40,6 +41,7 @@ pub struct Config {
     pub super_digest: Option<String>,
     /// How long a new connection may take to send its connect request.
     pub handshake_timeout: Duration,
+    /// When the log is synced to disk, and so when writes are acknowledged.
     pub sync: SyncMode,
     /// A snapshot starts after this many txns (ZooKeeper's snapCount).
     pub snap_count: u64,
@@ -97,10 +99,13 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The shortest session timeout a client is granted: the override, or 2 ticks.
     pub fn min_session_timeout(&self) -> Duration {
         self.min_session_timeout.unwrap_or(self.tick_time * 2)
     }
 
+    /// The longest session timeout a client is granted: the override, or 20 ticks (never
+    /// below the minimum).
     pub fn max_session_timeout(&self) -> Duration {
         self.max_session_timeout
             .unwrap_or(self.tick_time * 20)

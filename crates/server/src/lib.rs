@@ -73,6 +73,8 @@
 //! `serve`'s checks of its options and the benchmarks, [`FOUR_LETTER_WORDS`] and [`Stage`].
 //! Everything else is private to the crate.
 
+#![warn(missing_docs)]
+
 mod config;
 mod core;
 mod disk;

@@ -51,14 +51,23 @@ use std::time::{Duration, Instant};
 /// A stage, in pipeline order, then `reaction`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
+    /// From the frame's decoding to the core taking the request.
     Queue,
+    /// The core's prep, log append and apply, until the reply is queued.
     Core,
+    /// From the queued reply to the core flushing its batch to the log writer.
     Batch,
+    /// From the flush to the log worker receiving the batch.
     Handoff,
+    /// The log worker's write(2).
     Write,
+    /// The log's fdatasync (zero unless syncing always).
     Fdatasync,
+    /// From the durable zxid's publication to the message being taken for the socket.
     Wake,
+    /// Encoding the message and writing it to the socket.
     Socket,
+    /// The client's part: from a watch event's write to the connection's next request.
     Reaction,
 }
 

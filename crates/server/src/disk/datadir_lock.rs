@@ -29,6 +29,7 @@ pub const LOCK_FILE: &str = "lock";
 /// The data dir is held by another process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InUse {
+    /// The data dir asked for.
     pub dir: PathBuf,
     /// The holder's pid as its lock file says, if it says one (a holder that has just taken the
     /// lock may not have written it yet).
@@ -54,10 +55,17 @@ impl std::error::Error for InUse {}
 /// Why a lock could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// Another process holds the data dir.
     #[error(transparent)]
     InUse(#[from] InUse),
+    /// The lock file could not be opened, locked or written.
     #[error("cannot lock data dir {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
 }
 
 impl From<LockError> for io::Error {

@@ -29,15 +29,20 @@ pub(crate) const FIRST_ZXID: i64 = (1 << 32) | 1;
 /// Whether recovery may change files (truncate a torn tail, remove stale temp files).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// At start: truncate a torn tail and remove stale temp files.
     Repair,
+    /// For `lockkeeper verify`: report, change nothing.
     Check,
 }
 
 /// Damage that recovery will not paper over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Corruption {
+    /// The damaged file.
     pub file: PathBuf,
+    /// Where in it the damage starts, in bytes.
     pub offset: u64,
+    /// What is wrong there.
     pub reason: String,
 }
 
@@ -58,27 +63,39 @@ impl std::error::Error for Corruption {}
 /// A line about one file, for logs and `lockkeeper verify`.
 #[derive(Debug, Clone)]
 pub struct FileReport {
+    /// The snapshot or log segment.
     pub file: PathBuf,
+    /// What recovery made of it, e.g. `valid, 12 nodes, zxid 0x100000003`.
     pub status: String,
 }
 
 /// A torn tail found (and, in repair mode, cut off).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {
+    /// The last log segment, where the tail was.
     pub file: PathBuf,
+    /// Where the incomplete record starts: the segment's length after the repair.
     pub offset: u64,
+    /// The bytes from there to the old end of the segment.
     pub dropped_bytes: u64,
 }
 
 /// What a data dir holds: the state (its parts as the core's `State` has them) and how it was
 /// read.
 pub struct Recovered {
+    /// The nodes.
     pub tree: DataTree,
+    /// The live sessions, ephemerals' owners among them.
     pub sessions: Sessions,
+    /// The zxid of the last transaction recovered; the server continues after it.
     pub last_zxid: i64,
+    /// The zxid of the snapshot loaded, if one was.
     pub snapshot_zxid: Option<i64>,
+    /// The number of log records replayed on top of the snapshot.
     pub replayed: u64,
+    /// The torn tail found at the end of the log, if any.
     pub torn_tail: Option<TornTail>,
+    /// One line per file looked at, in the order read.
     pub files: Vec<FileReport>,
 }
 

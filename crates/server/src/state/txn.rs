@@ -11,40 +11,63 @@ use lockkeeper_proto::{Acl, EventType, Stat};
 use crate::state::path;
 use crate::state::tree::DataTree;
 
+/// One logged state change, decided in full before it is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Txn {
+    /// Starts a session.
     CreateSession {
+        /// The new session's id.
         session_id: i64,
+        /// The negotiated timeout in milliseconds.
         timeout_ms: i32,
+        /// The password a client presents to resume the session.
         passwd: [u8; 16],
     },
     /// Ends a session (close or expiry) and deletes its ephemerals.
     CloseSession {
+        /// The session ended.
         session_id: i64,
     },
+    /// Creates a node.
     Create {
+        /// The full path, sequence suffix included.
         path: String,
+        /// The initial data; `None` is jute's null.
         data: Option<Bytes>,
+        /// The ACL, with `auth` entries already expanded to the session's identities.
         acl: Vec<Acl>,
+        /// The owning session for an ephemeral node, 0 otherwise.
         ephemeral_owner: i64,
     },
+    /// Deletes a node.
     Delete {
+        /// The node deleted.
         path: String,
     },
+    /// Replaces a node's data.
     SetData {
+        /// The node changed.
         path: String,
+        /// The new data; `None` is jute's null.
         data: Option<Bytes>,
+        /// The node's data version after the change.
         version: i32,
     },
+    /// Replaces a node's ACL.
     SetAcl {
+        /// The node changed.
         path: String,
+        /// The new ACL, expanded as for a create.
         acl: Vec<Acl>,
+        /// The node's ACL version after the change.
         aversion: i32,
     },
     /// A version check inside a multi: changes nothing.
     Check {
+        /// The node checked.
         path: String,
     },
+    /// Several txns applied together, all or none.
     Multi(Vec<Txn>),
 }
 
@@ -164,6 +187,7 @@ mod codec {
     const MULTI: i32 = 8;
 
     impl Txn {
+        /// Appends the txn's log encoding to `out`.
         pub fn encode(&self, out: &mut Vec<u8>) {
             match self {
                 Txn::CreateSession {
@@ -230,6 +254,7 @@ mod codec {
             }
         }
 
+        /// Reads one txn written by [`Txn::encode`].
         pub fn decode(r: &mut Reader) -> Result<Txn, DecodeError> {
             Ok(match r.read_i32()? {
                 CREATE_SESSION => {
