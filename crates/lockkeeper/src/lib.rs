@@ -19,6 +19,8 @@
 //! - a lost-lock signal (`guard.lost().await` and `guard.is_held()`), because a distributed lock
 //!   can be taken away (session expiry, lease end) without its holder doing anything.
 
+#![warn(missing_docs)]
+
 mod deadline;
 pub mod error;
 #[cfg(feature = "etcd")]

@@ -50,8 +50,11 @@ impl fmt::Display for Kind {
 /// Whether a participant holds, waits, or cannot be told (a permit without the limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
+    /// It holds the lock (or a permit, or leadership).
     Holds,
+    /// It waits behind a holder.
     Waits,
+    /// A semaphore permit when the caller gave no limit to tell holders from waiters.
     Unknown,
 }
 
@@ -68,8 +71,11 @@ impl fmt::Display for State {
 /// One key under the lock's prefix.
 #[derive(Clone, Debug)]
 pub struct Participant {
+    /// The full key.
     pub key: String,
+    /// What the key is, by its layout.
     pub kind: Kind,
+    /// Whether it holds or waits.
     pub state: State,
     /// The key's create revision: the token a holder hands to the resource.
     pub fencing_token: FencingToken,
@@ -77,13 +83,16 @@ pub struct Participant {
     pub lease: i64,
     /// What is left of the lease's TTL; `None` when it has none or it has already expired.
     pub ttl_left: Option<Duration>,
+    /// The key's value (an election candidate's proposal, say).
     pub value: Vec<u8>,
 }
 
 /// A lock's keys in queue order (create revision).
 #[derive(Clone, Debug)]
 pub struct Inspection {
+    /// The lock's name, the prefix its keys live under.
     pub name: String,
+    /// Every key under the prefix, oldest first.
     pub participants: Vec<Participant>,
 }
 
