@@ -446,7 +446,7 @@ fn figures(
             unit,
             keeper: k,
             zookeeper: z,
-        })
+        });
     };
     push(
         format!(
@@ -606,7 +606,10 @@ fn to_json(
                 ),
                 (
                     "cpus",
-                    Json::num(std::thread::available_parallelism().map_or(0, |n| n.get()) as u32),
+                    Json::num(
+                        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
+                            as u32,
+                    ),
                 ),
             ]),
         ),

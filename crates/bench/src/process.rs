@@ -99,7 +99,7 @@ impl KeeperFlags {
             match child.try_wait() {
                 Ok(Some(_)) => break,
                 Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(5))
+                    std::thread::sleep(std::time::Duration::from_millis(5));
                 }
                 _ => {
                     let _ = child.kill();
@@ -445,7 +445,7 @@ pub(crate) mod tests {
             match ChildServer::spawn_with(ServerKind::Keeper, launcher, options) {
                 Ok(server) => return server,
                 Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy => {
-                    std::thread::sleep(std::time::Duration::from_millis(10))
+                    std::thread::sleep(std::time::Duration::from_millis(10));
                 }
                 Err(e) => panic!("spawn: {e}"),
             }

@@ -351,7 +351,9 @@ async fn hold_for(hold: Duration) {
 
 fn lock_tally(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
     // A panicking client task cannot leave a histogram half-recorded in a way that matters.
-    tally.lock().unwrap_or_else(|p| p.into_inner())
+    tally
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How many times the lock went to a different client than the one before.

@@ -242,12 +242,16 @@ impl SnapshotWatch {
                         let now = Instant::now();
                         let done = match Layout::scan(&dir) {
                             Ok(layout) => {
-                                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                                let mut seen = seen
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                                 seen.observe(&layout, &known, now, previous);
                                 seen.ended.is_some()
                             }
                             Err(e) => {
-                                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                                let mut seen = seen
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                                 seen.problem = Some(format!("reading {}: {e}", dir.display()));
                                 true
                             }
@@ -268,7 +272,10 @@ impl SnapshotWatch {
     }
 
     fn seen(&self) -> Observed {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 

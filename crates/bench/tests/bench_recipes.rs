@@ -33,7 +33,7 @@ fn processes_in(dir: &Path) -> Vec<u32> {
         return Vec::new();
     };
     entries
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
         .collect()

@@ -497,7 +497,7 @@ mod tests {
 
     fn zk(hosts: &[&str], chroot: Option<&str>) -> Backend {
         Backend::Zk {
-            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            hosts: hosts.iter().map(ToString::to_string).collect(),
             chroot: chroot.map(str::to_string),
         }
     }

@@ -107,7 +107,7 @@ impl History {
                         "{path}: version {version} holds {:?}, acknowledged {:?}",
                         String::from_utf8_lossy(&found.data),
                         String::from_utf8_lossy(data)
-                    ))
+                    ));
                 }
                 Some(_) => {}
             }
@@ -178,7 +178,9 @@ async fn writer(
     killing: Arc<AtomicBool>,
 ) -> (String, bool) {
     let record = |f: &mut dyn FnMut(&mut History)| {
-        let mut h = history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut h);
         h.acknowledged += 1;
     };
@@ -265,7 +267,9 @@ async fn writer(
                     (0..count).map(|k| format!("{base}/m{step}-{k}")).collect();
                 let data: Vec<Vec<u8>> = paths.iter().map(|p| payload(&mut rng, p)).collect();
                 let index = {
-                    let mut h = history.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut h = history
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     h.multis.push(MultiAttempt {
                         paths: paths.clone(),
                         data: data.clone(),

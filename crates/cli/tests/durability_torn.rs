@@ -117,7 +117,7 @@ fn offsets_named(text: &str) -> Vec<u64> {
         let digits: String = rest
             .trim_start_matches([' ', ':', '='])
             .chars()
-            .take_while(|c| c.is_ascii_digit())
+            .take_while(char::is_ascii_digit)
             .collect();
         if let Ok(n) = digits.parse() {
             found.push(n);
@@ -609,7 +609,7 @@ async fn corrupt_snapshots_are_never_loaded() {
             verdict.text()
         );
         assert!(
-            matches!(verdict.code, Some(0) | Some(1)),
+            matches!(verdict.code, Some(0 | 1)),
             "{case}: verify must check the dir (exit 0 or 1):\n{}",
             verdict.text()
         );

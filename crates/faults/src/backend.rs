@@ -410,7 +410,8 @@ impl Backend {
                 format!("etcd://{}", hosts.unwrap_or_default())
             }
             Servers::Sentinel(s) => {
-                let hosts: Vec<String> = s.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+                let hosts: Vec<String> =
+                    s.sentinel_addrs().iter().map(ToString::to_string).collect();
                 format!("redis+sentinel://{}@{}", s.master_name(), hosts.join(","))
             }
         }

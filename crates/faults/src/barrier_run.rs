@@ -70,7 +70,9 @@ pub(crate) async fn run(
             Err(err) => problems.push(format!("a member panicked: {err}")),
         }
     }
-    let events = events.lock().unwrap_or_else(|p| p.into_inner());
+    let events = events
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     problems.extend(
         barrier::check(&events, MEMBERS)
             .into_iter()
@@ -103,7 +105,12 @@ async fn rounds(
     until: Instant,
     events: Arc<Mutex<Vec<Event>>>,
 ) -> usize {
-    let record = |event: Event| events.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+    let record = |event: Event| {
+        events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(event);
+    };
     let name = format!("m{member}");
     let Ok(session) = lockkeeper::zk::Session::builder(&connect)
         .session_timeout(ZK_SESSION)
@@ -125,16 +132,13 @@ async fn rounds(
             member: name.clone(),
             round,
         });
-        let mut entered = match barrier.enter_timeout(CALL_WAIT).await {
-            Ok(Some(entered)) => entered,
-            _ => {
-                failed += 1;
-                record(Event::Leave {
-                    member: name.clone(),
-                    round,
-                });
-                continue;
-            }
+        let Ok(Some(mut entered)) = barrier.enter_timeout(CALL_WAIT).await else {
+            failed += 1;
+            record(Event::Leave {
+                member: name.clone(),
+                round,
+            });
+            continue;
         };
         record(Event::Pass {
             member: name.clone(),

@@ -307,7 +307,9 @@ struct Held {
 impl Held {
     /// The fencing token; Redlock has none.
     fn token(&self) -> Option<u64> {
-        self.guard.fencing_token().map(|t| t.get())
+        self.guard
+            .fencing_token()
+            .map(lockkeeper::FencingToken::get)
     }
 
     /// The ZooKeeper lock node the holder presents to the ZooKeeper fence (one: a client takes

@@ -236,7 +236,7 @@ impl Fences {
         let local = {
             let mut written = None;
             match self.local.write(&resource, token, || {
-                written = Some((token.get(), value.clone()))
+                written = Some((token.get(), value.clone()));
             }) {
                 Ok(outcome) => {
                     if let Some(written) = written {

@@ -268,7 +268,7 @@ async fn orchestrate(cli: Cli, stores: &fences::Stores) -> ExitCode {
             .filter(|s| cli.only.iter().any(|p| s.matches(p)))
             .collect();
         if picked.is_empty() {
-            let names: Vec<String> = scenario::all().iter().map(|s| s.to_string()).collect();
+            let names: Vec<String> = scenario::all().iter().map(ToString::to_string).collect();
             eprintln!(
                 "--only {:?} names no scenario; they are:\n{}",
                 cli.only,

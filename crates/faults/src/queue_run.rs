@@ -90,7 +90,9 @@ pub(crate) async fn run(
     let drain_until = Instant::now() + DRAIN_LIMIT;
     loop {
         let quiet = {
-            let history = history.lock().unwrap_or_else(|p| p.into_inner());
+            let history = history
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             history
                 .last_take
                 .is_none_or(|last| last.elapsed() >= DRAIN_QUIET)
@@ -104,7 +106,9 @@ pub(crate) async fn run(
     for consumer in consumers {
         consumer.abort();
     }
-    let history = history.lock().unwrap_or_else(|p| p.into_inner());
+    let history = history
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let report = queue::check(&history.acknowledged, &history.unanswered, &history.taken);
     if report.violated() {
         problems.push(format!("acknowledged puts never taken: {:?}", report.lost));
@@ -145,7 +149,9 @@ async fn produce(
         tokio::time::sleep(gap).await;
         let item = format!("p{index}-{n}");
         let put = tokio::time::timeout(CALL_WAIT, queue.put(item.as_bytes())).await;
-        let mut history = history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut history = history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match put {
             Ok(Ok(())) => history.acknowledged.push(item),
             _ => history.unanswered.push(item),
@@ -184,7 +190,9 @@ async fn consume(
             .collect();
         // Acknowledged, or failed (it may have been deleted): taken either way.
         let _ = tokio::time::timeout(CALL_WAIT, taken.ack()).await;
-        let mut history = history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut history = history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         history.taken.extend(items);
         history.last_take = Some(Instant::now());
     }

@@ -286,12 +286,12 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
             state.counts.turns += 1;
             state.counts.overlaps += state
                 .admission
-                .enter(client, request.token.map(|t| t.get()));
+                .enter(client, request.token.map(lockkeeper::FencingToken::get));
             let reply = fenced(state, &request).await;
             if reply == "ok" {
                 state.events.push(Event::Enter {
                     client: client.to_owned(),
-                    token: request.token.map(|t| t.get()),
+                    token: request.token.map(lockkeeper::FencingToken::get),
                 });
             }
             reply
@@ -305,7 +305,7 @@ async fn handle(state: &mut State, request: Request<'_>) -> String {
                     state.events.push(Event::Accepted {
                         client: client.to_owned(),
                         token: token.get(),
-                    })
+                    });
                 }
                 // A refused holder is out: its writes no longer reach the resource.
                 ("refused", _) => state.events.push(Event::Exit {

@@ -583,9 +583,10 @@ pub(crate) async fn run(
         .await
         .unwrap_or_else(|e| panic!("{scenario}: {e}"));
     // Clients on hosts of their own reach the resource at the bridge's address.
-    let resource_ip = backend
-        .net()
-        .map_or(std::net::Ipv4Addr::LOCALHOST, |net| net.bridge_addr());
+    let resource_ip = backend.net().map_or(
+        std::net::Ipv4Addr::LOCALHOST,
+        super::netns::Net::bridge_addr,
+    );
     let resource = Resource::start(fences, resource_ip, scenario.kind.holders())
         .await
         .unwrap_or_else(|e| panic!("bind the resource server on {resource_ip}: {e}"));

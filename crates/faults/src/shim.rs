@@ -43,7 +43,9 @@ static BUILT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 pub(crate) fn build_shim(dir: &Path) -> Result<PathBuf, String> {
     let library = dir.join(LIBRARY);
     // Held while compiling: two callers for one directory must not both write it.
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let built = built.get_or_insert_with(HashSet::new);
     if built.contains(dir) && library.exists() {
         return Ok(library);

@@ -188,9 +188,8 @@ async fn transaction(
             let (handle, site, vote, tx) =
                 (handles[1 + i].clone(), site.clone(), *vote, tx.to_owned());
             tokio::spawn(async move {
-                let joined = match handle.join_timeout(&tx, &site, SITE_WAIT).await {
-                    Ok(Some(proposal)) => proposal,
-                    _ => return (site, Vote::Missing, None),
+                let Ok(Some(joined)) = handle.join_timeout(&tx, &site, SITE_WAIT).await else {
+                    return (site, Vote::Missing, None);
                 };
                 let cast = match tokio::time::timeout(SITE_WAIT, joined.cast(vote)).await {
                     Ok(Ok(())) => match vote {

@@ -36,7 +36,7 @@ pub fn write_json(path: Option<&PathBuf>, json: &Json) -> Result<(), BoxError> {
 pub async fn interrupted() -> &'static str {
     async fn ctrl_c() {
         if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await
+            std::future::pending::<()>().await;
         }
     }
     #[cfg(unix)]

@@ -284,7 +284,7 @@ impl Namespace {
             match self.admin.delete(&self.root, None).await {
                 Ok(()) | Err(zk::Error::NoNode) => break Ok(()),
                 Err(zk::Error::NotEmpty) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => break Err(format!("deleting {}: {e}", self.root).into()),
             }

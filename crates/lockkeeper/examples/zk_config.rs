@@ -49,22 +49,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut changes = config.events();
     loop {
         tokio::select! {
-            event = changes.next() => match event {
-                Some(CacheEvent::Created { path, node }) | Some(CacheEvent::Changed { path, node, .. }) => {
-                    println!("config {path} = {}", String::from_utf8_lossy(&node.data));
+                    event = changes.next() => match event {
+                        Some(CacheEvent::Created { path, node } | CacheEvent::Changed { path, node, ..
+        }) => {
+                            println!("config {path} = {}", String::from_utf8_lossy(&node.data));
+                        }
+                        Some(CacheEvent::Deleted { path, .. }) => println!("config {path} removed"),
+                        Some(CacheEvent::Rebuilt) => println!("configuration read again after a reconnection"),
+                        Some(CacheEvent::Initialized) => {}
+                        None => break,
+                    },
+                    moved = peer_name.next() => match moved {
+                        Some(Some(at)) => println!("peer {peer} is now at {at}"),
+                        Some(None) => println!("peer {peer} is gone"),
+                        None => break,
+                    },
+                    _ = tokio::signal::ctrl_c() => break,
                 }
-                Some(CacheEvent::Deleted { path, .. }) => println!("config {path} removed"),
-                Some(CacheEvent::Rebuilt) => println!("configuration read again after a reconnection"),
-                Some(CacheEvent::Initialized) => {}
-                None => break,
-            },
-            moved = peer_name.next() => match moved {
-                Some(Some(at)) => println!("peer {peer} is now at {at}"),
-                Some(None) => println!("peer {peer} is gone"),
-                None => break,
-            },
-            _ = tokio::signal::ctrl_c() => break,
-        }
     }
     me.unregister().await?;
     config.close().await;

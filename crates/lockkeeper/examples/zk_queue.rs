@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         queue.put(format!("job {n}").as_bytes()).await?;
     }
     let batch: Vec<String> = (10..20).map(|n| format!("job {n}")).collect();
-    let batch: Vec<&[u8]> = batch.iter().map(|job| job.as_bytes()).collect();
+    let batch: Vec<&[u8]> = batch.iter().map(String::as_bytes).collect();
     queue.put_all(&batch).await?;
 
     let refused: Arc<Mutex<HashSet<Vec<u8>>>> = Arc::default();

@@ -17,7 +17,7 @@ use tokio::task::AbortHandle;
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A watch run by a task of its own, so that its answer is there whether or not anyone awaits

@@ -15,7 +15,7 @@ fn invalid(result: lockkeeper::Result<impl std::fmt::Debug>, mentions: &str) {
             assert!(
                 text.contains(mentions),
                 "{text:?} should mention {mentions:?}"
-            )
+            );
         }
         other => panic!("expected InvalidArgument mentioning {mentions:?}, got {other:?}"),
     }

@@ -184,7 +184,7 @@ async fn bad_input_is_an_invalid_argument_naming_it() {
     fn invalid<T: std::fmt::Debug>(result: lockkeeper::Result<T>, names: &str) {
         match result {
             Err(Error::InvalidArgument(what)) => {
-                assert!(what.contains(names), "{what:?} does not name {names:?}")
+                assert!(what.contains(names), "{what:?} does not name {names:?}");
             }
             other => panic!("want InvalidArgument naming {names:?}, got {other:?}"),
         }
@@ -225,7 +225,7 @@ async fn bad_input_is_an_invalid_argument_naming_it() {
         use lockkeeper::fence::sql::SqlError;
         let sql_invalid = |result: Result<_, SqlError>, names: &str| match result {
             Err(SqlError::InvalidArgument(what)) => {
-                assert!(what.contains(names), "{what:?} does not name {names:?}")
+                assert!(what.contains(names), "{what:?} does not name {names:?}");
             }
             other => panic!("want InvalidArgument naming {names:?}, got {other:?}"),
         };

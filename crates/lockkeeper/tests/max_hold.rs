@@ -303,7 +303,7 @@ async fn zk_leader_latch_term_ends_and_the_next_participant_leads() {
         );
         match latch.with_options(LockOptions::new().max_hold(Duration::ZERO)) {
             Err(Error::InvalidArgument(msg)) => {
-                assert!(msg.contains("max_hold") && msg.contains(path), "{msg}")
+                assert!(msg.contains("max_hold") && msg.contains(path), "{msg}");
             }
             other => panic!("zero max_hold accepted: {other:?}"),
         }
@@ -339,7 +339,7 @@ async fn zk_zero_maximum_hold_time_is_refused_naming_the_option() {
                     assert!(
                         msg.contains("max_hold") && msg.contains("/max-hold/zero"),
                         "{msg}"
-                    )
+                    );
                 }
                 other => panic!("zero max_hold accepted: {other:?}"),
             }

@@ -243,7 +243,7 @@ async fn a_key_of_the_wrong_type_is_a_redis_error() {
         .expect("SET");
     match lock.try_lock().await {
         Err(Error::Redis(error)) => {
-            assert!(error.to_string().contains("WRONGTYPE"), "{error}")
+            assert!(error.to_string().contains("WRONGTYPE"), "{error}");
         }
         other => panic!("expected a script error, got {other:?}"),
     }
@@ -267,7 +267,7 @@ async fn local_count_re_entries_cost_no_round_trip() {
             .expect("INFO");
         info.lines()
             .filter(|l| l.starts_with("cmdstat_eval"))
-            .map(|l| l.to_string())
+            .map(ToString::to_string)
             .collect::<Vec<_>>()
     };
     let before = calls().await;

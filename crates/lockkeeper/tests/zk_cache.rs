@@ -68,7 +68,7 @@ async fn a_tree_cache_follows_creates_changes_and_deletes() {
                 assert_eq!(
                     (path.as_str(), node.data.as_slice()),
                     ("/config/db/replica", &b"r"[..])
-                )
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -78,7 +78,7 @@ async fn a_tree_cache_follows_creates_changes_and_deletes() {
                 assert_eq!(
                     (path.as_str(), old.data.as_slice()),
                     ("/config/db/replica", &b"r"[..])
-                )
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -108,7 +108,7 @@ async fn a_node_cache_sees_a_node_that_does_not_exist_yet() {
                 assert_eq!(
                     (path.as_str(), node.data.as_slice()),
                     ("/later", &b"here"[..])
-                )
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -194,7 +194,7 @@ async fn bad_input_is_refused_by_name() {
             ] {
                 match cache {
                     Err(Error::InvalidArgument(message)) => {
-                        assert!(message.contains(&format!("{path:?}")), "{message}")
+                        assert!(message.contains(&format!("{path:?}")), "{message}");
                     }
                     other => panic!("{path:?}: {other:?}"),
                 }
@@ -210,7 +210,7 @@ async fn bad_input_is_refused_by_name() {
                 assert!(
                     message.contains("timeout") && message.contains("\"/\""),
                     "{message}"
-                )
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -520,7 +520,7 @@ async fn changes_after_a_restart_reach_the_cache() {
         }
         match next(&mut events).await {
             CacheEvent::Changed { path, node, .. } => {
-                assert_eq!((path.as_str(), node.data.as_slice()), ("/w/x", &b"1"[..]))
+                assert_eq!((path.as_str(), node.data.as_slice()), ("/w/x", &b"1"[..]));
             }
             other => panic!("{other:?}"),
         }

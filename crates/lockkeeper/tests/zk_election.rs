@@ -305,7 +305,7 @@ async fn a_deleted_latch_path_is_rejoined() {
                                 .lock()
                                 .unwrap()
                                 .push((id.to_owned(), term.fencing_token().get()));
-                            std::future::pending::<()>().await
+                            std::future::pending::<()>().await;
                         }
                     })
                     .await
@@ -392,7 +392,7 @@ async fn run_leads_again_in_the_next_session_and_ends_at_close() {
                                 .lock()
                                 .unwrap()
                                 .push(("runner".to_owned(), term.fencing_token().get()));
-                            std::future::pending::<()>().await
+                            std::future::pending::<()>().await;
                         }
                     })
                     .await
@@ -487,7 +487,7 @@ async fn run_once_runs_while_leading_and_drops_the_task_on_loss() {
                     .run_once(|_term| async move {
                         let _flag = DropFlag(dropped);
                         started.fetch_add(1, Ordering::SeqCst);
-                        std::future::pending::<()>().await
+                        std::future::pending::<()>().await;
                     })
                     .await
             })
@@ -603,7 +603,7 @@ async fn bad_input_is_refused_by_name() {
                 assert!(
                     message.contains("id") && message.contains(PATH),
                     "{message}"
-                )
+                );
             }
             other => panic!("empty id: {other:?}"),
         }

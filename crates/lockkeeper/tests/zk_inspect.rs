@@ -352,7 +352,10 @@ async fn semaphore_leases_with_and_without_the_limit() {
             .iter()
             .map(|p| p.session_id)
             .collect();
-        let expected: Vec<i64> = clients.iter().map(|c| c.session_id()).collect();
+        let expected: Vec<i64> = clients
+            .iter()
+            .map(lockkeeper_zk_client::Client::session_id)
+            .collect();
         assert_eq!(owners, expected, "{}", b.name);
         assert!(
             known.to_string().contains("semaphore of 2 leases"),

@@ -229,7 +229,7 @@ async fn bad_input_is_refused_by_name() {
                 assert!(
                     message.contains("\"/twice\"") && message.contains("twice"),
                     "{message}"
-                )
+                );
             }
             other => panic!("one lock twice: {other:?}"),
         }

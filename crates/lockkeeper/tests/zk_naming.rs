@@ -195,7 +195,7 @@ async fn bad_input_is_refused_by_name() {
         let session = session(&connect).await;
         let check = |result: lockkeeper::Result<()>, needle: &str| match result {
             Err(Error::InvalidArgument(message)) => {
-                assert!(message.contains(needle), "{message} should name {needle}")
+                assert!(message.contains(needle), "{message} should name {needle}");
             }
             other => panic!("{needle}: {other:?}"),
         };

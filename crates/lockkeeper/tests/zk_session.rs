@@ -130,13 +130,13 @@ trait Restartable: TestServer {
 
 impl Restartable for Keeper {
     fn restart(&mut self) {
-        Keeper::restart(self)
+        Keeper::restart(self);
     }
 }
 
 impl Restartable for ApacheZk {
     fn restart(&mut self) {
-        ApacheZk::restart(self)
+        ApacheZk::restart(self);
     }
 }
 

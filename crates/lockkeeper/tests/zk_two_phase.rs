@@ -441,7 +441,7 @@ async fn a_site_votes_once() {
         support::wait_children(&site_session, "/2pc/once/tx/votes", 1).await;
         let refused = |what: &str, voted: lockkeeper::Result<Outcome>| match voted {
             Err(Error::Conflict { why, .. }) => {
-                assert!(why.contains("voted already"), "{what}: {why}")
+                assert!(why.contains("voted already"), "{what}: {why}");
             }
             other => panic!("{what}: {other:?}"),
         };

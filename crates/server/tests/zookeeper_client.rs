@@ -720,7 +720,7 @@ async fn multi_and_multi_read() {
         match &results[2] {
             // Two children existed before it (old) and one created in this txn (new).
             MultiWriteResult::Create { path, .. } => {
-                assert_eq!(path, "/m/s-0000000002", "{}", b.name)
+                assert_eq!(path, "/m/s-0000000002", "{}", b.name);
             }
             other => panic!("{}: expected a create result, got {other:?}", b.name),
         }

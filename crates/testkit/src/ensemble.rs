@@ -108,7 +108,9 @@ impl Member {
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Running>> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner())
+        self.child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -82,7 +82,9 @@ impl Member {
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<(Child, u64)>> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner())
+        self.child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn pid(&self) -> Option<u32> {
@@ -500,7 +502,7 @@ pub fn etcdctl(endpoints: &[String], args: &[&str]) -> Result<String, String> {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if started.elapsed() < ETCDCTL_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(20))
+                std::thread::sleep(Duration::from_millis(20));
             }
             Ok(None) => {
                 kill_and_reap(&mut child);

@@ -121,7 +121,10 @@ impl Keeper {
         loop {
             match try_launch(config.clone()) {
                 Ok((_, running)) => {
-                    *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(running);
+                    *self
+                        .running
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(running);
                     return;
                 }
                 Err(LaunchError::AddrInUse(e)) if Instant::now() < deadline => {
@@ -140,7 +143,7 @@ impl Keeper {
         let running = self
             .running
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         let Some(Running { shutdown, thread }) = running else {
             return;

@@ -154,7 +154,7 @@ fn try_lock(file: &File, offset: u16) -> io::Result<bool> {
     }
     let err = io::Error::last_os_error();
     match err.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
         _ => Err(io::Error::new(
             err.kind(),
             format!("lock byte {offset} of the test port reservations: {err}"),
@@ -174,7 +174,7 @@ fn try_lock(_file: &File, _offset: u16) -> io::Result<bool> {
 fn first_time(port: u16) -> bool {
     HANDED_OUT
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get_or_insert_with(HashSet::new)
         .insert(port)
 }

@@ -152,7 +152,10 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Ok(pid) = libc::pid_t::try_from(self.pid) {
             // SAFETY: kill(2) on our own child's PID, which is not reaped yet (so not reused).
             unsafe { libc::kill(pid, libc::SIGQUIT) };

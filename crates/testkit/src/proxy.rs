@@ -103,7 +103,10 @@ impl Proxy {
     }
 
     fn abort_relays(&self) {
-        let mut relays = self.relays.lock().unwrap_or_else(|p| p.into_inner());
+        let mut relays = self
+            .relays
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for relay in relays.drain(..) {
             relay.abort();
         }
@@ -169,7 +172,9 @@ async fn relay(
                         pump(server_read, client_write, latency)
                     );
                 });
-                let mut relays = relays.lock().unwrap_or_else(|p| p.into_inner());
+                let mut relays = relays
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 relays.retain(|r| !r.is_finished());
                 relays.push(relay);
             }

@@ -358,7 +358,7 @@ impl Raw {
             }
             match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.buf)).await {
                 Err(_) => return Next::Silent,
-                Ok(Ok(0)) | Ok(Err(_)) => return Next::Closed,
+                Ok(Ok(0) | Err(_)) => return Next::Closed,
                 Ok(Ok(_)) => {}
             }
         }

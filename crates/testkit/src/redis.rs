@@ -100,7 +100,10 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         kill_and_reap(&mut child);
     }
 }

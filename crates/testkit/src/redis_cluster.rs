@@ -82,7 +82,12 @@ impl RedisCluster {
     pub fn pids(&self) -> Vec<u32> {
         self.masters
             .iter()
-            .map(|m| m.child.lock().unwrap_or_else(|p| p.into_inner()).id())
+            .map(|m| {
+                m.child
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .id()
+            })
             .collect()
     }
 
@@ -189,7 +194,12 @@ impl RedisCluster {
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         for master in &self.masters {
-            kill_and_reap(&mut master.child.lock().unwrap_or_else(|p| p.into_inner()));
+            kill_and_reap(
+                &mut master
+                    .child
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
         }
     }
 }

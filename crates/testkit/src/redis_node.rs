@@ -102,7 +102,7 @@ impl NodeOptions {
         } else {
             &["--save", "", "--appendonly", "no"]
         };
-        args.iter().map(|s| s.to_string()).collect()
+        args.iter().map(ToString::to_string).collect()
     }
 }
 
@@ -238,7 +238,9 @@ impl RedisNode {
     }
 
     fn lock_child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner())
+        self.child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

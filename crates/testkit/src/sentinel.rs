@@ -294,7 +294,12 @@ impl Drop for RedisSentinel {
     fn drop(&mut self) {
         // Sentinels first, so that they do not react to the data nodes going away.
         for sentinel in &self.sentinels {
-            kill_and_reap(&mut sentinel.child.lock().unwrap_or_else(|p| p.into_inner()));
+            kill_and_reap(
+                &mut sentinel
+                    .child
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
         }
         // The nodes are killed by their own Drop.
     }

@@ -107,7 +107,7 @@ impl ApacheZk {
                     };
                 }
                 Err(StartError::PortTaken(why)) => {
-                    failures.push(format!("port {port} was taken ({why})"))
+                    failures.push(format!("port {port} was taken ({why})"));
                 }
                 Err(StartError::Failed(message)) => panic!("{message}"),
             }
@@ -149,7 +149,10 @@ impl ApacheZk {
     pub fn restart(&mut self) {
         let port = self.addr.port();
         {
-            let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+            let mut child = self
+                .child
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             kill_and_reap(&mut child);
         }
         // The port was ours a moment ago; only retry on a bind race, never move to another port,
@@ -159,7 +162,10 @@ impl ApacheZk {
             match launch(self.dir.path(), port, &self.opts) {
                 Ok(child) => {
                     self.pid = child.id();
-                    *self.child.lock().unwrap_or_else(|p| p.into_inner()) = child;
+                    *self
+                        .child
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = child;
                     return;
                 }
                 Err(StartError::PortTaken(_)) if Instant::now() < deadline => {
@@ -190,7 +196,10 @@ impl TestServer for ApacheZk {
 
 impl Drop for ApacheZk {
     fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         kill_and_reap(&mut child);
     }
 }

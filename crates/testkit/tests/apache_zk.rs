@@ -88,7 +88,10 @@ fn servers_started_concurrently_are_each_ready_and_distinct() {
         .into_iter()
         .map(|h| h.join().expect("ApacheZk::start panicked"))
         .collect();
-    let mut addrs: Vec<_> = servers.iter().map(|s| s.addr()).collect();
+    let mut addrs: Vec<_> = servers
+        .iter()
+        .map(lockkeeper_testkit::TestServer::addr)
+        .collect();
     addrs.sort();
     addrs.dedup();
     assert_eq!(addrs.len(), servers.len(), "two servers share an address");

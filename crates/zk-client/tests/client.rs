@@ -213,7 +213,7 @@ async fn bad_arguments_name_the_path_and_send_nothing() {
         for bad in ["relative", "/trailing/", "/a//b", "/a/../b"] {
             match zk.get_data(bad).await {
                 Err(Error::BadArguments(why)) => {
-                    assert!(why.contains(&format!("{bad:?}")), "{}: {why}", b.name)
+                    assert!(why.contains(&format!("{bad:?}")), "{}: {why}", b.name);
                 }
                 other => panic!("{}: get_data({bad:?}) gave {other:?}", b.name),
             }

@@ -215,7 +215,7 @@ where
 
 /// Closes every session, all at once.
 pub(crate) async fn close_all(sessions: Vec<Session>) {
-    futures::future::join_all(sessions.iter().map(|s| s.close())).await;
+    futures::future::join_all(sessions.iter().map(lockkeeper::zk::Session::close)).await;
 }
 
 /// One acquire+release of `mutex`, the acquisition bounded by [`ACQUIRE_LIMIT`]; returns the

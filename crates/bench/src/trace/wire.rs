@@ -113,7 +113,7 @@ impl Wire {
         };
         wire.out.clear();
         encode_frame(&mut wire.out, |out| {
-            ConnectRequest::new_session(SESSION_TIMEOUT_MS).write(out)
+            ConnectRequest::new_session(SESSION_TIMEOUT_MS).write(out);
         });
         wire.send()?;
         wire.frame()?;

@@ -95,8 +95,8 @@ pub(crate) fn redis(inspection: &lockkeeper::redis::Inspection) -> Value {
             "value": p.owner,
             "count": p.count,
             "ttl_ms": p.ttl_left.map_or(-1, |t| i64::try_from(ms(t)).unwrap_or(i64::MAX)),
-            "token": p.fencing_token.map(|t| t.get()),
-            "latest_token": p.latest_token.map(|t| t.get()),
+            "token": p.fencing_token.map(lockkeeper::FencingToken::get),
+            "latest_token": p.latest_token.map(lockkeeper::FencingToken::get),
             "waited_ms": p.waited.map(ms),
         })
     };

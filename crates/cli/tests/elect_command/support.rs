@@ -56,7 +56,7 @@ impl Cli {
                 eprint!("{text}");
                 collected
                     .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push_str(&text);
             }
         });
@@ -101,7 +101,7 @@ impl Cli {
     pub(crate) fn stderr(&self) -> String {
         self.stderr
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 

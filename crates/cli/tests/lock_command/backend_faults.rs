@@ -94,7 +94,7 @@ fn a_timeout_ends_by_its_deadline_when_keeper_is_killed() {
     let mut keeper = KeeperProcess::start(dir.path(), &[]);
     let backend = format!("zk://{}", keeper.connect_string());
     let (mut holder, waiter, started) = holder_and_waiter(&backend, "/locks/killed", || {
-        zk_waiter_queued(&keeper.connect_string(), "/locks/killed")
+        zk_waiter_queued(&keeper.connect_string(), "/locks/killed");
     });
     keeper.kill9();
     assert_unavailable_in_time(waiter, started, &backend, "keeper killed");
@@ -114,7 +114,7 @@ fn a_timeout_ends_by_its_deadline_when_zookeeper_is_frozen() {
     );
     let connect = lockkeeper_testkit::TestServer::connect_string(&zk);
     let (mut holder, waiter, started) = holder_and_waiter(&backend, "/locks/frozen", || {
-        zk_waiter_queued(&connect, "/locks/frozen")
+        zk_waiter_queued(&connect, "/locks/frozen");
     });
     signal(zk.pid(), libc::SIGSTOP);
     let result = std::panic::catch_unwind(|| {
@@ -133,7 +133,7 @@ fn a_timeout_ends_by_its_deadline_when_redis_is_frozen() {
     let redis = RedisServer::start();
     let backend = redis.url();
     let (mut holder, waiter, started) = holder_and_waiter(&backend, "frozen", || {
-        redis_waiter_queued(&backend, "frozen")
+        redis_waiter_queued(&backend, "frozen");
     });
     signal(redis.pid(), libc::SIGSTOP);
     let result = std::panic::catch_unwind(|| {

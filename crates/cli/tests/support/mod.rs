@@ -115,7 +115,7 @@ impl KeeperProcess {
         extra: &[&str],
     ) -> Result<KeeperProcess, StartFailure> {
         let mut args = serve_args(data_dir);
-        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(ToString::to_string));
         let spawned_at = Instant::now();
         let mut child = lockkeeper_command(&args)
             .spawn()
@@ -128,7 +128,9 @@ impl KeeperProcess {
             let stderr = Arc::clone(&stderr);
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
-                    let mut text = stderr.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut text = stderr
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     text.push_str(&strip_ansi(&line));
                     text.push('\n');
                 }
@@ -222,7 +224,7 @@ impl KeeperProcess {
     pub(crate) fn stderr_text(&self) -> String {
         self.stderr
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
@@ -292,7 +294,7 @@ impl KeeperProcess {
                     return Some(status);
                 }
                 Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
+                    std::thread::sleep(Duration::from_millis(20));
                 }
                 _ => return None,
             }

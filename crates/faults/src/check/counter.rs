@@ -328,7 +328,7 @@ mod tests {
         let mut history = Vec::new();
         for step in 0..40u64 {
             for client in 0..3u32 {
-                let n = step as i64 * 3 + client as i64 + 1;
+                let n = step as i64 * 3 + i64::from(client) + 1;
                 history.push(call(
                     client,
                     Op::Add(1),

@@ -200,7 +200,7 @@ mod tests {
         out.extend(31i32.to_be_bytes());
         string(&mut out, "world");
         string(&mut out, "anyone");
-        out.push(ephemeral as u8);
+        out.push(u8::from(ephemeral));
         out.extend(0i32.to_be_bytes()); // parentCVersion
         out
     }

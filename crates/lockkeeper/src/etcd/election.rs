@@ -267,7 +267,10 @@ impl Watching {
                 return Ok(Some(leader));
             }
         }
-        let revision = found.header().map_or(0, |h| h.revision()) + 1;
+        let revision = found
+            .header()
+            .map_or(0, etcd_client::ResponseHeader::revision)
+            + 1;
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision);
@@ -355,7 +358,7 @@ impl Leadership {
 
     /// Resolves once the leadership can no longer be trusted (see [`LockGuard::lost`]).
     pub async fn lost(&self) {
-        self.guard.lost().await
+        self.guard.lost().await;
     }
 
     /// The leader key, `NAME/{lease:x}`.

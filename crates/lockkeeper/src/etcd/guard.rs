@@ -389,7 +389,7 @@ impl LockGuard {
     /// was deleted by someone else, the maximum hold time passed, or the guard was released.
     /// Cancel-safe; race it against the work the lock protects.
     pub async fn lost(&self) {
-        self.held.lost().await
+        self.held.lost().await;
     }
 
     pub(crate) fn held(&self) -> &Held {

@@ -272,14 +272,19 @@ async fn try_enter(
     let responses = answer.op_responses();
     if !answer.succeeded() {
         let rev = match responses.first() {
-            Some(TxnOpResponse::Get(found)) => found.kvs().first().map(|kv| kv.create_revision()),
+            Some(TxnOpResponse::Get(found)) => found
+                .kvs()
+                .first()
+                .map(etcd_client::KeyValue::create_revision),
             _ => None,
         };
         // Deleted between the compare and now is impossible (one transaction); no answer is
         // treated as "try again".
         return Ok(Entered::Stale(rev.unwrap_or(0)));
     }
-    let rev = answer.header().map_or(0, |h| h.revision());
+    let rev = answer
+        .header()
+        .map_or(0, etcd_client::ResponseHeader::revision);
     let at_once = match responses.get(1) {
         Some(TxnOpResponse::Get(found)) => Earlier { rev, ..first }.grants(found.kvs()),
         _ => false,

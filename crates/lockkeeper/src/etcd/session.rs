@@ -222,7 +222,7 @@ impl Session {
     /// Resolves once the session is lost: a renewal found the lease gone, renewals failed until
     /// the deadline passed, or the session was closed. Cancel-safe.
     pub async fn lost(&self) {
-        lost(&self.inner.life).await
+        lost(&self.inner.life).await;
     }
 
     /// Revokes the lease, which deletes every key of the session (releasing its locks and
@@ -357,7 +357,7 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
                     tracing::warn!(lease, "etcd answered that the session's lease is gone");
                     break 'stream;
                 }
-                Ok(Ok(None)) | Ok(Err(_)) => {
+                Ok(Ok(None) | Err(_)) => {
                     tokio::time::sleep(RETRY_PAUSE).await;
                     continue 'stream;
                 }

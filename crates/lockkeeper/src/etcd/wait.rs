@@ -153,9 +153,8 @@ async fn look_and_watch(
     if !answer.succeeded() {
         return Ok(Look::Gone);
     }
-    let found = match answer.op_responses().into_iter().next() {
-        Some(TxnOpResponse::Get(found)) => found,
-        _ => return Ok(Look::Again),
+    let Some(TxnOpResponse::Get(found)) = answer.op_responses().into_iter().next() else {
+        return Ok(Look::Again);
     };
     if found.kvs().len() <= earlier.admits {
         return Ok(Look::Granted);
@@ -231,7 +230,9 @@ async fn wait_for_a_deletion(
             }
             if answer.created() {
                 uncreated = uncreated.saturating_sub(1);
-                let revision = answer.header().map_or(0, |h| h.revision());
+                let revision = answer
+                    .header()
+                    .map_or(0, etcd_client::ResponseHeader::revision);
                 registered_at = registered_at.min(revision);
                 if uncreated == 0 {
                     match still_there(&mut client, keys).await? {
@@ -302,7 +303,9 @@ async fn still_there(
         )]);
     }
     let answer = client.txn(txn).await?;
-    Ok(answer
-        .succeeded()
-        .then(|| answer.header().map_or(i64::MAX, |h| h.revision())))
+    Ok(answer.succeeded().then(|| {
+        answer
+            .header()
+            .map_or(i64::MAX, etcd_client::ResponseHeader::revision)
+    }))
 }

@@ -54,7 +54,10 @@ impl LocalFence {
         check_resource("fence resource id", resource)?;
         // A panic in an earlier `write` poisons the mutex without breaking the map: the token
         // is only recorded after its write returned.
-        let mut highest = self.highest.lock().unwrap_or_else(|p| p.into_inner());
+        let mut highest = self
+            .highest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(&seen) = highest.get(resource)
             && seen > token
         {
@@ -67,7 +70,10 @@ impl LocalFence {
 
     /// The highest token accepted for `resource`, if any.
     pub fn highest(&self, resource: &str) -> Option<FencingToken> {
-        let highest = self.highest.lock().unwrap_or_else(|p| p.into_inner());
+        let highest = self
+            .highest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         highest.get(resource).copied()
     }
 }

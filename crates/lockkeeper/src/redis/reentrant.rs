@@ -351,7 +351,7 @@ impl ReentrantLock {
                         let _ = release_once(conn, &keys, &owner).await;
                     }
                     (Attempt::Busy(_), Some(waiter)) => {
-                        super::line::leave(conn, &line, &waiter).await
+                        super::line::leave(conn, &line, &waiter).await;
                     }
                     (Attempt::Busy(_), None) => {}
                 }

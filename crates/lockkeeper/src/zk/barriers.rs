@@ -460,7 +460,7 @@ impl Entered {
     /// Deletes our node; on an error `Drop` still tries again in the background.
     async fn delete_ours(&mut self) -> Result<()> {
         match delete_node(&self.generation, &self.node).await {
-            Ok(()) | Err(Error::NotHeld) | Err(Error::SessionLost) => {
+            Ok(()) | Err(Error::NotHeld | Error::SessionLost) => {
                 self.armed = false;
                 Ok(())
             }
@@ -503,7 +503,7 @@ impl Drop for Entered {
 /// Deletes a member node that is being given up; the outcome only matters to the log.
 async fn delete_member(generation: Arc<Generation>, node: String) {
     match delete_node(&generation, &node).await {
-        Ok(()) | Err(Error::NotHeld) | Err(Error::SessionLost) => {}
+        Ok(()) | Err(Error::NotHeld | Error::SessionLost) => {}
         Err(err) => tracing::warn!(node, %err, "could not delete a double barrier member"),
     }
 }

@@ -211,7 +211,7 @@ impl Held {
                 Ok(()) => tracing::debug!(node = held.node, "maximum hold time reached; given up"),
                 Err(Error::NotHeld) => {}
                 Err(err) => {
-                    tracing::warn!(node = held.node, %err, "giving up at the maximum hold time failed")
+                    tracing::warn!(node = held.node, %err, "giving up at the maximum hold time failed");
                 }
             }
         });

@@ -85,7 +85,7 @@ mod tests {
         ] {
             match validate_lock_path(path) {
                 Err(Error::InvalidArgument(message)) => {
-                    assert!(message.contains(&format!("{path:?}")), "{message}")
+                    assert!(message.contains(&format!("{path:?}")), "{message}");
                 }
                 other => panic!("{path:?}: {other:?}"),
             }

@@ -630,7 +630,7 @@ async fn heartbeat(generation: Weak<Generation>, period: Duration) {
         match tokio::time::timeout(period, client.check_stat("/")).await {
             Ok(Ok(_)) => generation.heard_at(sent),
             Ok(Err(err)) if !is_connection_loss(&err) && !is_terminal(&err) => {
-                generation.heard_at(sent)
+                generation.heard_at(sent);
             }
             Ok(Err(_)) | Err(_) => {}
         }

@@ -273,7 +273,7 @@ async fn redis_fence_remembers_its_tokens_when_a_persisting_server_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_fence_on_a_cluster_checks_every_primary() {
     let cluster = RedisCluster::start();
-    let addresses: Vec<String> = cluster.addrs().iter().map(|a| a.to_string()).collect();
+    let addresses: Vec<String> = cluster.addrs().iter().map(ToString::to_string).collect();
     let redis = Redis::connect_cluster(&cluster.urls(), RedisOptions::default())
         .await
         .expect("connect to the cluster");

@@ -145,7 +145,7 @@ fn lockkeeper_producers_curator_and_lockkeeper_consumers() {
             }
             for batch in 0..5 {
                 let items: Vec<String> = (0..20).map(|i| format!("all-{batch}-{i}")).collect();
-                let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
+                let refs: Vec<&[u8]> = items.iter().map(String::as_bytes).collect();
                 queue.put_all(&refs).await.unwrap();
                 expected.extend(items);
             }

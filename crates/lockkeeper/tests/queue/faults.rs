@@ -101,7 +101,7 @@ async fn run(connect: &str, mode: &str, dir: &Path) -> Run {
         let batch: Vec<String> = (start..count.min(start + 200))
             .map(|i| format!("i-{i}"))
             .collect();
-        let refs: Vec<&[u8]> = batch.iter().map(|s| s.as_bytes()).collect();
+        let refs: Vec<&[u8]> = batch.iter().map(String::as_bytes).collect();
         queue.put_all(&refs).await.expect("put a batch");
     }
     let spawn = |n: usize| {

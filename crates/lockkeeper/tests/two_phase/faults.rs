@@ -321,7 +321,7 @@ async fn run(connect: &str, observer: &Session, tx: &str, victim: Victim) {
         }
         Victim::Site(v, "connected" | "joined") => match &decision {
             Outcome::Abort(AbortReason::TimedOut(missing)) => {
-                assert!(missing.contains(&SITES[v].to_owned()), "{missing:?}")
+                assert!(missing.contains(&SITES[v].to_owned()), "{missing:?}");
             }
             Outcome::Abort(AbortReason::Voted(site)) => assert_ne!(site, SITES[v]),
             other => panic!("a site that never voted, yet {other}"),

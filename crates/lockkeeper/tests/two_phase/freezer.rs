@@ -43,7 +43,7 @@ impl Shared {
     fn trigger(&self) -> Option<Trigger> {
         self.trigger
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
@@ -51,7 +51,7 @@ impl Shared {
     fn fire(&self) {
         self.trigger
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         self.frozen.send_replace(true);
     }
@@ -115,7 +115,7 @@ impl Freezer {
             .shared
             .trigger
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(trigger);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(trigger);
     }
 
     /// Waits (bounded) until the armed trigger has fired and the client is frozen.
@@ -207,7 +207,7 @@ async fn relay(client: tokio::net::TcpStream, server: tokio::net::TcpStream, sha
                         (Some(Trigger::AfterGetData(path)), Some((xid, op, Some(read))))
                             if *op == OpCode::GetData as i32 && *read == path =>
                         {
-                            *awaited.lock().unwrap_or_else(|p| p.into_inner()) = Some(*xid);
+                            *awaited.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(*xid);
                         }
                         _ => {}
                     }
@@ -255,7 +255,9 @@ async fn answers(
     while let Some(frame) = read_frame(&mut server_read).await {
         if !handshake {
             let xid = be_i32(&frame, 4);
-            let mut awaited = awaited.lock().unwrap_or_else(|p| p.into_inner());
+            let mut awaited = awaited
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if xid.is_some() && *awaited == xid {
                 awaited.take();
                 shared.fire();

@@ -86,7 +86,7 @@ impl Core {
         match event {
             LogEvent::Failed(error) => self.enter_read_only(&error),
             LogEvent::StillFailing(error) => {
-                tracing::warn!(%error, "disk still failing; writes stay refused")
+                tracing::warn!(%error, "disk still failing; writes stay refused");
             }
             LogEvent::Resumed => self.leave_read_only(),
         }

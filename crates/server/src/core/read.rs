@@ -231,7 +231,7 @@ impl Core {
         let mut fired = Vec::new();
         let since = set.relative_zxid;
         let mut fire = |path: String, event: EventType| {
-            fired.push(crate::state::watch::Fired { conn, event, path })
+            fired.push(crate::state::watch::Fired { conn, event, path });
         };
         for p in set.data_watches {
             match self.state.tree.get(&p) {

@@ -450,7 +450,7 @@ impl Shared {
             syncing = self
                 .synced
                 .wait(syncing)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             syncing.waiting -= 1;
         }
     }

@@ -256,7 +256,10 @@ impl InProgress {
         self.write(last)?;
         let sum = self.crc;
         self.file.write_all(&sum.to_be_bytes())?;
-        let file = self.file.into_inner().map_err(|e| e.into_error())?;
+        let file = self
+            .file
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
         file.sync_all()?;
         fs::rename(&self.tmp, dir.join(snapshot_name(self.zxid)))?;
         sync_dir(dir)?;

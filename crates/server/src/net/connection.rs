@@ -118,8 +118,8 @@ pub(crate) async fn serve(stream: TcpStream, ctx: ConnectionCtx) {
         Ok(Ok(Some(writer_done))) => read_requests(&mut reader, &mut buf, &ctx, writer_done).await,
     };
     match result {
-        Ok(()) | Err(Closed::Eof) | Err(Closed::Shutdown) => {
-            tracing::trace!(peer = %ctx.peer, "connection closed")
+        Ok(()) | Err(Closed::Eof | Closed::Shutdown) => {
+            tracing::trace!(peer = %ctx.peer, "connection closed");
         }
         Err(e) => tracing::debug!(peer = %ctx.peer, error = %e, "connection closed"),
     }

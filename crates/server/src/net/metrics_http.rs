@@ -73,11 +73,8 @@ async fn scrape(
     core: &mpsc::Sender<CoreMsg>,
     timings: &Timings,
 ) -> std::io::Result<()> {
-    let head = match read_head(&mut stream).await? {
-        Some(head) => head,
-        None => {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "", "").await;
-        }
+    let Some(head) = read_head(&mut stream).await? else {
+        return respond(&mut stream, "431 Request Header Fields Too Large", "", "").await;
     };
     let request_line = head.lines().next().unwrap_or_default();
     let mut parts = request_line.split_ascii_whitespace();

@@ -300,7 +300,7 @@ impl WriterEnd {
     /// Waits until the writer task is woken: by a pump that left it something to wait for, or
     /// by the core giving up on the connection.
     pub(crate) async fn woken(&self) {
-        self.0.writer.notified().await
+        self.0.writer.notified().await;
     }
 
     /// How far the peer has got, once the core has closed the connection (or let go of it)

@@ -146,7 +146,7 @@ impl Message {
             Message::Text(text) => {
                 #[cfg(test)]
                 assert_ne!(text, ENCODE_PANICS, "a message whose encoding panics");
-                out.extend_from_slice(text.as_bytes())
+                out.extend_from_slice(text.as_bytes());
             }
         }
     }

@@ -88,10 +88,10 @@ impl Watches {
     pub(crate) fn add_persistent(&mut self, path: &str, conn: ConnId, recursive: bool) {
         if recursive {
             self.persistent.remove(path, conn);
-            self.recursive.add(path, conn)
+            self.recursive.add(path, conn);
         } else {
             self.recursive.remove(path, conn);
-            self.persistent.add(path, conn)
+            self.persistent.add(path, conn);
         }
     }
 

@@ -348,7 +348,7 @@ async fn read_tree(
                         return Err(Interrupted::ConnectionLoss);
                     }
                     Err(err) => {
-                        tracing::warn!(%err, parent, "a ZooKeeper cache cannot list children")
+                        tracing::warn!(%err, parent, "a ZooKeeper cache cannot list children");
                     }
                 }
             }

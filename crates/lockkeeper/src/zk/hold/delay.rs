@@ -137,7 +137,7 @@ pub(crate) async fn read(generation: &Generation, dir: &str) -> Result<Record> {
 pub(crate) async fn note_held(generation: &Generation, node: &str) {
     let (_, name) = split(node);
     let noted = update(generation, node, None, |record| {
-        record.held = Some(name.to_owned())
+        record.held = Some(name.to_owned());
     })
     .await;
     if let Err(err) = noted {
@@ -151,7 +151,7 @@ pub(crate) async fn note_held(generation: &Generation, node: &str) {
 pub(crate) async fn release_recorded(generation: &Generation, node: &str) -> Result<()> {
     let (_, name) = split(node);
     update(generation, node, Some(node), |record| {
-        record.add_released(name)
+        record.add_released(name);
     })
     .await
 }

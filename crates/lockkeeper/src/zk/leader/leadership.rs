@@ -77,7 +77,7 @@ impl LeaderTerm {
     /// deleted, its session ended or passed its deadline, or (by default) the connection was
     /// suspended. Cancel-safe.
     pub async fn lost(&self) {
-        self.held.lost().await
+        self.held.lost().await;
     }
 
     /// The full path of this term's latch node.
@@ -117,7 +117,7 @@ impl Leadership {
 
     /// See [`LeaderTerm::lost`].
     pub async fn lost(&self) {
-        self.term.lost().await
+        self.term.lost().await;
     }
 
     /// The full path of this term's latch node.

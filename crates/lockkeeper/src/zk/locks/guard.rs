@@ -93,7 +93,7 @@ impl LockGuard {
     /// was deleted by someone else. Cancel-safe; meant for `tokio::select!` against the work
     /// the lock protects.
     pub async fn lost(&self) {
-        self.held.lost().await
+        self.held.lost().await;
     }
 
     /// Resolves once a revoker has asked this holder to give the lock up (cooperative
@@ -118,7 +118,7 @@ impl LockGuard {
     /// [`Session::revoke`]: crate::zk::Session::revoke
     /// [`lost`]: LockGuard::lost
     pub async fn revocation_requested(&self) {
-        self.held.revocation_requested().await
+        self.held.revocation_requested().await;
     }
 
     /// The full path of the lock node this guard holds (for logs and inspection).

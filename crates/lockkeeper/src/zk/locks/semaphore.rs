@@ -532,7 +532,7 @@ impl Leases {
                 Poll::Pending
             }
         })
-        .await
+        .await;
     }
 
     /// Gives every lease back (deletes the lease nodes).

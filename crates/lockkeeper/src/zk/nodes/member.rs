@@ -353,7 +353,7 @@ impl Member {
 
     /// Resolves once the member's node is on the server (at once if it is).
     pub async fn present(&self) {
-        self.node.wait_present().await
+        self.node.wait_present().await;
     }
 
     /// Sets the payload: written to the member's node now if it is there, and carried by

@@ -136,7 +136,7 @@ impl Shared {
             // Here, on the thread the flush woke this task on: the runtime hands the thread's
             // other tasks to another thread while this one writes.
             let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                tokio::task::block_in_place(|| self.work())
+                tokio::task::block_in_place(|| self.work());
             }));
             if worked.is_err() {
                 self.working.store(false, Ordering::SeqCst);

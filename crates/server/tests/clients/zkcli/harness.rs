@@ -161,7 +161,7 @@ pub(crate) fn stat(
 }
 
 pub(crate) fn lines(literal: &[&str]) -> Vec<String> {
-    literal.iter().map(|s| s.to_string()).collect()
+    literal.iter().map(ToString::to_string).collect()
 }
 
 pub(crate) fn concat(parts: Vec<Vec<String>>) -> Vec<String> {
