@@ -615,3 +615,62 @@ async fn redis_a_clean_release_hands_over_at_once_renewals_keep_the_delay_and_th
         DELAY,
     );
 }
+
+/// A holder that releases after its maximum hold time gave the lock up under lock-delay is
+/// told `NotHeld`, and its release does not cut the delay short: the key, still holding its
+/// token, is the server's record of the delay.
+#[tokio::test]
+async fn redis_a_release_after_the_maximum_hold_time_keeps_the_delay() {
+    let server = RedisServer::start();
+    let holder = redis(&server).await;
+    let other = redis(&server).await;
+    // A fixed lease far longer than the test: the key's TTL falls to the delay only when the
+    // maximum hold time's timer sets it so.
+    let lease = Duration::from_secs(60);
+    let lock = holder
+        .lease_lock("late-release")
+        .with_options(
+            LockOptions::new()
+                .lease(lease)
+                .max_hold(Duration::from_millis(300))
+                .lock_delay(DELAY),
+        )
+        .unwrap();
+    let guard = lock.lock().await.expect("lock");
+    timeout(STEP, guard.lost())
+        .await
+        .expect("maximum hold time");
+    // Wait for the timer's doing, then note when the key expires at the soonest: no sooner
+    // than its TTL after the PTTL request was sent.
+    let deadline = Instant::now() + STEP;
+    let (sent, left) = loop {
+        let sent = Instant::now();
+        let left = lock.remaining_lease().await.expect("pttl");
+        if let Some(left) = left.filter(|left| *left <= DELAY) {
+            break (sent, left);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the timer never gave up the lock: PTTL {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        matches!(guard.release().await, Err(lockkeeper::Error::NotHeld)),
+        "a release after the maximum hold time"
+    );
+    timeout(STEP, other.lease_lock("late-release").lock())
+        .await
+        .expect("granted")
+        .expect("next")
+        .release()
+        .await
+        .expect("release");
+    // Redis expires keys to the millisecond: allow one.
+    at_least(
+        "lease lock released after its maximum hold time",
+        Instant::now() + Duration::from_millis(1),
+        sent,
+        left,
+    );
+}
