@@ -16,6 +16,7 @@
 //! the release and that the server had released the lock (`:1`) before the client retried.
 //! Locks use an explicit lease (no watchdog renewal on the connection) and are only tried, not
 //! waited for (no pub/sub connection). Keys are checked on a direct connection to the server.
+//! Last, a release that no server answers at all is retried a bounded number of times.
 
 mod support_redis;
 
@@ -504,4 +505,24 @@ async fn a_refused_release_is_sent_once_and_reported() {
         .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(rejected, 1, "the release was sent once: {stats}");
+}
+
+/// A release that no server answers is sent a bounded number of times, then reported: the
+/// retries for a lost answer never turn into an endless loop.
+#[tokio::test]
+async fn a_release_nobody_answers_gives_up_with_the_error() {
+    let server = RedisServer::start();
+    let redis = Redis::connect(&server.url()).await.expect("connect");
+    let lock = redis
+        .lease_lock("unanswered")
+        .with_options(LockOptions::new().lease(LEASE))
+        .unwrap();
+    let guard = lock.try_lock().await.expect("try_lock").expect("free");
+    // The server goes away (killed, by its PID): every attempt fails at the socket.
+    drop(server);
+    let (released, _) = timed(guard.release()).await;
+    assert!(
+        matches!(released, Err(Error::Redis(_))),
+        "a release nobody answered: {released:?}"
+    );
 }
