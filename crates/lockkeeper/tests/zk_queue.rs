@@ -48,8 +48,12 @@ async fn at_least_once_acks_requeues_and_redelivers() {
         assert_eq!(children(&s, "/q/alo").await.len(), 3, "one node per item");
 
         // The head is locked by its taker: a second consumer gets the next one.
+        let mut names = children(&s, "/q/alo").await;
+        names.sort();
         let a = queue.take(Delivery::AtLeastOnce).await.unwrap();
         assert_eq!(a.items(), [b"a".to_vec()]);
+        assert_eq!(a.node(), format!("/q/alo/{}", names[0]), "the head's node");
+        assert_eq!(a.delivery(), Delivery::AtLeastOnce);
         let other = s.distributed_queue("/q/alo").unwrap();
         let b = other.take(Delivery::AtLeastOnce).await.unwrap();
         assert_eq!(b.items(), [b"b".to_vec()]);
