@@ -156,7 +156,7 @@ impl Items {
                 },
             };
             match self.take_in(&generation, delivery, deadline).await {
-                Err(Error::SessionLost) if matches!(deadline, Deadline::Now) => {
+                Err(Error::SessionLost) if !matches!(deadline, Deadline::Now) => {
                     if deadline.passed() {
                         return Ok(None);
                     }
