@@ -262,6 +262,60 @@ async fn a_waiting_take_follows_its_session_into_the_next() {
     .await;
 }
 
+/// A claim the server refuses (no permission to delete the item, or to create its lock) is the
+/// take's error, not an item skipped: a consumer without the rights must hear why it gets
+/// nothing, instead of spinning over items it can never take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_the_server_refuses_is_the_takes_error() {
+    use lockkeeper_zk_client::{Acl, CreateMode, CreateOptions, Id, perms};
+    for_each_backend(|connect| async move {
+        let s = session(&connect).await;
+        let client = s.client().expect("client");
+        let anyone = |perms| {
+            vec![Acl {
+                perms,
+                id: Id {
+                    scheme: "world".into(),
+                    id: "anyone".into(),
+                },
+            }]
+        };
+        let persistent = |acl| CreateOptions::new(CreateMode::Persistent).with_acl(acl);
+        // At most once: the item's delete is refused (no DELETE on the queue node).
+        let queue = s.distributed_queue("/q/no-delete").unwrap();
+        queue.put(b"kept").await.unwrap();
+        client
+            .set_acl("/q/no-delete", &anyone(perms::READ | perms::CREATE), None)
+            .await
+            .unwrap();
+        let taken = tokio::time::timeout(WAIT, queue.try_take(Delivery::AtMostOnce))
+            .await
+            .expect("the take answered");
+        assert!(
+            matches!(taken, Err(Error::Zk(lockkeeper_zk_client::Error::NoAuth))),
+            "a refused delete: {:?}",
+            taken.map(|t| t.map(|t| t.node().to_owned()))
+        );
+        // At least once: the lock node's create is refused (no CREATE on the locks node).
+        client
+            .create("/q/no-lock-locks", b"", &persistent(anyone(perms::READ)))
+            .await
+            .unwrap();
+        let queue = s.distributed_queue("/q/no-lock").unwrap();
+        queue.put(b"kept").await.unwrap();
+        let taken = tokio::time::timeout(WAIT, queue.try_take(Delivery::AtLeastOnce))
+            .await
+            .expect("the take answered");
+        assert!(
+            matches!(taken, Err(Error::Zk(lockkeeper_zk_client::Error::NoAuth))),
+            "a refused lock: {:?}",
+            taken.map(|t| t.map(|t| t.node().to_owned()))
+        );
+        assert_eq!(children(&s, "/q/no-lock").await.len(), 1, "the item stays");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn priority_and_simple_queues_and_bad_input() {
     for_each_backend(|connect| async move {
