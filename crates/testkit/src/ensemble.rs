@@ -33,7 +33,7 @@ use crate::fourlw::try_four_letter_word;
 use crate::host::Host;
 use crate::ports::free_port;
 use crate::zk::{
-    LOG_FILE, Owner, START_ATTEMPTS, START_TIMEOUT, ServerKind, Spawned, StartError, ZkOptions,
+    LOG_FILE, Owner, START_ATTEMPTS, START_TIMEOUT, Spawned, StartError, ZkOptions, ZkRole,
     exit_error, owner_of, spawn_server,
 };
 
@@ -207,7 +207,7 @@ impl ZkEnsemble {
             &member.dir,
             &self.member_cfg(&data_dir),
             &self.opts,
-            ServerKind::QuorumPeer,
+            ZkRole::QuorumPeer,
             // A member looking for peers asks again at least every second (ZooKeeper's
             // default backs off to a minute), and gives up on a silent peer after a second.
             &[

@@ -226,9 +226,10 @@ pub(crate) enum StartError {
     Failed(String),
 }
 
-/// The main class a ZooKeeper JVM runs, and how much heap it gets.
+/// A ZooKeeper JVM's role: a standalone server or an ensemble member; it decides the main class
+/// and the heap. (Which server is under test, Keeper or ZooKeeper, is the bench's `ServerKind`.)
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum ServerKind {
+pub(crate) enum ZkRole {
     /// `ZooKeeperServerMain`: one server, no quorum.
     Standalone,
     /// `QuorumPeerMain`: a member of an ensemble (zoo.cfg lists the servers, `data/myid` says
@@ -236,18 +237,18 @@ pub(crate) enum ServerKind {
     QuorumPeer,
 }
 
-impl ServerKind {
+impl ZkRole {
     fn main_class(self) -> &'static str {
         match self {
-            ServerKind::Standalone => "org.apache.zookeeper.server.ZooKeeperServerMain",
-            ServerKind::QuorumPeer => "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            ZkRole::Standalone => "org.apache.zookeeper.server.ZooKeeperServerMain",
+            ZkRole::QuorumPeer => "org.apache.zookeeper.server.quorum.QuorumPeerMain",
         }
     }
 
     fn max_heap(self) -> &'static str {
         match self {
-            ServerKind::Standalone => "-Xmx512m",
-            ServerKind::QuorumPeer => "-Xmx192m",
+            ZkRole::Standalone => "-Xmx512m",
+            ZkRole::QuorumPeer => "-Xmx192m",
         }
     }
 }
@@ -266,7 +267,7 @@ pub(crate) fn spawn_server(
     dir: &Path,
     cfg: &str,
     opts: &ZkOptions,
-    kind: ServerKind,
+    kind: ZkRole,
     extra_properties: &[String],
     host: Option<&Host>,
 ) -> Result<Spawned, StartError> {
@@ -380,7 +381,7 @@ fn launch(dir: &Path, port: u16, opts: &ZkOptions) -> Result<Child, StartError> 
         dir,
         &opts.zoo_cfg(&data_dir, port),
         opts,
-        ServerKind::Standalone,
+        ZkRole::Standalone,
         &[],
         None,
     )?;
