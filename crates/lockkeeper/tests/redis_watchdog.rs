@@ -1,5 +1,6 @@
 //! The watchdog: renewal keeps a lock well past its TTL, stops at release and at the maximum
-//! hold time, and the guard's lost-lock signal fires when renewal cannot go on.
+//! hold time, renews once a period (no more), and the guard's lost-lock signal fires when renewal
+//! cannot go on or finds the key gone.
 
 mod support_redis;
 
@@ -155,4 +156,68 @@ async fn lost_fires_when_the_server_dies() {
         "not later than the lease deadline: {:?}",
         started.elapsed()
     );
+}
+
+/// A renewal that finds the key gone ends the lease there and then: `lost()` resolves and
+/// `is_held()` turns false well before the deadline the guard reported, not at it. The TTL is
+/// long (renewal every 10 s), so the deadline is 20 s after the renewal that notices.
+#[tokio::test]
+async fn a_renewal_that_finds_the_key_gone_ends_the_lease_before_its_deadline() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis
+        .lease_lock("stolen-long")
+        .with_options(LockOptions::new().watchdog(Duration::from_secs(30)))
+        .unwrap();
+    let mut raw = raw(&server).await;
+    let guard = lock.lock().await.expect("lock");
+    let deadline = guard.valid_until().expect("held");
+    let _: i64 = redis::cmd("DEL")
+        .arg(lock.key())
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
+    tokio::time::timeout(Duration::from_secs(60), guard.lost())
+        .await
+        .expect("lost() fires");
+    assert!(
+        tokio::time::Instant::now() < deadline,
+        "lost() waited for the deadline instead of the renewal that found the key gone"
+    );
+    assert!(!guard.is_held());
+}
+
+/// The watchdog renews once a third of the TTL, not more: over two held seconds with a 3 s TTL
+/// Redis sees a handful of renewal scripts (a slow machine makes fewer, never more).
+#[tokio::test]
+async fn the_watchdog_renews_once_a_period() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let lock = redis
+        .lease_lock("paced")
+        .with_options(LockOptions::new().watchdog(Duration::from_secs(3)))
+        .unwrap();
+    let mut raw = raw(&server).await;
+    let guard = lock.lock().await.expect("lock");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .expect("CONFIG RESETSTAT");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO");
+    let calls = |command: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a count"))
+    };
+    let scripts = calls("evalsha") + calls("eval");
+    assert!(scripts <= 10, "{scripts} scripts in two seconds: {stats}");
+    guard.release().await.expect("release");
 }
