@@ -444,6 +444,21 @@ async fn bad_input_is_refused_before_anything_is_sent() {
         let semaphore = a.semaphore(path, 2).unwrap();
         assert_eq!(semaphore.max_leases(), 2);
         assert_eq!(semaphore.path(), path);
+        // Lock-delay is the queue locks' (a semaphore's lease nodes keep no line to wait in):
+        // asked of a semaphore, it is refused by name rather than ignored.
+        let delayed = semaphore
+            .clone()
+            .with_options(lockkeeper::LockOptions::new().lock_delay(Duration::from_secs(1)));
+        match delayed {
+            Err(Error::InvalidArgument(why)) => assert!(
+                why.contains("lock_delay is not an option") && why.contains(path),
+                "{why}"
+            ),
+            other => panic!(
+                "lock_delay on a semaphore: {:?}",
+                other.map(|s| s.path().to_owned())
+            ),
+        }
         for n in [0, 3, u32::MAX] {
             assert!(
                 matches!(semaphore.acquire(n).await, Err(Error::InvalidArgument(_))),
