@@ -7,6 +7,9 @@ mod support;
 
 #[path = "queue/curator.rs"]
 mod curator;
+#[allow(dead_code)]
+#[path = "counter/cutter.rs"]
+mod cutter;
 #[path = "queue/faults.rs"]
 mod faults;
 #[allow(dead_code)]
@@ -312,6 +315,60 @@ async fn a_claim_the_server_refuses_is_the_takes_error() {
             taken.map(|t| t.map(|t| t.node().to_owned()))
         );
         assert_eq!(children(&s, "/q/no-lock").await.len(), 1, "the item stays");
+    })
+    .await;
+}
+
+/// An at-least-once item whose lock was deleted behind its consumer (an operator, a forced
+/// cleanup) cannot be acked: the ack says `ItemLost`, and the item stays for the next consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ack_after_the_lock_was_deleted_is_item_lost() {
+    for_each_backend(|connect| async move {
+        let s = session(&connect).await;
+        let other = session(&connect).await;
+        let queue = s.distributed_queue("/q/unlocked").unwrap();
+        queue.put(b"x").await.unwrap();
+        let taken = queue.take(Delivery::AtLeastOnce).await.unwrap();
+        let name = taken.node().rsplit('/').next().unwrap().to_owned();
+        other
+            .client()
+            .expect("client")
+            .delete(&format!("/q/unlocked-locks/{name}"), None)
+            .await
+            .expect("delete the lock");
+        assert!(
+            matches!(taken.ack().await, Err(Error::ItemLost { .. })),
+            "an ack without the lock"
+        );
+        assert_eq!(children(&s, "/q/unlocked").await, [name], "the item stays");
+    })
+    .await;
+}
+
+/// A lock create whose answer is lost with the connection does not fail the take: the claim
+/// deletes its lock if it was made, and the item is taken once the connection is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_answer_is_lost_is_tried_again() {
+    for_each_backend(|connect| async move {
+        let cutter = cutter::WriteCutter::start(&connect).await;
+        let consumer = session(&cutter.connect_string()).await;
+        let producer = session(&connect).await;
+        producer
+            .distributed_queue("/q/cut-claim")
+            .unwrap()
+            .put(b"x")
+            .await
+            .unwrap();
+        let queue = consumer.distributed_queue("/q/cut-claim").unwrap();
+        cutter.arm();
+        let taken =
+            tokio::time::timeout(Duration::from_secs(60), queue.take(Delivery::AtLeastOnce))
+                .await
+                .expect("the take answered")
+                .expect("the item, once the connection is back");
+        assert!(cutter.fired(), "the cut hit the claim");
+        assert_eq!(taken.items(), [b"x".to_vec()]);
+        taken.ack().await.unwrap();
     })
     .await;
 }

@@ -181,7 +181,24 @@ impl Items {
                 }
             }
             let client = generation.client()?;
-            let (items, queue_watch, lock_watch) = self.list(&client, delivery).await?;
+            let (items, queue_watch, lock_watch) = match self.list(&client, delivery).await {
+                // The connection dropped, perhaps under a claim that lost its answer: the
+                // session may live on, so a waiting take lists again once it is connected (a
+                // try says so at once). Paced, as the loss may not be reported as a
+                // suspension yet.
+                Err(err) if err.is_connection_loss() && !matches!(deadline, Deadline::Now) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(generation.retry_policy().delay(1)) => {}
+                        () = deadline.sleep() => return Ok(None),
+                    }
+                    tokio::select! {
+                        connected = generation.connected() => connected?,
+                        () = deadline.sleep() => return Ok(None),
+                    }
+                    continue;
+                }
+                listed => listed?,
+            };
             if !items.is_empty() {
                 *crate::sync::lock(&self.cached) = items;
                 continue;
