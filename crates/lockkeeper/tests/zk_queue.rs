@@ -359,6 +359,18 @@ async fn a_claim_whose_answer_is_lost_is_tried_again() {
             .put(b"x")
             .await
             .unwrap();
+        // The lock path exists, so the first write the consumer sends is the claim's lock.
+        producer
+            .client()
+            .expect("client")
+            .mkdir(
+                "/q/cut-claim-locks",
+                &lockkeeper_zk_client::CreateOptions::new(
+                    lockkeeper_zk_client::CreateMode::Persistent,
+                ),
+            )
+            .await
+            .unwrap();
         let queue = consumer.distributed_queue("/q/cut-claim").unwrap();
         cutter.arm();
         let taken =
