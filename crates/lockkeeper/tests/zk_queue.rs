@@ -385,6 +385,35 @@ async fn a_claim_whose_answer_is_lost_is_tried_again() {
     .await;
 }
 
+/// A waiting take whose listing is cut by a connection blip (here the cut hits the lock path's
+/// creation, the first write of a first take) lists again once the connection is back, rather
+/// than failing while its session lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_take_cut_off_while_listing_lists_again() {
+    for_each_backend(|connect| async move {
+        let cutter = cutter::WriteCutter::start(&connect).await;
+        let consumer = session(&cutter.connect_string()).await;
+        let producer = session(&connect).await;
+        producer
+            .distributed_queue("/q/cut-list")
+            .unwrap()
+            .put(b"x")
+            .await
+            .unwrap();
+        let queue = consumer.distributed_queue("/q/cut-list").unwrap();
+        cutter.arm();
+        let taken =
+            tokio::time::timeout(Duration::from_secs(60), queue.take(Delivery::AtLeastOnce))
+                .await
+                .expect("the take answered")
+                .expect("the item, once the connection is back");
+        assert!(cutter.fired(), "the cut hit the listing");
+        assert_eq!(taken.items(), [b"x".to_vec()]);
+        taken.ack().await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn priority_and_simple_queues_and_bad_input() {
     for_each_backend(|connect| async move {
