@@ -155,7 +155,10 @@ impl DistributedQueue {
         self.items.create(&nodes).await
     }
 
-    /// Takes the next item, waiting (on a child watch) until there is one.
+    /// Takes the next item, waiting (on a child watch) until there is one. A connection blip
+    /// or a session loss does not end the wait: the take lists again once connected (in the
+    /// new session after a loss); it fails with what the server refused (`NoAuth`, ...) or when
+    /// the session is closed.
     pub async fn take(&self, delivery: Delivery) -> Result<Taken> {
         match self.items.take(delivery, Deadline::Never).await? {
             Some(taken) => Ok(taken),
