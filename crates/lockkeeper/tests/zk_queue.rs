@@ -345,44 +345,56 @@ async fn an_ack_after_the_lock_was_deleted_is_item_lost() {
     .await;
 }
 
-/// A lock create whose answer is lost with the connection does not fail the take: the claim
-/// deletes its lock if it was made, and the item is taken once the connection is back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_claim_whose_answer_is_lost_is_tried_again() {
-    for_each_backend(|connect| async move {
-        let cutter = cutter::WriteCutter::start(&connect).await;
-        let consumer = session(&cutter.connect_string()).await;
-        let producer = session(&connect).await;
-        producer
-            .distributed_queue("/q/cut-claim")
-            .unwrap()
-            .put(b"x")
-            .await
-            .unwrap();
+/// Where a connection cut lands in a first take: the claim's lock create, or (before the lock
+/// path exists) its creation during the listing.
+#[derive(Clone, Copy, PartialEq)]
+enum Cut {
+    Claim,
+    Listing,
+}
+
+/// Puts one item at `path`, arms a cut at the consumer's next write and takes at least once:
+/// the take must come back with the item once the connection is back, never with the cut.
+async fn take_through_a_cut(connect: String, path: &str, cut: Cut) {
+    let cutter = cutter::WriteCutter::start(&connect).await;
+    let consumer = session(&cutter.connect_string()).await;
+    let producer = session(&connect).await;
+    producer
+        .distributed_queue(path)
+        .unwrap()
+        .put(b"x")
+        .await
+        .unwrap();
+    if cut == Cut::Claim {
         // The lock path exists, so the first write the consumer sends is the claim's lock.
         producer
             .client()
             .expect("client")
             .mkdir(
-                "/q/cut-claim-locks",
+                &format!("{path}-locks"),
                 &lockkeeper_zk_client::CreateOptions::new(
                     lockkeeper_zk_client::CreateMode::Persistent,
                 ),
             )
             .await
             .unwrap();
-        let queue = consumer.distributed_queue("/q/cut-claim").unwrap();
-        cutter.arm();
-        let taken =
-            tokio::time::timeout(Duration::from_secs(60), queue.take(Delivery::AtLeastOnce))
-                .await
-                .expect("the take answered")
-                .expect("the item, once the connection is back");
-        assert!(cutter.fired(), "the cut hit the claim");
-        assert_eq!(taken.items(), [b"x".to_vec()]);
-        taken.ack().await.unwrap();
-    })
-    .await;
+    }
+    let queue = consumer.distributed_queue(path).unwrap();
+    cutter.arm();
+    let taken = tokio::time::timeout(Duration::from_secs(60), queue.take(Delivery::AtLeastOnce))
+        .await
+        .expect("the take answered")
+        .expect("the item, once the connection is back");
+    assert!(cutter.fired(), "the cut hit the take");
+    assert_eq!(taken.items(), [b"x".to_vec()]);
+    taken.ack().await.unwrap();
+}
+
+/// A lock create whose answer is lost with the connection does not fail the take: the claim
+/// deletes its lock if it was made, and the item is taken once the connection is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_answer_is_lost_is_tried_again() {
+    for_each_backend(|connect| take_through_a_cut(connect, "/q/cut-claim", Cut::Claim)).await;
 }
 
 /// A waiting take whose listing is cut by a connection blip (here the cut hits the lock path's
@@ -390,28 +402,7 @@ async fn a_claim_whose_answer_is_lost_is_tried_again() {
 /// than failing while its session lives on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_take_cut_off_while_listing_lists_again() {
-    for_each_backend(|connect| async move {
-        let cutter = cutter::WriteCutter::start(&connect).await;
-        let consumer = session(&cutter.connect_string()).await;
-        let producer = session(&connect).await;
-        producer
-            .distributed_queue("/q/cut-list")
-            .unwrap()
-            .put(b"x")
-            .await
-            .unwrap();
-        let queue = consumer.distributed_queue("/q/cut-list").unwrap();
-        cutter.arm();
-        let taken =
-            tokio::time::timeout(Duration::from_secs(60), queue.take(Delivery::AtLeastOnce))
-                .await
-                .expect("the take answered")
-                .expect("the item, once the connection is back");
-        assert!(cutter.fired(), "the cut hit the listing");
-        assert_eq!(taken.items(), [b"x".to_vec()]);
-        taken.ack().await.unwrap();
-    })
-    .await;
+    for_each_backend(|connect| take_through_a_cut(connect, "/q/cut-list", Cut::Listing)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
