@@ -187,12 +187,12 @@ impl Items {
                 // try says so at once). Paced, as the loss may not be reported as a
                 // suspension yet.
                 Err(err) if err.is_connection_loss() && !matches!(deadline, Deadline::Now) => {
+                    let reconnected = async {
+                        tokio::time::sleep(generation.retry_policy().delay(1)).await;
+                        generation.connected().await
+                    };
                     tokio::select! {
-                        () = tokio::time::sleep(generation.retry_policy().delay(1)) => {}
-                        () = deadline.sleep() => return Ok(None),
-                    }
-                    tokio::select! {
-                        connected = generation.connected() => connected?,
+                        connected = reconnected => connected?,
                         () = deadline.sleep() => return Ok(None),
                     }
                     continue;
