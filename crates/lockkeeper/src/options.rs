@@ -163,6 +163,14 @@ impl fmt::Display for Setting {
     }
 }
 
+/// Whether a lock has a lock-delay: the queue locks (the ZooKeeper and etcd mutexes and
+/// read-write locks) do; semaphores, the simple lock and elections do not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delay {
+    Taken,
+    NotTaken,
+}
+
 /// What a lock handle does with each option: every `with_options` is
 /// [`LockOptions::apply`] over it.
 pub(crate) trait Configure {

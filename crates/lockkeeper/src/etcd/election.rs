@@ -14,7 +14,7 @@ use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
 use crate::etcd::token;
 use crate::fencing::FencingToken;
-use crate::options::{Configure, LockOptions, Setting};
+use crate::options::{Configure, Delay, LockOptions, Setting};
 use tokio_util::sync::ReusableBoxFuture;
 
 /// A leader election on etcd, laid out as Go's `concurrency.Election` (and so `etcdctl
@@ -405,6 +405,6 @@ impl Configure for Election {
     }
 
     fn set(&mut self, setting: Setting) -> Result<bool> {
-        self.options.set(&self.name, setting, false)
+        self.options.set(&self.name, setting, Delay::NotTaken)
     }
 }

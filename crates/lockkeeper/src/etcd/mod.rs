@@ -65,7 +65,7 @@ pub(crate) use session::is_transient;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::options::{self, Setting};
+use crate::options::{self, Delay, Setting};
 
 /// An empty name would put the keys at the root (`/…`), shared with every other empty-named
 /// user: refused, naming the kind of recipe.
@@ -99,14 +99,14 @@ fn positive(option: &str, name: &str, duration: Duration) -> Result<Duration> {
 
 impl guard::HoldOptions {
     /// Takes one option for the lock `name` ([`Configure::set`](options::Configure::set)'s
-    /// contract): a maximum hold time, and a lock-delay where `delay_taken` (the mutex and the
+    /// contract): a maximum hold time, and a lock-delay where `delay` says so (the mutex and the
     /// read-write lock), recorded in the key `NAME.lock-delay`.
-    fn set(&mut self, name: &str, setting: Setting, delay_taken: bool) -> Result<bool> {
+    fn set(&mut self, name: &str, setting: Setting, delay: Delay) -> Result<bool> {
         match setting {
             Setting::MaxHold(max_hold) => {
                 self.max_hold = Some(positive("max_hold", name, max_hold)?);
             }
-            Setting::LockDelay(lock_delay) if delay_taken => {
+            Setting::LockDelay(lock_delay) if delay == Delay::Taken => {
                 let lock_delay = positive("lock_delay", name, lock_delay)?;
                 self.lock_delay = Some((lock_delay, Arc::from(delay::record_key(name))));
             }

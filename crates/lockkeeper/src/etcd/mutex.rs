@@ -10,7 +10,7 @@ use crate::etcd::check_name;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
-use crate::options::{Configure, LockOptions, Setting};
+use crate::options::{Configure, Delay, LockOptions, Setting};
 
 /// A distributed mutual-exclusion lock on etcd, laid out exactly as Go's `concurrency.Mutex`
 /// (and so `etcdctl lock NAME`): the key `NAME/{lease id in hex}` with the session's lease;
@@ -127,6 +127,6 @@ impl Configure for Mutex {
     }
 
     fn set(&mut self, setting: Setting) -> Result<bool> {
-        self.options.set(&self.name, setting, true)
+        self.options.set(&self.name, setting, Delay::Taken)
     }
 }

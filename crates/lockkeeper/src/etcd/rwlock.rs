@@ -9,7 +9,7 @@ use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
 use crate::etcd::{check_name, unique_suffix};
-use crate::options::{Configure, LockOptions, Setting};
+use crate::options::{Configure, Delay, LockOptions, Setting};
 
 /// A distributed read-write lock on etcd (lockkeeper's layout; etcd's Go packages have none):
 ///
@@ -140,6 +140,6 @@ impl Configure for RwLock {
     }
 
     fn set(&mut self, setting: Setting) -> Result<bool> {
-        self.options.set(&self.name, setting, true)
+        self.options.set(&self.name, setting, Delay::Taken)
     }
 }

@@ -9,7 +9,7 @@ use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
 use crate::etcd::session::Session;
 use crate::etcd::{check_name, unique_suffix};
-use crate::options::{Configure, LockOptions, Setting};
+use crate::options::{Configure, Delay, LockOptions, Setting};
 
 /// A distributed counting semaphore on etcd (lockkeeper's layout): each acquisition puts
 /// `NAME/{lease:x}-{unique}` with the session's lease and holds a permit while fewer than `n`
@@ -113,6 +113,6 @@ impl Configure for Semaphore {
     }
 
     fn set(&mut self, setting: Setting) -> Result<bool> {
-        self.options.set(&self.name, setting, false)
+        self.options.set(&self.name, setting, Delay::NotTaken)
     }
 }

@@ -50,7 +50,7 @@ use lockkeeper_zk_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::options::{self, Setting};
+use crate::options::{self, Delay, Setting};
 use crate::sync::{Watcher, lock};
 use crate::zk::node::{delete_if_ours, delete_node};
 use crate::zk::session::{Generation, Health, is_connection_loss};
@@ -94,14 +94,6 @@ pub(crate) struct HoldOptions {
     pub at_once: bool,
     /// What a suspended connection means to the holds.
     pub suspension: Suspension,
-}
-
-/// Whether a ZooKeeper lock has a lock-delay: the mutex and both sides of the read-write lock
-/// do; the semaphore, the simple lock and the leader latch do not.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Delay {
-    Taken,
-    NotTaken,
 }
 
 impl HoldOptions {

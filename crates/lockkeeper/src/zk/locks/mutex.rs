@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::Result;
-use crate::options::{Configure, LockOptions, Setting};
-use crate::zk::hold::{Delay, HoldOptions};
+use crate::options::{Configure, Delay, LockOptions, Setting};
+use crate::zk::hold::HoldOptions;
 use crate::zk::locks::guard::LockGuard;
 use crate::zk::locks::line::{LOCK_MARKER, Line, predecessor_rule};
 use crate::zk::locks::owner::Owner;

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::options::{Configure, LockOptions, Setting};
-use crate::zk::hold::{Delay, Held, HoldOptions};
+use crate::options::{Configure, Delay, LockOptions, Setting};
+use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::locks::guard::LockGuard;
 use crate::zk::locks::line::predecessor_rule;
 use crate::zk::locks::line::{Decision, Line, READ_MARKER, WRITE_MARKER};

@@ -33,8 +33,8 @@ use lockkeeper_zk_client::EventType;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::options::{Configure, LockOptions, Setting};
-use crate::zk::hold::{Delay, Held, HoldOptions};
+use crate::options::{Configure, Delay, LockOptions, Setting};
+use crate::zk::hold::{Held, HoldOptions};
 use crate::zk::locks::line::{
     LEASE_MARKER, LOCK_MARKER, Line, PendingNode, node_data, predecessor_rule, unanswered,
 };
