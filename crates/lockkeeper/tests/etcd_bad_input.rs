@@ -116,6 +116,22 @@ async fn bad_settings_and_names_are_refused() {
             .with_options(LockOptions::new().lock_delay(Duration::ZERO)),
         "lock_delay",
     );
+    // Lock-delay is the queue locks': asked of a semaphore or an election, refused by name.
+    let delay = LockOptions::new().lock_delay(Duration::from_secs(1));
+    invalid(
+        session
+            .semaphore("pool", 2)
+            .expect("semaphore")
+            .with_options(delay),
+        "lock_delay is not an option of the etcd semaphore \"pool\"",
+    );
+    invalid(
+        session
+            .election("leader")
+            .expect("election")
+            .with_options(delay),
+        "lock_delay is not an option of the etcd election \"leader\"",
+    );
     invalid(mutex.lock_timeout(Duration::ZERO).await, "timeout");
     invalid(session.inspect("", None).await, "lock name");
     invalid(session.inspect("pool", Some(0)).await, "\"pool\"");
