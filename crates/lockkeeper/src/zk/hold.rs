@@ -46,7 +46,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockkeeper_zk_client::EventType;
+use futures_util::future::Either;
+use lockkeeper_zk_client::{EventType, OneshotWatcher, Stat};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -465,10 +466,16 @@ enum Ending {
 /// Starts the watch on a held node (see the module docs): set once the node is deleted, found
 /// missing, or found to be another node of the same name. Used by every hold, and by a queue
 /// item's lock node.
+///
+/// The first read is sent here, before the task runs: requests on one session are answered
+/// in order, so it reaches the server ahead of anything the holder sends next (its release
+/// above all). A release therefore never races its own watch, and a node deleted by its
+/// holder is never watched afterwards for a re-creation that cannot come.
 pub(crate) fn watch_node(generation: &Arc<Generation>, node: &str, czxid: i64) -> Option<Watcher> {
+    let first = generation.client().ok()?.check_and_watch_stat(node);
     let (generation, node) = (generation.clone(), node.to_owned());
     Watcher::spawn(async move {
-        let gone = watch_until_gone(&generation, &node, czxid).await;
+        let gone = watch_until_gone(&generation, &node, czxid, Some(first)).await;
         if gone {
             tracing::debug!(node, "watched node deleted");
         }
@@ -480,13 +487,23 @@ pub(crate) fn watch_node(generation: &Arc<Generation>, node: &str, czxid: i64) -
 /// found to be another node of the same name (its czxid is not `czxid`: someone deleted ours
 /// and created theirs, possibly while we were disconnected); `false` when the session ended
 /// first (the session's state reports that).
-async fn watch_until_gone(generation: &Generation, node: &str, czxid: i64) -> bool {
+/// `first` is a read already sent, answered before any other is.
+async fn watch_until_gone<F>(
+    generation: &Generation,
+    node: &str,
+    czxid: i64,
+    mut first: Option<F>,
+) -> bool
+where
+    F: Future<Output = lockkeeper_zk_client::Result<(Option<Stat>, OneshotWatcher)>>,
+{
     loop {
         // The client handle is not kept across the wait: the watch must not keep a session
         // alive that its owner has let go.
-        let read = match generation.client() {
-            Ok(client) => client.check_and_watch_stat(node),
-            Err(_) => return false,
+        let read = match (first.take(), generation.client()) {
+            (Some(read), _) => Either::Left(read),
+            (None, Ok(client)) => Either::Right(client.check_and_watch_stat(node)),
+            (None, Err(_)) => return false,
         };
         match read.await {
             Ok((None, _)) => return true,
