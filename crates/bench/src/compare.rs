@@ -624,7 +624,6 @@ fn to_json(
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
 
     use super::*;
 
@@ -647,14 +646,7 @@ mod tests {
             workloads: vec![Workload::CreateDelete, Workload::Get],
             sessions: vec![2],
             servers: vec![ServerKind::Zookeeper],
-            launcher: Launcher {
-                keeper_bin: PathBuf::from("unused"),
-                java: PathBuf::from("java"),
-                zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
-                zookeeper_jvm_opts: Vec::new(),
-                zookeeper_force_sync: true,
-                keeper_flags: Default::default(),
-            },
+            launcher: crate::tests::launcher(),
             startup_trials: 1,
             startup_limit: Duration::from_secs(60),
             rss_znodes: 1000,

@@ -145,7 +145,7 @@ pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
 /// comes. A figure that cannot be taken is recorded as an error; the others are still taken.
 pub(crate) async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut report = Report::new(targets);
-    let java = &settings.launcher.java;
+    let java = settings.launcher.java();
     let started = CuratorJvm::start(java, &settings.curator_classpath, settings.jvm_watchdog());
     let mut jvm = report.record.curator(started.await, CuratorJvm::describe);
     let connect = |kind| versus::connect(targets, kind);

@@ -353,9 +353,11 @@ fn launcher(args: &BenchArgs) -> Result<Launcher, BoxError> {
     let keeper_flags = KeeperFlags::probe(&keeper_bin);
     Ok(Launcher {
         keeper_bin,
-        java: args.java.clone(),
-        zookeeper_classpath: args.zookeeper_classpath.clone(),
-        zookeeper_jvm_opts: args.zookeeper_jvm_opts.clone(),
+        zookeeper: lockkeeper_testkit::ZkJvm {
+            java: args.java.clone(),
+            classpath: args.zookeeper_classpath.clone(),
+            options: args.zookeeper_jvm_opts.clone(),
+        },
         zookeeper_force_sync: args.zookeeper_force_sync,
         keeper_flags,
     })
@@ -491,9 +493,11 @@ mod tests {
     pub(super) fn launcher() -> Launcher {
         Launcher {
             keeper_bin: "unused".into(),
-            java: "java".into(),
-            zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
-            zookeeper_jvm_opts: Vec::new(),
+            zookeeper: lockkeeper_testkit::ZkJvm {
+                java: "java".into(),
+                classpath: "/usr/share/java/zookeeper.jar".to_string(),
+                options: Vec::new(),
+            },
             zookeeper_force_sync: true,
             keeper_flags: Default::default(),
         }

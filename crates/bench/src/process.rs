@@ -2,7 +2,9 @@
 //!
 //! Both servers under comparison run as plain child processes so that the figures describe what a
 //! user gets from a shell: Keeper is the installed `lockkeeper serve` (the binary next to this one,
-//! or `--keeper-bin`), Apache ZooKeeper is `ZooKeeperServerMain` on the jars Debian installs. Each
+//! or `--keeper-bin`), Apache ZooKeeper is `ZooKeeperServerMain` on the jars Debian installs,
+//! started with the test kit's command line ([`ZkJvm`]) and zoo.cfg ([`ZkOptions`]) but the
+//! user's JVM options instead of the tests' small heap. Each
 //! gets a free loopback port and a temporary directory of its own (data, config, log), and each
 //! is killed, by its PID, when its handle drops, so no exit path of the benchmark leaves a server
 //! behind.
@@ -16,7 +18,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use lockkeeper_load::procfs::rss_kib;
-use lockkeeper_testkit::{ZkOptions, die_with_parent, try_free_port};
+use lockkeeper_testkit::{ZkJvm, ZkOptions, ZkRole, die_with_parent, try_free_port};
 
 /// Which server a child process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -55,12 +57,10 @@ impl fmt::Display for ServerKind {
 pub(crate) struct Launcher {
     /// The binary whose `serve` subcommand runs Keeper.
     pub keeper_bin: PathBuf,
-    /// The `java` executable for ZooKeeper.
-    pub java: PathBuf,
-    /// Class path holding `org.apache.zookeeper.server.ZooKeeperServerMain` and its dependencies.
-    pub zookeeper_classpath: String,
-    /// Extra JVM options placed before `-cp`.
-    pub zookeeper_jvm_opts: Vec<String>,
+    /// The JVM ZooKeeper runs in: the `java` program, the class path holding
+    /// `ZooKeeperServerMain`, and the user's JVM options (testkit's command line, without the
+    /// tests' heap and JIT settings).
+    pub zookeeper: ZkJvm,
     /// ZooKeeper's `forceSync`: fsync the transaction log before replying (its default).
     pub zookeeper_force_sync: bool,
     /// Which durability flags the Keeper binary understands (see [`KeeperFlags::probe`]).
@@ -139,6 +139,11 @@ pub(crate) struct ServerOptions {
 }
 
 impl Launcher {
+    /// The `java` program every JVM of the run starts with: ZooKeeper's and the Curator side's.
+    pub(crate) fn java(&self) -> &Path {
+        &self.zookeeper.java
+    }
+
     /// A short description of the command line, printed so a reader knows what was measured.
     pub(crate) fn describe(&self, kind: ServerKind) -> String {
         match kind {
@@ -151,23 +156,16 @@ impl Launcher {
                     " (this build has no --sync flag: in memory only)"
                 }
             ),
-            ServerKind::Zookeeper => {
-                let mut s = self.java.display().to_string();
-                for opt in &self.zookeeper_jvm_opts {
-                    s.push(' ');
-                    s.push_str(opt);
+            ServerKind::Zookeeper => format!(
+                "{} (standalone, forceSync={})",
+                self.zookeeper
+                    .describe(ZkRole::Standalone, Path::new("zoo.cfg")),
+                if self.zookeeper_force_sync {
+                    "yes"
+                } else {
+                    "no"
                 }
-                format!(
-                    "{s} -cp {} org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg \
-                     (standalone, forceSync={})",
-                    self.zookeeper_classpath,
-                    if self.zookeeper_force_sync {
-                        "yes"
-                    } else {
-                        "no"
-                    }
-                )
-            }
+            ),
         }
     }
 }
@@ -332,12 +330,8 @@ fn launch(
                 &cfg,
                 zoo_cfg(data_dir, port, launcher.zookeeper_force_sync, options),
             )?;
-            let mut cmd = Command::new(&launcher.java);
-            cmd.args(&launcher.zookeeper_jvm_opts)
-                .arg("-cp")
-                .arg(&launcher.zookeeper_classpath)
-                .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-                .arg(&cfg);
+            let mut cmd = Command::new(&launcher.zookeeper.java);
+            cmd.args(launcher.zookeeper.args(ZkRole::Standalone, &cfg));
             cmd
         }
     };
@@ -351,7 +345,7 @@ fn launch(
     let child = cmd.spawn().map_err(|e| {
         let program = match kind {
             ServerKind::Keeper => launcher.keeper_bin.display().to_string(),
-            ServerKind::Zookeeper => launcher.java.display().to_string(),
+            ServerKind::Zookeeper => launcher.zookeeper.java.display().to_string(),
         };
         io::Error::new(e.kind(), format!("cannot start {kind} ({program}): {e}"))
     })?;
@@ -425,9 +419,11 @@ pub(crate) mod tests {
         fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).expect("chmod");
         Launcher {
             keeper_bin: script,
-            java: PathBuf::from("java"),
-            zookeeper_classpath: String::new(),
-            zookeeper_jvm_opts: Vec::new(),
+            zookeeper: ZkJvm {
+                java: PathBuf::from("java"),
+                classpath: String::new(),
+                options: Vec::new(),
+            },
             zookeeper_force_sync: true,
             keeper_flags: KeeperFlags::default(),
         }

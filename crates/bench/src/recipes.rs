@@ -249,7 +249,7 @@ pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
 /// comes. A figure that cannot be taken is recorded as an error; the others are still taken.
 pub(crate) async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut report = Report::new(targets);
-    let java = &settings.launcher.java;
+    let java = settings.launcher.java();
     let compiled = Classes::compile(java, &settings.curator_classpath, CLASS, SOURCE).await;
     let classes = compiled.map_err(|e| report.record.errors.push(format!("Curator: {e}")));
     let mut jvm = match &classes {

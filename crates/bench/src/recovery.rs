@@ -611,7 +611,6 @@ fn to_json(settings: &Settings, reports: &[Report]) -> Json {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
 
     use super::*;
     use crate::workload::Plan;
@@ -714,14 +713,7 @@ mod tests {
         let settings = Settings {
             znodes: 4000,
             plan: quick_plan(String::new()),
-            launcher: Launcher {
-                keeper_bin: PathBuf::from("unused"),
-                java: PathBuf::from("java"),
-                zookeeper_classpath: "/usr/share/java/zookeeper.jar".to_string(),
-                zookeeper_jvm_opts: Vec::new(),
-                zookeeper_force_sync: true,
-                keeper_flags: Default::default(),
-            },
+            launcher: crate::tests::launcher(),
             peer: true,
             populate_limit: Duration::from_secs(120),
             startup_limit: Duration::from_secs(60),

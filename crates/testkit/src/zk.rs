@@ -9,9 +9,11 @@
 //! The pieces every ZooKeeper JVM of the test kit is made with live here too, so that a
 //! standalone server and an ensemble member (`ensemble.rs`) differ only in their zoo.cfg's
 //! last lines and their main class: the common zoo.cfg lines ([`ZkOptions::common_cfg`]),
-//! the JVM command and its log ([`spawn_server`]), how a failed start is told apart from a
+//! the JVM's command line ([`ZkJvm`], which the benchmark starts its ZooKeeper with too),
+//! the spawn under the orphan guard with its log ([`spawn_server`]), how a failed start is told apart from a
 //! lost port race ([`exit_error`]), and whose server answers on a port ([`owner_of`]).
 
+use std::ffi::OsString;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -227,9 +229,10 @@ pub(crate) enum StartError {
 }
 
 /// A ZooKeeper JVM's role: a standalone server or an ensemble member; it decides the main class
-/// and the heap. (Which server is under test, Keeper or ZooKeeper, is the bench's `ServerKind`.)
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum ZkRole {
+/// and, for tests, the heap. (Which server is under test, Keeper or ZooKeeper, is the bench's
+/// `ServerKind`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZkRole {
     /// `ZooKeeperServerMain`: one server, no quorum.
     Standalone,
     /// `QuorumPeerMain`: a member of an ensemble (zoo.cfg lists the servers, `data/myid` says
@@ -238,18 +241,92 @@ pub(crate) enum ZkRole {
 }
 
 impl ZkRole {
-    fn main_class(self) -> &'static str {
+    /// The class whose `main` runs a server of this role.
+    pub fn main_class(self) -> &'static str {
         match self {
             ZkRole::Standalone => "org.apache.zookeeper.server.ZooKeeperServerMain",
             ZkRole::QuorumPeer => "org.apache.zookeeper.server.quorum.QuorumPeerMain",
         }
     }
 
-    fn max_heap(self) -> &'static str {
+    fn test_heap(self) -> &'static str {
         match self {
             ZkRole::Standalone => "-Xmx512m",
             ZkRole::QuorumPeer => "-Xmx192m",
         }
+    }
+}
+
+/// The JVM a ZooKeeper server runs in. Its [`args`](ZkJvm::args) are the one command line
+/// every ZooKeeper is started with, by the tests ([`ZkJvm::for_tests`]) and by the
+/// benchmark (the user's `java`, class path and options): `JAVA OPTIONS -cp CLASSPATH MAIN
+/// zoo.cfg`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkJvm {
+    /// The `java` program.
+    pub java: PathBuf,
+    /// The class path holding the server's main class and its dependencies.
+    pub classpath: String,
+    /// JVM options placed before `-cp`: heap, JIT, `-D` properties.
+    pub options: Vec<String>,
+}
+
+impl ZkJvm {
+    /// What a test's ZooKeeper runs in: Debian's jars, a small heap and a C1-only JIT (tests
+    /// need a few MB of data, and such a JVM starts faster and leaves the second core to the
+    /// test itself), its log through `log4j` (a properties file), and the properties `opts`
+    /// set.
+    pub(crate) fn for_tests(role: ZkRole, opts: &ZkOptions, log4j: &Path) -> ZkJvm {
+        let mut options: Vec<String> = [
+            "-Xms32m",
+            role.test_heap(),
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.net.preferIPv4Stack=true",
+        ]
+        .map(String::from)
+        .into();
+        options.extend([
+            format!("-Dlog4j.configuration=file:{}", log4j.display()),
+            format!("-Dzookeeper.extendedTypesEnabled={}", opts.extended_types),
+            format!(
+                "-Dznode.container.checkIntervalMs={}",
+                opts.container_check_interval_ms
+            ),
+            "-Dzookeeper.admin.enableServer=false".to_string(),
+        ]);
+        if let Some(digest) = &opts.super_digest {
+            options.push(format!(
+                "-Dzookeeper.DigestAuthenticationProvider.superDigest={digest}"
+            ));
+        }
+        ZkJvm {
+            java: java(),
+            classpath: classpath_of(SERVER_JARS),
+            options,
+        }
+    }
+
+    /// The arguments after `java`: the options, `-cp` and the class path, `role`'s main class
+    /// and the configuration file `cfg`.
+    pub fn args(&self, role: ZkRole, cfg: &Path) -> Vec<OsString> {
+        let mut args: Vec<OsString> = self.options.iter().map(OsString::from).collect();
+        args.extend([
+            "-cp".into(),
+            self.classpath.clone().into(),
+            role.main_class().into(),
+            cfg.into(),
+        ]);
+        args
+    }
+
+    /// The whole command line as one string, for a report to say what ran.
+    pub fn describe(&self, role: ZkRole, cfg: &Path) -> String {
+        std::iter::once(self.java.as_os_str().to_owned())
+            .chain(self.args(role, cfg))
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -288,44 +365,14 @@ pub(crate) fn spawn_server(
         .map_err(|e| StartError::Failed(format!("dup log file: {e}")))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
 
-    let (program, leading) = command_on(host, java());
+    let mut jvm = ZkJvm::for_tests(kind, opts, &log4j_path);
+    jvm.options.extend_from_slice(extra_properties);
+    let (program, leading) = command_on(host, &jvm.java);
     let mut command = guarded_command(dir, program);
     command
         .args(leading)
         .current_dir(dir)
-        // Small and quick to start: tests need a few MB of data, and a C1-only JIT starts
-        // faster and leaves the second core to the test itself.
-        .args([
-            "-Xms32m",
-            kind.max_heap(),
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-        ])
-        .arg("-Djava.net.preferIPv4Stack=true")
-        .arg(format!(
-            "-Dlog4j.configuration=file:{}",
-            log4j_path.display()
-        ))
-        .arg(format!(
-            "-Dzookeeper.extendedTypesEnabled={}",
-            opts.extended_types
-        ))
-        .arg(format!(
-            "-Dznode.container.checkIntervalMs={}",
-            opts.container_check_interval_ms
-        ))
-        .arg("-Dzookeeper.admin.enableServer=false")
-        .args(extra_properties);
-    if let Some(digest) = &opts.super_digest {
-        command.arg(format!(
-            "-Dzookeeper.DigestAuthenticationProvider.superDigest={digest}"
-        ));
-    }
-    command
-        .arg("-cp")
-        .arg(classpath_of(SERVER_JARS))
-        .arg(kind.main_class())
-        .arg(&cfg_path)
+        .args(jvm.args(kind, &cfg_path))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
@@ -478,6 +525,40 @@ log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} [%t] %-5p %c{1} - %m
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jvm_runs_options_then_class_path_then_the_roles_main_class() {
+        let jvm = ZkJvm {
+            java: PathBuf::from("/opt/java"),
+            classpath: "a.jar:b.jar".to_string(),
+            options: vec!["-Xmx1g".to_string()],
+        };
+        assert_eq!(
+            jvm.describe(ZkRole::Standalone, Path::new("zoo.cfg")),
+            "/opt/java -Xmx1g -cp a.jar:b.jar org.apache.zookeeper.server.ZooKeeperServerMain \
+             zoo.cfg"
+        );
+        let args = jvm.args(ZkRole::QuorumPeer, Path::new("/d/zoo.cfg"));
+        assert_eq!(
+            args[3..],
+            [
+                OsString::from("org.apache.zookeeper.server.quorum.QuorumPeerMain"),
+                OsString::from("/d/zoo.cfg")
+            ]
+        );
+        let tests = ZkJvm::for_tests(
+            ZkRole::QuorumPeer,
+            &ZkOptions::default(),
+            Path::new("/d/log4j.properties"),
+        );
+        assert!(tests.options.contains(&"-Xmx192m".to_string()), "{tests:?}");
+        assert!(
+            tests
+                .options
+                .contains(&"-Dlog4j.configuration=file:/d/log4j.properties".to_string()),
+            "{tests:?}"
+        );
+    }
 
     #[test]
     fn zoo_cfg_binds_loopback_on_the_given_port() {

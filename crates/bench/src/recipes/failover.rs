@@ -197,7 +197,7 @@ impl<'a> Election<'a> {
                     timeout_ms,
                     watchdog,
                 ];
-                classes.command(&self.settings.launcher.java, &args)
+                classes.command(self.settings.launcher.java(), &args)
             }
         };
         let mut child = command
