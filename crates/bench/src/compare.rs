@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::BoxError;
 use super::process::{ChildServer, Launcher, ServerKind};
+use super::report::Partial;
 use super::startup::first_session;
 use super::stats::{self, Json, RunStats};
 use super::workload::{Namespace, Plan, Workload};
@@ -361,44 +362,6 @@ fn caveats(reports: &[ServerReport]) -> Vec<String> {
     }
     notes
 }
-
-/// A benchmark in which some figure could not be taken or a check failed; carries what was
-/// measured (for `--json`) and what went wrong.
-#[derive(Debug)]
-pub(crate) struct Partial(pub Json, pub String);
-
-impl Partial {
-    pub(crate) fn new(json: Json) -> Partial {
-        Partial(
-            json,
-            "some figures could not be measured (errors above)".into(),
-        )
-    }
-}
-
-/// The JSON on success, or a [`Partial`] naming every failure, each also printed on stderr
-/// after `prefix`.
-pub(crate) fn json_or_partial(
-    json: Json,
-    failures: &[String],
-    prefix: &str,
-) -> Result<Json, BoxError> {
-    if failures.is_empty() {
-        return Ok(json);
-    }
-    for f in failures {
-        eprintln!("{prefix}{f}");
-    }
-    Err(Box::new(Partial(json, failures.join("; "))))
-}
-
-impl std::fmt::Display for Partial {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.1)
-    }
-}
-
-impl std::error::Error for Partial {}
 
 /// How a figure's values are shown.
 #[derive(Clone, Copy)]

@@ -157,7 +157,7 @@ impl Side {
 }
 
 /// Starts etcd (unless one is given), measures, prints the table and returns the JSON (or a
-/// [`Partial`](crate::compare::Partial) carrying it when some figure could not be taken).
+/// [`Partial`](crate::report::Partial) carrying it when some figure could not be taken).
 pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     // testkit's member blocks while it waits for health, so it starts off the async threads.
     let started = match &settings.endpoint {

@@ -125,7 +125,7 @@ impl Settings {
 }
 
 /// Starts both servers, measures, prints the table and returns the JSON (or a
-/// [`Partial`](super::compare::Partial) carrying it when some figure could not be taken).
+/// [`Partial`](super::report::Partial) carrying it when some figure could not be taken).
 pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     println!(
         "lockkeeper-bench --locks: each measured run at most {}, sessions {} (handoffs), {} (notifications)",
@@ -147,7 +147,7 @@ pub(crate) async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut report = Report::new(targets);
     let java = settings.launcher.java();
     let started = CuratorJvm::start(java, &settings.curator_classpath, settings.jvm_watchdog());
-    let mut jvm = report.record.curator(started.await, CuratorJvm::describe);
+    let mut jvm = versus::curator(&mut report.record, started.await, CuratorJvm::describe);
     let connect = |kind| versus::connect(targets, kind);
     let limit = settings.limit;
     let connect_limit = settings.connect_limit;

@@ -37,6 +37,7 @@ mod process;
 mod recipes;
 mod recovery;
 mod redis;
+mod report;
 mod snapshot;
 mod startup;
 mod trace;
@@ -336,7 +337,7 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
     match result {
         Ok(json) => write_json(load.json.as_ref(), &json),
         Err(e) => {
-            if let Some(partial) = e.downcast_ref::<compare::Partial>() {
+            if let Some(partial) = e.downcast_ref::<report::Partial>() {
                 write_json(load.json.as_ref(), &partial.0)?;
             }
             Err(e)
@@ -387,7 +388,7 @@ async fn durability(args: &BenchArgs, plan: Plan, launcher: Launcher) -> Result<
     let mut keep = |name: &'static str, result: Result<Json, BoxError>| match result {
         Ok(json) => sections.push((name, json)),
         Err(e) => {
-            if let Some(partial) = e.downcast_ref::<compare::Partial>() {
+            if let Some(partial) = e.downcast_ref::<report::Partial>() {
                 sections.push((name, partial.0.clone()));
             }
             failures.push(format!("{name}: {e}"));
@@ -438,7 +439,7 @@ async fn durability(args: &BenchArgs, plan: Plan, launcher: Launcher) -> Result<
     if failures.is_empty() {
         Ok(json)
     } else {
-        Err(Box::new(compare::Partial(json, failures.join("; "))))
+        Err(Box::new(report::Partial(json, failures.join("; "))))
     }
 }
 

@@ -228,7 +228,7 @@ const SOURCE: &str = include_str!("CuratorRecipeBench.java");
 const CLASS: &str = "CuratorRecipeBench";
 
 /// Starts both servers, measures, prints the tables and returns the JSON (or a
-/// [`Partial`](super::compare::Partial) carrying it when some figure could not be taken).
+/// [`Partial`](super::report::Partial) carrying it when some figure could not be taken).
 pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     println!(
         "lockkeeper-bench --recipes: counter, queue and handoff runs at most {} each; {} \
@@ -255,7 +255,7 @@ pub(crate) async fn measure(settings: &Settings, targets: &[Target]) -> Report {
     let mut jvm = match &classes {
         Ok(classes) => {
             let started = CuratorRecipeJvm::start(java, classes, settings.jvm_watchdog()).await;
-            report.record.curator(started, CuratorRecipeJvm::describe)
+            versus::curator(&mut report.record, started, CuratorRecipeJvm::describe)
         }
         Err(()) => None,
     };

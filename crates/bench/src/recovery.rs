@@ -166,7 +166,7 @@ pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
             ));
         }
     }
-    super::compare::json_or_partial(json, &failures, "")
+    super::report::json_or_partial(json, &failures, "")
 }
 
 async fn measure(settings: &Settings, report: &mut Report) -> Result<(), BoxError> {

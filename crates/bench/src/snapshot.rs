@@ -366,7 +366,7 @@ pub(crate) async fn run(settings: &Settings) -> Result<Json, BoxError> {
     if let Some(problem) = &report.observed.problem {
         failures.push(problem.clone());
     }
-    super::compare::json_or_partial(json, &failures, "Keeper error: ")
+    super::report::json_or_partial(json, &failures, "Keeper error: ")
 }
 
 async fn measure(settings: &Settings, report: &mut Report) -> Result<(), BoxError> {

@@ -1,8 +1,8 @@
 //! Comparisons against Curator on ZooKeeper, shared by `bench --locks` and `bench --recipes`:
-//! the four client/server combinations, the order they are measured in, one trial's result, the
-//! ratio targets the figures are held to, and what every report of theirs carries besides its
-//! own figures ([`Record`]: the servers, the Curator command, the failures, the JSON header, the
-//! ratio table and the targets list).
+//! the servers they start, the four client/server combinations and the order they are
+//! measured in, the record of what ran, and the table of ratios against the baseline. The
+//! parts of a report every mode shares (trials, failures, targets, the JSON document) are
+//! in [`report`](super::report).
 //!
 //! Only a ratio measured in the same run on the same machine means anything elsewhere, so every
 //! figure of those benchmarks is set against Curator on ZooKeeper, the combination most Java
@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use super::BoxError;
-use super::compare::json_or_partial;
 use super::process::{ChildServer, Launcher, ServerKind};
+use super::report::{self, Entrant, Record};
 use super::startup::first_session;
 use super::stats::{Json, fmt_duration, fmt_ratio};
 
@@ -142,7 +142,9 @@ impl Combo {
     pub(crate) fn key(self) -> String {
         format!("{}-{}", self.client.json_key(), self.server.json_key())
     }
+}
 
+impl Combo {
     /// `lockkeeper on Keeper`, for tables.
     pub(crate) fn label(self) -> String {
         format!("{} on {}", self.client.name(), self.server.name())
@@ -157,39 +159,18 @@ impl Combo {
     }
 }
 
-/// One measurement of one combination in one trial.
-pub(crate) struct Trial<T> {
-    pub combo: Combo,
-    pub trial: u32,
-    pub result: Result<T, String>,
-}
+impl Entrant for Combo {
+    fn label(self) -> String {
+        Combo::label(self)
+    }
 
-impl<T> Trial<T> {
-    /// Its JSON row: `client`, `server`, `trial` (from 1), then `fields` of the figure or its
-    /// `error`.
-    pub(crate) fn json(&self, fields: impl FnOnce(&T) -> Vec<(&'static str, Json)>) -> Json {
-        let mut f = self.combo.json_fields();
-        f.push(("trial", Json::num(self.trial + 1)));
-        match &self.result {
-            Ok(figure) => f.extend(fields(figure)),
-            Err(e) => f.push(("error", Json::Str(e.clone()))),
-        }
-        Json::obj(f)
+    fn json_fields(self) -> Vec<(&'static str, Json)> {
+        Combo::json_fields(self)
     }
 }
 
-/// The figures of `combo` that were taken, in trial order.
-pub(crate) fn taken<T>(trials: &[Trial<T>], combo: Combo) -> impl Iterator<Item = &T> {
-    trials
-        .iter()
-        .filter(move |t| t.combo == combo)
-        .filter_map(|t| t.result.as_ref().ok())
-}
-
-/// The figure of `combo` with the highest `score` (the first of equals).
-pub(crate) fn best<T>(trials: &[Trial<T>], combo: Combo, score: impl Fn(&T) -> f64) -> Option<&T> {
-    taken(trials, combo).reduce(|a, b| if score(b) > score(a) { b } else { a })
-}
+/// One measurement of one combination in one trial.
+pub(crate) type Trial<T> = report::Trial<Combo, T>;
 
 /// One row per combination, in [`Combo::ALL`]'s order: `client`, `server`, then `fields`.
 pub(crate) fn per_combo_json(fields: impl Fn(Combo) -> Vec<(&'static str, Json)>) -> Json {
@@ -213,113 +194,24 @@ pub(crate) struct Column<'a> {
     pub figure: &'a dyn Fn(Combo) -> Option<f64>,
 }
 
-/// What every comparison report carries besides its own figures.
-pub(crate) struct Record {
-    pub targets: Vec<Target>,
-    /// How the Curator JVM was started, once it was.
-    pub curator_command: Option<String>,
-    /// Every figure that could not be taken, with the reason.
-    pub errors: Vec<String>,
+/// The record of a comparison against Curator: each server's command, and Curator's once
+/// its JVM has started.
+pub(crate) fn record(targets: &[Target]) -> Record {
+    let mut programs: Vec<(&'static str, Option<String>)> = targets
+        .iter()
+        .map(|t| (t.kind.json_key(), Some(t.command.clone())))
+        .collect();
+    programs.push(("curator", None));
+    Record::new(programs)
 }
 
-impl Record {
-    pub(crate) fn new(targets: &[Target]) -> Record {
-        Record {
-            targets: targets.to_vec(),
-            curator_command: None,
-            errors: Vec::new(),
-        }
-    }
-
-    /// The Curator JVM when it started (its command printed and kept for the JSON); else
-    /// `None`, the reason recorded as a failure.
-    pub(crate) fn curator<J>(
-        &mut self,
-        started: Result<J, BoxError>,
-        describe: impl Fn(&J) -> &str,
-    ) -> Option<J> {
-        match started {
-            Ok(jvm) => {
-                println!("Curator: {}", describe(&jvm));
-                self.curator_command = Some(describe(&jvm).to_string());
-                Some(jvm)
-            }
-            Err(e) => {
-                self.errors.push(format!("Curator: {e}"));
-                None
-            }
-        }
-    }
-
-    /// Prints and records a figure that could not be taken.
-    pub(crate) fn fail(&mut self, what: &str, error: &BoxError) {
-        println!("{what}: error: {error}");
-        self.errors.push(format!("{what}: {error}"));
-    }
-
-    /// Adds one trial to `trials`: its `row` printed, or its failure (`<what>, <combo>`)
-    /// printed and recorded.
-    pub(crate) fn add<T>(
-        &mut self,
-        trials: &mut Vec<Trial<T>>,
-        what: &str,
-        (combo, trial): (Combo, u32),
-        result: Result<T, BoxError>,
-        row: impl FnOnce(&T) -> String,
-    ) {
-        match &result {
-            Ok(figure) => println!("{}", row(figure)),
-            Err(e) => self.fail(&format!("{what}, {}", combo.label()), e),
-        }
-        trials.push(Trial {
-            combo,
-            trial,
-            result: result.map_err(|e| e.to_string()),
-        });
-    }
-
-    /// The JSON document: `command`, `servers`, `settings`, the report's own `figures`, `goals`
-    /// and `errors`.
-    pub(crate) fn json(
-        &self,
-        settings: Vec<(&'static str, Json)>,
-        figures: Vec<(&'static str, Json)>,
-        goals: &[Goal],
-    ) -> Json {
-        let mut servers: Vec<(&str, Json)> = self
-            .targets
-            .iter()
-            .map(|t| (t.kind.json_key(), Json::Str(t.command.clone())))
-            .collect();
-        servers.push((
-            "curator",
-            self.curator_command.clone().map_or(Json::Null, Json::Str),
-        ));
-        let mut fields = vec![
-            (
-                "command",
-                Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
-            ),
-            ("servers", Json::obj(servers)),
-            ("settings", Json::obj(settings)),
-        ];
-        fields.extend(figures);
-        fields.push((
-            "goals",
-            Json::Arr(goals.iter().map(Goal::to_json).collect()),
-        ));
-        fields.push((
-            "errors",
-            Json::Arr(self.errors.iter().map(|e| Json::Str(e.clone())).collect()),
-        ));
-        Json::obj(fields)
-    }
-
-    /// `json`, or a [`Partial`](super::compare::Partial) carrying it and naming every failure
-    /// (each also on stderr after `prefix`).
-    pub(crate) fn finish(&self, json: Json, prefix: &str) -> Result<Json, BoxError> {
-        json_or_partial(json, &self.errors, prefix)
-    }
+/// Records the Curator JVM when it started; see [`Record::started`].
+pub(crate) fn curator<J>(
+    record: &mut Record,
+    started: Result<J, BoxError>,
+    describe: impl Fn(&J) -> &str,
+) -> Option<J> {
+    record.started(("curator", "Curator"), started, describe)
 }
 
 /// Prints every combination but the baseline with `columns`' ratios against Curator on
@@ -340,76 +232,6 @@ pub(crate) fn print_ratios(columns: &[Column]) {
     }
 }
 
-/// Prints the `targets:` list.
-pub(crate) fn print_goals(goals: &[Goal]) {
-    println!("\ntargets:");
-    for goal in goals {
-        println!("  {}", goal.row());
-    }
-}
-
-/// A ratio the benchmark is held to: `measured / baseline` should reach `target` (rates), or
-/// stay at or below it (`at_most`, for times, where lower is better).
-pub(crate) struct Goal {
-    pub name: &'static str,
-    pub ratio: Option<f64>,
-    pub target: f64,
-    pub at_most: bool,
-}
-
-impl Goal {
-    /// `None` when either side could not be measured.
-    pub(crate) fn met(&self) -> Option<bool> {
-        let r = self.ratio?;
-        Some(if self.at_most {
-            r <= self.target
-        } else {
-            r >= self.target
-        })
-    }
-
-    /// One line of the printed `targets:` list.
-    pub(crate) fn row(&self) -> String {
-        let verdict = match self.met() {
-            Some(true) => "met",
-            Some(false) => "MISSED",
-            None => "not measured",
-        };
-        // 3 prints as `3x`, a third as `0.33x`.
-        let target = if self.target.fract() == 0.0 {
-            format!("{}", self.target)
-        } else {
-            format!("{:.2}", self.target)
-        };
-        format!(
-            "{:<46} {:>8}  target {} {target}x  {verdict}",
-            self.name,
-            fmt_ratio(self.ratio, Some(1.0)),
-            if self.at_most { "<=" } else { ">=" },
-        )
-    }
-
-    pub(crate) fn to_json(&self) -> Json {
-        Json::obj(vec![
-            ("name", Json::Str(self.name.into())),
-            ("ratio", Json::opt_num(self.ratio)),
-            ("target", Json::num(self.target)),
-            (
-                "direction",
-                Json::Str(if self.at_most { "at_most" } else { "at_least" }.into()),
-            ),
-            (
-                "met",
-                Json::Str(match self.met() {
-                    Some(true) => "yes".into(),
-                    Some(false) => "no".into(),
-                    None => "unknown".into(),
-                }),
-            ),
-        ])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,27 +244,5 @@ mod tests {
         assert_eq!(second.first(), Combo::ALL.last());
         assert_eq!(second.last(), Combo::ALL.first());
         assert_eq!(Combo::in_turn(2).collect::<Vec<_>>(), first);
-    }
-
-    #[test]
-    fn a_goal_is_met_on_the_right_side_of_its_target() {
-        let goal = |ratio, at_most| Goal {
-            name: "g",
-            ratio,
-            target: 3.0,
-            at_most,
-        };
-        assert_eq!(goal(Some(3.0), false).met(), Some(true));
-        assert_eq!(goal(Some(2.9), false).met(), Some(false));
-        assert_eq!(goal(Some(2.9), true).met(), Some(true));
-        assert_eq!(goal(None, true).met(), None);
-        assert!(goal(Some(2.0), false).row().contains("MISSED"));
-        assert!(goal(None, false).row().contains("not measured"));
-        assert!(goal(Some(1.0), false).row().contains(">= 3x"));
-        let third = Goal {
-            target: 1.0 / 3.0,
-            ..goal(Some(0.2), true)
-        };
-        assert!(third.row().contains("<= 0.33x  met"), "{}", third.row());
     }
 }

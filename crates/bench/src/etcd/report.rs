@@ -6,34 +6,39 @@ use std::time::Duration;
 
 use super::{Settings, Side, Uncontended};
 use crate::BoxError;
-use crate::compare::json_or_partial;
 use crate::locks::Contended;
+use crate::report::{self, Entrant, Goal, Record, best, print_goals};
 use crate::stats::{Json, fmt_duration, fmt_ratio, ratio};
-use crate::versus::{Goal, print_goals};
 
-/// One measurement of one side in one trial (from 0), or why it could not be taken.
-pub(crate) struct Trial<T> {
-    pub side: Side,
-    pub trial: u32,
-    pub result: Result<T, String>,
+/// One measurement of one side in one trial.
+pub(crate) type Trial<T> = report::Trial<Side, T>;
+
+impl Entrant for Side {
+    fn label(self) -> String {
+        Side::label(self).to_string()
+    }
+
+    /// `client`: there is one server, named in the document's header.
+    fn json_fields(self) -> Vec<(&'static str, Json)> {
+        vec![("client", Json::Str(self.json_key().into()))]
+    }
 }
 
 /// What one run measured.
-#[derive(Default)]
 pub(crate) struct Report {
+    pub record: Record,
     pub uncontended: Vec<Trial<Uncontended>>,
     pub contended: Vec<Trial<Contended>>,
-    /// Every figure that could not be taken, with the reason.
-    pub errors: Vec<String>,
 }
 
-/// The figure of `side` with the highest `score` (the first of equals).
-fn best<T>(trials: &[Trial<T>], side: Side, score: impl Fn(&T) -> f64) -> Option<&T> {
-    trials
-        .iter()
-        .filter(|t| t.side == side)
-        .filter_map(|t| t.result.as_ref().ok())
-        .reduce(|a, b| if score(b) > score(a) { b } else { a })
+impl Default for Report {
+    fn default() -> Report {
+        Report {
+            record: Record::new(Vec::new()),
+            uncontended: Vec::new(),
+            contended: Vec::new(),
+        }
+    }
 }
 
 impl Report {
@@ -55,8 +60,8 @@ impl Report {
         trial: u32,
         result: Result<Uncontended, BoxError>,
     ) {
-        match &result {
-            Ok(u) => println!(
+        let row = |u: &Uncontended| {
+            format!(
                 "{:<26} {:>5} {:>8} {:>10.0} {:>9} {:>9}",
                 side.label(),
                 trial + 1,
@@ -64,14 +69,10 @@ impl Report {
                 u.per_sec(),
                 fmt_duration(u.quantile(0.5)),
                 fmt_duration(u.quantile(0.99)),
-            ),
-            Err(e) => self.fail(&format!("uncontended, {}", side.label()), e),
-        }
-        self.uncontended.push(Trial {
-            side,
-            trial,
-            result: result.map_err(|e| e.to_string()),
-        });
+            )
+        };
+        let trials = &mut self.uncontended;
+        (self.record).add(trials, "uncontended", (side, trial), result, row);
     }
 
     pub(crate) fn print_contended_header(&self, s: &Settings) {
@@ -91,20 +92,9 @@ impl Report {
         trial: u32,
         result: Result<Contended, BoxError>,
     ) {
-        match &result {
-            Ok(c) => println!("{}", c.table_row(side.label(), trial, 26)),
-            Err(e) => self.fail(&format!("contended, {}", side.label()), e),
-        }
-        self.contended.push(Trial {
-            side,
-            trial,
-            result: result.map_err(|e| e.to_string()),
-        });
-    }
-
-    fn fail(&mut self, what: &str, error: &BoxError) {
-        println!("{what}: error: {error}");
-        self.errors.push(format!("{what}: {error}"));
+        let row = |c: &Contended| c.table_row(side.label(), trial, 26);
+        let trials = &mut self.contended;
+        (self.record).add(trials, "contended", (side, trial), result, row);
     }
 
     /// The best uncontended rate of `side` over its trials.
@@ -170,31 +160,12 @@ impl Report {
     /// Prints the summary and returns the JSON, or a `Partial` naming what failed.
     pub(crate) fn finish(self, json: Json) -> Result<Json, BoxError> {
         self.print_summary();
-        json_or_partial(json, &self.errors, "etcd lock benchmark: ")
+        self.record.finish(json, "etcd lock benchmark: ")
     }
 
     pub(crate) fn to_json(&self, s: &Settings, endpoint: &str, version: &str) -> Json {
-        let row = |side: Side, trial: u32, fields: Result<Vec<(&'static str, Json)>, &String>| {
-            let mut f = vec![
-                ("client", Json::Str(side.json_key().into())),
-                ("trial", Json::num(trial + 1)),
-            ];
-            match fields {
-                Ok(fields) => f.extend(fields),
-                Err(e) => f.push(("error", Json::Str(e.clone()))),
-            }
-            Json::obj(f)
-        };
-        let uncontended = self
-            .uncontended
-            .iter()
-            .map(|t| row(t.side, t.trial, t.result.as_ref().map(uncontended_json)))
-            .collect();
-        let contended = self
-            .contended
-            .iter()
-            .map(|t| row(t.side, t.trial, t.result.as_ref().map(Contended::json)))
-            .collect();
+        let uncontended = self.uncontended.iter().map(|t| t.json(uncontended_json));
+        let contended = self.contended.iter().map(|t| t.json(Contended::json));
         let best = Side::ALL
             .into_iter()
             .map(|side| {
@@ -207,54 +178,40 @@ impl Report {
             })
             .collect();
         let (ours, theirs) = (Side::Lockkeeper, Side::V3lock);
-        Json::obj(vec![
-            (
-                "command",
-                Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
-            ),
+        let header = vec![
             ("etcd_endpoint", Json::Str(endpoint.into())),
             ("etcd_version", Json::Str(version.into())),
+        ];
+        let settings = vec![
+            ("run_limit_s", Json::num(s.limit.as_secs_f64())),
+            ("warmup_s", Json::num(s.warmup.as_secs_f64())),
+            ("uncontended_cycles", Json::num(s.cycles)),
+            ("contended_clients", Json::num(s.clients as u32)),
+            ("contended_handoffs_per_client", Json::num(s.handoffs)),
+            ("trials", Json::num(s.trials)),
+            ("lease_ttl_s", Json::num(s.ttl.as_secs_f64())),
+        ];
+        let ratios = vec![
             (
-                "settings",
-                Json::obj(vec![
-                    ("run_limit_s", Json::num(s.limit.as_secs_f64())),
-                    ("warmup_s", Json::num(s.warmup.as_secs_f64())),
-                    ("uncontended_cycles", Json::num(s.cycles)),
-                    ("contended_clients", Json::num(s.clients as u32)),
-                    ("contended_handoffs_per_client", Json::num(s.handoffs)),
-                    ("trials", Json::num(s.trials)),
-                    ("lease_ttl_s", Json::num(s.ttl.as_secs_f64())),
-                ]),
+                "uncontended_cycles_lockkeeper_over_v3lock",
+                Json::opt_num(ratio(self.cycles(ours), self.cycles(theirs))),
             ),
-            ("uncontended", Json::Arr(uncontended)),
-            ("contended", Json::Arr(contended)),
+            (
+                "contended_handoffs_lockkeeper_over_v3lock",
+                Json::opt_num(ratio(self.handoffs(ours), self.handoffs(theirs))),
+            ),
+            (
+                "wait_p99_v3lock_over_lockkeeper",
+                Json::opt_num(ratio(self.p99_wait_us(theirs), self.p99_wait_us(ours))),
+            ),
+        ];
+        let figures = vec![
+            ("uncontended", Json::Arr(uncontended.collect())),
+            ("contended", Json::Arr(contended.collect())),
             ("best", Json::Arr(best)),
-            (
-                "ratios",
-                Json::obj(vec![
-                    (
-                        "uncontended_cycles_lockkeeper_over_v3lock",
-                        Json::opt_num(ratio(self.cycles(ours), self.cycles(theirs))),
-                    ),
-                    (
-                        "contended_handoffs_lockkeeper_over_v3lock",
-                        Json::opt_num(ratio(self.handoffs(ours), self.handoffs(theirs))),
-                    ),
-                    (
-                        "wait_p99_v3lock_over_lockkeeper",
-                        Json::opt_num(ratio(self.p99_wait_us(theirs), self.p99_wait_us(ours))),
-                    ),
-                ]),
-            ),
-            (
-                "goals",
-                Json::Arr(self.goals().iter().map(Goal::to_json).collect()),
-            ),
-            (
-                "errors",
-                Json::Arr(self.errors.iter().map(|e| Json::Str(e.clone())).collect()),
-            ),
-        ])
+            ("ratios", Json::obj(ratios)),
+        ];
+        self.record.json(header, settings, figures, &self.goals())
     }
 }
 

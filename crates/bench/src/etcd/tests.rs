@@ -77,7 +77,11 @@ async fn measures_both_sides_in_a_tiny_run() {
         connect_limit: Duration::from_secs(20),
     };
     let report = measure(&settings, &endpoint, "lockkeeper-bench-test").await;
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(
+        report.record.errors.is_empty(),
+        "{:?}",
+        report.record.errors
+    );
     let json = report.to_json(&settings, &endpoint, "test");
     let uncontended = rows(&json, "uncontended");
     assert_eq!(uncontended.len(), 2 * 2, "{}", json.render());

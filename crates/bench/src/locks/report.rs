@@ -6,10 +6,9 @@ use super::Target;
 use super::measure::{Contended, Herd, LockKind, Uncontended};
 use crate::BoxError;
 use crate::process::ServerKind;
+use crate::report::{Goal, Record, best, print_goals};
 use crate::stats::{Json, fmt_duration, ratio};
-use crate::versus::{
-    Client, Column, Combo, Goal, Record, Trial, best, per_combo_json, print_goals, print_ratios,
-};
+use crate::versus::{Client, Column, Combo, Trial, per_combo_json, print_ratios, record};
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason. The
 /// comparisons use each combination's best trial (the highest rate; for contended runs, the
@@ -24,7 +23,7 @@ pub(crate) struct Report {
 impl Report {
     pub(crate) fn new(targets: &[Target]) -> Report {
         Report {
-            record: Record::new(targets),
+            record: record(targets),
             uncontended: Vec::new(),
             contended: Vec::new(),
             herd: Vec::new(),
@@ -264,7 +263,7 @@ impl Report {
             ("best", self.best_json()),
             ("notifications", Json::Arr(herd)),
         ];
-        self.record.json(settings, figures, &self.goals())
+        self.record.json(vec![], settings, figures, &self.goals())
     }
 
     /// Each combination's best trial, with its ratios against Curator on ZooKeeper's best.
@@ -307,7 +306,7 @@ mod tests {
             elapsed: Duration::from_secs(1),
         };
         let trial = |combo, trial, result| Trial {
-            combo,
+            who: combo,
             trial,
             result,
         };
@@ -324,12 +323,12 @@ mod tests {
         let quick = Contended::from_waits(2, &[ms(1), ms(1)], Duration::from_secs(1));
         let base = Contended::from_waits(2, &[ms(2), ms(2)], Duration::from_secs(2));
         r.contended.push(Trial {
-            combo: Combo::ALL[0],
+            who: Combo::ALL[0],
             trial: 0,
             result: Ok(quick),
         });
         r.contended.push(Trial {
-            combo: Combo::BASELINE,
+            who: Combo::BASELINE,
             trial: 0,
             result: Ok(base),
         });

@@ -11,11 +11,9 @@ use super::measure::{Handoffs, Increments};
 use super::queue::Queued;
 use crate::BoxError;
 use crate::process::ServerKind;
+use crate::report::{Goal, Record, Spread, best, print_goals, taken};
 use crate::stats::{Json, fmt_duration, ratio};
-use crate::versus::{
-    Client, Column, Combo, Goal, Record, Target, Trial, best, per_combo_json, print_goals,
-    print_ratios, taken,
-};
+use crate::versus::{Client, Column, Combo, Target, Trial, per_combo_json, print_ratios, record};
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason.
 pub(crate) struct Report {
@@ -30,7 +28,7 @@ pub(crate) struct Report {
 impl Report {
     pub(crate) fn new(targets: &[Target]) -> Report {
         Report {
-            record: Record::new(targets),
+            record: record(targets),
             counter: Vec::new(),
             queue: Vec::new(),
             handoff: Vec::new(),
@@ -201,8 +199,10 @@ impl Report {
     }
 
     /// The failovers of `combo` that were taken.
-    fn failovers_of(&self, combo: Combo) -> Vec<&Failover> {
-        taken(&self.failovers, combo).collect()
+    /// How far `combo`'s failovers took longer than the session timeout, in seconds; `None`
+    /// without any.
+    fn excess_of(&self, combo: Combo) -> Option<Spread> {
+        Spread::of(taken(&self.failovers, combo).map(Failover::excess_secs))
     }
 
     /// The ratios the recipes are held to, all against Curator on ZooKeeper.
@@ -259,17 +259,16 @@ impl Report {
                 figure: &|c| self.handoff_mean_secs(c),
             },
         ]);
-        let combos: Vec<Combo> = Combo::ALL
+        let spreads: Vec<(Combo, Spread)> = Combo::ALL
             .into_iter()
-            .filter(|&c| !self.failovers_of(c).is_empty())
+            .filter_map(|c| Some((c, self.excess_of(c)?)))
             .collect();
-        if !combos.is_empty() {
+        if !spreads.is_empty() {
             println!(
                 "\nfailover above the session timeout {:>5} {:>8} {:>8} {:>8} {:>8}",
                 "n", "min", "median", "max", "mean"
             );
-            for combo in combos {
-                let spread = Spread::of(&self.failovers_of(combo));
+            for (combo, spread) in spreads {
                 println!(
                     "{:<34} {:>5} {:>8} {:>8} {:>8} {:>8}",
                     combo.label(),
@@ -337,7 +336,7 @@ impl Report {
             ("best", self.best_json()),
             ("failover_summary", self.failover_summary_json()),
         ];
-        self.record.json(settings, figures, &self.goals())
+        self.record.json(vec![], settings, figures, &self.goals())
     }
 
     /// Each combination's best counter and handoff trial, with ratios against Curator on
@@ -383,11 +382,7 @@ impl Report {
             Combo::ALL
                 .into_iter()
                 .filter_map(|combo| {
-                    let taken = self.failovers_of(combo);
-                    if taken.is_empty() {
-                        return None;
-                    }
-                    let spread = Spread::of(&taken);
+                    let spread = self.excess_of(combo)?;
                     let mut f = combo.json_fields();
                     f.extend([
                         ("failovers", Json::num(spread.n as u32)),
@@ -400,35 +395,6 @@ impl Report {
                 })
                 .collect(),
         )
-    }
-}
-
-/// Excess over the session timeout of a set of failovers, in seconds.
-struct Spread {
-    n: usize,
-    min: f64,
-    median: f64,
-    max: f64,
-    mean: f64,
-}
-
-impl Spread {
-    /// Of a non-empty list (an empty one gives zeros).
-    fn of(failovers: &[&Failover]) -> Spread {
-        let mut excess: Vec<f64> = failovers.iter().map(|f| f.excess_secs()).collect();
-        excess.sort_by(f64::total_cmp);
-        let n = excess.len();
-        Spread {
-            n,
-            min: excess.first().copied().unwrap_or(0.0),
-            median: excess.get(n.saturating_sub(1) / 2).copied().unwrap_or(0.0),
-            max: excess.last().copied().unwrap_or(0.0),
-            mean: if n > 0 {
-                excess.iter().sum::<f64>() / n as f64
-            } else {
-                0.0
-            },
-        }
     }
 }
 
@@ -484,7 +450,7 @@ mod tests {
 
     fn trial<T>(combo: Combo, trial: u32, result: Result<T, String>) -> Trial<T> {
         Trial {
-            combo,
+            who: combo,
             trial,
             result,
         }
@@ -554,13 +520,13 @@ mod tests {
     #[test]
     fn failovers_are_summarised_above_the_floor() {
         let r = report();
-        let spread = Spread::of(&r.failovers_of(Combo::ALL[0]));
+        let spread = r.excess_of(Combo::ALL[0]).expect("failovers");
         assert_eq!(spread.n, 3);
         assert!((spread.min - 0.1).abs() < 1e-9);
         assert!((spread.median - 0.9).abs() < 1e-9);
         assert!((spread.max - 1.3).abs() < 1e-9);
         assert!((spread.mean - 0.7666).abs() < 1e-3);
-        assert!(r.failovers_of(Combo::BASELINE).is_empty());
+        assert_eq!(r.excess_of(Combo::BASELINE), None);
         assert_eq!(fmt_excess(0.8125), "+812 ms");
     }
 
