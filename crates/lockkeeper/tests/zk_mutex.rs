@@ -327,12 +327,12 @@ async fn a_handoff_costs_the_next_waiter_no_request() {
     .await;
 }
 
-/// An uncontended lock and release cost four requests, and the caller waits for two round
+/// An uncontended lock and release cost three requests the caller waits for, in two round
 /// trips: the create and the listing together, then the delete (Curator's cost three round
-/// trips). The fourth is the holder's watch on its own node, which keeps `is_held()` live:
-/// it is sent as the lock is granted, ahead of the release, and nobody waits for its answer.
-/// Because one session's requests are answered in order, the count is exact once the
-/// release returns.
+/// trips). A holder that keeps the lock a moment adds a fourth, the watch on its own node
+/// that keeps `is_held()` live; nobody waits for its answer, and a release sent before it
+/// went out (a tight lock loop) saves it. The watch goes out before the delete or not at
+/// all, so the count is exact once the release returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_uncontended_lock_and_release_cost_three_requests() {
     for_each_backend(|connect| async move {
@@ -345,8 +345,29 @@ async fn an_uncontended_lock_and_release_cost_three_requests() {
         // The first lock also creates the lock's parent nodes.
         mutex.lock().await.unwrap().release().await.unwrap();
         let before = requests_received(&connect, &session);
-        for _ in 0..3 {
-            mutex.lock().await.unwrap().release().await.unwrap();
+        let mut counted = before;
+        for cycle in 1..=3 {
+            let guard = mutex.lock().await.unwrap();
+            // Held until the watch is on the server: the fourth request.
+            let with_watch =
+                lockkeeper_testkit::within(Duration::from_secs(10), "the holder's watch", async {
+                    loop {
+                        let now = requests_received(&connect, &session);
+                        if now >= counted + 3 {
+                            break now;
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                })
+                .await;
+            guard.release().await.unwrap();
+            let after = requests_received(&connect, &session);
+            assert_eq!(
+                (with_watch - counted, after - with_watch),
+                (3, 1),
+                "cycle {cycle}: the lock (create, listing, watch), then the release"
+            );
+            counted = after;
         }
         // Give a stray request (a watch sent after the release, say) time to arrive.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -354,8 +375,20 @@ async fn an_uncontended_lock_and_release_cost_three_requests() {
         assert_eq!(
             after - before,
             12,
-            "three uncontended lock+release cycles took {} requests, not 4 each",
+            "three held lock+release cycles took {} requests, not 4 each",
             after - before
+        );
+        // A tight loop races each holder's watch against its release: the watch goes out
+        // before the delete or not at all, so none is left behind on the server waiting for
+        // a node that will never be created again.
+        for _ in 0..50 {
+            mutex.lock().await.unwrap().release().await.unwrap();
+        }
+        let addr = connect.parse().expect("a single host:port");
+        assert_eq!(
+            lockkeeper_testkit::total_watches(addr),
+            0,
+            "watches left on the server after released locks"
         );
     })
     .await;

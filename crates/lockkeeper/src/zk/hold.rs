@@ -46,8 +46,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use futures_util::future::Either;
-use lockkeeper_zk_client::{EventType, OneshotWatcher, Stat};
+use lockkeeper_zk_client::EventType;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -65,6 +64,8 @@ pub(crate) struct Held {
     released: AtomicBool,
     /// The watch on the node from the grant on ([`Held::share`]); `None` before.
     watch: Option<Watcher>,
+    /// Closed before the delete is sent, so that no watch read follows it.
+    watch_gate: Arc<WatchGate>,
     /// For a node whose name every holder reuses (a [`SimpleLock`]'s `{path}/lock`): the data
     /// only our node carries. Release then deletes the node only while it is still ours, so a
     /// holder whose node was deleted behind its back cannot delete the next holder's.
@@ -154,6 +155,7 @@ impl Held {
             generation,
             released: AtomicBool::new(false),
             watch: None,
+            watch_gate: Arc::default(),
             ours: None,
             linger: StdMutex::default(),
             anchor: StdMutex::default(),
@@ -176,7 +178,7 @@ impl Held {
     /// time's timer, if there is one. Every guard takes its hold through here.
     pub(crate) fn share(mut self) -> Arc<Held> {
         let czxid = self.token.get() as i64;
-        self.watch = watch_node(&self.generation, &self.node, czxid);
+        self.watch = watch_node(&self.generation, &self.node, czxid, self.watch_gate.clone());
         let held = Arc::new(self);
         held.arm_max_hold();
         held
@@ -377,6 +379,7 @@ impl Held {
         if self.defer_delete() {
             return Ok(());
         }
+        self.watch_gate.close();
         match (&self.ours, ending) {
             (Some(data), _) => delete_if_ours(&self.generation, &self.node, data).await,
             (None, Ending::Released) => self.delete().await,
@@ -433,7 +436,10 @@ impl Held {
     pub(crate) async fn unpin(&self) -> Result<()> {
         let was = std::mem::take(&mut *lock(&self.linger));
         match was {
-            Linger::Deferred => self.delete().await,
+            Linger::Deferred => {
+                self.watch_gate.close();
+                self.delete().await
+            }
             Linger::No | Linger::Pinned => Ok(()),
         }
     }
@@ -463,19 +469,45 @@ enum Ending {
     GivenUp,
 }
 
+/// Keeps a held node's watch reads ahead of its holder's delete on the wire. The watch sends
+/// each read under the gate's lock, and only while the gate is open; the holder closes it
+/// before it sends the delete. A read sent after the delete would find the node missing and
+/// leave on the server a watch for a creation that never comes (a sequential name is never
+/// reused); one sent before it is answered first, since one session's requests are answered
+/// in order, so a release returns only once every read of its watch has reached the server.
+#[derive(Debug, Default)]
+pub(crate) struct WatchGate(StdMutex<bool>);
+
+impl WatchGate {
+    /// `read()`, sent now, if the holder has not closed the gate.
+    fn send<F>(&self, read: impl FnOnce() -> F) -> Option<F> {
+        let closed = lock(&self.0);
+        (!*closed).then(read)
+    }
+
+    /// No watch read is sent from now on.
+    pub(crate) fn close(&self) {
+        *lock(&self.0) = true;
+    }
+}
+
 /// Starts the watch on a held node (see the module docs): set once the node is deleted, found
 /// missing, or found to be another node of the same name. Used by every hold, and by a queue
 /// item's lock node.
 ///
-/// The first read is sent here, before the task runs: requests on one session are answered
-/// in order, so it reaches the server ahead of anything the holder sends next (its release
-/// above all). A release therefore never races its own watch, and a node deleted by its
-/// holder is never watched afterwards for a re-creation that cannot come.
-pub(crate) fn watch_node(generation: &Arc<Generation>, node: &str, czxid: i64) -> Option<Watcher> {
-    let first = generation.client().ok()?.check_and_watch_stat(node);
+/// The watch's first read goes out when its task first runs, not before the grant returns:
+/// a holder that releases at once (a tight lock loop) then costs no read at all, and one
+/// that holds the lock is watched a few microseconds after the grant. `gate` keeps every read
+/// ahead of the holder's delete.
+pub(crate) fn watch_node(
+    generation: &Arc<Generation>,
+    node: &str,
+    czxid: i64,
+    gate: Arc<WatchGate>,
+) -> Option<Watcher> {
     let (generation, node) = (generation.clone(), node.to_owned());
     Watcher::spawn(async move {
-        let gone = watch_until_gone(&generation, &node, czxid, Some(first)).await;
+        let gone = watch_until_gone(&generation, &node, czxid, &gate).await;
         if gone {
             tracing::debug!(node, "watched node deleted");
         }
@@ -486,25 +518,23 @@ pub(crate) fn watch_node(generation: &Arc<Generation>, node: &str, czxid: i64) -
 /// Watches `node` until it is gone: `true` when it was deleted, or is found missing, or is
 /// found to be another node of the same name (its czxid is not `czxid`: someone deleted ours
 /// and created theirs, possibly while we were disconnected); `false` when the session ended
-/// first (the session's state reports that).
-/// `first` is a read already sent, answered before any other is.
-async fn watch_until_gone<F>(
+/// first (the session's state reports that) or the holder closed `gate` to delete the node.
+async fn watch_until_gone(
     generation: &Generation,
     node: &str,
     czxid: i64,
-    mut first: Option<F>,
-) -> bool
-where
-    F: Future<Output = lockkeeper_zk_client::Result<(Option<Stat>, OneshotWatcher)>>,
-{
+    gate: &WatchGate,
+) -> bool {
     loop {
         // The client handle is not kept across the wait: the watch must not keep a session
         // alive that its owner has let go.
-        let read = match (first.take(), generation.client()) {
-            (Some(read), _) => Either::Left(read),
-            (None, Ok(client)) => Either::Right(client.check_and_watch_stat(node)),
-            (None, Err(_)) => return false,
+        let Ok(client) = generation.client() else {
+            return false;
         };
+        let Some(read) = gate.send(|| client.check_and_watch_stat(node)) else {
+            return false;
+        };
+        drop(client);
         match read.await {
             Ok((None, _)) => return true,
             Ok((Some(stat), _)) if stat.czxid != czxid => return true,

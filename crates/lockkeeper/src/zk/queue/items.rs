@@ -32,7 +32,7 @@ use super::envelope;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::sync::Watcher;
-use crate::zk::hold::watch_node;
+use crate::zk::hold::{WatchGate, watch_node};
 use crate::zk::node::delete_if_ours;
 use crate::zk::session::{Generation, Health, Session, is_connection_loss, is_terminal};
 
@@ -432,6 +432,8 @@ pub struct Taken {
     /// At-least-once: the watch on the lock node, so that `is_held()` turns false when it is
     /// deleted (by an operator, or anyone but this consumer) with nobody awaiting `lost()`.
     watch: Option<Watcher>,
+    /// Closed before the lock node is deleted, so that no watch read follows the delete.
+    watch_gate: Arc<WatchGate>,
     generation: Option<Arc<Generation>>,
     settled: bool,
 }
@@ -453,6 +455,7 @@ impl Taken {
             data,
             lock: None,
             watch: None,
+            watch_gate: Arc::default(),
             generation: None,
             settled: true,
         }
@@ -465,13 +468,15 @@ impl Taken {
         created: &Stat,
         generation: Arc<Generation>,
     ) -> Taken {
-        let watch = watch_node(&generation, &lock, created.czxid);
+        let watch_gate = Arc::<WatchGate>::default();
+        let watch = watch_node(&generation, &lock, created.czxid, watch_gate.clone());
         Taken {
             decoded: envelope::decode(&data),
             item,
             data,
             lock: Some((lock, created.version)),
             watch,
+            watch_gate,
             generation: Some(generation),
             settled: false,
         }
@@ -564,6 +569,7 @@ impl Taken {
         let (Some(generation), Some((lock, _))) = (&self.generation, &self.lock) else {
             return Ok(());
         };
+        self.watch_gate.close();
         crate::zk::node::delete_node(generation, lock).await
     }
 
@@ -583,6 +589,7 @@ impl Taken {
         let (Some(generation), Some((lock, version))) = (&self.generation, &self.lock) else {
             return Ok(());
         };
+        self.watch_gate.close();
         let (item, data) = (self.item.as_str(), self.data.as_slice());
         let dir = item.rsplit_once('/').map_or("", |(dir, _)| dir);
         let again = requeue_as.map(|prefix| format!("{dir}/{prefix}"));
@@ -639,6 +646,7 @@ impl Drop for Taken {
         };
         // Dropped unacknowledged (a handler error, a panic, a cancelled consumer): give the
         // item back now rather than when the session ends.
+        self.watch_gate.close();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _ = crate::zk::node::delete_node(&generation, &lock).await;
