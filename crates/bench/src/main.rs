@@ -26,6 +26,20 @@
 //! SIGTERM, panic, and even SIGKILL of the benchmark, via the parent-death signal). Free ports,
 //! zoo.cfg, the Curator classpath, javac, redis-server and the parent-death signal come from
 //! `lockkeeper-testkit`, the same process layer the tests use.
+//!
+//! # Layout
+//!
+//! - one module per mode: `compare`, `locks/`, `recipes/`, `redis/`, `etcd/`, `trace/`,
+//!   `recovery`, `snapshot`;
+//! - `process`: the servers under test as child processes (Keeper's `serve`, ZooKeeper on
+//!   testkit's command line), `startup`: the wait for their first session;
+//! - `versus`: what `--locks` and `--recipes` share (both servers started, the four
+//!   client/server combinations in alternating order, the ratio table against Curator on
+//!   ZooKeeper);
+//! - `report`: what every comparison's report is made of (trials, spreads, failures, targets,
+//!   the `--json` document);
+//! - `jvm`: the Curator programs, compiled and run as child JVMs; `paced` and `datadir`: the
+//!   paced request mix and the data directory reader of `--snapshot-latency` and `--recovery`.
 
 mod compare;
 mod datadir;
