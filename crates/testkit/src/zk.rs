@@ -258,8 +258,8 @@ impl ZkRole {
 }
 
 /// The JVM a ZooKeeper server runs in. Its [`args`](ZkJvm::args) are the one command line
-/// every ZooKeeper is started with, by the tests ([`ZkJvm::for_tests`]) and by the
-/// benchmark (the user's `java`, class path and options): `JAVA OPTIONS -cp CLASSPATH MAIN
+/// every ZooKeeper is started with, by the tests (a small heap, a C1-only JIT, their `-D`
+/// properties) and by the benchmark (the user's `java`, class path and options): `JAVA OPTIONS -cp CLASSPATH MAIN
 /// zoo.cfg`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZkJvm {
