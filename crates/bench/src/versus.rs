@@ -2,7 +2,7 @@
 //! the servers they start, the four client/server combinations and the order they are
 //! measured in, the record of what ran, and the table of ratios against the baseline. The
 //! parts of a report every mode shares (trials, failures, targets, the JSON document) are
-//! in [`report`](super::report).
+//! in [`report`].
 //!
 //! Only a ratio measured in the same run on the same machine means anything elsewhere, so every
 //! figure of those benchmarks is set against Curator on ZooKeeper, the combination most Java
