@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lockkeeper_zk_client as zk;
@@ -163,17 +163,40 @@ async fn drive_session(
                 None => open = false,
             }
         }
-        match in_flight.next().await {
-            None => break,
-            Some(Ok(sample)) => {
-                stats::record(&mut latency, sample.first);
-                if let Some(second) = sample.second {
-                    stats::record(&mut latency, second);
+        if in_flight.is_empty() {
+            break;
+        }
+        // Wait for an op to finish, then take every other one that has finished meanwhile
+        // before refilling, so that the refill's requests leave together. Every poll runs
+        // under a cork: the requests the polled ops send (a new op's first, a create's
+        // delete) go out in one write, as a pipelining client's do, and the server reads
+        // them in one go.
+        let mut next = std::future::poll_fn(|cx| {
+            let _cork = client.cork();
+            in_flight.poll_next_unpin(cx)
+        })
+        .await;
+        loop {
+            match next {
+                None => break,
+                Some(Ok(sample)) => {
+                    stats::record(&mut latency, sample.first);
+                    if let Some(second) = sample.second {
+                        stats::record(&mut latency, second);
+                    }
+                    requests += per_op;
+                    shared.completed.fetch_add(per_op, Ordering::Relaxed);
                 }
-                requests += per_op;
-                shared.completed.fetch_add(per_op, Ordering::Relaxed);
+                Some(Err(e)) => return Err(format!("{} failed: {e}", op.describe())),
             }
-            Some(Err(e)) => return Err(format!("{} failed: {e}", op.describe())),
+            if in_flight.is_empty() {
+                break;
+            }
+            let _cork = client.cork();
+            match in_flight.next().now_or_never() {
+                Some(more) => next = more,
+                None => break,
+            }
         }
     }
     Ok(Tally { requests, latency })

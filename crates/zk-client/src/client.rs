@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::path::{ConnectString, check};
-use crate::session::{self, Reply, Settings, Shared, lock};
+use crate::session::{self, Cork, Reply, Settings, Shared, lock};
 use crate::watch::{Kind, OneshotWatcher, PersistentWatcher, Registration, Removal, SessionState};
 
 /// How a node is created: its mode, its ACL and, for the TTL modes, its time to live.
@@ -395,6 +395,15 @@ impl Client {
     ) -> impl Future<Output = Result<(Option<Stat>, OneshotWatcher)>> + Send + 'static {
         let (reply, watcher) = self.watched_read(path, OpCode::Exists, Kind::Data, true);
         async move { Ok((optional_stat(reply.await)?, watcher)) }
+    }
+
+    /// Holds back the writes of requests sent from now on, until the returned [`Cork`] is
+    /// dropped; they then leave together. For a caller that sends many requests at once (a
+    /// pipeline refilled after a batch of replies): one write, and one read on the server,
+    /// for all of them instead of one each. Requests still leave in the order they were
+    /// made, and nothing is sent while the cork lives: drop it before awaiting a reply.
+    pub fn cork(&self) -> Cork {
+        self.handle.shared.cork()
     }
 
     /// A node's children (names, unsorted).

@@ -42,4 +42,5 @@ pub use error::{Error, HostFailure, Result};
 pub use lockkeeper_proto::{Acl, AddWatchMode, CreateMode, Id, Stat, open_acl, perms};
 pub use multi::{MultiReadResult, MultiReader, MultiWriteError, MultiWriteResult, MultiWriter};
 pub use path::{DEFAULT_PORT, hosts};
+pub use session::Cork;
 pub use watch::{EventType, OneshotWatcher, PersistentWatcher, SessionState, WatchedEvent};

@@ -4,7 +4,9 @@
 //! The request path has no thread hop: a caller encodes its request, takes the next xid,
 //! queues its reply slot and writes the frame to the socket itself, all under one lock, so
 //! frames leave in xid order whoever sends them. Only bytes the socket would not take at once
-//! are left for the session task to write when the socket is writable again.
+//! are left for the session task to write when the socket is writable again. A caller that
+//! sends many requests at once (a pipeline) may hold its writes back under a [`Cork`] and
+//! have them leave in one write when it is dropped: the server then reads them in one go.
 //!
 //! The session task owns everything else: it reads frames and answers the oldest reply slot
 //! with each (ZooKeeper answers one session's requests in order, so a reply for any other xid
@@ -97,6 +99,8 @@ struct Outbox {
     /// When bytes last went out: pings are sent only on an idle connection.
     last_sent: Instant,
     close_asked: bool,
+    /// Live [`Cork`]s: while any is, a request is queued but not written by its caller.
+    corked: usize,
 }
 
 struct Pending {
@@ -108,6 +112,30 @@ struct Pending {
 struct States {
     current: SessionState,
     listeners: Vec<mpsc::UnboundedSender<SessionState>>,
+}
+
+/// Holds a session's writes back while it lives: requests sent meanwhile are queued in order
+/// and leave together, in as few writes as the socket allows, when the last cork is dropped.
+/// See [`Client::cork`](crate::Client::cork).
+#[must_use = "the writes are held back only while the cork lives"]
+pub struct Cork {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Cork {
+    fn drop(&mut self) {
+        let mut out = lock(&self.shared.out);
+        out.corked -= 1;
+        if out.corked == 0 && !matches!(out.flush(), Ok(true)) {
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
+impl std::fmt::Debug for Cork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cork").finish_non_exhaustive()
+    }
 }
 
 /// Takes a std mutex, which is only ever held for a few non-blocking steps: a panic while
@@ -172,6 +200,7 @@ impl Shared {
                 ended: None,
                 last_sent: Instant::now(),
                 close_asked: false,
+                corked: 0,
             }),
             watches: Mutex::new(Table::default()),
             states: Mutex::new(States {
@@ -217,10 +246,18 @@ impl Shared {
             registration,
         });
         // Whatever the socket does not take (or an error writing) is the task's to handle.
-        if !matches!(out.flush(), Ok(true)) {
+        if out.corked == 0 && !matches!(out.flush(), Ok(true)) {
             self.wake.notify_one();
         }
         rx
+    }
+
+    /// Holds this session's writes back until the returned cork is dropped.
+    pub(crate) fn cork(self: &Arc<Self>) -> Cork {
+        lock(&self.out).corked += 1;
+        Cork {
+            shared: self.clone(),
+        }
     }
 
     /// Asks the session task to end the session (once).

@@ -262,6 +262,33 @@ async fn requests_leave_in_call_order_before_they_are_awaited() {
     .await;
 }
 
+/// A cork holds requests back, in order, until it is dropped; corks nest.
+#[tokio::test]
+async fn a_cork_holds_requests_back_until_it_is_dropped() {
+    each_backend(|b| async move {
+        let zk = b.client().await;
+        let other = b.client().await;
+        zk.create("/c", b"", &persistent()).await.unwrap();
+        let outer = zk.cork();
+        let inner = zk.cork();
+        let first = zk.create("/c/first", b"", &persistent());
+        let second = zk.create("/c/second", b"", &persistent());
+        drop(inner);
+        // Nothing left while a cork lives: another session sees neither node, even after
+        // its own round trip (which a request written at once would have preceded).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let seen = b.within("listing", other.list_children("/c")).await;
+        assert_eq!(seen, Ok(vec![]), "{}: written under a cork", b.name);
+        drop(outer);
+        b.within("first", first).await.unwrap();
+        b.within("second", second).await.unwrap();
+        let (_, first) = zk.get_data("/c/first").await.unwrap();
+        let (_, second) = zk.get_data("/c/second").await.unwrap();
+        assert!(first.czxid < second.czxid, "{}: sent in call order", b.name);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn oneshot_watches_fire_once_with_their_event() {
     each_backend(|b| async move {
