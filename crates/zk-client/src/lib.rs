@@ -4,6 +4,8 @@
 //! session's own Tokio task, which wakes the waiting caller directly: no reactor thread of
 //! another runtime and no channel between the caller and the socket. A lock handoff is mostly
 //! round trips, so what a client adds to each one is what a lock service adds to each handoff.
+//! A caller that keeps many requests in flight (a pipeline) holds its writes back under a
+//! [`Cork`] so that a batch leaves in one write, and the server reads it in one.
 //!
 //! The client speaks ZooKeeper 3.6+'s protocol (`lockkeeper-proto`): sessions that survive
 //! reconnection to any host of the connect string, one-shot and persistent (recursive) watches
