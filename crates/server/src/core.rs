@@ -10,19 +10,22 @@
 //! ```
 //!
 //! with `sessions` (connect, attach, expiry), `durability` (snapshots, the disk fault), `view`
-//! (what the four-letter words and `/metrics` read) and `send` (queueing each message on its
-//! connection's outbox) beside them. The fields are private to this module: the rest of the
+//! (what the four-letter words and `/metrics` read), `send` (queueing each message on its
+//! connection's outbox) and `reply` (what a message is, its encoding, and the `ReplyQueue`
+//! an outbox is to the core) beside them. The fields are private to this module: the rest of the
 //! server reaches the core through its messages and its view. Owning all state in one task
 //! gives ZooKeeper's total order for free and needs no locks; the expensive parts (socket IO,
 //! encoding, decoding) run in the connection tasks in parallel.
 //!
 //! The core calls down into `state` (prep, apply) and `disk` (the log, snapshots, recovery);
-//! nothing there calls back up into it or into `net`.
+//! nothing there calls back up into it or into `net`, and the core knows `net` only through
+//! the `ReplyQueue` a connection hands it.
 
 mod dispatch;
 mod durability;
 mod listing;
 mod read;
+pub(crate) mod reply;
 mod send;
 mod sessions;
 mod view;
@@ -47,10 +50,10 @@ use crate::disk::recovery;
 use crate::disk::snapshot;
 use crate::memory::AfterBurst;
 use crate::metrics::{Stats, Timings};
-use crate::net::outbox::Outbox;
 use crate::state::acl::AuthIds;
 use crate::state::apply::State;
 use crate::state::watch::{ConnId, Watches};
+use reply::ReplyQueue;
 
 /// What connections (and the server) tell the core.
 pub(crate) enum CoreMsg {
@@ -58,7 +61,7 @@ pub(crate) enum CoreMsg {
         conn: ConnId,
         peer: SocketAddr,
         request: ConnectRequest,
-        outbox: Outbox,
+        outbox: Box<dyn ReplyQueue>,
     },
     Request {
         conn: ConnId,
@@ -88,7 +91,7 @@ pub(crate) enum CoreMsg {
 
 pub(crate) struct Connection {
     /// Also counts what is queued for the connection and what its writer has written.
-    pub outbox: Outbox,
+    pub outbox: Box<dyn ReplyQueue>,
     pub peer: SocketAddr,
     pub session: Option<i64>,
     pub auth: AuthIds,

@@ -42,18 +42,20 @@
 //! # Layout
 //!
 //! Imports go one way, down this list: `net` → `core` → `state` and `disk` (and `disk` →
-//! `state`); the leaves at the end are used by all and use only each other. The one edge back
-//! up is the chain's last stage: the core hands each message to its connection's
-//! `net::outbox`, in `net::reply`'s types, and those two import nothing of the core or the
-//! connection (the durable mark releases outboxes through a trait of its own).
+//! `state`); the leaves at the end are used by all and use only each other. Where a lower
+//! stage hands work back up, it does so through a trait of its own that the upper one
+//! implements: the core queues each message on its connection's outbox as a
+//! `core::reply::ReplyQueue`, and the durable mark releases outboxes as `disk::durable`'s
+//! `Waiter`.
 //!
 //! - `net`: the sockets. `accept` (the accept loop, maxClientCnxns), `connection` (one client:
 //!   handshake, framing, decoding, its writer task), `outbox` (a connection's messages held
-//!   until durable, then written in order), `reply` (what the core sends, and its encoding),
-//!   `four_letter` (`ruok`, `mntr`, ...), `metrics_http` (`GET /metrics`).
+//!   until durable, then written in order), `four_letter` (`ruok`, `mntr`, ...),
+//!   `metrics_http` (`GET /metrics`).
 //! - `core`: the one task that owns the state. `dispatch` (the entry: session checks, routing,
 //!   latency), `write` (zxid, prep, log, apply, the write's reply), `read` and `listing` (the
-//!   reads), `send` (queueing on outboxes), `sessions` (connect, attach, expiry), `durability`
+//!   reads), `send` (queueing on outboxes), `reply` (what the core sends, its encoding, the
+//!   `ReplyQueue` an outbox is to the core), `sessions` (connect, attach, expiry), `durability`
 //!   (snapshots, the disk fault), `view` (what the four-letter words and `/metrics` read).
 //! - `state`: what the server knows, no IO and no file format. `tree` (the znodes, and the
 //!   capture a snapshot is taken from), `session`, `watch`, `acl`, `path`, `txn`, `prep`
@@ -62,7 +64,7 @@
 //!   `durable` (the durable mark, and the waiters it releases, known only by a trait),
 //!   `snapshot` (the encoder and the background writer), [`recovery`] (rebuilding the state; also
 //!   `lockkeeper verify`), [`datadir_lock`] (one server per data dir).
-//! - Leaves: [`config`](Config), `metrics` (the counters and their Prometheus text), `trace`
+//! - Leaves: [`config`](Config), `metrics` (the counters, a connection's among them, and their Prometheus text), `trace`
 //!   (the write path's stage timings), `memory` (giving memory back after a burst), `sync` (the
 //!   one way to take a std mutex).
 //!

@@ -13,6 +13,7 @@
 //! dashboards and alerts work unchanged. The text is written by the `prometheus` crate; the
 //! endpoint that serves it is `net::metrics_http`.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,15 @@ use crate::trace::{Stage, StageTimes};
 /// A summary's quantiles cover the observations of the last one or two of these windows
 /// (ZooKeeper rotates its quantile sketches every 60 s); its count and sum cover all time.
 const WINDOW: Duration = Duration::from_secs(60);
+
+/// What is counted for one connection, read by `cons` without taking its outbox's lock.
+#[derive(Debug, Default)]
+pub(crate) struct ConnStats {
+    pub queued_packets: AtomicU64,
+    pub queued_bytes: AtomicU64,
+    pub sent_packets: AtomicU64,
+    pub sent_bytes: AtomicU64,
+}
 
 /// The server's state as `mntr` and `/metrics` report it. Times are in milliseconds.
 #[derive(Debug, Clone)]

@@ -4,8 +4,8 @@
 //! - [`connection`]: one client socket: the handshake, framing and decoding of requests (sent
 //!   to the core), and the writer task.
 //! - [`outbox`]: a connection's messages from the core, held until the log is durable as far
-//!   as each reveals, then written in request order; a waiter on the durable mark.
-//! - [`reply`]: what the core sends a connection, and its encoding on the wire.
+//!   as each reveals, then written in request order; a waiter on the durable mark, and the
+//!   core's `ReplyQueue` (the core's `reply` module says what a message is).
 //! - [`four_letter`]: the plain-text admin words (`ruok`, `mntr`, ...), formatted from the
 //!   core's view.
 //! - [`metrics_http`]: `GET /metrics` on its own listener, formatted from the core's numbers.
@@ -15,4 +15,3 @@ pub(crate) mod connection;
 pub(crate) mod four_letter;
 pub(crate) mod metrics_http;
 pub(crate) mod outbox;
-pub(crate) mod reply;

@@ -7,8 +7,8 @@ use std::time::Instant;
 use lockkeeper_proto::*;
 
 use super::{Core, CoreMsg};
+use crate::core::reply::Body;
 use crate::memory;
-use crate::net::reply::Body;
 
 use crate::state::watch::ConnId;
 

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use lockkeeper_proto::*;
 
 use super::Core;
-use crate::net::reply::{Body, Message};
+use crate::core::reply::{Body, Message};
 use crate::state::path;
 use crate::state::txn::{Trigger, Txn};
 use crate::state::watch::{ConnId, Fired};
@@ -164,9 +164,9 @@ mod tests {
 
     use crate::config::Config;
     use crate::core::CoreMsg;
+    use crate::core::reply::Outgoing;
     use crate::disk::datadir_lock::DataDirLock;
     use crate::net::outbox::{self, WriterEnd};
-    use crate::net::reply::Outgoing;
     use lockkeeper_proto::request::CreateOp;
 
     /// A core on an empty data dir, driven by hand: nothing it logs is handed to the log
@@ -211,7 +211,7 @@ mod tests {
                 conn,
                 peer: "127.0.0.1:1".parse().unwrap(),
                 request: ConnectRequest::new_session(10_000),
-                outbox,
+                outbox: Box::new(outbox),
             });
             self.take(conn);
         }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use lockkeeper_proto::*;
 
 use super::Core;
-use crate::net::reply::{Body, ReadResult};
+use crate::core::reply::{Body, ReadResult};
 use crate::state::tree::{DataTree, Node};
 use crate::state::watch::ConnId;
 

@@ -9,8 +9,7 @@ use lockkeeper_proto::*;
 use std::time::Instant;
 
 use super::Core;
-use crate::net::outbox::Refused;
-use crate::net::reply::{Body, Message, Outgoing};
+use super::reply::{Body, Message, Outgoing, Refused};
 use crate::state::watch::{ConnId, Fired};
 use crate::trace::RequestStamps;
 

@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use lockkeeper_proto::*;
 
+use super::reply::ReplyQueue;
 use super::{Connection, Core};
-use crate::net::outbox::Outbox;
-use crate::net::reply::Message;
+use crate::core::reply::Message;
 use crate::state::acl::AuthIds;
 use crate::state::txn::Txn;
 use crate::state::watch::ConnId;
@@ -22,7 +22,7 @@ impl Core {
         conn: ConnId,
         peer: SocketAddr,
         request: ConnectRequest,
-        outbox: Outbox,
+        outbox: Box<dyn ReplyQueue>,
     ) {
         self.conns.insert(
             conn,

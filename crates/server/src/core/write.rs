@@ -21,7 +21,7 @@ use std::time::Instant;
 use lockkeeper_proto::*;
 
 use super::{Core, now_ms};
-use crate::net::reply::{Body, Message, MultiResult};
+use crate::core::reply::{Body, Message, MultiResult};
 use crate::state::apply::{self, Applied};
 use crate::state::prep::{self, Ctx, Rejected};
 use crate::state::txn::{Txn, TxnResult};

@@ -181,7 +181,7 @@ async fn handshake(
         conn: ctx.id,
         peer: ctx.peer,
         request,
-        outbox,
+        outbox: Box::new(outbox),
     };
     ctx.core.send(msg).await.map_err(|_| Closed::Shutdown)?;
     Ok(Some(done_rx))

@@ -48,8 +48,9 @@ use std::time::Instant;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
+use crate::core::reply::{Message, Outgoing, Refused, ReplyQueue};
 use crate::disk::durable::{Durable, DurableMark, Verdict, Waiter};
-use crate::net::reply::{Message, Outgoing};
+use crate::metrics::ConnStats;
 use crate::sync::lock;
 use crate::trace::SendTrace;
 
@@ -58,15 +59,6 @@ const WRITE_BATCH: usize = 64 * 1024;
 /// Bytes the core or a log worker writes to one connection at a time; the writer task writes
 /// the rest, so a big backlog on one connection does not hold up the core or the log.
 const INLINE_BYTES: usize = 4 * WRITE_BATCH;
-
-/// What is counted for one connection, read by `cons` without taking the outbox's lock.
-#[derive(Debug, Default)]
-pub(crate) struct ConnStats {
-    pub queued_packets: AtomicU64,
-    pub queued_bytes: AtomicU64,
-    pub sent_packets: AtomicU64,
-    pub sent_bytes: AtomicU64,
-}
 
 /// The core's end of one connection's outbox. Dropping it (the core let go of the connection,
 /// or the core itself is gone) closes the connection once what is queued has been written.
@@ -141,18 +133,6 @@ enum End {
     Overflow,
 }
 
-/// Why a message was not queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
-    /// This message would have passed the bound: the connection is being closed now.
-    Overflow {
-        queued_bytes: u64,
-        message_bytes: u64,
-    },
-    /// The connection is being closed (or its writer has ended).
-    Closing,
-}
-
 /// What the writer task does next, after [`WriterEnd::pump`].
 #[derive(Debug)]
 pub(crate) enum Next {
@@ -203,8 +183,8 @@ pub(crate) fn new(
     (Outbox(shared.clone()), WriterEnd(shared))
 }
 
-impl Outbox {
-    pub(crate) fn stats(&self) -> &ConnStats {
+impl ReplyQueue for Outbox {
+    fn stats(&self) -> &ConnStats {
         &self.0.stats
     }
 
@@ -212,7 +192,7 @@ impl Outbox {
     /// most for another thread's pump: non-blocking writes of up to [`INLINE_BYTES`]). What is
     /// queued is written by the next [`Outbox::flush`] or by the publication of the durable mark
     /// that releases it.
-    pub(crate) fn push(&self, outgoing: Outgoing) -> Result<(), Refused> {
+    fn push(&self, outgoing: Outgoing) -> Result<(), Refused> {
         let shared = &*self.0;
         let mut state = lock(&shared.state);
         if state.end.is_some() {
@@ -235,14 +215,14 @@ impl Outbox {
     }
 
     /// Writes what is sendable now; leaves to the writer task what needs waiting for.
-    pub(crate) fn flush(&self) {
+    fn flush(&self) {
         self.0.flush();
     }
 
     /// Has the connection's writer task write what is sendable, on its own thread; when
     /// nothing is sendable yet, only puts the outbox on the mark's waiting list (the
     /// publication that releases it writes it, with no task to wake).
-    pub(crate) fn hand_to_writer(&self) {
+    fn hand_to_writer(&self) {
         let shared = &self.0;
         let mut state = lock(&shared.state);
         if state.end.is_none() && state.written == state.out.len() {
@@ -602,7 +582,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::pair;
     use super::*;
-    use crate::net::reply::{Body, Message};
+    use crate::core::reply::{Body, Message};
     use lockkeeper_proto::ReplyHeader;
     use std::time::Duration;
     use tokio::io::AsyncReadExt;
@@ -663,7 +643,7 @@ mod tests {
     /// A message whose encoding panics, revealing the state at `visible_at`.
     fn panics(visible_at: i64) -> Outgoing {
         Outgoing {
-            message: Message::Text(crate::net::reply::ENCODE_PANICS.to_string()),
+            message: Message::Text(crate::core::reply::ENCODE_PANICS.to_string()),
             ..event("/", visible_at)
         }
     }

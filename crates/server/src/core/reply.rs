@@ -1,16 +1,19 @@
-//! Reply: what the core sends back to a connection, and how it is encoded on the wire.
+//! Reply: what the core sends back to a connection, how it is encoded on the wire, and the
+//! queue it goes on ([`ReplyQueue`]).
 //!
-//! The core decides *what* to send; the connection's outbox encodes it when it goes to the
-//! socket. Every message carries the zxid of the newest state it may reveal; the outbox holds it
-//! back until that zxid is durable.
+//! The core decides *what* to send; the connection's outbox (`net::outbox`, which implements
+//! [`ReplyQueue`]) encodes it when it goes to the socket. Every message carries the zxid of
+//! the newest state it may reveal; the outbox holds it back until that zxid is durable. The
+//! types live here, with the core that makes them, so that the core needs nothing of `net`.
 //!
 //! [`Outgoing::memory`] estimates what a queued message holds, for the per-connection bound on
-//! queued replies (see [`crate::net::outbox`]).
+//! queued replies.
 
 use bytes::Bytes;
 use lockkeeper_proto::request::MULTI_END;
 use lockkeeper_proto::*;
 
+use crate::metrics::ConnStats;
 use crate::trace::RequestStamps;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,4 +285,37 @@ fn write_error_result(code: ErrorCode, b: &mut Vec<u8>) {
     }
     .write(b);
     ErrorResponse { err: code.code() }.write(b);
+}
+
+/// Why a message was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// This message would have passed the bound: the connection is being closed now.
+    Overflow {
+        queued_bytes: u64,
+        message_bytes: u64,
+    },
+    /// The connection is being closed (or its writer has ended).
+    Closing,
+}
+
+/// A connection's queue of outgoing messages, as the core uses it; `net::outbox::Outbox`
+/// implements it. The core hands each message over and never waits on the socket: the queue
+/// holds every message until the state it reveals is durable, then writes them in order.
+/// Dropping it closes the connection once what is queued has been written.
+pub(crate) trait ReplyQueue: Send {
+    /// The connection's counters (`cons`), read without the queue's lock.
+    fn stats(&self) -> &ConnStats;
+
+    /// Queues `outgoing` unless that would pass the connection's bound on queued bytes
+    /// ([`Refused::Overflow`]: the connection is closed now) or the connection is closing
+    /// ([`Refused::Closing`]). Never waits for the socket.
+    fn push(&self, outgoing: Outgoing) -> Result<(), Refused>;
+
+    /// Writes what is sendable now, on the caller's thread; leaves the rest to the
+    /// connection's writer task.
+    fn flush(&self);
+
+    /// Has the connection's writer task write what is sendable, on its own thread.
+    fn hand_to_writer(&self);
 }
