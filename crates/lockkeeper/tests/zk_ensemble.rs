@@ -44,16 +44,21 @@ async fn mutex_contention_through_a_leader_kill_and_restart() {
     let Some(zk) = ensemble().await else { return };
     const SESSIONS: usize = 6;
     const ROUNDS: usize = 20;
-    /// Long enough that the kill lands inside a hold, and its loss is reported to the holder.
+    /// How long a holder works, unless a kill is pending (see `killing`).
     const HOLD: Duration = Duration::from_millis(50);
     let resource = Arc::new(Resource::default());
     let grants = Arc::new(Grants::default());
     let lost_while_held = Arc::new(AtomicUsize::new(0));
     let retried = Arc::new(AtomicUsize::new(0));
+    // Set before the kill: a holder then keeps working until it is told its lock may be
+    // lost, however long the kill and the disconnection take on this machine, so that the
+    // kill lands inside a hold. The first holder told clears it.
+    let killing = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for session in spread_sessions(&zk, SESSIONS).await {
         let (resource, grants) = (resource.clone(), grants.clone());
         let (lost_while_held, retried) = (lost_while_held.clone(), retried.clone());
+        let killing = killing.clone();
         workers.push(tokio::spawn(async move {
             let mutex = session.mutex("/ensemble/mutex").unwrap();
             let mut turns = 0;
@@ -71,9 +76,18 @@ async fn mutex_contention_through_a_leader_kill_and_restart() {
                 grants.record();
                 resource.enter(guard.fencing_token().get());
                 // The work, abandoned at once if the lock may be lost.
+                let work = async {
+                    tokio::time::sleep(HOLD).await;
+                    while killing.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                };
                 tokio::select! {
-                    () = guard.lost() => { lost_while_held.fetch_add(1, Ordering::SeqCst); }
-                    () = tokio::time::sleep(HOLD) => {}
+                    () = guard.lost() => {
+                        lost_while_held.fetch_add(1, Ordering::SeqCst);
+                        killing.store(false, Ordering::SeqCst);
+                    }
+                    () = work => {}
                 }
                 resource.leave();
                 match guard.release().await {
@@ -89,10 +103,15 @@ async fn mutex_contention_through_a_leader_kill_and_restart() {
         }));
     }
 
-    // Let contention settle, then kill the leader while someone holds the lock.
+    // Let contention settle, then kill the leader while someone holds the lock (and keeps
+    // it until told it may be lost).
     let deadline = Instant::now() + TEST_LIMIT;
-    while resource.writes.load(Ordering::SeqCst) < 20 || resource.inside.load(Ordering::SeqCst) == 0
-    {
+    while resource.writes.load(Ordering::SeqCst) < 20 {
+        assert!(Instant::now() < deadline, "no contention started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    killing.store(true, Ordering::SeqCst);
+    while resource.inside.load(Ordering::SeqCst) == 0 {
         assert!(Instant::now() < deadline, "no contention started");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
