@@ -345,6 +345,30 @@ async fn an_ack_after_the_lock_was_deleted_is_item_lost() {
     .await;
 }
 
+/// An at-least-once item given back or acknowledged at once leaves no watch behind: the
+/// watch on its lock node goes out before the lock's delete or not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn items_settled_at_once_leave_no_watch_on_the_server() {
+    for_each_backend(|connect| async move {
+        let s = session(&connect).await;
+        let queue = s.distributed_queue("/q/settled").unwrap();
+        for _ in 0..25 {
+            queue.put(b"x").await.unwrap();
+            let taken = queue.take(Delivery::AtLeastOnce).await.unwrap();
+            taken.release().await.unwrap();
+            let taken = queue.take(Delivery::AtLeastOnce).await.unwrap();
+            taken.ack().await.unwrap();
+        }
+        let addr = connect.parse().expect("a single host:port");
+        assert_eq!(
+            lockkeeper_testkit::total_watches(addr),
+            0,
+            "watches left on the server after settled items"
+        );
+    })
+    .await;
+}
+
 /// Where a connection cut lands in a first take: the claim's lock create, or (before the lock
 /// path exists) its creation during the listing.
 #[derive(Clone, Copy, PartialEq)]
