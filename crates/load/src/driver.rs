@@ -176,27 +176,16 @@ async fn drive_session(
             in_flight.poll_next_unpin(cx)
         })
         .await;
-        loop {
-            match next {
-                None => break,
-                Some(Ok(sample)) => {
-                    stats::record(&mut latency, sample.first);
-                    if let Some(second) = sample.second {
-                        stats::record(&mut latency, second);
-                    }
-                    requests += per_op;
-                    shared.completed.fetch_add(per_op, Ordering::Relaxed);
-                }
-                Some(Err(e)) => return Err(format!("{} failed: {e}", op.describe())),
+        while let Some(result) = next {
+            let sample = result.map_err(|e| format!("{} failed: {e}", op.describe()))?;
+            stats::record(&mut latency, sample.first);
+            if let Some(second) = sample.second {
+                stats::record(&mut latency, second);
             }
-            if in_flight.is_empty() {
-                break;
-            }
+            requests += per_op;
+            shared.completed.fetch_add(per_op, Ordering::Relaxed);
             let _cork = client.cork();
-            match in_flight.next().now_or_never() {
-                Some(more) => next = more,
-                None => break,
-            }
+            next = in_flight.next().now_or_never().flatten();
         }
     }
     Ok(Tally { requests, latency })
