@@ -16,6 +16,7 @@
 //! Stop it with Ctrl-C: the name is removed and the cache closed.
 
 use lockkeeper::zk::{CacheEvent, Registration, Session};
+use tokio::signal::unix::{SignalKind, signal};
 
 const CONFIG: &str = "/examples/config";
 const SERVICES: &str = "/examples/services";
@@ -28,6 +29,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let address = args.next().unwrap_or_else(|| "127.0.0.1:8080".to_owned());
     let peer = if name == "a" { "b" } else { "a" };
 
+    // Listening from the start: a Ctrl-C at any moment from here on is heard, never lost
+    // between two turns of the loop below.
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let session = Session::connect(&connect).await?;
     let config = session.tree_cache(CONFIG).await?;
     println!("configuration under {CONFIG} ({} nodes):", config.len());
@@ -64,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         Some(None) => println!("peer {peer} is gone"),
                         None => break,
                     },
-                    _ = tokio::signal::ctrl_c() => break,
+                    _ = interrupt.recv() => break,
                 }
     }
     me.unregister().await?;

@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use lockkeeper::zk::Session;
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The election every copy of this example joins.
 const ELECTION: &str = "/examples/zk_election";
@@ -27,6 +28,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .unwrap_or_else(|| format!("replica-{}", std::process::id()));
     let connect = args.next().unwrap_or_else(|| "127.0.0.1:2181".to_owned());
+    // Listening from the start: a Ctrl-C at any moment from here on is heard, never lost
+    // between two turns of the loop below.
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let session = Session::connect(&connect).await?;
     let latch = session.leader_latch(ELECTION, &id)?;
     match latch.leader().await? {
@@ -49,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     tokio::select! {
         ended = election => ended?,
-        _ = tokio::signal::ctrl_c() => {
+        _ = interrupt.recv() => {
             // Closing the session deletes the latch node at once: the next replica leads
             // without waiting for a session timeout.
             session.close().await;

@@ -16,6 +16,7 @@
 //! [`Group`]: lockkeeper::zk::Group
 
 use lockkeeper::zk::{MemberEvent, Session};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The group every copy of this example joins.
 const GROUP_PATH: &str = "/examples/zk_group";
@@ -27,6 +28,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .unwrap_or_else(|| format!("pid-{}", std::process::id()));
     let connect = args.next().unwrap_or_else(|| "127.0.0.1:2181".to_owned());
+    // Listening from the start: a Ctrl-C at any moment from here on is heard, never lost
+    // between two turns of the loop below.
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let session = Session::connect(&connect).await?;
     let group = session.group(GROUP_PATH)?;
 
@@ -45,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
             event = view.next() => match event {
                 Some(MemberEvent::Joined { id, data }) => {
                     println!("+ {id} joined: {}", String::from_utf8_lossy(&data));

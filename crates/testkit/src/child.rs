@@ -72,7 +72,7 @@ pub fn die_with_parent(_command: &mut Command) {}
 
 /// Sends the signal named `signal` (`STOP`, `INT`, ...) to the process `pid` only, with
 /// kill(1); panics if it cannot.
-pub(crate) fn send_signal(pid: u32, signal: &str) {
+pub fn send_signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()

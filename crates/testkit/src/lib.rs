@@ -46,7 +46,7 @@ pub mod zk_metrics;
 
 use std::net::SocketAddr;
 
-pub use child::die_with_parent;
+pub use child::{die_with_parent, send_signal};
 pub use ensemble::{ENSEMBLE_TICK_MS, MemberMode, ZkEnsemble, ensemble_options};
 pub use etcd::{ELECTION_MS, Etcd, EtcdCluster, HEARTBEAT_MS, etcdctl};
 pub use fourlw::{cons_field, four_letter_word, total_watches, try_four_letter_word};
