@@ -129,7 +129,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         "lockkeeper serving ZooKeeper clients on {}",
         server.local_addr()
     );
+    crate::systemd::notify("READY=1");
     shutdown_signal().await?;
+    crate::systemd::notify("STOPPING=1");
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())

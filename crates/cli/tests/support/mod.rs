@@ -114,12 +114,21 @@ impl KeeperProcess {
         data_dir: &Path,
         extra: &[&str],
     ) -> Result<KeeperProcess, StartFailure> {
+        KeeperProcess::try_start_with_env(data_dir, extra, &[])
+    }
+
+    /// [`KeeperProcess::try_start`] with `env` added to the server's environment.
+    pub(crate) fn try_start_with_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<KeeperProcess, StartFailure> {
         let mut args = serve_args(data_dir);
         args.extend(extra.iter().map(ToString::to_string));
         let spawned_at = Instant::now();
-        let mut child = lockkeeper_command(&args)
-            .spawn()
-            .expect("spawn lockkeeper serve");
+        let mut command = lockkeeper_command(&args);
+        command.envs(env.iter().copied());
+        let mut child = command.spawn().expect("spawn lockkeeper serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr_pipe = child.stderr.take().expect("piped stderr");
         let stderr = Arc::new(Mutex::new(String::new()));
