@@ -14,9 +14,11 @@ mod loss;
 mod revoke;
 mod run;
 mod serve;
+mod shell;
+mod systemd;
 mod verify;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Distributed locks and coordination: a ZooKeeper-compatible server and tools around it.
 #[derive(Parser, Debug)]
@@ -48,6 +50,11 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Ask a lock's holder to release it, or with --force delete its node after a grace period.
     Revoke(revoke::RevokeArgs),
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell); e.g.
+    /// `lockkeeper completions bash > /etc/bash_completion.d/lockkeeper`.
+    Completions(shell::CompletionsArgs),
+    /// Print the manual page lockkeeper(1), or with --dir write it and one page per subcommand.
+    Man(shell::ManArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -67,6 +74,16 @@ fn main() -> std::process::ExitCode {
     let cli = match cli.command {
         // Offline and synchronous: no logging setup or runtime needed.
         Command::Verify(args) => return verify::run(args),
+        Command::Completions(args) => {
+            return printed(shell::completions(
+                &args,
+                Cli::command(),
+                &mut std::io::stdout(),
+            ));
+        }
+        Command::Man(args) => {
+            return printed(shell::man(&args, Cli::command(), &mut std::io::stdout()));
+        }
         command => Cli { command },
     };
     tracing_subscriber::fmt()
@@ -95,7 +112,7 @@ fn main() -> std::process::ExitCode {
             Command::Serve(args) => serve::run(args).await,
             // Reports its own errors: a mode that moved to lockkeeper-bench is a usage error.
             Command::Bench(args) => return bench::run(args).await,
-            Command::Verify(_) => Ok(()),
+            Command::Verify(_) | Command::Completions(_) | Command::Man(_) => Ok(()),
             // The operator commands report their own errors, each with its exit code.
             Command::Lock(args) => return lock::run(args).await,
             Command::Elect(args) => return elect::run(args).await,
@@ -110,4 +127,15 @@ fn main() -> std::process::ExitCode {
             }
         }
     })
+}
+
+/// The exit of a command that only prints: 0, or 1 with the error (a closed pipe included).
+fn printed(result: std::io::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockkeeper: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
