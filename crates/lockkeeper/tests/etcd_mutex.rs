@@ -13,7 +13,7 @@ use lockkeeper::Error;
 use lockkeeper::LockOptions;
 use lockkeeper::etcd::{Mutex, Session};
 use lockkeeper_testkit::{Etcd, etcdctl};
-use support_etcd::{keys, revoke_lease, session};
+use support_etcd::{keys, ranges_served, revoke_lease, session};
 
 /// The create revision of `key`, as etcdctl shows it.
 fn create_revision(etcd: &Etcd, key: &str) -> Option<u64> {
@@ -499,24 +499,6 @@ async fn a_deleted_key_ends_is_held_with_nobody_awaiting_lost() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(matches!(guard.release().await, Err(Error::NotHeld)));
-}
-
-/// Range (read) requests etcd has started serving so far: its own gRPC counter.
-async fn ranges_served(etcd: &Etcd) -> u64 {
-    let addr = etcd.addr();
-    let text = tokio::task::spawn_blocking(move || {
-        lockkeeper_testkit::http_exchange(
-            addr,
-            b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n",
-            Duration::from_secs(10),
-        )
-    })
-    .await
-    .expect("read etcd's metrics");
-    text.lines()
-        .filter(|l| l.starts_with("grpc_server_started_total{") && l.contains("method=\"Range\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 /// A held key is watched, not polled: holding a lock for two seconds costs etcd no reads. (The

@@ -12,7 +12,7 @@ use std::time::Duration;
 use lockkeeper::Error;
 use lockkeeper::LockOptions;
 use lockkeeper_testkit::{Etcd, etcdctl};
-use support_etcd::{keys, session};
+use support_etcd::{keys, ranges_served, session};
 
 #[tokio::test]
 async fn readers_share_writers_wait_in_order() {
@@ -324,4 +324,98 @@ async fn try_and_timed_campaigns_win_an_empty_election_and_give_up_behind_a_lead
         .expect("nobody leads: the timed campaign wins");
     assert!(lead.is_held());
     lead.resign().await.expect("resign");
+}
+
+/// An observer of a quiet election watches, it does not poll: once it has answered the leader,
+/// waiting two seconds for the next one costs etcd no reads, and a change made after that is
+/// still answered.
+#[tokio::test]
+async fn an_observer_of_a_quiet_election_watches_not_polls() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let election = a.election("quiet").expect("election");
+    let leadership = election.campaign("a:1").await.expect("campaign");
+    let mut observer = election.observe();
+    assert_eq!(observer.next().await.expect("observe").value, b"a:1");
+    let waiting = tokio::spawn(async move { observer.next().await });
+    // Let the observer's watch take its first answer before counting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = ranges_served(&etcd).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reads = ranges_served(&etcd).await - before;
+    assert!(
+        reads <= 2,
+        "{reads} reads of etcd while an observer waited on a quiet election"
+    );
+    assert!(!waiting.is_finished(), "no change, no answer");
+    leadership.proclaim("a:2").await.expect("proclaim");
+    let seen = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the change is answered")
+        .expect("task")
+        .expect("observe");
+    assert_eq!(seen.value, b"a:2");
+}
+
+/// What an election and a candidacy say about themselves: the name, the value campaigned with,
+/// a leadership's deadline, and the election named in a refused option; and a candidacy's
+/// bounded campaigns behave as the election's.
+#[tokio::test]
+async fn an_election_and_its_candidacy_describe_themselves() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let b = session(&etcd).await;
+    let election = a.election("described").expect("election");
+    assert_eq!(election.name(), "described");
+    let candidacy = election.candidacy("host-a:8080");
+    assert_eq!(candidacy.value(), b"host-a:8080");
+    assert_eq!(candidacy.election().name(), "described");
+    let refused = a
+        .election("described")
+        .expect("election")
+        .with_options(LockOptions::new().keep_through_suspension())
+        .expect_err("keep_through_suspension is ZooKeeper's");
+    assert!(
+        refused.to_string().contains("\"described\""),
+        "the refusal names the election: {refused}"
+    );
+
+    let leadership = candidacy
+        .try_campaign()
+        .await
+        .expect("try_campaign")
+        .expect("an empty election is won at once");
+    let until = leadership
+        .valid_until()
+        .expect("a leadership has a deadline");
+    let now = tokio::time::Instant::now();
+    assert!(until > now, "the deadline is ahead");
+    assert!(
+        until <= now + Duration::from_secs(5),
+        "and within the 5 s lease"
+    );
+
+    let rival = b
+        .election("described")
+        .expect("election")
+        .candidacy("host-b:8080");
+    assert!(rival.try_campaign().await.expect("try_campaign").is_none());
+    assert!(
+        rival
+            .campaign_timeout(Duration::from_millis(300))
+            .await
+            .expect("campaign_timeout")
+            .is_none()
+    );
+    leadership.resign().await.expect("resign");
+    let next = rival
+        .campaign_timeout(Duration::from_secs(10))
+        .await
+        .expect("campaign_timeout")
+        .expect("won once the leader resigned");
+    assert_eq!(
+        election.leader().await.expect("leader").expect("led").value,
+        b"host-b:8080"
+    );
+    next.resign().await.expect("resign");
 }

@@ -44,3 +44,21 @@ pub(crate) fn revoke_lease(etcd: &Etcd, session: &Session) {
     )
     .unwrap_or_else(|e| panic!("etcdctl lease revoke {:x}: {e}", session.lease_id()));
 }
+
+/// Range (read) requests etcd has started serving so far: its own gRPC counter.
+pub(crate) async fn ranges_served(etcd: &Etcd) -> u64 {
+    let addr = etcd.addr();
+    let text = tokio::task::spawn_blocking(move || {
+        lockkeeper_testkit::http_exchange(
+            addr,
+            b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n",
+            Duration::from_secs(10),
+        )
+    })
+    .await
+    .expect("read etcd's metrics");
+    text.lines()
+        .filter(|l| l.starts_with("grpc_server_started_total{") && l.contains("method=\"Range\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
