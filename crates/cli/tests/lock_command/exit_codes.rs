@@ -36,6 +36,13 @@ fn exit_codes(backend: &str, name: &str) {
     );
     assert!(started.elapsed() >= Duration::from_millis(700), "{backend}");
     assert_said(&timed, "not acquired within");
+    // A zero timeout is a try, not a usage error.
+    run_expecting(
+        backend,
+        &["--timeout", "0s", name, "--", "true"],
+        75,
+        backend,
+    );
     // A waiter interrupted while queued exits 128 + 2 and leaves no place behind: the `--try`
     // after the release below would find it ahead in the queue.
     let waiter = lock_command(backend, &[name, "--", "true"])
