@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockkeeper_testkit::{ApacheZk, Keeper, RedisServer, TestServer, backend_enabled, both};
+use lockkeeper_testkit::{ApacheZk, Keeper, RedisServer, TestServer, backend_enabled, both, resp};
 
 use crate::support::{
     RUN_LIMIT, STOP_LIMIT, alive, assert_code, assert_released, assert_said, describe, eventually,
@@ -84,6 +84,43 @@ fn a_holder_frozen_past_its_session_stops_its_command_on_zookeeper_and_keeper() 
 fn a_holder_frozen_past_its_lease_stops_its_command_on_redis() {
     let redis = RedisServer::start();
     loss_by_freezing(&redis.url(), "frozen", "2s");
+}
+
+/// On Redis the message names what became of the lease key: deleted behind the holder, or
+/// deleted and taken by another holder. (The renewal finds the key not ours; the command asks
+/// the server what it holds now.)
+#[test]
+fn a_redis_key_deleted_or_taken_behind_the_holder_is_named() {
+    let redis = RedisServer::start();
+    let cases = [
+        (
+            "deleted",
+            "redis.call('DEL', KEYS[1])",
+            "was deleted (an operator's DEL",
+        ),
+        (
+            "taken",
+            "redis.call('DEL', KEYS[1]); redis.call('SET', KEYS[1], 'another', 'PX', 60000)",
+            "and another holder has it now",
+        ),
+    ];
+    for (name, script, said) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let extra = ["--session-timeout", "3s"];
+        let (holder, child) = holder_running(&redis.url(), name, dir.path(), &extra, SLEEPER);
+        let key = format!("lockkeeper:lease:{{{name}}}");
+        resp::command(
+            redis.addr(),
+            &["EVAL", script, "1", &key],
+            Duration::from_secs(10),
+        )
+        .expect("change the key behind the holder");
+        let output = finish(holder, STOP_LIMIT, "the holder");
+        assert_code(&output, 76, name);
+        assert_said(&output, &format!("the lock key {key} "));
+        assert_said(&output, said);
+        assert!(!alive(child), "{name}: the command outlived the loss");
+    }
 }
 
 #[test]
