@@ -2,9 +2,9 @@
 //!
 //! `--compare` starts Keeper (`lockkeeper serve`) and Apache ZooKeeper itself, runs the same
 //! workloads against each (pipelined create+delete of ephemeral-sequential znodes, getData reads)
-//! and prints every figure side by side as a ratio, which is how the numbers in the README are
-//! produced. The load itself comes from `lockkeeper-load`, which `lockkeeper bench --connect` uses
-//! against a server someone else runs; what lives here is everything that starts a process.
+//! and prints every figure side by side as a ratio, which is how the numbers in docs/benchmarks.md
+//! are produced. The load itself comes from `lockkeeper-load`, which `lockkeeper bench --connect`
+//! uses against a server someone else runs; what lives here is everything that starts a process.
 //!
 //! `--locks` measures lockkeeper's ZooKeeper Mutex against Apache Curator's InterProcessMutex,
 //! each on Keeper and on Apache ZooKeeper (see [`locks`]); `--recipes` measures lockkeeper's

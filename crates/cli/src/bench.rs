@@ -3,10 +3,10 @@
 //!
 //! The workloads (pipelined create+delete of ephemeral-sequential znodes, getData reads), the
 //! driver and the figures come from `lockkeeper-load`, which the comparison harness
-//! `lockkeeper-bench` shares, so a figure taken here means what the README's tables mean. This
-//! command starts no process: the modes that start peers (`--compare`, `--locks`, `--recipes`,
-//! `--redis`, `--recovery`, `--snapshot-latency`) live in `lockkeeper-bench`, and asking for one
-//! here is a usage error that names it.
+//! `lockkeeper-bench` shares, so a figure taken here means what the tables in docs/benchmarks.md
+//! mean. This command starts no process: the modes that start peers (`--compare`, `--locks`,
+//! `--recipes`, `--redis`, `--recovery`, `--snapshot-latency`) live in `lockkeeper-bench`, and
+//! asking for one here is a usage error that names it.
 //!
 //! Everything the run creates is under `/lockkeeper-bench-<pid>-<random>` and removed at the end,
 //! also after a failed run (not after Ctrl-C or SIGKILL).

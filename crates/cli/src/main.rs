@@ -6,6 +6,8 @@
 
 mod backend;
 mod bench;
+#[cfg(test)]
+mod documented;
 mod elect;
 mod exit;
 mod inspect;

@@ -125,7 +125,7 @@ enum Sub {
         #[arg(long, default_value_t = 0)]
         jitter_ms: u64,
     },
-    /// Prints the table of runs' `--json` files (their rows one after another), as the README
+    /// Prints the table of runs' `--json` files (their rows one after another), as docs/safety.md
     /// shows it.
     Report {
         /// The `--json` files of runs.

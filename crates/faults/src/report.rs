@@ -1,7 +1,7 @@
-//! The results: the table printed at the end of a run, the `--json` file, and the README table
-//! generated from that file.
+//! The results: the table printed at the end of a run, the `--json` file, and the table in
+//! docs/safety.md generated from that file.
 //!
-//! Columns (the README explains them to users): operations are turns begun at the resource;
+//! Columns (docs/safety.md explains them to users): operations are turns begun at the resource;
 //! overlaps are entries while another client was inside (no fencing); stale writes are writes
 //! from a client someone had entered after, as attempted (in brackets: those a careful client
 //! would have sent too), refused by a fence, and accepted by each fence (local, redis,
@@ -35,7 +35,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
     markdown(&json)
 }
 
-/// The table of rows in `--json` form (what `report` turns into the README's table).
+/// The table of rows in `--json` form (what `report` turns into the table in docs/safety.md).
 pub(crate) fn markdown(rows: &[Value]) -> String {
     let mut lines: Vec<Vec<String>> = vec![
         HEADER
@@ -150,7 +150,7 @@ fn row_json(row: &Row) -> Value {
         "took_ms": row.took.as_millis() as u64,
         "verdict": verdict.word(),
         "expected_by": match verdict {
-            Verdict::Expected(readme) => Some(readme),
+            Verdict::Expected { page, quote } => Some(format!("{page}: {quote}")),
             _ => None,
         },
     })

@@ -1,5 +1,5 @@
 //! The verdict on one row: did the scenario test what it claims, and did anything happen that
-//! the README does not predict?
+//! the documentation does not predict?
 //!
 //! A row is, in this order of precedence:
 //! - **violation**: a fence's history check failed (its accepted tokens went down, or its store
@@ -10,7 +10,7 @@
 //! - **vacuous**: the fault makes zombies ([`Fault::makes_zombies`]) and was injected, but no
 //!   stale write was attempted: the fences were never tested;
 //! - **expected**: something a lock cannot prevent happened where [`EXPECTED`] predicts it,
-//!   naming the README passage that says so;
+//!   quoting the documentation's passage that says so;
 //! - **pass**.
 //!
 //! A run fails on any violation or vacuous row.
@@ -19,8 +19,8 @@ use crate::backend::BackendKind;
 use crate::kind::Kind;
 use crate::scenario::{Fault, Row};
 
-/// What may happen on a row without it being a fault of lockkeeper's, and the README passage
-/// that predicts it.
+/// What may happen on a row without it being a fault of lockkeeper's, and the documentation's
+/// passage that predicts it.
 pub(crate) struct Expectation {
     /// Which rows.
     pub applies: fn(BackendKind, Kind, Fault) -> bool,
@@ -28,31 +28,36 @@ pub(crate) struct Expectation {
     pub stale_accepted: bool,
     /// Whether two clients may be inside at once there (unfenced).
     pub overlaps: bool,
-    /// The README sentence that predicts it, quoted (a test checks it is there).
-    pub readme: &'static str,
+    /// The page of the documentation that predicts it, from the repository's root.
+    pub page: &'static str,
+    /// The sentence there that predicts it, quoted (a test checks it is there).
+    pub quote: &'static str,
 }
 
-/// The short list of outcomes the README predicts.
+/// The short list of outcomes the documentation predicts.
 pub(crate) const EXPECTED: &[Expectation] = &[
     Expectation {
         applies: |_, k, f| k.holders() > 1 && f.makes_zombies(),
         stale_accepted: true,
         overlaps: true,
-        readme: "a semaphore of N leases hands out N tokens at once, so no single fence refuses \
+        page: "docs/safety.md",
+        quote: "a semaphore of N leases hands out N tokens at once, so no single fence refuses \
                  its paused holder's late writes",
     },
     Expectation {
         applies: |b, _, f| b.is_sentinel() && matches!(f, Fault::Server | Fault::PauseAndServer),
         stale_accepted: true,
         overlaps: true,
-        readme: "A failover, or a restart without persistence, can lose the latest acquisition \
+        page: "docs/guide/redis.md",
+        quote: "A failover, or a restart without persistence, can lose the latest acquisition \
                  and set the fencing counter back, and then fencing no longer protects.",
     },
     Expectation {
         applies: |b, _, f| b.is_sentinel() && f == Fault::SplitBrain,
         stale_accepted: true,
         overlaps: true,
-        readme: "the other side's sentinels promote the replica, whose token counter then \
+        page: "docs/guide/redis.md",
+        quote: "the other side's sentinels promote the replica, whose token counter then \
                  repeats the old master's: two holders at once, and fences accept both",
     },
     Expectation {
@@ -62,20 +67,23 @@ pub(crate) const EXPECTED: &[Expectation] = &[
         // No token: whatever a second holder's predecessor writes late reaches the resource.
         stale_accepted: true,
         overlaps: true,
-        readme: "a master that crashes and comes back empty before the TTL passes lets a second \
+        page: "docs/guide/redis.md",
+        quote: "a master that crashes and comes back empty before the TTL passes lets a second \
                  client in while the first still holds the lock.",
     },
     Expectation {
         applies: |b, _, _| b == BackendKind::Redlock,
         stale_accepted: true,
         overlaps: true,
-        readme: "there is **no fencing token**",
+        page: "docs/guide/redis.md",
+        quote: "there is **no fencing token**",
     },
     Expectation {
         applies: |b, _, f| !b.is_zookeeper() && !b.is_etcd() && f == Fault::ServerClock,
         stale_accepted: false,
         overlaps: true,
-        readme: "A server clock stepped ahead (an NTP step, `date -s`) expires the lease at once; \
+        page: "docs/guide/redis.md",
+        quote: "A server clock stepped ahead (an NTP step, `date -s`) expires the lease at once; \
                  the holder finds out at its next renewal (within ttl/3) and `lost()` fires, but \
                  until then another client may get in.",
     },
@@ -86,11 +94,17 @@ pub(crate) const EXPECTED: &[Expectation] = &[
 pub(crate) enum Verdict {
     /// Nothing unpredicted happened, and the row tested what it claims.
     Pass,
-    /// Something a lock cannot prevent happened where the README predicts it.
-    Expected(&'static str),
+    /// Something a lock cannot prevent happened where the documentation predicts it: the page
+    /// and the sentence that do.
+    Expected {
+        /// The page, from the repository's root.
+        page: &'static str,
+        /// The sentence.
+        quote: &'static str,
+    },
     /// A zombie fault without a stale attempt: nothing was tested.
     Vacuous,
-    /// Something happened that the README does not predict.
+    /// Something happened that the documentation does not predict.
     Violation(String),
 }
 
@@ -104,7 +118,7 @@ impl Verdict {
     pub(crate) fn word(&self) -> String {
         match self {
             Verdict::Pass => "pass".into(),
-            Verdict::Expected(_) => "expected".into(),
+            Verdict::Expected { .. } => "expected".into(),
             Verdict::Vacuous => "VACUOUS".into(),
             Verdict::Violation(what) => format!("VIOLATION: {what}"),
         }
@@ -147,7 +161,10 @@ pub(crate) fn judge(row: &Row) -> Verdict {
     }
     match expected {
         Some(e) if (e.stale_accepted && accepted > 0) || (e.overlaps && counts.overlaps > 0) => {
-            Verdict::Expected(e.readme)
+            Verdict::Expected {
+                page: e.page,
+                quote: e.quote,
+            }
         }
         _ => Verdict::Pass,
     }
@@ -190,16 +207,19 @@ mod tests {
         counts
     }
 
-    /// Each expectation quotes a sentence the README says, word for word (line breaks aside).
+    /// Each expectation quotes a sentence its page says, word for word (line breaks aside).
     #[test]
-    fn every_expectation_quotes_the_readme() {
+    fn every_expectation_quotes_its_page() {
         let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
-        let readme = words(include_str!("../../../README.md"));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         for expectation in EXPECTED {
+            let page = std::fs::read_to_string(root.join(expectation.page))
+                .unwrap_or_else(|e| panic!("{}: {e}", expectation.page));
             assert!(
-                readme.contains(&words(expectation.readme)),
-                "not in README.md: {:?}",
-                expectation.readme
+                words(&page).contains(&words(expectation.quote)),
+                "not in {}: {:?}",
+                expectation.page,
+                expectation.quote
             );
         }
     }
@@ -214,7 +234,7 @@ mod tests {
         let mut paused = row(BackendKind::Keeper, Fault::Pause, zombie.clone());
         paused.scenario.kind = Kind::Semaphore2;
         assert!(
-            matches!(judge(&paused), Verdict::Expected(readme) if readme.contains("N tokens")),
+            matches!(judge(&paused), Verdict::Expected { quote, .. } if quote.contains("N tokens")),
             "{:?}",
             judge(&paused)
         );
@@ -240,7 +260,7 @@ mod tests {
         // Predicted on a Sentinel failover.
         assert!(matches!(
             judge(&row(BackendKind::Sentinel, Fault::Server, accepted)),
-            Verdict::Expected(_)
+            Verdict::Expected { .. }
         ));
     }
 
@@ -276,7 +296,7 @@ mod tests {
         assert!(judge(&row(BackendKind::Redis, Fault::None, counts.clone())).fails());
         assert!(matches!(
             judge(&row(BackendKind::Redlock, Fault::Server, counts.clone())),
-            Verdict::Expected(_)
+            Verdict::Expected { .. }
         ));
         assert_eq!(
             judge(&row(BackendKind::Keeper, Fault::Cut, counts)),
@@ -307,7 +327,7 @@ mod tests {
         };
         assert!(matches!(
             judge(&row(BackendKind::Redlock, Fault::Pause, unfenced.clone())),
-            Verdict::Expected(readme) if readme.contains("no fencing token")
+            Verdict::Expected { quote, .. } if quote.contains("no fencing token")
         ));
         // A backend with tokens that presented none would be a violation.
         assert!(judge(&row(BackendKind::Keeper, Fault::Pause, unfenced)).fails());
@@ -323,7 +343,7 @@ mod tests {
         accepted.stale.accepted = [1; 5];
         assert!(matches!(
             judge(&row(BackendKind::Sentinel, Fault::Server, accepted)),
-            Verdict::Expected(_)
+            Verdict::Expected { .. }
         ));
     }
 
@@ -345,7 +365,7 @@ mod tests {
         };
         assert!(matches!(
             judge(&row(BackendKind::Redis, Fault::ServerClock, overlapped)),
-            Verdict::Expected(_)
+            Verdict::Expected { .. }
         ));
     }
 

@@ -1,23 +1,58 @@
-//! Distributed locks and coordination for Rust services.
+//! Distributed locks and coordination for Rust services: a lock that exactly one process
+//! holds, a leader among replicas, members, caches, counters, barriers, queues and two-phase
+//! commit, on ZooKeeper (or Keeper, its server), Redis and etcd.
+//!
+//! # A tour
+//!
+//! ```no_run
+//! use lockkeeper::zk::Session;
+//! # async fn demo() -> lockkeeper::Result<()> {
+//! # async fn write_to_store(_: lockkeeper::FencingToken) -> lockkeeper::Result<()> { Ok(()) }
+//! let session = Session::connect("127.0.0.1:2181").await?;     // ZooKeeper or Keeper
+//! let guard = session.mutex("/locks/orders")?.lock().await?;   // fair; Curator's layout
+//! tokio::select! {
+//!     () = guard.lost() => eprintln!("lost the lock: stop"),   // expired, paused, deleted
+//!     result = write_to_store(guard.fencing_token()) => result?, // the store refuses old tokens
+//! }
+//! guard.release().await?;
+//!
+//! let latch = session.leader_latch("/services/billing/leader", "billing-1")?;
+//! latch.run(|term| async move { let _token = term.fencing_token(); /* lead */ }).await?;
+//! # Ok(()) }
+//! ```
 //!
 //! **One shape**: every lock of every backend is a [`Lock`] that hands out a [`Guard`] (the
 //! fencing token, `is_held()`, `valid_until()`, `lost()`, `release()`), usable as trait
-//! objects, and [`MultiLock`] holds any set of them all or nothing; see [`lock`].
-//!
-//! **The backends**: [`zk`] holds the ZooKeeper recipes (fair, herd-free locks whose
-//! nodes use Apache Curator's layout, so Java and Rust services can share a lock); [`redis`]
-//! holds the Redis lock family (lease locks, watchdog renewal, Redlock). Both follow
-//! `tokio::sync`: `lock()`, `try_lock()`, `lock_timeout(d)`, and a guard that releases on drop.
-//! With the cargo feature `etcd`, the `etcd` module adds the same shape on etcd v3 (a mutex
-//! that `etcdctl lock` shares, an election that `etcdctl elect` shares, a read-write lock and a
-//! semaphore; building it needs `protoc`).
+//! objects, and [`MultiLock`] holds any set of them all or nothing; see [`lock`]. How a lock is
+//! held (lease, maximum hold time, lock-delay) is one [`LockOptions`].
 //!
 //! Every guard carries the two things a correct user of a distributed lock needs and most
 //! toolkits leave out:
 //! - a [`FencingToken`], strictly increasing per lock, to hand to the resource the lock protects
-//!   so that it can refuse a write from a holder that paused past its lease;
+//!   so that it can refuse a write from a holder that paused past its lease ([`fence`] has
+//!   resources that check it);
 //! - a lost-lock signal (`guard.lost().await` and `guard.is_held()`), because a distributed lock
 //!   can be taken away (session expiry, lease end) without its holder doing anything.
+//!
+//! # Layout
+//!
+//! - [`lock`]: the [`Lock`] and [`Guard`] traits every lock implements; [`LockOptions`];
+//!   [`MultiLock`], several locks all or nothing.
+//! - [`zk`]: the ZooKeeper recipes, by Curator's families (locks, leader election, caches,
+//!   barriers, queues, counters, membership and naming, two-phase commit), on a [`zk::Session`];
+//!   `zk::client` is the ZooKeeper client underneath.
+//! - [`redis`]: the Redis lock family (lease, reentrant, read-write, semaphore, Redlock).
+//! - `etcd` (feature `etcd`, whose build needs `protoc`): a mutex and an election shared with
+//!   `etcdctl lock` and `etcdctl elect`, a read-write lock and a semaphore.
+//! - [`fence`]: resources that refuse stale fencing tokens (in-process, Redis, SQL, ZooKeeper).
+//! - [`error`]: one [`Error`] for every backend.
+//!
+//! # The guide
+//!
+//! The repository's `docs/guide/` has a page per task, from locks and fencing to running Keeper
+//! in production; `docs/safety.md` says what is guaranteed under which faults, and how the fault
+//! suite shows it. `examples/` has a runnable program per family
+//! (`cargo run -p lockkeeper --example zk_mutex`).
 
 #![warn(missing_docs)]
 
@@ -43,7 +78,38 @@ pub use lock::{Guard, Lock};
 pub use multi_lock::{MultiGuard, MultiLock};
 pub use options::LockOptions;
 
-/// The README's examples, compiled as doc tests so that they cannot drift from the API.
+/// The examples of the README and of every guide page, compiled as doc tests so that they
+/// cannot drift from the API (`tests/docs.rs` checks that every page with Rust in it is here).
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeExamples;
+pub mod documentation {
+    #[doc = include_str!("../../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../../docs/guide/barriers.md")]
+    pub struct Barriers;
+    #[doc = include_str!("../../../docs/guide/configuration-and-naming.md")]
+    pub struct ConfigurationAndNaming;
+    #[doc = include_str!("../../../docs/guide/counters.md")]
+    pub struct Counters;
+    #[doc = include_str!("../../../docs/guide/etcd.md")]
+    pub struct Etcd;
+    #[doc = include_str!("../../../docs/guide/fencing.md")]
+    pub struct Fencing;
+    #[doc = include_str!("../../../docs/guide/leader-election.md")]
+    pub struct LeaderElection;
+    #[doc = include_str!("../../../docs/guide/locks.md")]
+    pub struct Locks;
+    #[doc = include_str!("../../../docs/guide/membership.md")]
+    pub struct Membership;
+    #[doc = include_str!("../../../docs/guide/queues.md")]
+    pub struct Queues;
+    #[doc = include_str!("../../../docs/guide/redis.md")]
+    pub struct Redis;
+    #[doc = include_str!("../../../docs/guide/revocation-and-multi-locks.md")]
+    pub struct RevocationAndMultiLocks;
+    #[doc = include_str!("../../../docs/guide/testing.md")]
+    pub struct Testing;
+    #[doc = include_str!("../../../docs/guide/two-phase-commit.md")]
+    pub struct TwoPhaseCommit;
+    #[doc = include_str!("../../../docs/guide/zookeeper-client.md")]
+    pub struct ZookeeperClient;
+}

@@ -22,6 +22,7 @@
 //! test; tests that restart or cut off one server keep to the single servers).
 
 mod child;
+pub mod docs;
 mod ensemble;
 mod etcd;
 mod fourlw;

@@ -191,7 +191,7 @@ async fn redis_fence_opt_out_accepts_a_server_without_persistence() {
 }
 
 /// The limit itself: after a restart of a server without persistence, the fence has forgotten
-/// token 10 and accepts token 9. If this ever fails, the fence's docs (and the README's) are
+/// token 10 and accepts token 9. If this ever fails, the fence's docs (and docs/guide/fencing.md) are
 /// wrong about the limit and must change with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_fence_forgets_its_tokens_when_a_server_without_persistence_restarts() {

@@ -16,7 +16,7 @@
 //! handler takes no further step (without the `lost()` race in `consume` it does: checked).
 //!
 //! `LOCKKEEPER_QUEUE_ITEMS` sets the item count (default 2,000, so the suite stays short; the
-//! README quotes a run with 10,000).
+//! docs/guide/queues.md quotes a run with 10,000).
 
 use std::collections::HashMap;
 use std::io::Write;
