@@ -10,7 +10,8 @@
 //! `tokio::sync`: `lock()`, `try_lock()`, `lock_timeout(d)`, and a guard that releases on drop.
 //! With the cargo feature `etcd`, the `etcd` module adds the same shape on etcd v3 (a mutex
 //! that `etcdctl lock` shares, an election that `etcdctl elect` shares, a read-write lock and a
-//! semaphore; building it needs `protoc`).
+//! semaphore). Building it needs no `protoc` installed: lockkeeper compiles its own subset of
+//! etcd's protobuf API with the protoc that `protoc-bin-vendored` ships.
 //!
 //! Every guard carries the two things a correct user of a distributed lock needs and most
 //! toolkits leave out:
