@@ -8,10 +8,11 @@
 //! nodes use Apache Curator's layout, so Java and Rust services can share a lock); [`redis`]
 //! holds the Redis lock family (lease locks, watchdog renewal, Redlock). Both follow
 //! `tokio::sync`: `lock()`, `try_lock()`, `lock_timeout(d)`, and a guard that releases on drop.
-//! With the cargo feature `etcd`, the `etcd` module adds the same shape on etcd v3 (a mutex
-//! that `etcdctl lock` shares, an election that `etcdctl elect` shares, a read-write lock and a
-//! semaphore). Building it needs no `protoc` installed: lockkeeper compiles its own subset of
-//! etcd's protobuf API with the protoc that `protoc-bin-vendored` ships.
+//! The `etcd` module adds the same shape on etcd v3 (a mutex that `etcdctl lock` shares, an
+//! election that `etcdctl elect` shares, a read-write lock and a semaphore). It is the cargo
+//! feature `etcd`, on by default; building it needs no `protoc` installed (lockkeeper compiles
+//! its own subset of etcd's protobuf API with the protoc that `protoc-bin-vendored` ships), and
+//! `default-features = false` leaves it and its gRPC dependencies out.
 //!
 //! Every guard carries the two things a correct user of a distributed lock needs and most
 //! toolkits leave out:

@@ -1,7 +1,7 @@
 //! Locks and elections on etcd v3: the same shape as [`zk`](crate::zk) and
 //! [`redis`](crate::redis), with the create revision as fencing token and a lost signal from
-//! the lease. Behind the cargo feature `etcd` (it talks to etcd through lockkeeper's own gRPC
-//! client, `rpc`; building it needs no protoc installed).
+//! the lease. Behind the cargo feature `etcd`, on by default (it talks to etcd through
+//! lockkeeper's own gRPC client, `rpc`; building it needs no protoc installed).
 //!
 //! Start with a [`Session`] (one lease, renewed every third of its TTL), then ask it for a
 //! recipe:
