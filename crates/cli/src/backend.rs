@@ -14,8 +14,8 @@
 //! - connecting never takes much longer than `--connect-timeout`, whatever the backend does:
 //!   the library bounds it, and a last timer here bounds the library;
 //! - an `etcd://` URL parses in every build, so its mistakes are named the same way; a build
-//!   without the `etcd` feature (which needs `protoc`) refuses to connect to it with a usage
-//!   error saying how to build one that can.
+//!   without the `etcd` feature (on by default, turned off with `--no-default-features`)
+//!   refuses to connect to it with a usage error saying how to build one that can.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -362,8 +362,9 @@ impl Backend {
                 }
                 #[cfg(not(feature = "etcd"))]
                 Backend::Etcd { .. } => Err(lockkeeper::Error::InvalidArgument(
-                    "this lockkeeper was built without etcd support; build it with \
-                     `cargo build --release -p lockkeeper-cli --features etcd` (needs protoc)"
+                    "this lockkeeper was built without etcd support (its default feature `etcd` \
+                     was turned off); build it with the default features: \
+                     `cargo build --release -p lockkeeper-cli`"
                         .into(),
                 )),
             }

@@ -7,8 +7,8 @@
 //!
 //! ```sh
 //! etcd --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379
-//! cargo run -p lockkeeper --features etcd --example etcd_mutex                    # 127.0.0.1:2379
-//! cargo run -p lockkeeper --features etcd --example etcd_mutex -- 127.0.0.1:2379,127.0.0.1:22379
+//! cargo run -p lockkeeper --example etcd_mutex                    # 127.0.0.1:2379
+//! cargo run -p lockkeeper --example etcd_mutex -- 127.0.0.1:2379,127.0.0.1:22379
 //! ```
 //!
 //! The work stops at once if the lock can no longer be trusted (renewals failed until the

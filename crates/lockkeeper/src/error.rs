@@ -139,11 +139,12 @@ pub enum Error {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
 
-    /// An error from etcd (or the gRPC connection to it) that the recipe does not handle
-    /// itself.
+    /// An error from etcd (or the gRPC connection to it, or no answer in time) that the
+    /// recipe does not handle itself; [`is_connection_loss`](Error::is_connection_loss) tells
+    /// whether it may pass by itself.
     #[cfg(feature = "etcd")]
     #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(#[from] crate::etcd::EtcdError),
 }
 
 impl Error {

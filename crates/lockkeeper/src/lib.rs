@@ -42,8 +42,10 @@
 //!   barriers, queues, counters, membership and naming, two-phase commit), on a [`zk::Session`];
 //!   `zk::client` is the ZooKeeper client underneath.
 //! - [`redis`]: the Redis lock family (lease, reentrant, read-write, semaphore, Redlock).
-//! - `etcd` (feature `etcd`, whose build needs `protoc`): a mutex and an election shared with
-//!   `etcdctl lock` and `etcdctl elect`, a read-write lock and a semaphore.
+//! - [`etcd`] (the cargo feature `etcd`, on by default; no `protoc` needed: lockkeeper compiles
+//!   its own subset of etcd's protobuf API with a vendored protoc): a mutex and an election
+//!   shared with `etcdctl lock` and `etcdctl elect`, a read-write lock and a semaphore.
+//!   `default-features = false` leaves it and its gRPC dependencies out.
 //! - [`fence`]: resources that refuse stale fencing tokens (in-process, Redis, SQL, ZooKeeper).
 //! - [`error`]: one [`Error`] for every backend.
 //!

@@ -186,14 +186,15 @@ async fn handoffs_under_a_stream_of_other_writes_keep_one_holder() {
         session(&etcd).await,
         session(&etcd).await,
     ];
-    let endpoint = etcd.endpoint();
+    // The other client: a leader that proclaims a new value as fast as etcd takes it, one
+    // write (a put of its key, outside the lock's prefix) per round trip.
+    let noise = session(&etcd).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = tokio::spawn({
         let stop = Arc::clone(&stop);
         async move {
-            let mut client = etcd_client::Client::connect([endpoint], None)
-                .await
-                .expect("noise client");
+            let election = noise.election("noise").expect("election");
+            let leadership = election.campaign("0").await.expect("campaign");
             let started = Instant::now();
             let mut writes = 0u32;
             // Bounded by a count and a time, whatever the handoffs do.
@@ -201,10 +202,10 @@ async fn handoffs_under_a_stream_of_other_writes_keep_one_holder() {
                 && writes < 100_000
                 && started.elapsed() < Duration::from_secs(60)
             {
-                client
-                    .put("noise", writes.to_string(), None)
+                leadership
+                    .proclaim(writes.to_string())
                     .await
-                    .expect("noise put");
+                    .expect("noise write");
                 writes += 1;
             }
             writes

@@ -22,9 +22,9 @@
 
 use std::time::Duration;
 
-use etcd_client::{GetOptions, PutOptions, TxnOp};
 use tokio::time::Instant;
 
+use crate::etcd::rpc::{PutRequest, RangeRequest, RequestOp};
 use crate::etcd::session::Session;
 use crate::etcd::wait::Gone;
 
@@ -34,8 +34,8 @@ pub(crate) fn record_key(name: &str) -> Vec<u8> {
 }
 
 /// The operation a clean release adds to its delete.
-pub(crate) fn released_op(record: &[u8], rev: i64) -> TxnOp {
-    TxnOp::put(record, format!("released {rev}"), None)
+pub(crate) fn released_op(record: &[u8], rev: i64) -> RequestOp {
+    RequestOp::put(PutRequest::new(record, format!("released {rev}"), 0))
 }
 
 /// Records that `key` (create revision `rev`) was just granted. Best effort: without it only a
@@ -45,7 +45,7 @@ pub(crate) async fn note_held(session: &Session, record: &[u8], key: &[u8], rev:
     value.extend_from_slice(key);
     if let Err(err) = session
         .client()
-        .put(record, value, Some(PutOptions::new()))
+        .put(PutRequest::new(record, value, 0))
         .await
     {
         tracing::debug!(%err, "could not record a lock-delay grant");
@@ -65,11 +65,11 @@ pub(crate) async fn delayed_until(
     let mut later = |at: Instant| until = Some(until.map_or(at, |u| u.max(at)));
     let client = session.client();
     for g in gone {
-        let options = GetOptions::new().with_revision(g.deleted_at);
-        let clean = match client.kv_client().get(record, Some(options)).await {
-            Ok(found) => found.kvs().iter().any(|kv| {
-                kv.mod_revision() == g.deleted_at
-                    && kv.value() == format!("released {}", g.create_rev).as_bytes()
+        let then = RangeRequest::key(record).at_revision(g.deleted_at);
+        let clean = match client.range(then).await {
+            Ok(found) => found.kvs.iter().any(|kv| {
+                kv.mod_revision == g.deleted_at
+                    && kv.value == format!("released {}", g.create_rev).as_bytes()
             }),
             Err(_) => false,
         };
@@ -77,10 +77,10 @@ pub(crate) async fn delayed_until(
             later(g.seen + delay);
         }
     }
-    let current = client.kv_client().get(record, None).await;
+    let current = client.range(RangeRequest::key(record)).await;
     let held = current.ok().and_then(|found| {
-        let kv = found.kvs().first()?;
-        let text = std::str::from_utf8(kv.value()).ok()?;
+        let kv = found.kvs.first()?;
+        let text = std::str::from_utf8(&kv.value).ok()?;
         let rest = text.strip_prefix("held ")?;
         let (rev, key) = rest.split_once(' ')?;
         Some((rev.parse::<i64>().ok()?, key.as_bytes().to_vec()))
@@ -88,9 +88,9 @@ pub(crate) async fn delayed_until(
     if let Some((rev, key)) = held {
         let judged = gone.iter().any(|g| g.create_rev == rev);
         if rev != own_rev && !judged {
-            let there = client.kv_client().get(key, None).await;
+            let there = client.range(RangeRequest::key(key)).await;
             let alive = there
-                .map(|found| found.kvs().iter().any(|kv| kv.create_revision() == rev))
+                .map(|found| found.kvs.iter().any(|kv| kv.create_revision == rev))
                 // Unknown: the safe side.
                 .unwrap_or(false);
             if !alive {

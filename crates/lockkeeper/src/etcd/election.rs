@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp};
-use etcd_client::{Txn, WatchOptions};
-
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::etcd::check_name;
+use crate::etcd::error::is_transient;
 use crate::etcd::guard::{HoldOptions, LockGuard};
 use crate::etcd::queue::{Place, acquire};
-use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
-use crate::etcd::token;
+use crate::etcd::rpc::{
+    Compare, KeyValue, PutRequest, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest,
+};
+use crate::etcd::session::{RETRY_PAUSE, Session};
+use crate::etcd::{check_name, token};
 use crate::fencing::FencingToken;
 use crate::options::{Configure, Delay, LockOptions, Setting};
 use tokio_util::sync::ReusableBoxFuture;
@@ -55,22 +55,19 @@ pub struct Leader {
 }
 
 impl Leader {
-    fn from_kv(kv: &etcd_client::KeyValue) -> Leader {
+    fn from_kv(kv: &KeyValue) -> Leader {
         Leader {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            value: kv.value().to_vec(),
-            token: token(kv.create_revision()),
-            mod_revision: kv.mod_revision(),
+            key: String::from_utf8_lossy(&kv.key).into_owned(),
+            value: kv.value.clone(),
+            token: token(kv.create_revision),
+            mod_revision: kv.mod_revision,
         }
     }
 }
 
-/// The read of an election's leader: the key under the prefix with the lowest create revision.
-fn first_by_creation() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
+/// The read of an election's leader: the key under `prefix` with the lowest create revision.
+fn first_by_creation(prefix: String) -> RangeRequest {
+    RangeRequest::prefix(prefix).oldest_first().limit(1)
 }
 
 impl Session {
@@ -171,9 +168,9 @@ impl Election {
         let found = self
             .session
             .client()
-            .get(format!("{}/", self.name), Some(first_by_creation()))
+            .range(first_by_creation(format!("{}/", self.name)))
             .await?;
-        Ok(found.kvs().first().map(Leader::from_kv))
+        Ok(found.kvs.first().map(Leader::from_kv))
     }
 
     /// A stream of leaders: [`Observer::next`] answers the current leader at once, then each
@@ -257,26 +254,19 @@ impl Watching {
     /// A new leader if there is one, else a watch until anything under the prefix changes.
     async fn look(&mut self) -> Result<Option<Leader>> {
         let prefix = format!("{}/", self.election.name);
-        let mut client = self.election.session.client();
-        let found = client
-            .get(prefix.clone(), Some(first_by_creation()))
-            .await?;
-        if let Some(leader) = found.kvs().first().map(Leader::from_kv) {
+        let client = self.election.session.client();
+        let found = client.range(first_by_creation(prefix.clone())).await?;
+        if let Some(leader) = found.kvs.first().map(Leader::from_kv) {
             if self.last.as_ref() != Some(&leader) {
                 self.last = Some(leader.clone());
                 return Ok(Some(leader));
             }
         }
-        let revision = found
-            .header()
-            .map_or(0, etcd_client::ResponseHeader::revision)
-            + 1;
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision);
-        let mut stream = client.watch(prefix, Some(options)).await?;
+        let revision = found.header.map_or(0, |h| h.revision) + 1;
+        let watch = WatchCreateRequest::prefix(prefix).start_at(revision);
+        let mut stream = client.watch(watch).await?;
         while let Some(answer) = stream.message().await? {
-            if answer.canceled() || !answer.events().is_empty() {
+            if answer.canceled || !answer.events.is_empty() {
                 break;
             }
         }
@@ -374,15 +364,14 @@ impl Leadership {
             return Err(Error::NotLeader);
         }
         let key = held.key.as_slice();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, held.rev)])
-            .and_then([TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(held.session.lease_id())),
-            )]);
+        let put = PutRequest::new(key, value, held.session.lease_id());
+        let txn = TxnRequest {
+            compare: vec![Compare::created_at(key, held.rev)],
+            success: vec![RequestOp::put(put)],
+            failure: Vec::new(),
+        };
         let answer = held.session.client().txn(txn).await?;
-        if answer.succeeded() {
+        if answer.succeeded {
             Ok(())
         } else {
             Err(Error::NotLeader)

@@ -17,14 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, EventType, TxnOp, WatchOptions};
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::etcd::delay;
-use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
-use crate::etcd::token;
+use crate::etcd::error::{EtcdError, is_transient};
+use crate::etcd::rpc::{Compare, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest};
+use crate::etcd::session::{RETRY_PAUSE, Session};
+use crate::etcd::{delay, token};
 use crate::fencing::FencingToken;
 use crate::sync::{Watcher, lock};
 
@@ -236,11 +236,11 @@ async fn watch_until_gone(session: &Session, key: &[u8], rev: i64) {
             Err(_) => return std::future::pending().await,
         }
         tokio::time::sleep(RETRY_PAUSE).await;
-        if let Ok(found) = session.client().get(key.to_vec(), None).await {
-            if !found.kvs().iter().any(|kv| kv.create_revision() == rev) {
+        if let Ok(found) = session.client().range(RangeRequest::key(key)).await {
+            if !found.kvs.iter().any(|kv| kv.create_revision == rev) {
                 return;
             }
-            from = found.header().map_or(from, |h| h.revision() + 1);
+            from = found.header.map_or(from, |h| h.revision + 1);
         }
     }
 }
@@ -252,16 +252,19 @@ async fn watch_deletion(
     key: &[u8],
     rev: i64,
     from: i64,
-) -> std::result::Result<bool, etcd_client::Error> {
-    let options = WatchOptions::new().with_start_revision(from);
-    let mut stream = session.client().watch(key.to_vec(), Some(options)).await?;
+) -> std::result::Result<bool, EtcdError> {
+    let watch = WatchCreateRequest::key(key).start_at(from);
+    let mut stream = session.client().watch(watch).await?;
     while let Some(answer) = stream.message().await? {
-        if answer.canceled() || answer.compact_revision() != 0 {
+        if answer.canceled || answer.compact_revision != 0 {
             return Ok(false);
         }
-        let gone = answer.events().iter().any(|event| {
-            event.event_type() == EventType::Delete
-                || event.kv().is_some_and(|kv| kv.create_revision() != rev)
+        let gone = answer.events.iter().any(|event| {
+            event.is_delete()
+                || event
+                    .kv
+                    .as_ref()
+                    .is_some_and(|kv| kv.create_revision != rev)
         });
         if gone {
             return Ok(true);
@@ -283,13 +286,15 @@ pub(crate) async fn delete(
     let give_up = tokio::time::Instant::now() + RELEASE_BUDGET;
     let mut unanswered = false;
     loop {
-        let mut ops = vec![TxnOp::delete(key, None)];
+        let mut ops = vec![RequestOp::delete(key)];
         if let Some(record) = record {
             ops.push(delay::released_op(record, rev));
         }
-        let txn = etcd_client::Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-            .and_then(ops);
+        let txn = TxnRequest {
+            compare: vec![Compare::created_at(key, rev)],
+            success: ops,
+            failure: Vec::new(),
+        };
         // The last attempt waits as long as any request (the session's request timeout), so a
         // cluster that answers everything slowly still gets its answer through.
         let last = tokio::time::Instant::now() + RELEASE_PATIENCE >= give_up;
@@ -299,14 +304,13 @@ pub(crate) async fn delete(
             tokio::time::timeout(RELEASE_PATIENCE, session.client().txn(txn))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(etcd_client::Error::IoError(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no answer to the release within {RELEASE_PATIENCE:?}"),
+                    Err(EtcdError::no_answer(format!(
+                        "no answer to the release within {RELEASE_PATIENCE:?}"
                     )))
                 })
         };
         match answer {
-            Ok(answer) if answer.succeeded() => return Ok(()),
+            Ok(answer) if answer.succeeded => return Ok(()),
             Ok(_) if unanswered => return Ok(()),
             Ok(_) => return Err(Error::NotHeld),
             Err(err) if is_transient(&err) && !last => {

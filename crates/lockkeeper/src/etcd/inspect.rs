@@ -16,11 +16,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, SortOrder, SortTarget};
-
 use crate::error::{Error, Result};
-use crate::etcd::Session;
-use crate::etcd::token;
+use crate::etcd::rpc::RangeRequest;
+use crate::etcd::{Session, token};
 use crate::fencing::FencingToken;
 
 /// What a key under the lock's prefix is, by its layout.
@@ -211,34 +209,33 @@ impl Session {
             )));
         }
         let prefix = format!("{name}/");
-        let mut client = self.client();
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let found = client.get(prefix.as_bytes(), Some(options)).await?;
-        let kvs = found.kvs();
+        let client = self.client();
+        let found = client
+            .range(RangeRequest::prefix(prefix.as_bytes()).oldest_first())
+            .await?;
+        let kvs = found.kvs;
         let kinds: Vec<Kind> = kvs
             .iter()
-            .map(|kv| kind_of(&String::from_utf8_lossy(&kv.key()[prefix.len()..])))
+            .map(|kv| kind_of(&String::from_utf8_lossy(&kv.key[prefix.len()..])))
             .collect();
         let states = states(&kinds, max_permits);
         let mut participants = Vec::with_capacity(kvs.len());
-        for ((kv, kind), state) in kvs.iter().zip(kinds).zip(states) {
-            let ttl_left = match kv.lease() {
+        for ((kv, kind), state) in kvs.into_iter().zip(kinds).zip(states) {
+            let ttl_left = match kv.lease {
                 0 => None,
                 lease => {
-                    let answer = client.lease_client().time_to_live(lease, None).await?;
-                    u64::try_from(answer.ttl()).ok().map(Duration::from_secs)
+                    let answer = client.time_to_live(lease).await?;
+                    u64::try_from(answer.ttl).ok().map(Duration::from_secs)
                 }
             };
             participants.push(Participant {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                key: String::from_utf8_lossy(&kv.key).into_owned(),
                 kind,
                 state,
-                fencing_token: token(kv.create_revision()),
-                lease: kv.lease(),
+                fencing_token: token(kv.create_revision),
+                lease: kv.lease,
                 ttl_left,
-                value: kv.value().to_vec(),
+                value: kv.value,
             });
         }
         Ok(Inspection {

@@ -1,6 +1,7 @@
 //! Locks and elections on etcd v3: the same shape as [`zk`](crate::zk) and
 //! [`redis`](crate::redis), with the create revision as fencing token and a lost signal from
-//! the lease. Behind the cargo feature `etcd` (building it needs `protoc`).
+//! the lease. Behind the cargo feature `etcd`, on by default (it talks to etcd through
+//! lockkeeper's own gRPC client, `rpc`; building it needs no protoc installed).
 //!
 //! Start with a [`Session`] (one lease, renewed every third of its TTL), then ask it for a
 //! recipe:
@@ -41,10 +42,12 @@
 
 mod delay;
 mod election;
+mod error;
 mod guard;
 mod inspect;
 mod mutex;
 mod queue;
+mod rpc;
 mod rwlock;
 mod semaphore;
 mod session;
@@ -54,6 +57,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use election::{Candidacy, Election, Leader, Leadership, Observer};
+pub use error::EtcdError;
 pub use guard::LockGuard;
 pub use inspect::{Inspection, Kind, Participant, State};
 pub use mutex::Mutex;
@@ -61,7 +65,7 @@ pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 pub use session::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TTL, Session, SessionBuilder};
 
-pub(crate) use session::is_transient;
+pub(crate) use error::is_transient;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;

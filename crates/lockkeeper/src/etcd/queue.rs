@@ -20,13 +20,13 @@
 //! withdrawing get [`WITHDRAWAL`] more, and an etcd that has not answered by then is an error
 //! naming that, not "not acquired". `Ok(None)` means etcd was heard: the key was withdrawn.
 
-use etcd_client::{Compare, CompareOp, PutOptions, TxnOp, TxnOpResponse};
-
 use crate::deadline::{Deadline, WITHDRAWAL};
 use crate::error::{Error, Result};
 use crate::etcd::delay;
+use crate::etcd::error::{EtcdError, is_transient};
 use crate::etcd::guard::{Held, HoldOptions, LockGuard};
-use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
+use crate::etcd::rpc::{Compare, PutRequest, RangeRequest, RequestOp, TxnRequest};
+use crate::etcd::session::{RETRY_PAUSE, Session};
 use crate::etcd::wait::{Earlier, Waited, wait_for_earlier};
 
 /// How often a stale key of ours is cleared before the acquisition gives up.
@@ -181,9 +181,8 @@ async fn withdraw(held: Held, by: Option<tokio::time::Instant>) -> Result<()> {
 /// The error of a timed wait whose deadline passed with etcd not answering `doing`: a transient
 /// etcd error, so callers see the backend as unreachable rather than the lock as taken.
 fn unanswered(doing: &str) -> Error {
-    Error::Etcd(etcd_client::Error::IoError(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("etcd is unreachable: no answer within {WITHDRAWAL:?} of the deadline {doing}"),
+    Error::Etcd(EtcdError::no_answer(format!(
+        "etcd is unreachable: no answer within {WITHDRAWAL:?} of the deadline {doing}"
     )))
 }
 
@@ -212,7 +211,7 @@ async fn enter(
                     return Ok((held, at_once));
                 }
                 Ok(Entered::Stale(_)) if stale >= STALE_CLEARINGS => {
-                    return Err(Error::Etcd(etcd_client::Error::Internal(format!(
+                    return Err(Error::Etcd(EtcdError::internal(format!(
                         "could not create the key {:?}: it kept existing",
                         String::from_utf8_lossy(&place.key)
                     ))));
@@ -232,7 +231,7 @@ async fn enter(
         }
     });
     task.await.map_err(|err| {
-        Error::Etcd(etcd_client::Error::Internal(format!(
+        Error::Etcd(EtcdError::internal(format!(
             "the acquiring task failed: {err}"
         )))
     })?
@@ -245,10 +244,7 @@ enum Entered {
     Stale(i64),
 }
 
-async fn try_enter(
-    session: &Session,
-    place: &Place,
-) -> std::result::Result<Entered, etcd_client::Error> {
+async fn try_enter(session: &Session, place: &Place) -> std::result::Result<Entered, EtcdError> {
     let key = place.key.as_slice();
     let first = Earlier {
         own: key,
@@ -256,38 +252,28 @@ async fn try_enter(
         rev: 0,
         admits: place.admits,
     };
-    let put = TxnOp::put(
-        key,
-        place.value.clone(),
-        Some(PutOptions::new().with_lease(session.lease_id())),
-    );
-    let txn = etcd_client::Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-        .and_then([
-            put,
-            TxnOp::get(place.wait_on.clone(), Some(first.first_options())),
-        ])
-        .or_else([TxnOp::get(key, None)]);
+    let put = PutRequest::new(key, place.value.clone(), session.lease_id());
+    let txn = TxnRequest {
+        compare: vec![Compare::created_at(key, 0)],
+        success: vec![RequestOp::put(put), RequestOp::range(first.first())],
+        failure: vec![RequestOp::range(RangeRequest::key(key))],
+    };
     let answer = session.client().txn(txn).await?;
-    let responses = answer.op_responses();
-    if !answer.succeeded() {
-        let rev = match responses.first() {
-            Some(TxnOpResponse::Get(found)) => found
-                .kvs()
-                .first()
-                .map(etcd_client::KeyValue::create_revision),
-            _ => None,
-        };
+    let responses = &answer.responses;
+    if !answer.succeeded {
+        let rev = responses
+            .first()
+            .and_then(|op| op.as_range())
+            .and_then(|found| found.kvs.first())
+            .map(|kv| kv.create_revision);
         // Deleted between the compare and now is impossible (one transaction); no answer is
         // treated as "try again".
         return Ok(Entered::Stale(rev.unwrap_or(0)));
     }
-    let rev = answer
-        .header()
-        .map_or(0, etcd_client::ResponseHeader::revision);
-    let at_once = match responses.get(1) {
-        Some(TxnOpResponse::Get(found)) => Earlier { rev, ..first }.grants(found.kvs()),
-        _ => false,
+    let rev = answer.header.as_ref().map_or(0, |h| h.revision);
+    let at_once = match responses.get(1).and_then(|op| op.as_range()) {
+        Some(found) => Earlier { rev, ..first }.grants(&found.kvs),
+        None => false,
     };
     Ok(Entered::Put { rev, at_once })
 }

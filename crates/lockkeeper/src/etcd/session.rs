@@ -24,12 +24,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{ConnectCause, Error, Result};
+use crate::etcd::error::EtcdError;
+use crate::etcd::rpc::Client;
 use crate::grant::trusted_until;
 use crate::probe::{combine, dial};
 use crate::sync::lock;
@@ -126,15 +127,11 @@ impl SessionBuilder {
         let deadline = Instant::now() + limit;
         // A failure is diagnosed within the timeout too: the attempt leaves the probes a share.
         let attempt_deadline = deadline - (limit / 5).min(Duration::from_secs(1));
-        let urls: Vec<String> = addresses.iter().map(|a| format!("http://{a}")).collect();
-        let options = ConnectOptions::new()
-            .with_connect_timeout(limit)
-            .with_timeout(limit);
         let granted = tokio::time::timeout_at(attempt_deadline, async {
-            let client = Client::connect(&urls, Some(options)).await?;
+            let client = Client::connect(&addresses, limit)?;
             let sent = Instant::now();
-            let grant = client.lease_client().grant(ttl_secs, None).await?;
-            Ok::<_, etcd_client::Error>((client, sent, grant))
+            let grant = client.grant(ttl_secs).await?;
+            Ok::<_, EtcdError>((client, sent, grant))
         })
         .await;
         let (client, sent, grant) = match granted {
@@ -142,14 +139,13 @@ impl SessionBuilder {
             Ok(Err(err)) => return Err(diagnose(&addresses, deadline, limit, Some(err)).await),
             Err(_) => return Err(diagnose(&addresses, deadline, limit, None).await),
         };
-        let granted_ttl = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
+        let granted_ttl = Duration::from_secs(u64::try_from(grant.ttl).unwrap_or(0));
         if granted_ttl.is_zero() {
             return Err(Error::Connect {
                 address: addresses.join(","),
                 cause: ConnectCause::Rejected(format!(
                     "the lease was granted with TTL {} ({})",
-                    grant.ttl(),
-                    grant.error()
+                    grant.ttl, grant.error
                 )),
             });
         }
@@ -159,14 +155,14 @@ impl SessionBuilder {
         }));
         let inner = Arc::new(Inner {
             client: client.clone(),
-            lease: grant.id(),
+            lease: grant.id,
             ttl: granted_ttl,
             endpoints: addresses.join(","),
             life: Arc::clone(&life),
             keep_alive: StdMutex::default(),
             local: StdMutex::default(),
         });
-        let task = tokio::spawn(keep_alive(client, grant.id(), granted_ttl, life));
+        let task = tokio::spawn(keep_alive(client, grant.id, granted_ttl, life));
         *lock(&inner.keep_alive) = Some(task);
         Ok(Session { inner })
     }
@@ -234,10 +230,7 @@ impl Session {
             return Err(Error::SessionLost);
         }
         self.end();
-        self.client()
-            .lease_client()
-            .revoke(self.inner.lease)
-            .await?;
+        self.client().revoke(self.inner.lease).await?;
         Ok(())
     }
 
@@ -248,9 +241,9 @@ impl Session {
         }
     }
 
-    /// A client sharing the session's connections (cheap: the clients are handles).
-    pub(crate) fn client(&self) -> Client {
-        self.inner.client.clone()
+    /// The session's client: its connections to the cluster, shared by every recipe.
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
     }
 
     /// The in-process lock of `key` (see `Inner::local`).
@@ -275,7 +268,7 @@ impl Drop for Inner {
         // The last handle went without close(): revoke, so the keys do not outlive the
         // session by a TTL.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (mut client, lease) = (self.client.lease_client(), self.lease);
+            let (client, lease) = (self.client.clone(), self.lease);
             runtime.spawn(async move {
                 let _ = client.revoke(lease).await;
             });
@@ -318,9 +311,8 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
             break;
         }
         let patience = (Instant::now() + every.max(MIN_PATIENCE)).min(valid_until);
-        let opened =
-            tokio::time::timeout_at(patience, client.lease_client().keep_alive(lease)).await;
-        let (mut keeper, mut answers) = match opened {
+        let opened = tokio::time::timeout_at(patience, client.keep_alive(lease)).await;
+        let mut keeper = match opened {
             Ok(Ok(stream)) => stream,
             Ok(Err(err)) => {
                 tracing::debug!(lease, %err, "opening the keep-alive stream failed");
@@ -337,7 +329,7 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
                 break 'stream;
             }
             let sent = Instant::now();
-            if keeper.keep_alive().await.is_err() {
+            if keeper.renew().await.is_err() {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue 'stream;
             }
@@ -345,10 +337,10 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
             // for a new stream, which the balanced channel may open on another member; an
             // answer later than the deadline is no use at all.
             let patience = (sent + every.max(MIN_PATIENCE)).min(valid_until);
-            let answer = tokio::time::timeout_at(patience, answers.message()).await;
+            let answer = tokio::time::timeout_at(patience, keeper.answer()).await;
             match answer {
-                Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
-                    let granted = Duration::from_secs(u64::try_from(answer.ttl()).unwrap_or(0));
+                Ok(Ok(Some(answer))) if answer.ttl > 0 => {
+                    let granted = Duration::from_secs(u64::try_from(answer.ttl).unwrap_or(0));
                     life.send_modify(|life| {
                         life.valid_until = life.valid_until.max(trusted_until(sent, granted));
                     });
@@ -369,7 +361,7 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
     }
     life.send_modify(|life| life.ended = true);
     tracing::warn!(lease, "the etcd session is lost");
-    let _ = client.lease_client().revoke(lease).await;
+    let _ = client.revoke(lease).await;
 }
 
 /// `host:port` addresses of an endpoint list; an `http://` prefix is taken off.
@@ -416,17 +408,17 @@ async fn diagnose(
     addresses: &[String],
     deadline: Instant,
     limit: Duration,
-    err: Option<etcd_client::Error>,
+    err: Option<EtcdError>,
 ) -> Error {
     let mut causes = Vec::new();
     for address in addresses {
         let cause = match dial(address, deadline, limit).await {
             Err(cause) => cause,
             Ok(_) => match &err {
-                Some(etcd_client::Error::GRpcStatus(status)) => {
-                    ConnectCause::Rejected(status.message().to_owned())
-                }
-                Some(other) => ConnectCause::Other(other.to_string()),
+                Some(err) => match err.status_message() {
+                    Some(answered) => ConnectCause::Rejected(answered.to_owned()),
+                    None => ConnectCause::Other(err.to_string()),
+                },
                 None => ConnectCause::NoAnswer(limit),
             },
         };
@@ -435,24 +427,6 @@ async fn diagnose(
     Error::Connect {
         address: addresses.join(","),
         cause: combine(causes),
-    }
-}
-
-/// Whether `err` may pass by itself: the connection broke, the member went away or was too
-/// slow, the cluster had no leader for a moment. Such a request may or may not have been
-/// applied.
-pub(crate) fn is_transient(err: &etcd_client::Error) -> bool {
-    use etcd_client::Error as E;
-    match err {
-        E::IoError(_) | E::TransportError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
-        // gRPC codes: 1 cancelled, 4 deadline exceeded, 13 internal (a reset stream), 14
-        // unavailable; 2 unknown is how tonic reports a broken connection ("transport error",
-        // with the I/O error as its source).
-        E::GRpcStatus(status) => {
-            matches!(status.code() as i32, 1 | 4 | 13 | 14)
-                || (status.code() as i32 == 2 && std::error::Error::source(status).is_some())
-        }
-        _ => false,
     }
 }
 

@@ -21,15 +21,16 @@
 
 use std::time::Duration;
 
-use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    WatchResponse,
-};
 use tokio::time::Instant;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::etcd::session::{RETRY_PAUSE, Session, is_transient};
+use crate::etcd::error::{EtcdError, is_transient};
+use crate::etcd::rpc::{
+    Client, Compare, KeyValue, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest,
+    WatchResponse,
+};
+use crate::etcd::session::{RETRY_PAUSE, Session};
 
 /// What a wait came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -65,22 +66,21 @@ pub(crate) struct Earlier<'a> {
 impl Earlier<'_> {
     /// Whether the keys `first` (the lowest create revisions under the prefix, ascending, at
     /// least `admits + 1` of them when there are that many) grant the waiter.
-    pub(crate) fn grants(&self, first: &[etcd_client::KeyValue]) -> bool {
+    pub(crate) fn grants(&self, first: &[KeyValue]) -> bool {
         first
             .iter()
-            .filter(|kv| kv.create_revision() < self.rev)
+            .filter(|kv| kv.create_revision < self.rev)
             .count()
             <= self.admits
     }
 
-    /// Options reading the `admits + 1` lowest create revisions under the prefix (for the
+    /// The read of the `admits + 1` lowest create revisions under the prefix (for the
     /// uncontended path, inside the acquiring transaction).
-    pub(crate) fn first_options(&self) -> GetOptions {
-        GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(limit(self.admits))
-            .with_keys_only()
+    pub(crate) fn first(&self) -> RangeRequest {
+        RangeRequest::prefix(self.prefix)
+            .oldest_first()
+            .limit(limit(self.admits))
+            .keys_only()
     }
 }
 
@@ -134,35 +134,31 @@ async fn look_and_watch(
     session: &Session,
     earlier: &Earlier<'_>,
     gone: &mut Vec<Gone>,
-) -> std::result::Result<Look, etcd_client::Error> {
-    let mut client = session.client();
-    let options = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_max_create_revision(earlier.rev - 1)
-        .with_limit(limit(earlier.admits))
-        .with_keys_only();
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            earlier.own,
-            CompareOp::Equal,
-            earlier.rev,
-        )])
-        .and_then([TxnOp::get(earlier.prefix, Some(options))]);
-    let answer = client.txn(txn).await?;
-    if !answer.succeeded() {
+) -> std::result::Result<Look, EtcdError> {
+    let last_before = RangeRequest::prefix(earlier.prefix)
+        .newest_first()
+        .created_by(earlier.rev - 1)
+        .limit(limit(earlier.admits))
+        .keys_only();
+    let txn = TxnRequest {
+        compare: vec![Compare::created_at(earlier.own, earlier.rev)],
+        success: vec![RequestOp::range(last_before)],
+        failure: Vec::new(),
+    };
+    let answer = session.client().txn(txn).await?;
+    if !answer.succeeded {
         return Ok(Look::Gone);
     }
-    let Some(TxnOpResponse::Get(found)) = answer.op_responses().into_iter().next() else {
+    let Some(found) = answer.responses.first().and_then(|op| op.as_range()) else {
         return Ok(Look::Again);
     };
-    if found.kvs().len() <= earlier.admits {
+    if found.kvs.len() <= earlier.admits {
         return Ok(Look::Granted);
     }
     let keys: Vec<(Vec<u8>, i64)> = found
-        .kvs()
+        .kvs
         .iter()
-        .map(|kv| (kv.key().to_vec(), kv.create_revision()))
+        .map(|kv| (kv.key.clone(), kv.create_revision))
         .collect();
     wait_for_a_deletion(session, &keys, gone).await?;
     Ok(Look::Again)
@@ -191,17 +187,17 @@ async fn wait_for_a_deletion(
     session: &Session,
     keys: &[(Vec<u8>, i64)],
     gone: &mut Vec<Gone>,
-) -> std::result::Result<(), etcd_client::Error> {
-    let mut client = session.client();
+) -> std::result::Result<(), EtcdError> {
+    let client = session.client();
     let Some(((first, _), rest)) = keys.split_first() else {
         return Ok(());
     };
     let mut attempts = 0;
     'watch: loop {
         attempts += 1;
-        let mut stream = client.watch(first.clone(), None).await?;
+        let mut stream = client.watch(WatchCreateRequest::key(first.clone())).await?;
         for (key, _) in rest {
-            stream.watch(key.clone(), None).await?;
+            stream.watch(WatchCreateRequest::key(key.clone())).await?;
         }
         let opened = Instant::now();
         let mut uncreated = keys.len();
@@ -214,7 +210,7 @@ async fn wait_for_a_deletion(
                 match tokio::time::timeout(DOUBT_POLL, stream.message()).await {
                     Ok(answer) => answer?,
                     Err(_) => {
-                        if still_there(&mut client, keys).await?.is_none() {
+                        if still_there(client, keys).await?.is_none() {
                             return Ok(());
                         }
                         continue;
@@ -224,18 +220,16 @@ async fn wait_for_a_deletion(
                 stream.message().await?
             };
             let Some(answer) = answer else { break };
-            if answer.canceled() || answer.compact_revision() != 0 {
+            if answer.canceled || answer.compact_revision != 0 {
                 // Compacted past our revision, or cancelled by the server: read again.
                 return Ok(());
             }
-            if answer.created() {
+            if answer.created {
                 uncreated = uncreated.saturating_sub(1);
-                let revision = answer
-                    .header()
-                    .map_or(0, etcd_client::ResponseHeader::revision);
+                let revision = answer.header.as_ref().map_or(0, |h| h.revision);
                 registered_at = registered_at.min(revision);
                 if uncreated == 0 {
-                    match still_there(&mut client, keys).await? {
+                    match still_there(client, keys).await? {
                         None => return Ok(()),
                         Some(now) if now > registered_at && attempts < WATCH_ATTEMPTS => {
                             continue 'watch;
@@ -257,16 +251,16 @@ async fn wait_for_a_deletion(
 /// Adds to `gone` each deletion of one of `keys` in `answer`; whether there was one.
 fn record_deletions(answer: &WatchResponse, keys: &[(Vec<u8>, i64)], gone: &mut Vec<Gone>) -> bool {
     let mut deleted = false;
-    for event in answer.events() {
-        let Some(kv) = event.kv() else { continue };
-        if event.event_type() != EventType::Delete {
+    for event in &answer.events {
+        let Some(kv) = &event.kv else { continue };
+        if !event.is_delete() {
             continue;
         }
-        if let Some((_, rev)) = keys.iter().find(|(key, _)| key == kv.key()) {
+        if let Some((_, rev)) = keys.iter().find(|(key, _)| *key == kv.key) {
             deleted = true;
             gone.push(Gone {
                 create_rev: *rev,
-                deleted_at: kv.mod_revision(),
+                deleted_at: kv.mod_revision,
                 seen: Instant::now(),
             });
         }
@@ -288,24 +282,25 @@ const CATCH_UP: Duration = Duration::from_millis(110);
 /// deletion the watches (perhaps on another member) started after; the count it carries makes
 /// etcd confirm with the leader first. No header counts as the highest revision: in doubt.
 async fn still_there(
-    client: &mut etcd_client::Client,
+    client: &Client,
     keys: &[(Vec<u8>, i64)],
-) -> std::result::Result<Option<i64>, etcd_client::Error> {
-    let compares: Vec<Compare> = keys
+) -> std::result::Result<Option<i64>, EtcdError> {
+    let compare = keys
         .iter()
-        .map(|(key, rev)| Compare::create_revision(key.clone(), CompareOp::Equal, *rev))
+        .map(|(key, rev)| Compare::created_at(key.clone(), *rev))
         .collect();
-    let mut txn = Txn::new().when(compares);
-    if let Some((key, _)) = keys.first() {
-        txn = txn.and_then([TxnOp::get(
-            key.clone(),
-            Some(GetOptions::new().with_count_only()),
-        )]);
-    }
+    let success = keys
+        .first()
+        .map(|(key, _)| RequestOp::range(RangeRequest::key(key.clone()).count_only()))
+        .into_iter()
+        .collect();
+    let txn = TxnRequest {
+        compare,
+        success,
+        failure: Vec::new(),
+    };
     let answer = client.txn(txn).await?;
-    Ok(answer.succeeded().then(|| {
-        answer
-            .header()
-            .map_or(i64::MAX, etcd_client::ResponseHeader::revision)
-    }))
+    Ok(answer
+        .succeeded
+        .then(|| answer.header.map_or(i64::MAX, |h| h.revision)))
 }
