@@ -1,6 +1,7 @@
 //! `lockkeeper serve` under systemd's `Type=notify`: started with `NOTIFY_SOCKET`, it sends
 //! `READY=1` once it serves clients and `STOPPING=1` when SIGTERM begins its shutdown, on a
-//! socket named by a path or (Linux) by an abstract name.
+//! socket named by a path or (Linux) by an abstract name; a socket nobody listens on is logged
+//! and otherwise ignored.
 
 mod support;
 
@@ -63,4 +64,29 @@ fn an_abstract_socket_hears_ready_and_stopping() {
         std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("address");
     let socket = UnixDatagram::bind_addr(&address).expect("bind the abstract socket");
     ready_then_stopping(&socket, OsStr::new(&format!("@{name}")));
+}
+
+/// A `NOTIFY_SOCKET` nobody listens on is logged and otherwise ignored: the server serves.
+#[test]
+fn a_notify_socket_nobody_listens_on_is_logged_and_the_server_serves() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("nobody.sock");
+    let mut keeper = KeeperProcess::try_start_with_env(
+        &dir.path().join("data"),
+        &[],
+        &[("NOTIFY_SOCKET", missing.as_os_str())],
+    )
+    .unwrap_or_else(|failure| panic!("start keeper: {failure}"));
+    let said = keeper.stderr_containing("cannot tell systemd READY=1", WAIT);
+    assert!(
+        said.contains("cannot tell systemd READY=1") && said.contains("nobody.sock"),
+        "{said}"
+    );
+    let mut client = TcpStream::connect(keeper.addr()).expect("connect");
+    client.write_all(b"ruok").expect("ruok");
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).expect("answer");
+    assert_eq!(answer, "imok");
+    let status = keeper.terminate(WAIT).expect("keeper exits after SIGTERM");
+    assert!(status.success(), "exit {status:?}");
 }
