@@ -187,4 +187,30 @@ mod tests {
         assert!(!is_transient(&EtcdError::internal("the task failed")));
         assert_eq!(EtcdError::no_answer("x").grpc_code(), None);
     }
+
+    /// A status whose message is a summary and whose source chain says what happened reads as
+    /// the summary, then each cause not already in the text, once.
+    #[test]
+    fn a_summary_status_carries_its_causes_once() {
+        #[derive(Debug)]
+        struct Summary(std::io::Error);
+        impl fmt::Display for Summary {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("transport error")
+            }
+        }
+        impl std::error::Error for Summary {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let err = EtcdError::status(tonic::Status::from_error(Box::new(Summary(io))));
+        assert_eq!(
+            err.to_string(),
+            "transport error: connection refused (gRPC status Unknown)"
+        );
+        assert_eq!(err.status_message(), Some("transport error"));
+        assert_eq!(EtcdError::no_answer("no answer").status_message(), None);
+    }
 }
