@@ -23,6 +23,9 @@
 //!
 //! The counter, queue and handoff trials follow one unmeasured run of each combination (bounded by
 //! `--warmup`): a fresh server's first writes and a cold JVM are slower, whoever comes first.
+//! Each of their figures is the median over a combination's `--recipe-trials` trials (5 by
+//! default), printed with its range, and each ratio against Curator on ZooKeeper a ratio of
+//! medians, so that no single trial decides a comparison.
 //! Every loop is bounded in count and in time, every process the run starts is killed by its PID
 //! on every way out, and every address is 127.0.0.1.
 
@@ -114,9 +117,10 @@ pub struct RecipeArgs {
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
     pub queue_items: u32,
 
-    /// With --recipes: trials of the counter, queue and handoff runs over the four combinations, every
-    /// other one in reverse order; each figure is the best of its trials.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    /// With --recipes: trials of the counter, queue and handoff runs over the four combinations,
+    /// every other one in reverse order; each figure is the median of a combination's trials
+    /// (printed with their range), and each ratio a ratio of medians.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub recipe_trials: u32,
 
     /// Internal: one election participant of the failover runs (CONNECT PATH ID WATCHDOG_SECS);
@@ -455,6 +459,7 @@ pub(super) mod tests {
             (4, 4, 2000)
         );
         assert_eq!((r.handoff_participants, r.handoffs), (3, 200));
+        assert_eq!(r.recipe_trials, 5, "the median of at least 5 trials");
         assert!(!r.failover_all);
         assert_eq!(r.election_participant, None);
         let args = parse(&[

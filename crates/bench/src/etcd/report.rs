@@ -1,14 +1,15 @@
 //! The figures of `lockkeeper-bench --etcd`: rows printed as they are measured, each side's
-//! best trial, the ratios of lockkeeper over v3lock with the target they are held to, and the
-//! `--json` document.
-
-use std::time::Duration;
+//! median and range over its trials, the ratios of lockkeeper's medians over v3lock's with the
+//! target they are held to, and the `--json` document.
 
 use super::{Settings, Side, Uncontended};
 use crate::BoxError;
 use crate::locks::Contended;
-use crate::report::{self, Entrant, Goal, Record, best, print_goals};
-use crate::stats::{Json, fmt_duration, fmt_ratio, ratio};
+use crate::report::{
+    self, Entrant, Figure, Goal, Record, Spread, fmt_rate, fmt_us, per_entrant_json, print_goals,
+    print_spreads, ratio_of_medians, spread,
+};
+use crate::stats::{Json, fmt_duration, fmt_ratio};
 
 /// One measurement of one side in one trial.
 pub(crate) type Trial<T> = report::Trial<Side, T>;
@@ -97,62 +98,86 @@ impl Report {
         (self.record).add(trials, "contended", (side, trial), result, row);
     }
 
-    /// The best uncontended rate of `side` over its trials.
-    pub(crate) fn cycles(&self, side: Side) -> Option<f64> {
-        best(&self.uncontended, side, Uncontended::per_sec).map(Uncontended::per_sec)
+    /// Uncontended cycles/s of `side` over its trials.
+    pub(crate) fn cycles(&self, side: Side) -> Option<Spread> {
+        spread(&self.uncontended, side, Uncontended::per_sec)
     }
 
-    /// The contended trial of `side` with the most handoffs per second.
-    fn contended_of(&self, side: Side) -> Option<&Contended> {
-        best(&self.contended, side, Contended::per_sec)
+    /// Contended handoffs/s of `side` over its trials.
+    pub(crate) fn handoffs(&self, side: Side) -> Option<Spread> {
+        spread(&self.contended, side, Contended::per_sec)
     }
 
-    pub(crate) fn handoffs(&self, side: Side) -> Option<f64> {
-        self.contended_of(side).map(Contended::per_sec)
+    /// Each contended trial's p99 wait of `side`, in microseconds, over its trials.
+    pub(crate) fn p99_wait_us(&self, side: Side) -> Option<Spread> {
+        spread(&self.contended, side, |c| {
+            c.wait_quantile(0.99).as_secs_f64() * 1e6
+        })
     }
 
-    /// The p99 wait of `side`'s best contended trial, in microseconds.
-    pub(crate) fn p99_wait_us(&self, side: Side) -> Option<f64> {
-        self.contended_of(side)
-            .map(|c| c.wait_quantile(0.99).as_secs_f64() * 1e6)
+    /// The figures of the summary and of `medians` in the JSON.
+    fn figures(&self) -> [Figure<'_, Side>; 3] {
+        [
+            Figure {
+                title: "cycles/s",
+                key: "cycles_per_sec",
+                fmt: fmt_rate,
+                spread: Box::new(|side| self.cycles(side)),
+            },
+            Figure {
+                title: "handoffs/s",
+                key: "handoffs_per_sec",
+                fmt: fmt_rate,
+                spread: Box::new(|side| self.handoffs(side)),
+            },
+            Figure {
+                title: "wait p99",
+                key: "wait_p99_us",
+                fmt: fmt_us,
+                spread: Box::new(|side| self.p99_wait_us(side)),
+            },
+        ]
     }
 
-    /// The target the issue sets: lockkeeper's contended handoffs/s at least 3x v3lock's.
+    /// lockkeeper's median over v3lock's: uncontended cycles/s, contended handoffs/s, and
+    /// v3lock's p99 wait over lockkeeper's (so that, like the others, higher is better).
+    pub(crate) fn ratios(&self) -> [(&'static str, Option<f64>); 3] {
+        let (ours, theirs) = (Side::Lockkeeper, Side::V3lock);
+        [
+            (
+                "uncontended_cycles_lockkeeper_over_v3lock",
+                ratio_of_medians(self.cycles(ours), self.cycles(theirs)),
+            ),
+            (
+                "contended_handoffs_lockkeeper_over_v3lock",
+                ratio_of_medians(self.handoffs(ours), self.handoffs(theirs)),
+            ),
+            (
+                "wait_p99_v3lock_over_lockkeeper",
+                ratio_of_medians(self.p99_wait_us(theirs), self.p99_wait_us(ours)),
+            ),
+        ]
+    }
+
+    /// The target the issue sets: lockkeeper's median contended handoffs/s at least 3x
+    /// v3lock's.
     pub(crate) fn goals(&self) -> Vec<Goal> {
         vec![Goal {
             name: "contended handoffs/s, lockkeeper / v3lock",
-            ratio: ratio(self.handoffs(Side::Lockkeeper), self.handoffs(Side::V3lock)),
+            ratio: ratio_of_medians(self.handoffs(Side::Lockkeeper), self.handoffs(Side::V3lock)),
             target: 3.0,
             at_most: false,
         }]
     }
 
-    /// Prints each side's best figures, the ratios and the targets.
+    /// Prints each side's medians and ranges, the ratios of medians and the targets.
     fn print_summary(&self) {
+        print_spreads(&Side::ALL, &self.figures().each_ref());
+        let [cycles, handoffs, wait] = self.ratios().map(|(_, r)| fmt_ratio(r, Some(1.0)));
         println!(
-            "\nbest of the trials {:>16} {:>12} {:>10}",
-            "cycles/s", "handoffs/s", "wait p99"
-        );
-        for side in Side::ALL {
-            let wait = self.p99_wait_us(side).map_or("-".into(), |us| {
-                fmt_duration(Duration::from_micros(us as u64))
-            });
-            println!(
-                "  {:<26} {:>10} {:>12} {:>10}",
-                side.label(),
-                self.cycles(side).map_or("-".into(), |r| format!("{r:.0}")),
-                self.handoffs(side)
-                    .map_or("-".into(), |r| format!("{r:.0}")),
-                wait
-            );
-        }
-        let (ours, theirs) = (Side::Lockkeeper, Side::V3lock);
-        println!(
-            "lockkeeper / v3lock, same run: uncontended cycles/s {}, contended handoffs/s {}, \
-             wait p99 {} (v3lock / lockkeeper: higher is better)",
-            fmt_ratio(self.cycles(ours), self.cycles(theirs)),
-            fmt_ratio(self.handoffs(ours), self.handoffs(theirs)),
-            fmt_ratio(self.p99_wait_us(theirs), self.p99_wait_us(ours)),
+            "lockkeeper / v3lock, ratios of medians, same run: uncontended cycles/s {cycles}, \
+             contended handoffs/s {handoffs}, wait p99 {wait} (v3lock / lockkeeper: higher is \
+             better)",
         );
         print_goals(&self.goals());
     }
@@ -166,18 +191,10 @@ impl Report {
     pub(crate) fn to_json(&self, s: &Settings, endpoint: &str, version: &str) -> Json {
         let uncontended = self.uncontended.iter().map(|t| t.json(uncontended_json));
         let contended = self.contended.iter().map(|t| t.json(Contended::json));
-        let best = Side::ALL
-            .into_iter()
-            .map(|side| {
-                Json::obj(vec![
-                    ("client", Json::Str(side.json_key().into())),
-                    ("cycles_per_sec", Json::opt_num(self.cycles(side))),
-                    ("handoffs_per_sec", Json::opt_num(self.handoffs(side))),
-                    ("wait_p99_us", Json::opt_num(self.p99_wait_us(side))),
-                ])
-            })
-            .collect();
-        let (ours, theirs) = (Side::Lockkeeper, Side::V3lock);
+        let summary = self.figures();
+        let medians = per_entrant_json(&Side::ALL, |side| {
+            summary.iter().map(|f| f.json(side)).collect()
+        });
         let header = vec![
             ("etcd_endpoint", Json::Str(endpoint.into())),
             ("etcd_version", Json::Str(version.into())),
@@ -191,25 +208,12 @@ impl Report {
             ("trials", Json::num(s.trials)),
             ("lease_ttl_s", Json::num(s.ttl.as_secs_f64())),
         ];
-        let ratios = vec![
-            (
-                "uncontended_cycles_lockkeeper_over_v3lock",
-                Json::opt_num(ratio(self.cycles(ours), self.cycles(theirs))),
-            ),
-            (
-                "contended_handoffs_lockkeeper_over_v3lock",
-                Json::opt_num(ratio(self.handoffs(ours), self.handoffs(theirs))),
-            ),
-            (
-                "wait_p99_v3lock_over_lockkeeper",
-                Json::opt_num(ratio(self.p99_wait_us(theirs), self.p99_wait_us(ours))),
-            ),
-        ];
+        let ratios = self.ratios().map(|(key, r)| (key, Json::opt_num(r)));
         let figures = vec![
             ("uncontended", Json::Arr(uncontended.collect())),
             ("contended", Json::Arr(contended.collect())),
-            ("best", Json::Arr(best)),
-            ("ratios", Json::obj(ratios)),
+            ("medians", medians),
+            ("ratios", Json::obj(ratios.to_vec())),
         ];
         self.record.json(header, settings, figures, &self.goals())
     }

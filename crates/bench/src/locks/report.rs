@@ -1,18 +1,19 @@
-//! The figures of `lockkeeper-bench --locks`: rows printed as they are measured, the ratios
-//! against Curator on ZooKeeper with the targets they are held to, and the `--json` document.
+//! The figures of `lockkeeper-bench --locks`: rows printed as they are measured, each
+//! combination's median and range over its trials, the ratios of medians against Curator on
+//! ZooKeeper with the targets they are held to, and the `--json` document.
 
 use super::Settings;
 use super::Target;
 use super::measure::{Contended, Herd, LockKind, Uncontended};
 use crate::BoxError;
 use crate::process::ServerKind;
-use crate::report::{Goal, Record, best, print_goals};
-use crate::stats::{Json, fmt_duration, ratio};
-use crate::versus::{Client, Column, Combo, Trial, per_combo_json, print_ratios, record};
+use crate::report::{Figure, Goal, Record, Spread, fmt_rate, fmt_us, print_goals, spread};
+use crate::stats::{Json, fmt_duration};
+use crate::versus::{Client, Column, Combo, Trial, goal, medians_json, print_ratios, record};
 
 /// What one run measured; a figure that could not be taken is an `Err` with the reason. The
-/// comparisons use each combination's best trial (the highest rate; for contended runs, the
-/// wait figures of that same trial).
+/// comparisons use the median of each figure over a combination's trials (for the wait, the
+/// median of each trial's p99), so that one lucky trial decides nothing.
 pub(crate) struct Report {
     pub record: Record,
     pub uncontended: Vec<Trial<Uncontended>>,
@@ -113,39 +114,64 @@ impl Report {
             .push((kind, server, result.map_err(|e| e.to_string())));
     }
 
-    /// The best uncontended rate of `combo` over its trials.
-    fn uncontended_rate(&self, combo: Combo) -> Option<f64> {
-        best(&self.uncontended, combo, Uncontended::per_sec).map(Uncontended::per_sec)
+    /// Uncontended cycles/s of `combo` over its trials.
+    fn cycles(&self, combo: Combo) -> Option<Spread> {
+        spread(&self.uncontended, combo, Uncontended::per_sec)
     }
 
-    /// The trial of `combo` with the most handoffs per second.
-    fn contended_of(&self, combo: Combo) -> Option<&Contended> {
-        best(&self.contended, combo, Contended::per_sec)
+    /// Contended handoffs/s of `combo` over its trials.
+    fn handoffs(&self, combo: Combo) -> Option<Spread> {
+        spread(&self.contended, combo, Contended::per_sec)
     }
 
-    fn handoff_rate(&self, combo: Combo) -> Option<f64> {
-        self.contended_of(combo).map(Contended::per_sec)
+    /// Each contended trial's p99 wait of `combo`, in microseconds, over its trials.
+    fn p99_wait_us(&self, combo: Combo) -> Option<Spread> {
+        spread(&self.contended, combo, |c| {
+            c.wait_quantile(0.99).as_secs_f64() * 1e6
+        })
     }
 
-    fn p99_wait_us(&self, combo: Combo) -> Option<f64> {
-        self.contended_of(combo)
-            .map(|c| c.wait_quantile(0.99).as_secs_f64() * 1e6)
+    /// The figures of the summary and of `medians` in the JSON, each set against Curator on
+    /// ZooKeeper.
+    fn columns(&self) -> [Column<'_>; 3] {
+        [
+            Column {
+                figure: Figure {
+                    title: "cycles/s",
+                    key: "cycles_per_sec",
+                    fmt: fmt_rate,
+                    spread: Box::new(|c| self.cycles(c)),
+                },
+                vs: "cycles_vs_curator_on_zookeeper",
+            },
+            Column {
+                figure: Figure {
+                    title: "handoffs/s",
+                    key: "handoffs_per_sec",
+                    fmt: fmt_rate,
+                    spread: Box::new(|c| self.handoffs(c)),
+                },
+                vs: "handoffs_vs_curator_on_zookeeper",
+            },
+            Column {
+                figure: Figure {
+                    title: "p99 wait",
+                    key: "wait_p99_us",
+                    fmt: fmt_us,
+                    spread: Box::new(|c| self.p99_wait_us(c)),
+                },
+                vs: "wait_p99_vs_curator_on_zookeeper",
+            },
+        ]
     }
 
-    /// The ratios the lock recipes are held to, all against Curator on ZooKeeper.
+    /// The ratios the lock recipes are held to, all of medians against Curator on ZooKeeper.
     fn goals(&self) -> Vec<Goal> {
-        let base = Combo::BASELINE;
         let lk_keeper = Combo::new(Client::Lockkeeper, ServerKind::Keeper);
         let lk_zk = Combo::new(Client::Lockkeeper, ServerKind::Zookeeper);
-        let goal = |name, figure: &dyn Fn(Combo) -> Option<f64>, combo, target, at_most| Goal {
-            name,
-            ratio: ratio(figure(combo), figure(base)),
-            target,
-            at_most,
-        };
-        let cycles = &|c| self.uncontended_rate(c);
-        let handoffs = &|c| self.handoff_rate(c);
-        let p99 = &|c| self.p99_wait_us(c);
+        let cycles = |c| self.cycles(c);
+        let handoffs = |c| self.handoffs(c);
+        let p99 = |c| self.p99_wait_us(c);
         // The targets: a contended handoff at 3x Curator on ZooKeeper, an uncontended cycle (two
         // syncs) at 2.5x, and lockkeeper on ZooKeeper at least Curator on ZooKeeper.
         vec![
@@ -183,23 +209,7 @@ impl Report {
     }
 
     fn print_summary(&self) {
-        print_ratios(&[
-            Column {
-                title: "cycles/s",
-                width: 10,
-                figure: &|c| self.uncontended_rate(c),
-            },
-            Column {
-                title: "handoffs/s",
-                width: 10,
-                figure: &|c| self.handoff_rate(c),
-            },
-            Column {
-                title: "p99 wait",
-                width: 9,
-                figure: &|c| self.p99_wait_us(c),
-            },
-        ]);
+        print_ratios(&self.columns());
         print_goals(&self.goals());
     }
 
@@ -249,6 +259,7 @@ impl Report {
             ("run_limit_s", Json::num(s.limit.as_secs_f64())),
             ("warmup_s", Json::num(s.warmup.as_secs_f64())),
             ("uncontended_cycles", Json::num(s.cycles)),
+            ("trials", Json::num(s.trials)),
             ("contended_sessions", Json::num(s.clients as u32)),
             ("contended_handoffs_per_session", Json::num(s.handoffs)),
             ("notification_sessions", Json::num(s.waiters as u32)),
@@ -260,31 +271,10 @@ impl Report {
         let figures = vec![
             ("uncontended", Json::Arr(uncontended)),
             ("contended", Json::Arr(contended.collect())),
-            ("best", self.best_json()),
+            ("medians", medians_json(&self.columns(), |_| Vec::new())),
             ("notifications", Json::Arr(herd)),
         ];
         self.record.json(vec![], settings, figures, &self.goals())
-    }
-
-    /// Each combination's best trial, with its ratios against Curator on ZooKeeper's best.
-    fn best_json(&self) -> Json {
-        let base = Combo::BASELINE;
-        let vs = |figure: &dyn Fn(Combo) -> Option<f64>, combo| {
-            Json::opt_num(ratio(figure(combo), figure(base)))
-        };
-        let cycles = &|c| self.uncontended_rate(c);
-        let handoffs = &|c| self.handoff_rate(c);
-        let p99 = &|c| self.p99_wait_us(c);
-        per_combo_json(|combo| {
-            vec![
-                ("cycles_per_sec", Json::opt_num(cycles(combo))),
-                ("handoffs_per_sec", Json::opt_num(handoffs(combo))),
-                ("wait_p99_us", Json::opt_num(p99(combo))),
-                ("cycles_vs_curator_on_zookeeper", vs(cycles, combo)),
-                ("handoffs_vs_curator_on_zookeeper", vs(handoffs, combo)),
-                ("wait_p99_vs_curator_on_zookeeper", vs(p99, combo)),
-            ]
-        })
     }
 }
 
@@ -293,83 +283,92 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::report::Spread;
+    use crate::tests::{field, number, rows};
 
+    fn trial<T>(who: Combo, trial: u32, result: Result<T, String>) -> Trial<T> {
+        Trial { who, trial, result }
+    }
+
+    /// Three trials of lockkeeper on Keeper and of Curator on ZooKeeper, whose best trials and
+    /// means would give other ratios than their medians; lockkeeper on ZooKeeper failed.
     fn report() -> Report {
         let mut r = Report::new(&[]);
-        let ms = Duration::from_millis;
-        let fast = Uncontended {
-            cycles: 300,
-            elapsed: Duration::from_secs(1),
+        let (lk, base) = (Combo::ALL[0], Combo::BASELINE);
+        let cycles = |cycles| {
+            Ok(Uncontended {
+                cycles,
+                elapsed: Duration::from_secs(1),
+            })
         };
-        let slow = Uncontended {
-            cycles: 100,
-            elapsed: Duration::from_secs(1),
-        };
-        let trial = |combo, trial, result| Trial {
-            who: combo,
-            trial,
-            result,
-        };
-        r.uncontended.push(trial(Combo::ALL[0], 0, Ok(fast)));
-        r.uncontended.push(trial(Combo::BASELINE, 0, Ok(slow)));
+        // Cycles/s: lockkeeper 300, 310, 290; Curator 100, 400, 50 (best 400, mean 183).
+        for (n, (ours, theirs)) in (0..).zip([(300, 100), (310, 400), (290, 50)]) {
+            r.uncontended.push(trial(lk, n, cycles(ours)));
+            r.uncontended.push(trial(base, n, cycles(theirs)));
+        }
         r.uncontended
             .push(trial(Combo::ALL[1], 0, Err("down".into())));
-        // A worse second trial does not change the best figure.
-        let worse = Uncontended {
-            cycles: 50,
-            elapsed: Duration::from_secs(1),
+        // Two handoffs per trial, each waiting `us`, in `ms`: handoffs/s and the p99 wait.
+        let handed = |us, ms| {
+            let wait = Duration::from_micros(us);
+            Ok(Contended::from_waits(
+                2,
+                &[wait, wait],
+                Duration::from_millis(ms),
+            ))
         };
-        r.uncontended.push(trial(Combo::BASELINE, 1, Ok(worse)));
-        let quick = Contended::from_waits(2, &[ms(1), ms(1)], Duration::from_secs(1));
-        let base = Contended::from_waits(2, &[ms(2), ms(2)], Duration::from_secs(2));
-        r.contended.push(Trial {
-            who: Combo::ALL[0],
-            trial: 0,
-            result: Ok(quick),
-        });
-        r.contended.push(Trial {
-            who: Combo::BASELINE,
-            trial: 0,
-            result: Ok(base),
-        });
+        // lockkeeper: 2, 8, 4 handoffs/s (median 4, best 8), p99 100, 200, 900 us (median 200,
+        // best 100, mean 400); the median rate's trial is not the median wait's.
+        for (n, (us, ms)) in (0..).zip([(100, 1_000), (200, 250), (900, 500)]) {
+            r.contended.push(trial(lk, n, handed(us, ms)));
+        }
+        // Curator: 2, 1, 2 handoffs/s (median 2), p99 400, 400, 800 us (median 400).
+        for (n, (us, ms)) in (0..).zip([(400, 1_000), (400, 2_000), (800, 1_000)]) {
+            r.contended.push(trial(base, n, handed(us, ms)));
+        }
         r
     }
 
     #[test]
-    fn goals_are_ratios_against_curator_on_zookeeper() {
+    fn goals_are_ratios_of_medians_against_curator_on_zookeeper() {
         let goals = report().goals();
-        let find = |name: &str| goals.iter().find(|g| g.name == name).expect(name).ratio;
-        assert_eq!(
-            find("uncontended cycles/s, lockkeeper on Keeper"),
-            Some(3.0)
-        );
-        assert_eq!(find("uncontended cycles/s, lockkeeper on ZooKeeper"), None);
-        assert_eq!(
-            find("contended handoffs/s, lockkeeper on Keeper"),
-            Some(2.0)
-        );
-        let p99 = goals
-            .iter()
-            .find(|g| g.name == "p99 wait, lockkeeper on Keeper")
-            .expect("p99 goal");
-        let r = p99.ratio.expect("p99 ratio");
-        assert!((r - 0.5).abs() < 0.01, "{r}");
-        assert_eq!(
-            p99.met(),
-            Some(true),
-            "half Curator's wait meets `at most 1x`"
-        );
+        let find = |name: &str| goals.iter().find(|g| g.name == name).expect(name);
+        // 300 / 100: the best trials would give 310 / 400, the means 300 / 183.
+        let cycles = find("uncontended cycles/s, lockkeeper on Keeper");
+        assert_eq!((cycles.ratio, cycles.met()), (Some(3.0), Some(true)));
+        let failed = find("uncontended cycles/s, lockkeeper on ZooKeeper");
+        assert_eq!((failed.ratio, failed.met()), (None, None));
+        // 4 / 2 misses 3x, where the best trials (8 / 2) would meet it.
+        let handoffs = find("contended handoffs/s, lockkeeper on Keeper");
+        assert_eq!((handoffs.ratio, handoffs.met()), (Some(2.0), Some(false)));
+        // The median of each trial's p99: 200 / 400, not the best 100 / 400 nor the
+        // median-rate trial's 900 / 400.
+        let p99 = find("p99 wait, lockkeeper on Keeper");
+        assert_eq!((p99.ratio, p99.met()), (Some(0.5), Some(true)));
     }
 
     #[test]
-    fn json_marks_failed_figures_and_unmet_goals() {
+    fn json_gives_each_combination_its_medians_and_marks_failures() {
         let r = report();
-        let text = r.to_json(&test_settings()).render();
+        let json = r.to_json(&test_settings());
+        assert_eq!(rows(&json, "uncontended").len(), 7, "every trial kept");
+        assert_eq!(rows(&json, "contended").len(), 6);
+        let medians = rows(&json, "medians");
+        assert_eq!(medians.len(), 4);
+        let lk = &medians[0];
+        let spread = |values: [f64; 3]| Spread::of(values).expect("three trials").json();
+        assert_eq!(field(lk, "cycles_per_sec"), &spread([300.0, 310.0, 290.0]));
+        assert_eq!(field(lk, "handoffs_per_sec"), &spread([2.0, 8.0, 4.0]));
+        assert_eq!(field(lk, "wait_p99_us"), &spread([100.0, 200.0, 900.0]));
+        assert_eq!(number(lk, "cycles_vs_curator_on_zookeeper"), 3.0);
+        assert_eq!(number(lk, "handoffs_vs_curator_on_zookeeper"), 2.0);
+        assert_eq!(number(lk, "wait_p99_vs_curator_on_zookeeper"), 0.5);
+        let baseline = &medians[2];
+        assert_eq!(number(baseline, "cycles_vs_curator_on_zookeeper"), 1.0);
+        assert_eq!(field(&medians[1], "cycles_per_sec"), &Json::Null);
+        let text = json.render();
+        assert!(!text.contains("\"best\""), "{text}");
         assert!(text.contains("\"error\": \"down\""), "{text}");
-        assert!(
-            text.contains("\"cycles_vs_curator_on_zookeeper\": 3"),
-            "{text}"
-        );
         assert!(text.contains("\"met\": \"unknown\""), "{text}");
         assert!(text.contains("\"met\": \"no\""), "{text}");
     }
