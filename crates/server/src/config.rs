@@ -43,6 +43,12 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// When the log is synced to disk, and so when writes are acknowledged.
     pub sync: SyncMode,
+    /// How long after a write whose watch events woke someone the log waits for the woken to
+    /// write, so that the write after it and theirs share one sync (a lock handoff's two
+    /// writes, the releaser's re-queue and the next holder's release, then take one sync
+    /// instead of two). Paid only by a write that follows a waking one when nobody woken
+    /// writes; zero never waits.
+    pub follow_window: Duration,
     /// A snapshot starts after this many txns (ZooKeeper's snapCount).
     pub snap_count: u64,
     /// Snapshots kept (with the logs needed to recover from the oldest of them).
@@ -89,6 +95,7 @@ impl Default for Config {
             super_digest: None,
             handshake_timeout: Duration::from_secs(10),
             sync: SyncMode::Always,
+            follow_window: Duration::from_micros(400),
             snap_count: 100_000,
             snap_retain: 3,
             max_queued_bytes: 16 << 20,

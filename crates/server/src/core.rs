@@ -190,6 +190,7 @@ impl Core {
         let log = TxnLog::open(
             &config.data_dir,
             config.sync,
+            config.follow_window,
             recovered.last_zxid,
             log_events_tx,
         )?;

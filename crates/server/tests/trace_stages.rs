@@ -155,3 +155,68 @@ async fn stages_add_up_for_a_synchronous_client_with_sync_always() {
     });
     trace_a_synchronous_client(&keeper, true).await;
 }
+
+/// A lock handoff's two writes share one sync: the releaser's delete wakes a watcher, the
+/// releaser's next write waits (within the follow window) for the woken one's write, and one
+/// sync makes both durable. The window here is far longer than the woken client's pause, so
+/// the test says the same on a slow machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_after_a_waking_one_waits_for_the_woken_and_shares_its_sync() {
+    if !backend_enabled("keeper") {
+        return;
+    }
+    let data = tempfile::tempdir().expect("a data dir");
+    let keeper = Keeper::start_with(lockkeeper_server::Config {
+        sync: SyncMode::Always,
+        follow_window: Duration::from_secs(60),
+        ..Keeper::test_config(data.path())
+    });
+    let addr = keeper.addr();
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let releaser = within("connect", Client::connect(&keeper.connect_string()))
+        .await
+        .expect("connect the releaser");
+    let woken = within("connect", Client::connect(&keeper.connect_string()))
+        .await
+        .expect("connect the watcher");
+    within("create", releaser.create("/held", b"", &persistent))
+        .await
+        .expect("create the held node");
+    let (_, watch) = within("watch", woken.check_and_watch_stat("/held"))
+        .await
+        .expect("exists watch");
+    let before = stages(addr).await;
+
+    // The woken client pauses before it writes: long enough that, without the wait, the
+    // releaser's next write would have been synced alone well before.
+    let pause = Duration::from_millis(500);
+    let options = persistent.clone();
+    let woken_task = tokio::spawn(async move {
+        let event = within("the watch event", watch.changed()).await;
+        assert_eq!(event.event_type, EventType::NodeDeleted);
+        tokio::time::sleep(pause).await;
+        let sent = Instant::now();
+        within("the woken write", woken.create("/next", b"", &options))
+            .await
+            .expect("the woken client's create");
+        sent
+    });
+    within("delete", releaser.delete("/held", None))
+        .await
+        .expect("release");
+    within("re-queue", releaser.create("/again", b"", &persistent))
+        .await
+        .expect("the releaser's next write");
+    let requeued = Instant::now();
+    let woken_sent = woken_task.await.expect("the woken client");
+    assert!(
+        requeued >= woken_sent,
+        "the releaser's next write was answered before the woken client wrote"
+    );
+    let after = stages(addr).await;
+    assert_eq!(
+        delta(&before, &after, "lk_log_syncs"),
+        2.0,
+        "the release, then both writes together"
+    );
+}

@@ -131,6 +131,10 @@ impl Core {
                     .is_some_and(|c| c.auth.check(&t.acl, perms::READ).is_ok())
             }));
         }
+        if !fired.is_empty() {
+            // Whoever this wakes may write at once: the log gives them a moment (see its doc).
+            self.log.woke_watchers();
+        }
         self.deliver(fired);
         result
     }

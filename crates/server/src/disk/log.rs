@@ -9,6 +9,21 @@
 //!
 //! Where the workers run, a task or two threads, is the `workers` module's concern.
 //!
+//! **Waiting for the woken.** A write whose watch events woke someone is usually followed at
+//! once by that someone's own write: a lock's next holder releases or re-queues, a queue's
+//! consumer takes the item. Under contention the two halves of a lock handoff (the releaser's
+//! re-queue and the woken holder's release) would each get a sync of their own, the second
+//! waiting for the first. So after publishing a group that woke watchers, the next group, if
+//! it is a single flush, waits up to the follow window from that publication for one more
+//! flush and syncs both together. The wait is taken once per such publication and only by a
+//! group that starts inside the window; a write that woke nobody never waits. The window is
+//! the server's `follow_window` (400 µs by default: long enough for a woken client to hear
+//! the event, read and answer with a write on a busy machine, short next to a sync on a slow
+//! disk).
+//!
+//! **Buffers.** A flush's buffer comes back from the writer once written (see
+//! [`Shared::recycle`]), so a steady load allocates none.
+//!
 //! Every reply and watch event is held until the durable zxid reaches the state it reveals; the
 //! thread that publishes a mark writes what it released to the sockets itself (see
 //! [`crate::disk::durable`]), after letting go of the publish lock.
@@ -39,7 +54,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc as tokio_mpsc;
 
@@ -71,6 +86,12 @@ const SYNCERS: usize = 2;
 const OVERLAP_MAX: usize = 1024;
 /// A new segment starts with fewer zeros, so creating one (at every snapshot) costs a short sync.
 const FIRST_ZEROS: u64 = 64 << 10;
+/// A flush's buffer starts this big.
+const BATCH_CAPACITY: usize = 64 << 10;
+/// Written buffers kept for the next flushes, and the biggest one kept (a burst's big buffer
+/// is let go rather than held for ever).
+const SPARE_BUFFERS: usize = 8;
+const SPARE_MAX_CAPACITY: usize = 1 << 20;
 
 pub(crate) fn segment_name(first_zxid: i64) -> String {
     format!("log.{first_zxid:016x}")
@@ -91,6 +112,8 @@ enum WriterMsg {
         last_zxid: i64,
         /// When the core flushed it, for [`crate::trace`].
         flushed: Instant,
+        /// Applying these records fired watch events: whoever they woke may write next.
+        wakes: bool,
     },
     /// The next record starts a new segment (at a snapshot, so old segments can be purged).
     Roll,
@@ -102,6 +125,8 @@ pub(crate) struct TxnLog {
     batch: Vec<u8>,
     batch_first: Option<i64>,
     batch_last: i64,
+    /// A txn of this batch fired watch events.
+    batch_wakes: bool,
     sent_last: i64,
     tx: Option<mpsc::Sender<WriterMsg>>,
     durable: Arc<DurableMark>,
@@ -118,6 +143,7 @@ impl TxnLog {
     pub(crate) fn open(
         dir: &Path,
         sync: SyncMode,
+        follow_window: Duration,
         last_zxid: i64,
         events: tokio_mpsc::UnboundedSender<LogEvent>,
     ) -> io::Result<TxnLog> {
@@ -139,6 +165,11 @@ impl TxnLog {
                 next: 0,
                 finished: Vec::new(),
             }),
+            follow: Mutex::new(Follow {
+                window: follow_window,
+                until: None,
+            }),
+            spare: Mutex::new(Vec::new()),
             dir: dir.to_path_buf(),
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -157,9 +188,10 @@ impl TxnLog {
         });
         let workers = Workers::start(placement, &shared)?;
         Ok(TxnLog {
-            batch: Vec::with_capacity(64 * 1024),
+            batch: Vec::with_capacity(BATCH_CAPACITY),
             batch_first: None,
             batch_last: last_zxid,
+            batch_wakes: false,
             sent_last: last_zxid,
             tx: Some(tx),
             durable,
@@ -180,6 +212,11 @@ impl TxnLog {
         self.batch_last = zxid;
     }
 
+    /// The txn appended last fired watch events (see the module doc).
+    pub(crate) fn woke_watchers(&mut self) {
+        self.batch_wakes = true;
+    }
+
     /// Records a zxid with nothing to log (a rejected write still consumes a zxid, as in
     /// ZooKeeper), so the durable mark can pass it.
     pub(crate) fn skip(&mut self, zxid: i64) {
@@ -191,14 +228,16 @@ impl TxnLog {
         if self.batch_last == self.sent_last {
             return;
         }
-        let bytes = std::mem::replace(&mut self.batch, Vec::with_capacity(64 * 1024));
+        let bytes = std::mem::replace(&mut self.batch, self.shared.spare_buffer());
         let first_zxid = self.batch_first.take();
         self.sent_last = self.batch_last;
+        let wakes = std::mem::take(&mut self.batch_wakes);
         self.send(WriterMsg::Records {
             bytes,
             first_zxid,
             last_zxid: self.batch_last,
             flushed: Instant::now(),
+            wakes,
         });
     }
 
@@ -212,6 +251,7 @@ impl TxnLog {
     pub(crate) fn resume(&mut self, next_zxid: i64) {
         self.batch.clear();
         self.batch_first = None;
+        self.batch_wakes = false;
         self.batch_last = next_zxid - 1;
         self.sent_last = next_zxid - 1;
         self.send(WriterMsg::Resume { next_zxid });
@@ -299,6 +339,10 @@ struct Segment {
 /// never the reverse.
 struct Shared {
     writer: Mutex<Writer>,
+    /// Taken last, alone: nothing is locked while it is held.
+    follow: Mutex<Follow>,
+    /// Written flush buffers, cleared, for the next flushes (see [`Shared::recycle`]).
+    spare: Mutex<Vec<Vec<u8>>>,
     /// The data directory, for naming it in a failure without taking `writer`.
     dir: PathBuf,
     publish: Mutex<Publish>,
@@ -350,9 +394,19 @@ struct Publish {
     finished: Vec<Job>,
 }
 
+/// Waiting for the woken (see the module doc).
+struct Follow {
+    /// The server's `follow_window`.
+    window: Duration,
+    /// Set when a published group woke watchers: until when the next group waits for the
+    /// woken to write. Taken by the next group.
+    until: Option<Instant>,
+}
+
 impl Publish {
     /// Takes a group whose sync succeeded; returns the newest group that can now be published
-    /// (every group before it has finished), having marked the segments durable up to it.
+    /// (every group before it has finished), having marked the segments durable up to it. It
+    /// `wakes` if any of the groups published with it did.
     fn finish(&mut self, job: Job) -> Option<Job> {
         if job.epoch != self.epoch {
             return None;
@@ -365,6 +419,8 @@ impl Publish {
             if let Some((segment, end)) = &job.segment {
                 segment.durable_end.fetch_max(*end, Ordering::SeqCst);
             }
+            let mut job = job;
+            job.wakes |= newest.as_ref().is_some_and(|j: &Job| j.wakes);
             newest = Some(job);
         }
         newest
@@ -390,6 +446,8 @@ struct Job {
     zxid: i64,
     /// The segment and the end of the group in it (`None` for a group that wrote no record).
     segment: Option<(Arc<SegmentFile>, u64)>,
+    /// A txn of the group fired watch events.
+    wakes: bool,
     flushed: Instant,
     received: Instant,
     written: Instant,
@@ -406,6 +464,18 @@ impl Shared {
         let received = Instant::now();
         let mut queued = vec![first];
         queued.extend(writer.rx.try_iter());
+        let follow_until = lock(&self.follow).until.take();
+        if let Some(until) = follow_until
+            && self.sync == SyncMode::Always
+            && queued.len() == 1
+        {
+            // The last group woke watchers: give the woken a moment to write, and sync both.
+            let wait = until.saturating_duration_since(Instant::now());
+            if let Ok(next) = writer.rx.recv_timeout(wait) {
+                queued.push(next);
+                queued.extend(writer.rx.try_iter());
+            }
+        }
         if self.sync == SyncMode::Always && queued_bytes(&queued) > OVERLAP_MAX {
             // A big group: the load is heavy, and syncs in parallel would only split the
             // groups and spend CPU; let the sync in flight end and take what came meanwhile.
@@ -434,6 +504,26 @@ impl Shared {
         self.taken(&queued);
         if let Some(job) = writer.write_group(self, 0, queued, Instant::now()) {
             self.sync_and_publish(0, job);
+        }
+    }
+
+    /// A buffer for the core's next flush: a written one if there is one, else a new one.
+    fn spare_buffer(&self) -> Vec<u8> {
+        lock(&self.spare)
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH_CAPACITY))
+    }
+
+    /// A flush's buffer, written: kept for a later flush, unless enough are kept already or a
+    /// burst made it big.
+    fn recycle(&self, mut bytes: Vec<u8>) {
+        if bytes.capacity() > SPARE_MAX_CAPACITY {
+            return;
+        }
+        bytes.clear();
+        let mut spare = lock(&self.spare);
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(bytes);
         }
     }
 
@@ -472,6 +562,10 @@ impl Shared {
             let Some(job) = publish.finish(job) else {
                 return;
             };
+            if job.wakes {
+                let mut follow = lock(&self.follow);
+                follow.until = Some(Instant::now() + follow.window);
+            }
             // Under the publish lock, so marks go out in the order their groups were written.
             self.durable.publish(|d| {
                 d.sync = Some(SyncStamps {
@@ -597,7 +691,8 @@ impl Writer {
         queued: Vec<WriterMsg>,
         received: Instant,
     ) -> Option<Job> {
-        let mut reached = None;
+        // Through which zxid this group has written, and whether those records woke watchers.
+        let mut reached: Option<(i64, bool)> = None;
         let mut newest_flush = received;
         for msg in queued {
             match msg {
@@ -606,6 +701,7 @@ impl Writer {
                     first_zxid,
                     last_zxid,
                     flushed,
+                    wakes,
                 } => {
                     if shared.failed.load(Ordering::SeqCst) {
                         newest_flush = flushed;
@@ -629,21 +725,30 @@ impl Writer {
                         self.fail(shared, e);
                         continue;
                     }
-                    reached = Some(last_zxid);
+                    shared.recycle(bytes);
+                    let woke_before = reached.is_some_and(|(_, woke)| woke);
+                    reached = Some((last_zxid, woke_before || wakes));
                 }
                 WriterMsg::Roll => self.roll(shared, me, reached.take(), newest_flush, received),
                 WriterMsg::Resume { next_zxid } => self.resume(shared, next_zxid),
             }
         }
-        let zxid = reached?;
+        let (zxid, wakes) = reached?;
         if shared.failed.load(Ordering::SeqCst) {
             return None;
         }
-        Some(self.job(shared, zxid, newest_flush, received))
+        Some(self.job(shared, zxid, wakes, newest_flush, received))
     }
 
     /// The sync job for what this group wrote, through `zxid`, to the current segment.
-    fn job(&mut self, shared: &Shared, zxid: i64, flushed: Instant, received: Instant) -> Job {
+    fn job(
+        &mut self,
+        shared: &Shared,
+        zxid: i64,
+        wakes: bool,
+        flushed: Instant,
+        received: Instant,
+    ) -> Job {
         let written = Instant::now();
         let seq = self.next_job;
         self.next_job += 1;
@@ -652,6 +757,7 @@ impl Writer {
             epoch: lock(&shared.publish).epoch,
             zxid,
             segment: self.segment.as_ref().map(|s| (s.disk.clone(), s.offset)),
+            wakes,
             flushed,
             received,
             written,
@@ -671,14 +777,14 @@ impl Writer {
         &mut self,
         shared: &Shared,
         me: usize,
-        pending: Option<i64>,
+        pending: Option<(i64, bool)>,
         flushed: Instant,
         received: Instant,
     ) {
         // Every earlier group's sync ends, published or failed, before this segment closes.
         shared.wait_for_syncs();
-        if let Some(zxid) = pending {
-            let job = self.job(shared, zxid, flushed, received);
+        if let Some((zxid, wakes)) = pending {
+            let job = self.job(shared, zxid, wakes, flushed, received);
             shared.sync_and_publish(me, job);
         }
         if !shared.failed.load(Ordering::SeqCst) {

@@ -530,7 +530,8 @@ mod tests {
     /// Logs `txns` at consecutive zxids from FIRST_ZXID and waits for them to be durable.
     fn write_log(dir: &Path, txns: &[Txn]) {
         let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut log = TxnLog::open(dir, SyncMode::Always, 0, events).unwrap();
+        let mut log =
+            TxnLog::open(dir, SyncMode::Always, std::time::Duration::ZERO, 0, events).unwrap();
         for (i, txn) in txns.iter().enumerate() {
             log.append(FIRST_ZXID + i as i64, 1000, txn);
         }

@@ -7,6 +7,7 @@ fn job(seq: u64, epoch: u64, zxid: i64) -> Job {
         epoch,
         zxid,
         segment: None,
+        wakes: false,
         flushed: now,
         received: now,
         written: now,
@@ -83,7 +84,7 @@ where
     let first = crate::disk::recovery::FIRST_ZXID;
     let open = move |dir: &Path| {
         let (events, heard) = tokio_mpsc::unbounded_channel();
-        let log = TxnLog::open(dir, SyncMode::Always, first - 1, events).unwrap();
+        let log = TxnLog::open(dir, SyncMode::Always, Duration::ZERO, first - 1, events).unwrap();
         (log, heard)
     };
     let current_thread = || {
@@ -375,7 +376,15 @@ fn a_log_task_whose_runtime_shuts_down_first_hands_its_work_to_a_thread() {
         .unwrap();
     let (events, _heard) = tokio_mpsc::unbounded_channel();
     let mut log = runtime
-        .block_on(async { TxnLog::open(dir.path(), SyncMode::Always, first - 1, events) })
+        .block_on(async {
+            TxnLog::open(
+                dir.path(),
+                SyncMode::Always,
+                Duration::ZERO,
+                first - 1,
+                events,
+            )
+        })
         .unwrap();
     assert!(matches!(log.workers, Workers::Task(_)));
     let waiter = tokio::runtime::Builder::new_current_thread()
@@ -427,4 +436,116 @@ fn nothing_from_before_a_fault_is_published() {
     );
     p.restart(2);
     assert_eq!(p.finish(job(2, 1, 30)).map(|j| j.zxid), Some(30));
+}
+
+/// A follow window far longer than any machine needs between two flushes, so that what the
+/// tests below see does not depend on the machine's speed.
+const LONG_WINDOW: Duration = Duration::from_secs(30);
+
+/// Opens a log on a multi-threaded runtime, as the server does, with `window` as the follow
+/// window, makes a first flush durable, which woke watchers if `woke`, and runs `then` on it.
+fn after_a_first_flush<F, Fut, T>(woke: bool, window: Duration, then: F) -> T
+where
+    F: FnOnce(TxnLog, i64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let first = crate::disk::recovery::FIRST_ZXID;
+    run_in(
+        Runtime::MultiThread,
+        dir.path(),
+        move |mut log, _| async move {
+            lock(&log.shared.follow).window = window;
+            log.append(first, 1000, &create(0));
+            if woke {
+                log.woke_watchers();
+            }
+            log.flush();
+            durable_through(&log, first).await;
+            then(log, first + 1).await
+        },
+    )
+}
+
+#[test]
+fn after_a_write_that_woke_watchers_the_next_waits_for_the_woken_and_both_take_one_sync() {
+    let (syncs, alone) = after_a_first_flush(true, LONG_WINDOW, |mut log, next| async move {
+        let syncs = log.fsync_time().count();
+        log.append(next, 1000, &create(1));
+        log.flush();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let alone = log.durable_zxid() >= next;
+        log.append(next + 1, 1000, &create(2));
+        log.flush();
+        durable_through(&log, next + 1).await;
+        (log.fsync_time().count() - syncs, alone)
+    });
+    assert!(!alone, "the first flush was synced without waiting");
+    assert_eq!(syncs, 1, "the two flushes were synced apart");
+}
+
+#[test]
+fn a_write_that_woke_nobody_makes_the_next_wait_for_nothing() {
+    after_a_first_flush(false, LONG_WINDOW, |mut log, next| async move {
+        log.append(next, 1000, &create(1));
+        log.flush();
+        // Within 10 s, a third of the window.
+        durable_through(&log, next).await;
+    });
+}
+
+#[test]
+fn the_wait_for_the_woken_ends_with_its_window() {
+    // Nobody follows: the flush is synced alone once the window has passed.
+    after_a_first_flush(
+        true,
+        Duration::from_millis(200),
+        |mut log, next| async move {
+            log.append(next, 1000, &create(1));
+            log.flush();
+            durable_through(&log, next).await;
+        },
+    );
+}
+
+#[test]
+fn written_flush_buffers_are_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = crate::disk::recovery::FIRST_ZXID;
+    run_in(
+        Runtime::MultiThread,
+        dir.path(),
+        move |mut log, _| async move {
+            for i in 0..20 {
+                log.append(first + i, 1000, &create(i));
+                log.flush();
+                durable_through(&log, first + i).await;
+            }
+            let spare = lock(&log.shared.spare).len();
+            assert!((1..=SPARE_BUFFERS).contains(&spare), "{spare} buffers kept");
+            // The next flush takes a kept one instead of allocating.
+            let kept: Vec<*const u8> = lock(&log.shared.spare).iter().map(Vec::as_ptr).collect();
+            log.append(first + 20, 1000, &create(20));
+            log.flush();
+            assert!(
+                kept.contains(&log.batch.as_ptr()),
+                "a new buffer was allocated"
+            );
+        },
+    );
+}
+
+#[test]
+fn groups_published_together_wake_if_any_of_them_did() {
+    let mut p = publish();
+    let mut older = job(0, 0, 10);
+    older.wakes = true;
+    assert!(
+        p.finish(job(1, 0, 20)).is_none(),
+        "group 0 is still syncing"
+    );
+    let newest = p.finish(older).expect("both finished");
+    assert_eq!(newest.zxid, 20);
+    assert!(newest.wakes, "the older group's watchers were forgotten");
 }
