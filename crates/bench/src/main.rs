@@ -320,6 +320,7 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
             launcher: launcher(&args)?,
             pairs: args.trace.trace_pairs,
             clients: usize::from(args.trace.trace_clients),
+            trials: args.trace.trace_trials,
             limit: load.duration,
             connect_limit: load.connect_timeout,
         };

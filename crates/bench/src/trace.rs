@@ -11,16 +11,18 @@
 //!    same way (the acquisition's create and listing as one op, the release as the other).
 //!    For each: p50/p99 per pair and per op, each stage's mean per traced reply and its share
 //!    of the client's mean per op, and the rest ("client + loopback": the client, the kernel's
-//!    loopback both ways); then the target line, the pairs' p50s beside two fdatasyncs plus
-//!    0.15 ms, and the library-free client's pairs on a second Keeper that never syncs
-//!    (`--sync none`): what a pair costs besides its syncs on this machine that day, the part
-//!    the target's 0.15 ms bounds; then `lockkeeper-zk-client`'s pairs once more from
-//!    `block_on` on a thread of its own, for what a caller off the runtime's workers pays. The
-//!    clients run on a runtime worker, as a service's code does;
+//!    loopback both ways); the library-free client's pairs also on a second Keeper that never
+//!    syncs (`--sync none`): what a pair costs besides its syncs on this machine at that
+//!    moment; then `lockkeeper-zk-client`'s pairs once more from `block_on` on a thread of its
+//!    own, for what a caller off the runtime's workers pays. The clients run on a runtime
+//!    worker, as a service's code does;
 //! 2. **a contended handoff**: several sessions of lockkeeper's `zk::Mutex` looping
 //!    lock -> release on one lock, handoffs per second and each stage's time per handoff, with
 //!    `reaction` (a watch event written to the next request on that connection: what the
-//!    waiting client takes to act on its notification).
+//!    waiting client takes to act on its notification);
+//! 3. **the targets** (see [`targets`]): the library-free durable pairs, the uncontended
+//!    Mutex cycles and the never-synced pairs again, alternating, and the contended handoff
+//!    again, to `--trace-trials` trials in all; each target judged on the medians.
 //!
 //! Bounded: each run by a count and by `--duration`, each wait by `--connect-timeout` or a
 //! fixed limit; both Keepers are killed on every way out (each is a [`ChildServer`]).
@@ -41,11 +43,13 @@ use lockkeeper_server::Stage;
 use tokio::sync::Barrier;
 use zookeeper_client::{Acls, Client, CreateMode};
 
+mod targets;
 mod wire;
 
 use super::locks::{close_all, open, open_many};
 use super::process::{ChildServer, Launcher, ServerKind, ServerOptions};
 use super::startup::first_session;
+use targets::Trials;
 
 /// The pipeline's stages in order, as `mntr` names them (`reaction` is apart).
 fn pipeline() -> impl Iterator<Item = &'static str> {
@@ -64,8 +68,6 @@ const SYNC_SAMPLES: u32 = 2000;
 const SYNC_LIMIT: Duration = Duration::from_secs(30);
 /// The longest one request (or one lock acquisition) may take.
 const OP_LIMIT: Duration = Duration::from_secs(10);
-/// What the target allows above two fdatasyncs for a durable create+delete pair.
-const TARGET_SLACK: Duration = Duration::from_micros(150);
 
 /// Flags of the trace mode (`--duration`, `--connect-timeout`, `--json` apply too).
 #[derive(clap::Args, Debug, Clone)]
@@ -84,6 +86,12 @@ pub struct TraceArgs {
     /// With --trace: sessions looping on one Mutex in the handoff run.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=256))]
     pub trace_clients: u16,
+
+    /// With --trace: trials of the runs the targets are judged on (the library-free pairs,
+    /// the uncontended Mutex, the never-synced pairs, alternating, and the contended handoff);
+    /// each target is judged on the medians.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub trace_trials: u32,
 }
 
 /// What one run needs.
@@ -92,6 +100,8 @@ pub(crate) struct Settings {
     pub launcher: Launcher,
     pub pairs: u32,
     pub clients: usize,
+    /// Trials of the runs the targets are judged on (see `--trace-trials`).
+    pub trials: u32,
     pub limit: Duration,
     pub connect_limit: Duration,
 }
@@ -164,10 +174,7 @@ async fn measure(
         ("(c) no client library", &bare),
         ("(d) uncontended Mutex", &cycles),
     ]);
-    println!(
-        "{}",
-        target_line(library.p50(), own.p50(), bare.p50(), sync_p50)
-    );
+    println!("{}", p50_line(library.p50(), own.p50(), bare.p50()));
     println!("{}", unsynced_line(&unsynced));
     let off_worker = own_client_off_worker(addr, settings).await?;
     println!(
@@ -177,14 +184,51 @@ async fn measure(
         off_worker.op_mean_us() - own.op_mean_us()
     );
     println!();
-    let handoff = handoff_run(addr, settings).await?;
+    let (handoff, handoff_syncs) = handoff_run(addr, settings, true).await?;
+    // The runs above are the first trial; the others alternate, every other one reversed.
+    let mut trials = Trials {
+        durable_pair_us: vec![micros(bare.p50())],
+        unsynced_pair_us: vec![micros(unsynced.p50())],
+        cycle_us: vec![micros(cycles.p50())],
+        cycle_syncs: vec![2.0 * cycles.syncs_per_op()],
+        handoff_syncs: vec![handoff_syncs],
+    };
+    println!();
+    for trial in 1..settings.trials {
+        let mut order = [TrialRun::Durable, TrialRun::Cycles, TrialRun::Unsynced];
+        if trial % 2 == 1 {
+            order.reverse();
+        }
+        for run in order {
+            match run {
+                TrialRun::Durable => {
+                    let pairs = bare_pairs(addr, settings).await?;
+                    trials.durable_pair_us.push(micros(pairs.p50()));
+                }
+                TrialRun::Cycles => {
+                    let cycles = mutex_cycles(addr, settings).await?;
+                    trials.cycle_us.push(micros(cycles.p50()));
+                    trials.cycle_syncs.push(2.0 * cycles.syncs_per_op());
+                }
+                TrialRun::Unsynced => {
+                    let pairs = bare_pairs(unsynced_addr, settings).await?;
+                    trials.unsynced_pair_us.push(micros(pairs.p50()));
+                }
+            }
+        }
+        let (_, syncs) = handoff_run(addr, settings, false).await?;
+        trials.handoff_syncs.push(syncs);
+    }
+    for line in trials.lines(sync_p50) {
+        println!("{line}");
+    }
     Ok(Json::obj(vec![
         (
             "command",
             Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
         ),
         ("fdatasync_p50_us", Json::num(micros(sync_p50))),
-        ("target_us", Json::num(micros(target(sync_p50)))),
+        ("trials", trials.json(sync_p50)),
         ("durable_pairs", library.json()),
         ("durable_pairs_lockkeeper_zk_client", own.json()),
         ("durable_pairs_no_library", bare.json()),
@@ -328,8 +372,12 @@ impl Pairs {
     }
 }
 
-fn target(sync_p50: Duration) -> Duration {
-    2 * sync_p50 + TARGET_SLACK
+/// The runs a trial of the targets alternates.
+#[derive(Clone, Copy)]
+enum TrialRun {
+    Durable,
+    Cycles,
+    Unsynced,
 }
 
 /// One synchronous client with no library (ZooKeeper's wire protocol on a blocking socket, on
@@ -495,8 +543,13 @@ fn print_pairs(runs: &[(&str, &Pairs)]) {
     row("client-observed", &|p| p.op_mean_us());
 }
 
-/// Several sessions looping lock -> release on one Mutex; stage time per handoff.
-async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxError> {
+/// Several sessions looping lock -> release on one Mutex; stage time per handoff (printed in
+/// full if `detail`, else in a line) and log syncs per handoff.
+async fn handoff_run(
+    addr: SocketAddr,
+    settings: &Settings,
+    detail: bool,
+) -> Result<(Json, f64), BoxError> {
     let connect = addr.to_string();
     let clients = settings.clients;
     let sessions = open_many(&connect, clients, settings.connect_limit).await?;
@@ -553,6 +606,14 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
     let handoff_us = 1e6 / per_sec.max(1e-9);
     let n = handoffs.max(1) as f64;
     let syncs = stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
+    if !detail {
+        println!(
+            "(e) again: {handoffs} handoffs in {}, {:.2} log syncs per handoff",
+            fmt_duration(elapsed),
+            syncs / n
+        );
+        return Ok((Json::Null, syncs / n));
+    }
     println!(
         "(e) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
          {per_sec:.0}/s ({handoff_us:.1} µs each), {:.2} log syncs per handoff",
@@ -578,7 +639,7 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
             sum / n,
         );
     }
-    Ok(Json::obj(vec![
+    let json = Json::obj(vec![
         ("clients", Json::num(clients as f64)),
         ("handoffs", Json::num(handoffs as f64)),
         ("handoffs_per_sec", Json::num(per_sec)),
@@ -591,7 +652,8 @@ async fn handoff_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxE
         ),
         ("stages_us_per_handoff", stage_json(&stages, Some(n))),
         ("stages_mean_us_per_reply", stage_json(&stages, None)),
-    ]))
+    ]);
+    Ok((json, syncs / n))
 }
 
 /// One turn of a contender: when its `lock()` returned and when its `release()` did.
@@ -716,32 +778,25 @@ fn fmt_us(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-/// The target line: the pair's p50 through each client, beside two fdatasyncs + 0.15 ms.
-pub(crate) fn target_line(
-    library_p50: Duration,
-    own_p50: Duration,
-    bare_p50: Duration,
-    sync_p50: Duration,
-) -> String {
+/// The durable pair's p50 through each client.
+pub(crate) fn p50_line(library_p50: Duration, own_p50: Duration, bare_p50: Duration) -> String {
     format!(
         "durable create+delete p50: {} through zookeeper-client, {} through \
-         lockkeeper-zk-client, {} with no client library; 2 x fdatasync + 0.15 ms = {}",
+         lockkeeper-zk-client, {} with no client library",
         fmt_us(library_p50),
         fmt_us(own_p50),
         fmt_us(bare_p50),
-        fmt_us(target(sync_p50))
     )
 }
 
-/// The library-free pairs on the Keeper that never syncs, beside the target's allowance.
+/// The library-free pairs on the Keeper that never syncs.
 fn unsynced_line(unsynced: &Pairs) -> String {
     format!(
         "(c) again, on a Keeper that never syncs: {} {}, per pair p50 {}: what a pair costs \
-         besides its syncs, where the target allows {}",
+         besides its syncs",
         unsynced.times.pairs,
         unsynced.what,
         fmt_us(unsynced.p50()),
-        fmt_us(TARGET_SLACK)
     )
 }
 
@@ -777,15 +832,13 @@ mod tests {
         assert_eq!(mean_of(&d, "write"), 20.0);
         assert_eq!(mean_of(&d, "reaction"), 0.0, "no division by zero");
         assert_eq!(
-            target_line(
+            p50_line(
                 Duration::from_micros(480),
                 Duration::from_micros(420),
                 Duration::from_micros(400),
-                Duration::from_micros(100)
             ),
             "durable create+delete p50: 0.480 ms through zookeeper-client, 0.420 ms through \
-             lockkeeper-zk-client, 0.400 ms with no client library; 2 x fdatasync + 0.15 ms = \
-             0.350 ms"
+             lockkeeper-zk-client, 0.400 ms with no client library"
         );
     }
 
@@ -807,6 +860,7 @@ mod tests {
             launcher: super::super::tests::launcher(),
             pairs: 20,
             clients: 3,
+            trials: 2,
             limit: Duration::from_secs(30),
             connect_limit: Duration::from_secs(30),
         };
@@ -858,6 +912,31 @@ mod tests {
         let handoff = field(&json, "contended_handoff");
         assert_eq!(number(handoff, "handoffs"), 21.0, "{}", handoff.render());
         assert!(number(handoff, "handoffs_per_sec") > 0.0);
+        // Two trials of each run behind the targets, and every target judged.
+        let trials = field(&json, "trials");
+        for key in [
+            "durable_pair_p50_us",
+            "unsynced_pair_p50_us",
+            "uncontended_cycle_p50_us",
+            "log_syncs_per_uncontended_cycle",
+            "log_syncs_per_contended_handoff",
+        ] {
+            assert_eq!(
+                number(field(trials, key), "trials"),
+                2.0,
+                "{key}: {}",
+                trials.render()
+            );
+        }
+        assert_eq!(
+            number(field(trials, "log_syncs_per_uncontended_cycle"), "median"),
+            2.0,
+            "{}",
+            trials.render()
+        );
+        let targets = trials.render();
+        assert_eq!(targets.matches("\"met\"").count(), 4, "{targets}");
+        assert!(!targets.contains("\"met\": \"unknown\""), "{targets}");
     }
 
     #[test]
@@ -866,8 +945,12 @@ mod tests {
         let args = parse(&["--trace"]).expect("parse");
         assert!(args.trace.trace);
         assert_eq!(
-            (args.trace.trace_pairs, args.trace.trace_clients),
-            (2000, 8)
+            (
+                args.trace.trace_pairs,
+                args.trace.trace_clients,
+                args.trace.trace_trials
+            ),
+            (2000, 8, 5)
         );
         assert!(parse(&["--trace", "--compare"]).is_err());
         assert!(parse(&["--trace", "--locks"]).is_err());

@@ -1,0 +1,273 @@
+//! The `--trace` mode's targets: figures of Keeper's write path that depend on the code, not on
+//! the machine, each judged on the medians of trials taken in one invocation.
+//!
+//! - **log syncs per contended handoff**, at most 1.1: the releaser's re-queue and the woken
+//!   holder's release share one sync;
+//! - **log syncs per uncontended lock cycle**, exactly 2: the acquisition's create and the
+//!   release's delete, nothing more;
+//! - **an uncontended lock cycle's p50**, at most 1.1x a library-free create+delete pair's p50
+//!   on the same Keeper: what lockkeeper's client and recipe add to the two writes;
+//! - **a durable create+delete pair's p50**, at most a never-synced pair's p50 (a `--sync none`
+//!   Keeper) plus two fdatasync p50s plus 0.05 ms: what Keeper adds to a pair's two syncs.
+//!
+//! The runs behind the last two alternate within each trial, every other trial in reverse
+//! order, so that drift during the run favours none of them.
+
+use std::time::Duration;
+
+use lockkeeper_load::stats::Json;
+
+use crate::report::Spread;
+
+/// Most log syncs per contended handoff.
+const HANDOFF_SYNCS: f64 = 1.1;
+/// Log syncs per uncontended lock -> release cycle.
+const CYCLE_SYNCS: f64 = 2.0;
+/// Most an uncontended cycle's p50 may be over a library-free pair's.
+const CYCLE_OVER_PAIR: f64 = 1.1;
+/// What a durable pair may take above a never-synced pair and two fdatasyncs.
+pub(crate) const PAIR_SLACK: Duration = Duration::from_micros(50);
+
+/// Each trial's figures, in trial order.
+#[derive(Default)]
+pub(crate) struct Trials {
+    /// p50 of the library-free client's durable create+delete pairs, µs.
+    pub durable_pair_us: Vec<f64>,
+    /// p50 of the same pairs on the Keeper that never syncs, µs.
+    pub unsynced_pair_us: Vec<f64>,
+    /// p50 of one session's uncontended `zk::Mutex` lock -> release cycles, µs.
+    pub cycle_us: Vec<f64>,
+    /// Log syncs per uncontended cycle.
+    pub cycle_syncs: Vec<f64>,
+    /// Log syncs per contended handoff.
+    pub handoff_syncs: Vec<f64>,
+}
+
+/// One target's verdict.
+pub(crate) struct Check {
+    pub name: &'static str,
+    /// The median it is judged on (`None`: not measured).
+    pub measured: Option<f64>,
+    /// What the median may be at most, or exactly.
+    pub bound: Option<f64>,
+    pub exact: bool,
+    /// How both are printed.
+    pub fmt: Format,
+}
+
+impl Check {
+    /// `None` when either side could not be measured.
+    pub(crate) fn met(&self) -> Option<bool> {
+        let (measured, bound) = (self.measured?, self.bound?);
+        Some(if self.exact {
+            // Counts over thousands of operations: equal to two decimals.
+            (measured - bound).abs() < 0.005
+        } else {
+            measured <= bound
+        })
+    }
+
+    fn row(&self) -> String {
+        let show = |v: Option<f64>| v.map_or("-".into(), self.fmt);
+        let verdict = match self.met() {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "not measured",
+        };
+        format!(
+            "  {:<52} {:>10}  target {} {}  {verdict}",
+            self.name,
+            show(self.measured),
+            if self.exact { "=" } else { "<=" },
+            show(self.bound),
+        )
+    }
+
+    fn json(&self) -> Json {
+        Json::obj(vec![
+            ("name", Json::Str(self.name.into())),
+            ("median", Json::opt_num(self.measured)),
+            ("bound", Json::opt_num(self.bound)),
+            (
+                "direction",
+                Json::Str(if self.exact { "exactly" } else { "at_most" }.into()),
+            ),
+            (
+                "met",
+                Json::Str(
+                    match self.met() {
+                        Some(true) => "yes",
+                        Some(false) => "no",
+                        None => "unknown",
+                    }
+                    .into(),
+                ),
+            ),
+        ])
+    }
+}
+
+/// How a figure is printed.
+type Format = fn(f64) -> String;
+
+fn fmt_count(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+fn fmt_ratio(v: f64) -> String {
+    format!("{v:.2}x")
+}
+
+fn fmt_ms(us: f64) -> String {
+    format!("{:.3} ms", us / 1e3)
+}
+
+impl Trials {
+    fn median(values: &[f64]) -> Option<f64> {
+        Spread::of(values.iter().copied()).map(|s| s.median)
+    }
+
+    /// The targets, judged on the medians, `sync_p50` being the fdatasync p50 measured on
+    /// Keeper's data dir.
+    pub(crate) fn checks(&self, sync_p50: Duration) -> Vec<Check> {
+        let durable = Self::median(&self.durable_pair_us);
+        let unsynced = Self::median(&self.unsynced_pair_us);
+        let cycle = Self::median(&self.cycle_us);
+        let sync_us = sync_p50.as_secs_f64() * 1e6;
+        vec![
+            Check {
+                name: "log syncs per contended handoff",
+                measured: Self::median(&self.handoff_syncs),
+                bound: Some(HANDOFF_SYNCS),
+                exact: false,
+                fmt: fmt_count,
+            },
+            Check {
+                name: "log syncs per uncontended lock cycle",
+                measured: Self::median(&self.cycle_syncs),
+                bound: Some(CYCLE_SYNCS),
+                exact: true,
+                fmt: fmt_count,
+            },
+            Check {
+                name: "uncontended cycle p50 / library-free pair p50",
+                measured: cycle.zip(durable).map(|(c, d)| c / d),
+                bound: Some(CYCLE_OVER_PAIR),
+                exact: false,
+                fmt: fmt_ratio,
+            },
+            Check {
+                name: "durable pair p50 (never-synced + 2 fdatasync + 0.05 ms)",
+                measured: durable,
+                bound: unsynced.map(|u| u + 2.0 * sync_us + PAIR_SLACK.as_secs_f64() * 1e6),
+                exact: false,
+                fmt: fmt_ms,
+            },
+        ]
+    }
+
+    /// The spreads of every figure, one line each, then the targets with their verdicts.
+    pub(crate) fn lines(&self, sync_p50: Duration) -> Vec<String> {
+        let n = self.durable_pair_us.len();
+        let mut lines = vec![format!(
+            "{n} trials, each running (c), (d) and (c) on the Keeper that never syncs, every \
+             other one in reverse order, and (e): median (min–max)"
+        )];
+        let figures: [(&str, &[f64], Format); 5] = [
+            ("(c) durable pair p50", &self.durable_pair_us, fmt_ms),
+            ("(c) never-synced pair p50", &self.unsynced_pair_us, fmt_ms),
+            ("(d) uncontended cycle p50", &self.cycle_us, fmt_ms),
+            ("(d) log syncs per cycle", &self.cycle_syncs, fmt_count),
+            ("(e) log syncs per handoff", &self.handoff_syncs, fmt_count),
+        ];
+        for (name, values, fmt) in figures {
+            let shown = Spread::of(values.iter().copied()).map_or("-".into(), |s| s.fmt(fmt));
+            lines.push(format!("  {name:<28} {shown}"));
+        }
+        lines.push("targets, from the medians:".into());
+        lines.extend(self.checks(sync_p50).iter().map(Check::row));
+        lines
+    }
+
+    /// Each figure's spread and the targets' verdicts.
+    pub(crate) fn json(&self, sync_p50: Duration) -> Json {
+        let spread =
+            |values: &[f64]| Spread::of(values.iter().copied()).map_or(Json::Null, |s| s.json());
+        Json::obj(vec![
+            ("durable_pair_p50_us", spread(&self.durable_pair_us)),
+            ("unsynced_pair_p50_us", spread(&self.unsynced_pair_us)),
+            ("uncontended_cycle_p50_us", spread(&self.cycle_us)),
+            ("log_syncs_per_uncontended_cycle", spread(&self.cycle_syncs)),
+            (
+                "log_syncs_per_contended_handoff",
+                spread(&self.handoff_syncs),
+            ),
+            (
+                "targets",
+                Json::Arr(self.checks(sync_p50).iter().map(Check::json).collect()),
+            ),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three trials whose medians, bests and means would judge differently.
+    fn trials() -> Trials {
+        Trials {
+            durable_pair_us: vec![400.0, 100.0, 420.0],
+            unsynced_pair_us: vec![50.0, 10.0, 60.0],
+            cycle_us: vec![430.0, 120.0, 900.0],
+            cycle_syncs: vec![2.0, 2.0, 2.5],
+            handoff_syncs: vec![1.05, 1.6, 1.0],
+        }
+    }
+
+    fn verdicts(t: &Trials, sync: Duration) -> Vec<(&'static str, Option<f64>, Option<bool>)> {
+        t.checks(sync)
+            .into_iter()
+            .map(|c| (c.name, c.measured, c.met()))
+            .collect()
+    }
+
+    #[test]
+    fn each_target_is_judged_on_the_medians() {
+        let v = verdicts(&trials(), Duration::from_micros(150));
+        assert_eq!(
+            v[0],
+            ("log syncs per contended handoff", Some(1.05), Some(true))
+        );
+        assert_eq!(v[1].2, Some(true), "the median cycle took 2 syncs");
+        let ratio = v[2].1.expect("cycle ratio");
+        assert!((ratio - 430.0 / 400.0).abs() < 1e-9, "{ratio}");
+        assert_eq!(v[2].2, Some(true));
+        // 400 <= 50 + 2 x 150 + 50.
+        assert_eq!(v[3].2, Some(true));
+        let v = verdicts(&trials(), Duration::from_micros(149));
+        assert_eq!(v[3].2, Some(false), "400 > 50 + 2 x 149 + 50");
+    }
+
+    #[test]
+    fn a_missed_target_says_so_and_an_unmeasured_one_is_not_met() {
+        let mut t = trials();
+        t.handoff_syncs = vec![1.2, 1.5, 1.11];
+        t.cycle_syncs = vec![3.0];
+        t.cycle_us.clear();
+        let v = verdicts(&t, Duration::from_micros(150));
+        assert_eq!(v[0].2, Some(false));
+        assert_eq!(v[1].2, Some(false), "3 syncs per cycle is not exactly 2");
+        assert_eq!(
+            v[2],
+            ("uncontended cycle p50 / library-free pair p50", None, None)
+        );
+        let lines = t.lines(Duration::from_micros(150)).join("\n");
+        assert!(lines.contains("MISSED"), "{lines}");
+        assert!(lines.contains("not measured"), "{lines}");
+        assert!(lines.contains("1.20 (1.11–1.50)"), "{lines}");
+        let json = t.json(Duration::from_micros(150)).render();
+        assert!(json.contains("\"met\": \"no\""), "{json}");
+        assert!(json.contains("\"direction\": \"exactly\""), "{json}");
+    }
+}
