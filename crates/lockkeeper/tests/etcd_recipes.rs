@@ -370,6 +370,11 @@ async fn an_election_and_its_candidacy_describe_themselves() {
     let candidacy = election.candidacy("host-a:8080");
     assert_eq!(candidacy.value(), b"host-a:8080");
     assert_eq!(candidacy.election().name(), "described");
+    let observer = election.observe();
+    assert!(
+        format!("{observer:?}").contains("\"described\""),
+        "an observer names its election: {observer:?}"
+    );
     let refused = a
         .election("described")
         .expect("election")
@@ -418,4 +423,54 @@ async fn an_election_and_its_candidacy_describe_themselves() {
         b"host-b:8080"
     );
     next.resign().await.expect("resign");
+}
+
+/// An observer rides out an etcd restart: the broken watch and the refused reads while etcd is
+/// down are passing failures, and the next leader is answered once etcd is back.
+#[tokio::test]
+async fn an_observer_waits_through_an_etcd_restart() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let election = a.election("restarted").expect("election");
+    let leadership = election.campaign("a:1").await.expect("campaign");
+    let mut observer = election.observe();
+    assert_eq!(observer.next().await.expect("observe").value, b"a:1");
+    let waiting = tokio::spawn(async move { observer.next().await });
+    etcd.kill();
+    // Down long enough for the observer's watch to break and a read to be refused.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!waiting.is_finished(), "an outage is no answer");
+    etcd.restart();
+    // A new leader once etcd is back: a resigns (or its lease ends, if the outage outlived it).
+    let b = session(&etcd).await;
+    let _ = leadership.resign().await;
+    let lead_b = tokio::time::timeout(
+        Duration::from_secs(60),
+        b.election("restarted").expect("election").campaign("b:1"),
+    )
+    .await
+    .expect("b leads once a is gone")
+    .expect("campaign");
+    let seen = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the new leader is answered")
+        .expect("task")
+        .expect("the outage was not an error");
+    assert_eq!(seen.value, b"b:1");
+    lead_b.resign().await.expect("resign");
+}
+
+/// A failure etcd will not get over by itself is the observer's answer, at once: a name too
+/// long for any request etcd takes.
+#[tokio::test]
+async fn an_observer_answers_a_lasting_failure_instead_of_retrying() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let name = "n".repeat(3 << 20);
+    let mut observer = a.election(&name).expect("election").observe();
+    let answer = tokio::time::timeout(Duration::from_secs(30), observer.next())
+        .await
+        .expect("answered, not retried for ever");
+    let err = answer.expect_err("etcd refuses a 3 MiB key");
+    assert!(matches!(err, Error::Etcd(_)), "{err}");
 }
