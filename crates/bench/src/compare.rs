@@ -2,9 +2,11 @@
 //! same machine, by the same client, and printed side by side as ratios Keeper/ZooKeeper.
 //!
 //! Each server is started as a child process and goes through the same steps: time from spawn to
-//! the first accepted session (several fresh starts, the median reported), every workload, then
-//! resident memory after bulk creating persistent znodes. Only one server is under load at any
-//! moment, and the steps alternate between the servers (see [`measure_all`]).
+//! the first accepted session (several fresh starts, the median reported), every workload in
+//! several trials (each figure the median over them, printed with its range), then resident
+//! memory after bulk creating persistent znodes. Only one server is under load at any moment,
+//! and the steps alternate between the servers, every other trial in reverse order (see
+//! [`measure_all`]).
 //!
 //! Ratios rather than absolute numbers are the claim, because only a ratio measured in one run
 //! on one machine means anything elsewhere.
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use super::BoxError;
 use super::process::{ChildServer, Launcher, ServerKind};
-use super::report::Partial;
+use super::report::{Partial, Spread};
 use super::startup::first_session;
 use super::stats::{self, Json, RunStats};
 use super::workload::{Namespace, Plan, Workload};
@@ -27,6 +29,8 @@ pub(crate) struct Settings {
     pub servers: Vec<ServerKind>,
     pub launcher: Launcher,
     pub startup_trials: usize,
+    /// Trials of every workload on every server; each figure is the median over them.
+    pub workload_trials: usize,
     /// Bound on one server's start-up, from spawn to first session.
     pub startup_limit: Duration,
     pub rss_znodes: u64,
@@ -71,11 +75,20 @@ impl ServerReport {
         }
     }
 
-    fn run(&self, workload: Workload, sessions: usize) -> Option<&RunStats> {
-        self.runs
-            .iter()
-            .find(|(w, s, _)| *w == workload && *s == sessions)
-            .and_then(|(_, _, r)| r.as_ref().ok())
+    /// The spread over the trials of `figure` of the runs of `workload` with `sessions`.
+    fn spread(
+        &self,
+        workload: Workload,
+        sessions: usize,
+        figure: impl Fn(&RunStats) -> Option<f64>,
+    ) -> Option<Spread> {
+        Spread::of(
+            self.runs
+                .iter()
+                .filter(|(w, s, _)| *w == workload && *s == sessions)
+                .filter_map(|(_, _, r)| r.as_ref().ok())
+                .filter_map(figure),
+        )
     }
 
     fn startup_median(&self) -> Option<Duration> {
@@ -173,28 +186,16 @@ async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
     if contenders.iter().any(|c| c.namespace.is_some()) {
         println!("\n{:<10} {}", "server", stats::run_header());
     }
-    for &workload in &settings.workloads {
-        for &sessions in &settings.sessions {
-            for c in &mut contenders {
-                let Some(namespace) = &c.namespace else {
-                    continue;
-                };
-                let kind = c.report.kind;
-                let result = namespace
-                    .run(workload, sessions, &c.plan, &format!("{kind} "))
-                    .await;
-                match &result {
-                    Ok(s) => println!("{:<10} {}", kind.name(), stats::run_row(s)),
-                    Err(e) => println!(
-                        "{:<10} {:<16} {:>8}  error: {e}",
-                        kind.name(),
-                        workload.name(),
-                        sessions
-                    ),
+    for trial in 0..settings.workload_trials.max(1) {
+        for &workload in &settings.workloads {
+            for &sessions in &settings.sessions {
+                if trial % 2 == 1 {
+                    contenders.reverse();
                 }
-                c.report
-                    .runs
-                    .push((workload, sessions, result.map_err(|e| e.to_string())));
+                run_on_each(&mut contenders, workload, sessions).await;
+                if trial % 2 == 1 {
+                    contenders.reverse();
+                }
             }
         }
     }
@@ -257,6 +258,31 @@ async fn measure_all(settings: &Settings) -> Vec<ServerReport> {
     contenders.into_iter().map(|c| c.report).collect()
 }
 
+/// One run of `workload` with `sessions` on each contender in turn, in the order given.
+async fn run_on_each(contenders: &mut [Contender], workload: Workload, sessions: usize) {
+    for c in contenders {
+        let Some(namespace) = &c.namespace else {
+            continue;
+        };
+        let kind = c.report.kind;
+        let result = namespace
+            .run(workload, sessions, &c.plan, &format!("{kind} "))
+            .await;
+        match &result {
+            Ok(s) => println!("{:<10} {}", kind.name(), stats::run_row(s)),
+            Err(e) => println!(
+                "{:<10} {:<16} {:>8}  error: {e}",
+                kind.name(),
+                workload.name(),
+                sessions
+            ),
+        }
+        c.report
+            .runs
+            .push((workload, sessions, result.map_err(|e| e.to_string())));
+    }
+}
+
 /// Asks the JVM at `pid` for a full collection (`jcmd PID GC.run`, which runs `System.gc()`;
 /// G1 then gives the freed heap back to the OS), bounded in time.
 async fn full_gc(pid: u32) -> Result<(), String> {
@@ -304,16 +330,20 @@ pub(crate) async fn compare(settings: &Settings) -> Result<Json, BoxError> {
     {
         println!();
         println!(
-            "{:<44} {:>12} {:>12} {:>17}",
+            "\nmedian (min–max) over {} trials of each workload",
+            settings.workload_trials.max(1)
+        );
+        println!(
+            "{:<44} {:>26} {:>26} {:>17}",
             "figure", "Keeper", "ZooKeeper", "Keeper/ZooKeeper"
         );
         for row in &rows {
             println!(
-                "{:<44} {:>12} {:>12} {:>17}",
+                "{:<44} {:>26} {:>26} {:>17}",
                 row.label,
                 row.show(row.keeper),
                 row.show(row.zookeeper),
-                stats::fmt_ratio(row.keeper, row.zookeeper)
+                stats::fmt_ratio(row.median(row.keeper), row.median(row.zookeeper))
             );
         }
     }
@@ -373,25 +403,48 @@ enum Unit {
     Kib,
 }
 
-/// One line of the side-by-side table.
+/// One line of the side-by-side table: each server's figure over its trials (one value for
+/// the figures taken once, or already a median, as the start-up time).
 struct Figure {
     label: String,
     key: String,
     unit: Unit,
-    keeper: Option<f64>,
-    zookeeper: Option<f64>,
+    keeper: Option<Spread>,
+    zookeeper: Option<Spread>,
 }
 
 impl Figure {
-    fn show(&self, v: Option<f64>) -> String {
-        match (v, self.unit) {
-            (None, _) => "-".to_string(),
-            (Some(v), Unit::Micros) => stats::fmt_duration(Duration::from_micros(v as u64)),
-            (Some(v), Unit::CpuMicros) => format!("{v:.1}us"),
-            (Some(v), Unit::Rate) => format!("{v:.0}/s"),
-            (Some(v), Unit::Kib) => stats::fmt_kib(v as u64),
+    fn median(&self, v: Option<Spread>) -> Option<f64> {
+        v.map(|s| s.median)
+    }
+
+    fn value(&self, v: f64) -> String {
+        match self.unit {
+            Unit::Micros => stats::fmt_duration(Duration::from_micros(v as u64)),
+            Unit::CpuMicros => format!("{v:.1}us"),
+            Unit::Rate => format!("{v:.0}/s"),
+            Unit::Kib => stats::fmt_kib(v as u64),
         }
     }
+
+    /// The median, and the range when there were several trials.
+    fn show(&self, v: Option<Spread>) -> String {
+        match v {
+            None => "-".to_string(),
+            Some(s) if s.n == 1 => self.value(s.median),
+            Some(s) => format!(
+                "{} ({}–{})",
+                self.value(s.median),
+                self.value(s.min),
+                self.value(s.max)
+            ),
+        }
+    }
+}
+
+/// A figure taken once.
+fn once(v: Option<f64>) -> Option<Spread> {
+    v.and_then(|v| Spread::of([v]))
 }
 
 fn figures(
@@ -400,17 +453,18 @@ fn figures(
     zookeeper: Option<&ServerReport>,
 ) -> Vec<Figure> {
     let both =
-        |f: &dyn Fn(&ServerReport) -> Option<f64>| (keeper.and_then(f), zookeeper.and_then(f));
+        |f: &dyn Fn(&ServerReport) -> Option<Spread>| (keeper.and_then(f), zookeeper.and_then(f));
     let mut rows = Vec::new();
-    let mut push = |label: String, key: String, unit: Unit, (k, z): (Option<f64>, Option<f64>)| {
-        rows.push(Figure {
-            label,
-            key,
-            unit,
-            keeper: k,
-            zookeeper: z,
-        });
-    };
+    let mut push =
+        |label: String, key: String, unit: Unit, (k, z): (Option<Spread>, Option<Spread>)| {
+            rows.push(Figure {
+                label,
+                key,
+                unit,
+                keeper: k,
+                zookeeper: z,
+            });
+        };
     push(
         format!(
             "start to first session (median of {})",
@@ -418,7 +472,7 @@ fn figures(
         ),
         "start_to_first_session_us".into(),
         Unit::Micros,
-        both(&|r| r.startup_median().map(|d| d.as_micros() as f64)),
+        both(&|r| once(r.startup_median().map(|d| d.as_micros() as f64))),
     );
     for &w in &settings.workloads {
         for &s in &settings.sessions {
@@ -427,19 +481,19 @@ fn figures(
                 format!("{name}: ops/s"),
                 format!("{name} ops_per_sec"),
                 Unit::Rate,
-                both(&|r| r.run(w, s).map(RunStats::ops_per_sec)),
+                both(&|r| r.spread(w, s, |x| Some(x.ops_per_sec()))),
             );
             push(
                 format!("{name}: p99 latency"),
                 format!("{name} p99_us"),
                 Unit::Micros,
-                both(&|r| r.run(w, s).map(|x| x.quantile(0.99).as_micros() as f64)),
+                both(&|r| r.spread(w, s, |x| Some(x.quantile(0.99).as_micros() as f64))),
             );
             push(
                 format!("{name}: server CPU per request"),
                 format!("{name} server_cpu_us_per_request"),
                 Unit::CpuMicros,
-                both(&|r| r.run(w, s).and_then(RunStats::server_cpu_us_per_request)),
+                both(&|r| r.spread(w, s, RunStats::server_cpu_us_per_request)),
             );
         }
     }
@@ -447,7 +501,7 @@ fn figures(
         "RSS after start".into(),
         "rss_idle_kib".into(),
         Unit::Kib,
-        both(&|r| r.rss_idle_kib.map(|v| v as f64)),
+        both(&|r| once(r.rss_idle_kib.map(|v| v as f64))),
     );
     push(
         format!(
@@ -456,7 +510,7 @@ fn figures(
         ),
         "rss_loaded_kib".into(),
         Unit::Kib,
-        both(&|r| r.rss_loaded_kib.map(|v| v as f64)),
+        both(&|r| once(r.rss_loaded_kib.map(|v| v as f64))),
     );
     push(
         format!(
@@ -465,7 +519,7 @@ fn figures(
         ),
         "rss_collected_kib".into(),
         Unit::Kib,
-        both(&|r| r.rss_collected_kib.map(|v| v as f64)),
+        both(&|r| once(r.rss_collected_kib.map(|v| v as f64))),
     );
     rows
 }
@@ -537,7 +591,7 @@ fn to_json(
         .map(|f| {
             (
                 f.key.clone(),
-                Json::opt_num(stats::ratio(f.keeper, f.zookeeper)),
+                Json::opt_num(stats::ratio(f.median(f.keeper), f.median(f.zookeeper))),
             )
         })
         .collect();
@@ -556,6 +610,10 @@ fn to_json(
                 ("data_size", Json::num(plan.data_size as u32)),
                 ("rss_znodes", Json::Num(settings.rss_znodes as f64)),
                 ("startup_trials", Json::num(settings.startup_trials as u32)),
+                (
+                    "workload_trials",
+                    Json::num(settings.workload_trials as u32),
+                ),
                 (
                     "zookeeper_force_sync",
                     Json::Str(
@@ -611,6 +669,7 @@ mod tests {
             servers: vec![ServerKind::Zookeeper],
             launcher: crate::tests::launcher(),
             startup_trials: 1,
+            workload_trials: 2,
             startup_limit: Duration::from_secs(60),
             rss_znodes: 1000,
             populate_limit: Duration::from_secs(60),
@@ -621,7 +680,7 @@ mod tests {
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.startup.len(), 1);
         assert!(report.startup[0] > Duration::ZERO);
-        assert_eq!(report.runs.len(), 2);
+        assert_eq!(report.runs.len(), 4, "two trials of two workloads");
         for (workload, sessions, run) in &report.runs {
             let run = run.as_ref().expect("run succeeded");
             assert_eq!((*workload, *sessions), (run.workload, run.sessions));
@@ -645,6 +704,12 @@ mod tests {
             rows.iter()
                 .all(|f| f.zookeeper.is_some() && f.keeper.is_none())
         );
+        let ops = rows
+            .iter()
+            .find(|f| f.key == "create-delete x2 ops_per_sec")
+            .and_then(|f| f.zookeeper)
+            .expect("create-delete ops/s");
+        assert_eq!(ops.n, 2, "the median of both trials");
         let json = to_json(&settings, std::slice::from_ref(&report), &rows, &[]).render();
         assert!(json.contains("\"zookeeper\""), "{json}");
         assert!(

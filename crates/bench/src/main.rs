@@ -107,6 +107,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
     pub startup_trials: u16,
 
+    /// With --compare: trials of every workload on each server, alternating between them
+    /// (every other trial in reverse order); each figure is the median over the trials,
+    /// printed with their range, and each ratio a ratio of medians.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub compare_trials: u16,
+
     /// Binary whose `serve` subcommand runs Keeper [default: `lockkeeper` next to this
     /// executable, else on PATH].
     #[arg(long, value_name = "PATH")]
@@ -343,6 +349,7 @@ async fn run_to_end(args: BenchArgs) -> Result<(), BoxError> {
             },
             launcher,
             startup_trials: usize::from(args.startup_trials),
+            workload_trials: usize::from(args.compare_trials),
             startup_limit: load.connect_timeout,
             rss_znodes: load.rss_znodes,
             populate_limit: Duration::from_secs(180),
@@ -528,6 +535,7 @@ mod tests {
         assert_eq!(args.only, None);
         assert_eq!(args.load.duration, Duration::from_millis(500));
         assert_eq!(args.startup_trials, 3);
+        assert_eq!(args.compare_trials, 5);
         assert!(args.zookeeper_force_sync);
         let args = parse(&[
             "--compare",
