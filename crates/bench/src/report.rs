@@ -270,11 +270,7 @@ impl Goal {
 
     /// One line of the printed `targets:` list.
     pub(crate) fn row(&self) -> String {
-        let verdict = match self.met() {
-            Some(true) => "met",
-            Some(false) => "MISSED",
-            None => "not measured",
-        };
+        let verdict = verdict(self.met());
         // 3 prints as `3x`, a third as `0.33x`.
         let target = if self.target.fract() == 0.0 {
             format!("{}", self.target)
@@ -298,16 +294,30 @@ impl Goal {
                 "direction",
                 Json::Str(if self.at_most { "at_most" } else { "at_least" }.into()),
             ),
-            (
-                "met",
-                Json::Str(match self.met() {
-                    Some(true) => "yes".into(),
-                    Some(false) => "no".into(),
-                    None => "unknown".into(),
-                }),
-            ),
+            ("met", met_json(self.met())),
         ])
     }
+}
+
+/// A target's verdict as printed: `met`, `MISSED`, or `not measured` when a side is missing.
+pub(crate) fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "not measured",
+    }
+}
+
+/// A target's verdict in `--json`: `yes`, `no` or `unknown`.
+pub(crate) fn met_json(met: Option<bool>) -> Json {
+    Json::Str(
+        match met {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "unknown",
+        }
+        .into(),
+    )
 }
 
 /// The `targets:` list: its head, which says the ratios are of medians, then one line per goal.

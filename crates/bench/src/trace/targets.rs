@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use lockkeeper_load::stats::Json;
 
-use crate::report::Spread;
+use crate::report::{Spread, met_json, verdict};
 
 /// Most log syncs per contended handoff.
 const HANDOFF_SYNCS: f64 = 1.1;
@@ -69,11 +69,7 @@ impl Check {
 
     fn row(&self) -> String {
         let show = |v: Option<f64>| v.map_or("-".into(), self.fmt);
-        let verdict = match self.met() {
-            Some(true) => "met",
-            Some(false) => "MISSED",
-            None => "not measured",
-        };
+        let verdict = verdict(self.met());
         format!(
             "  {:<52} {:>10}  target {} {}  {verdict}",
             self.name,
@@ -92,17 +88,7 @@ impl Check {
                 "direction",
                 Json::Str(if self.exact { "exactly" } else { "at_most" }.into()),
             ),
-            (
-                "met",
-                Json::Str(
-                    match self.met() {
-                        Some(true) => "yes",
-                        Some(false) => "no",
-                        None => "unknown",
-                    }
-                    .into(),
-                ),
-            ),
+            ("met", met_json(self.met())),
         ])
     }
 }
