@@ -471,7 +471,7 @@ fn report(settings: &Settings, url: &str, version: &str, ours: &Ours, py: &PyFig
         goal("holder changes/s, lockkeeper / redis-py", changes, 1.0),
         goal("wait p99.9, redis-py / lockkeeper", p999, 10.0),
     ];
-    print_goals(&goals);
+    print_goals(&goals, None);
     let uncontended_json = |run: &Uncontended| {
         Json::obj(vec![
             ("cycles", Json::num(run.cycles as f64)),

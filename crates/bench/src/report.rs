@@ -320,17 +320,21 @@ pub(crate) fn met_json(met: Option<bool>) -> Json {
     )
 }
 
-/// The `targets:` list: its head, which says the ratios are of medians, then one line per goal.
-pub(crate) fn goals_table(goals: &[Goal]) -> Vec<String> {
-    let head = "targets (each a ratio of medians over the trials):".to_string();
+/// What the goals of a comparison over trials are judged on, for the head of its list.
+pub(crate) const OF_MEDIANS: &str = "each a ratio of medians over the trials";
+
+/// The `targets:` list: its head, with what the ratios are of (`basis`) when given, then one
+/// line per goal.
+pub(crate) fn goals_table(goals: &[Goal], basis: Option<&str>) -> Vec<String> {
+    let head = basis.map_or("targets:".to_string(), |b| format!("targets: {b}"));
     let rows = goals.iter().map(|goal| format!("  {}", goal.row()));
     std::iter::once(head).chain(rows).collect()
 }
 
 /// Prints [`goals_table`] after a blank line.
-pub(crate) fn print_goals(goals: &[Goal]) {
+pub(crate) fn print_goals(goals: &[Goal], basis: Option<&str>) {
     println!();
-    for line in goals_table(goals) {
+    for line in goals_table(goals, basis) {
         println!("{line}");
     }
 }
@@ -648,11 +652,8 @@ mod tests {
             target: 3.0,
             at_most: false,
         };
-        let table = goals_table(&[goal]);
-        assert_eq!(
-            table[0],
-            "targets (each a ratio of medians over the trials):"
-        );
+        let table = goals_table(&[goal], Some(OF_MEDIANS));
+        assert_eq!(table[0], "targets: each a ratio of medians over the trials");
         assert!(
             table[1].starts_with("  g ") && table[1].ends_with("met"),
             "{table:?}"

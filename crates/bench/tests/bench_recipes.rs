@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 const LOCKKEEPER_BENCH: &str = env!("CARGO_BIN_EXE_lockkeeper-bench");
 
-/// Every number stored under `key` in `json`, in order.
+/// Every number stored under `key` in `json`, in order; a spread (`{ "median": .. }`, in the
+/// `medians` rows) under the same key is left out.
 fn numbers(json: &str, key: &str) -> Vec<f64> {
     let quoted = format!("\"{key}\":");
     json.match_indices(&quoted)
-        .map(|(at, _)| {
-            let rest = json[at + quoted.len()..].trim_start();
+        .map(|(at, _)| json[at + quoted.len()..].trim_start())
+        .filter(|rest| !rest.starts_with('{'))
+        .map(|rest| {
             let end = rest.find([',', '\n', '}']).unwrap_or(rest.len());
             rest[..end]
                 .trim()
@@ -95,6 +97,8 @@ fn a_tiny_run_measures_every_combination_and_leaves_nothing_running() {
     for rate in numbers(&json, "items_per_sec") {
         assert!(rate > 0.0, "{json}");
     }
+    // Each combination's medians over its trials, with the range.
+    assert!(json.contains("\"medians\""), "{json}");
     let handoffs = numbers(&json, "handoffs");
     assert_eq!(handoffs, vec![3.0; 4], "{json}");
     for mean in numbers(&json, "handoff_mean_ms") {

@@ -199,7 +199,8 @@ async fn the_write_after_a_waking_one_waits_for_the_woken_and_shares_its_sync() 
         within("the woken write", woken.create("/next", b"", &options))
             .await
             .expect("the woken client's create");
-        sent
+        // Handed back, not dropped: its session's close is a write of its own.
+        (sent, woken)
     });
     within("delete", releaser.delete("/held", None))
         .await
@@ -208,7 +209,7 @@ async fn the_write_after_a_waking_one_waits_for_the_woken_and_shares_its_sync() 
         .await
         .expect("the releaser's next write");
     let requeued = Instant::now();
-    let woken_sent = woken_task.await.expect("the woken client");
+    let (woken_sent, _woken) = woken_task.await.expect("the woken client");
     assert!(
         requeued >= woken_sent,
         "the releaser's next write was answered before the woken client wrote"

@@ -6,8 +6,8 @@ use super::{Settings, Side, Uncontended};
 use crate::BoxError;
 use crate::locks::Contended;
 use crate::report::{
-    self, Entrant, Figure, Goal, Record, Spread, fmt_rate, fmt_us, per_entrant_json, print_goals,
-    print_spreads, ratio_of_medians, spread,
+    self, Entrant, Figure, Goal, OF_MEDIANS, Record, Spread, fmt_rate, fmt_us, per_entrant_json,
+    print_goals, print_spreads, ratio_of_medians, spread,
 };
 use crate::stats::{Json, fmt_duration, fmt_ratio};
 
@@ -179,7 +179,7 @@ impl Report {
              contended handoffs/s {handoffs}, wait p99 {wait} (v3lock / lockkeeper: higher is \
              better)",
         );
-        print_goals(&self.goals());
+        print_goals(&self.goals(), Some(OF_MEDIANS));
     }
 
     /// Prints the summary and returns the JSON, or a `Partial` naming what failed.

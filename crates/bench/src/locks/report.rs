@@ -7,7 +7,9 @@ use super::Target;
 use super::measure::{Contended, Herd, LockKind, Uncontended};
 use crate::BoxError;
 use crate::process::ServerKind;
-use crate::report::{Figure, Goal, Record, Spread, fmt_rate, fmt_us, print_goals, spread};
+use crate::report::{
+    Figure, Goal, OF_MEDIANS, Record, Spread, fmt_rate, fmt_us, print_goals, spread,
+};
 use crate::stats::{Json, fmt_duration};
 use crate::versus::{Client, Column, Combo, Trial, goal, medians_json, print_ratios, record};
 
@@ -210,7 +212,7 @@ impl Report {
 
     fn print_summary(&self) {
         print_ratios(&self.columns());
-        print_goals(&self.goals());
+        print_goals(&self.goals(), Some(OF_MEDIANS));
     }
 
     /// Prints the goals and returns the JSON, or a `Partial` naming what failed.

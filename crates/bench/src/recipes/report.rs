@@ -14,7 +14,7 @@ use super::queue::Queued;
 use crate::BoxError;
 use crate::process::ServerKind;
 use crate::report::{
-    Figure, Goal, Record, Spread, fmt_ms, fmt_rate, print_goals, spread, spread_json,
+    Figure, Goal, OF_MEDIANS, Record, Spread, fmt_ms, fmt_rate, print_goals, spread, spread_json,
 };
 use crate::stats::{Json, fmt_duration};
 use crate::versus::{
@@ -305,7 +305,7 @@ impl Report {
                 );
             }
         }
-        print_goals(&self.goals());
+        print_goals(&self.goals(), Some(OF_MEDIANS));
     }
 
     /// Prints the summary and returns the JSON, or a `Partial` naming what failed.
