@@ -307,10 +307,52 @@ fn redis_lock_runs_one_copy_at_a_time() {
     assert!(contains(&second, "released"), "{second:?}");
 }
 
+#[test]
+fn redis_contention_reports_both_clients_waits() {
+    // It starts its own redis-server; 3 rounds of 1 ms holds keep it short.
+    let lines = Example::start("redis_contention", &["3", "1"]).succeed();
+    // 8 contenders x 3 rounds on each side.
+    for side in ["lockkeeper lease lock", "redis-py Lock (polling)"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(side) && l.contains(" n=24 ")),
+            "{side}: {lines:?}"
+        );
+    }
+    assert!(
+        contains(&lines, "p99.9 wait: redis-py / lockkeeper ="),
+        "{lines:?}"
+    );
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_mutex_takes_and_releases_its_lock() {
     let etcd = lockkeeper_testkit::Etcd::start();
     let lines = Example::start("etcd_mutex", &[&etcd.endpoint()]).succeed();
     assert!(contains(&lines, "released"), "{lines:?}");
+}
+
+/// An example added without a test here would go unrun: each one's name must be started above.
+#[test]
+fn every_example_is_run_here() {
+    // This file with its whitespace removed, so a call rustfmt split over lines still reads
+    // `Example::start("name"`.
+    let this: String = include_str!("examples.rs")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    let mut unrun = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("the examples directory") {
+        let path = entry.expect("an examples entry").path();
+        let Some(name) = path.file_stem().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !this.contains(&format!("Example::start(\"{name}\"")) {
+            unrun.push(name.to_string());
+        }
+    }
+    assert!(unrun.is_empty(), "examples no test runs: {unrun:?}");
 }
