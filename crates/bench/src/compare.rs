@@ -432,12 +432,7 @@ impl Figure {
         match v {
             None => "-".to_string(),
             Some(s) if s.n == 1 => self.value(s.median),
-            Some(s) => format!(
-                "{} ({}–{})",
-                self.value(s.median),
-                self.value(s.min),
-                self.value(s.max)
-            ),
+            Some(s) => s.fmt(|v| self.value(v)),
         }
     }
 }

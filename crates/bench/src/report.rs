@@ -115,7 +115,7 @@ impl Spread {
     }
 
     /// `4210 (3980–4400)`: the median, then the range, each value through `fmt`.
-    pub(crate) fn fmt(&self, fmt: fn(f64) -> String) -> String {
+    pub(crate) fn fmt(&self, fmt: impl Fn(f64) -> String) -> String {
         format!("{} ({}–{})", fmt(self.median), fmt(self.min), fmt(self.max))
     }
 }

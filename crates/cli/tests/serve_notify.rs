@@ -6,11 +6,10 @@
 mod support;
 
 use std::ffi::OsStr;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
+use lockkeeper_testkit::try_four_letter_word;
 use support::KeeperProcess;
 
 /// Generous: a loaded machine may take its time to start a server, never forever.
@@ -37,10 +36,7 @@ fn ready_then_stopping(socket: &UnixDatagram, name: &OsStr) {
     .unwrap_or_else(|failure| panic!("start keeper: {failure}"));
     assert_eq!(receive(socket), "READY=1");
     // Ready means serving: a client gets its answer.
-    let mut client = TcpStream::connect(keeper.addr()).expect("connect");
-    client.write_all(b"ruok").expect("ruok");
-    let mut answer = String::new();
-    client.read_to_string(&mut answer).expect("answer");
+    let answer = try_four_letter_word(keeper.addr(), "ruok", WAIT).expect("ruok");
     assert_eq!(answer, "imok");
     let status = keeper.terminate(WAIT).expect("keeper exits after SIGTERM");
     assert!(status.success(), "exit {status:?}");
@@ -82,10 +78,7 @@ fn a_notify_socket_nobody_listens_on_is_logged_and_the_server_serves() {
         said.contains("cannot tell systemd READY=1") && said.contains("nobody.sock"),
         "{said}"
     );
-    let mut client = TcpStream::connect(keeper.addr()).expect("connect");
-    client.write_all(b"ruok").expect("ruok");
-    let mut answer = String::new();
-    client.read_to_string(&mut answer).expect("answer");
+    let answer = try_four_letter_word(keeper.addr(), "ruok", WAIT).expect("ruok");
     assert_eq!(answer, "imok");
     let status = keeper.terminate(WAIT).expect("keeper exits after SIGTERM");
     assert!(status.success(), "exit {status:?}");

@@ -104,8 +104,9 @@ fn fmt_ratio(v: f64) -> String {
     format!("{v:.2}x")
 }
 
+/// Microseconds as the rest of `--trace` prints times, `0.415 ms`.
 fn fmt_ms(us: f64) -> String {
-    format!("{:.3} ms", us / 1e3)
+    super::fmt_us(Duration::from_secs_f64(us.max(0.0) / 1e6))
 }
 
 impl Trials {
