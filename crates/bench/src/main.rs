@@ -536,6 +536,7 @@ mod tests {
         assert_eq!(args.load.duration, Duration::from_millis(500));
         assert_eq!(args.startup_trials, 3);
         assert_eq!(args.compare_trials, 5);
+        assert!(parse(&["--compare", "--compare-trials", "0"]).is_err());
         assert!(args.zookeeper_force_sync);
         let args = parse(&[
             "--compare",

@@ -606,39 +606,6 @@ async fn handoff_run(
     let handoff_us = 1e6 / per_sec.max(1e-9);
     let n = handoffs.max(1) as f64;
     let syncs = stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
-    if !detail {
-        println!(
-            "(e) again: {handoffs} handoffs in {}, {:.2} log syncs per handoff",
-            fmt_duration(elapsed),
-            syncs / n
-        );
-        return Ok((Json::Null, syncs / n));
-    }
-    println!(
-        "(e) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
-         {per_sec:.0}/s ({handoff_us:.1} µs each), {:.2} log syncs per handoff",
-        fmt_duration(elapsed),
-        syncs / n
-    );
-    println!(
-        "client side, p50: the holder's release answered after {:.1} µs; the next holder \
-         granted {:.1} µs after that",
-        client.release_us, client.next_grant_us
-    );
-    // Replies released by one sync share it: the sums per handoff overlap in time.
-    println!(
-        "{:<18} {:>13} {:>15} {:>15}",
-        "stage", "mean µs/trace", "traced/handoff", "sum µs/handoff"
-    );
-    for stage in all_stages() {
-        let (count, sum) = stages.get(stage).copied().unwrap_or_default();
-        println!(
-            "{stage:<18} {:>13.1} {:>15.2} {:>15.1}",
-            mean_of(&stages, stage),
-            count / n,
-            sum / n,
-        );
-    }
     let json = Json::obj(vec![
         ("clients", Json::num(clients as f64)),
         ("handoffs", Json::num(handoffs as f64)),
@@ -653,6 +620,39 @@ async fn handoff_run(
         ("stages_us_per_handoff", stage_json(&stages, Some(n))),
         ("stages_mean_us_per_reply", stage_json(&stages, None)),
     ]);
+    if detail {
+        println!(
+            "(e) contended handoff, {clients} sessions on one Mutex: {handoffs} handoffs in {}, \
+             {per_sec:.0}/s ({handoff_us:.1} µs each), {:.2} log syncs per handoff",
+            fmt_duration(elapsed),
+            syncs / n
+        );
+        println!(
+            "client side, p50: the holder's release answered after {:.1} µs; the next holder \
+             granted {:.1} µs after that",
+            client.release_us, client.next_grant_us
+        );
+        // Replies released by one sync share it: the sums per handoff overlap in time.
+        println!(
+            "{:<18} {:>13} {:>15} {:>15}",
+            "stage", "mean µs/trace", "traced/handoff", "sum µs/handoff"
+        );
+        for stage in all_stages() {
+            let (count, sum) = stages.get(stage).copied().unwrap_or_default();
+            println!(
+                "{stage:<18} {:>13.1} {:>15.2} {:>15.1}",
+                mean_of(&stages, stage),
+                count / n,
+                sum / n,
+            );
+        }
+    } else {
+        println!(
+            "(e) again: {handoffs} handoffs in {}, {:.2} log syncs per handoff",
+            fmt_duration(elapsed),
+            syncs / n
+        );
+    }
     Ok((json, syncs / n))
 }
 
@@ -956,5 +956,6 @@ mod tests {
         assert!(parse(&["--trace", "--locks"]).is_err());
         assert!(parse(&["--trace", "--trace-clients", "1"]).is_err());
         assert!(parse(&["--trace", "--trace-pairs", "0"]).is_err());
+        assert!(parse(&["--trace", "--trace-trials", "0"]).is_err());
     }
 }

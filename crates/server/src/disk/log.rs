@@ -339,7 +339,7 @@ struct Segment {
 /// never the reverse.
 struct Shared {
     writer: Mutex<Writer>,
-    /// Taken last, alone: nothing is locked while it is held.
+    /// Taken last: no other lock is taken while it is held.
     follow: Mutex<Follow>,
     /// Written flush buffers, cleared, for the next flushes (see [`Shared::recycle`]).
     spare: Mutex<Vec<Vec<u8>>>,
