@@ -11,7 +11,9 @@
 //!
 //! It can also slow the network down ([`Proxy::set_latency`]): each chunk read from either
 //! side is held for the latency (plus a random jitter) before it is written on, in order, as
-//! a slow link (`netem delay`, which this kernel lacks) would deliver it.
+//! a slow link (`netem delay`, which this kernel lacks) would deliver it. And it can hold the
+//! server's replies back ([`Proxy::hold_replies`]) while requests still arrive: a request is
+//! carried out and its answer is late, as when the return path stalls.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +23,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -35,6 +37,8 @@ pub struct Proxy {
     cut: Arc<AtomicBool>,
     /// The added latency and its jitter, in microseconds (0: relayed at once).
     latency: Arc<Latency>,
+    /// Whether what the servers send is held back (see [`Proxy::hold_replies`]).
+    replies_held: Arc<watch::Sender<bool>>,
     relays: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accepts: Vec<JoinHandle<()>>,
 }
@@ -46,11 +50,12 @@ impl Proxy {
     pub async fn start(upstream: &str) -> Proxy {
         let cut = Arc::new(AtomicBool::new(false));
         let latency = Arc::new(Latency::default());
+        let replies_held = Arc::new(watch::Sender::new(false));
         let relays: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
         let mut addrs = Vec::new();
         let mut accepts = Vec::new();
         for server in upstream.split(',').map(str::trim) {
-            let (addr, accept) = relay(server, &cut, &latency, &relays).await;
+            let (addr, accept) = relay(server, &cut, &latency, &replies_held, &relays).await;
             addrs.push(addr);
             accepts.push(accept);
         }
@@ -58,9 +63,22 @@ impl Proxy {
             addrs,
             cut,
             latency,
+            replies_held,
             relays,
             accepts,
         }
+    }
+
+    /// Holds back everything the servers send from now on, on every connection, until
+    /// [`let_replies_through`](Proxy::let_replies_through); what clients send still arrives.
+    /// A request is then carried out while its answer (and any event after it) is late.
+    pub fn hold_replies(&self) {
+        self.replies_held.send_replace(true);
+    }
+
+    /// Delivers the held replies, in order, and relays the servers' bytes at once again.
+    pub fn let_replies_through(&self) {
+        self.replies_held.send_replace(false);
     }
 
     /// Holds every chunk relayed from now on, either way, for `latency` plus a random jitter
@@ -139,6 +157,7 @@ async fn relay(
     upstream: &str,
     cut: &Arc<AtomicBool>,
     latency: &Arc<Latency>,
+    replies_held: &Arc<watch::Sender<bool>>,
     relays: &Arc<Mutex<Vec<JoinHandle<()>>>>,
 ) -> (SocketAddr, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -149,6 +168,7 @@ async fn relay(
     let accept = tokio::spawn({
         let cut = cut.clone();
         let latency = latency.clone();
+        let replies_held = replies_held.clone();
         let relays = relays.clone();
         async move {
             // Ends with the proxy: the task is aborted on drop.
@@ -164,12 +184,13 @@ async fn relay(
                 let (client_read, client_write) = client.into_split();
                 let (server_read, server_write) = server.into_split();
                 let latency = latency.clone();
+                let replies_held = replies_held.subscribe();
                 let relay = tokio::spawn(async move {
                     // Each direction until its reader ends, passing the end on: the
                     // connection closes when both have (a half-close stays one).
                     tokio::join!(
-                        pump(client_read, server_write, latency.clone()),
-                        pump(server_read, client_write, latency)
+                        pump(client_read, server_write, latency.clone(), None),
+                        pump(server_read, client_write, latency, Some(replies_held))
                     );
                 });
                 let mut relays = relays
@@ -183,9 +204,15 @@ async fn relay(
     (addr, accept)
 }
 
-/// Relays `from` to `to`, each chunk held for the latency drawn when it was read; in order.
-/// Returns when `from` ends (after passing the end on) or either side fails.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, latency: Arc<Latency>) {
+/// Relays `from` to `to`, each chunk held for the latency drawn when it was read, and while
+/// `held` (when given) says so; in order. Returns when `from` ends (after passing the end on)
+/// or either side fails.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    latency: Arc<Latency>,
+    mut held: Option<watch::Receiver<bool>>,
+) {
     // Chunks in flight, each with when it may be written; at most 64 (then reading waits).
     let (sender, mut receiver) = mpsc::channel::<(Instant, Option<Vec<u8>>)>(64);
     let reader = async move {
@@ -209,6 +236,11 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, latency: Arc<Late
     let writer = async move {
         while let Some((due, chunk)) = receiver.recv().await {
             tokio::time::sleep_until(due).await;
+            if let Some(held) = held.as_mut()
+                && held.wait_for(|held| !held).await.is_err()
+            {
+                return; // the proxy is gone
+            }
             match chunk {
                 Some(bytes) => {
                     if to.write_all(&bytes).await.is_err() {
@@ -284,5 +316,35 @@ mod tests {
         let mut rest = Vec::new();
         stream.read_to_end(&mut rest).await.unwrap();
         assert_eq!(rest, b"end");
+    }
+
+    #[tokio::test]
+    async fn held_replies_come_late_and_in_order_while_requests_arrive() {
+        // A server that counts what arrives and echoes it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = listener.local_addr().unwrap();
+        let (arrived, mut arrivals) = mpsc::unbounded_channel::<u8>();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut byte = [0u8; 1];
+            while stream.read_exact(&mut byte).await.is_ok() {
+                arrived.send(byte[0]).unwrap();
+                stream.write_all(&byte).await.unwrap();
+            }
+        });
+        let proxy = Proxy::start(&upstream.to_string()).await;
+        let mut stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.hold_replies();
+        for i in 0..5u8 {
+            stream.write_all(&[i]).await.unwrap();
+            assert_eq!(arrivals.recv().await, Some(i), "the request arrives");
+        }
+        let mut got = [0u8; 1];
+        let early = tokio::time::timeout(Duration::from_millis(300), stream.read(&mut got)).await;
+        assert!(early.is_err(), "no reply while held: {early:?}");
+        proxy.let_replies_through();
+        let mut got = vec![0u8; 5];
+        stream.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, (0..5).collect::<Vec<u8>>(), "every reply, in order");
     }
 }
