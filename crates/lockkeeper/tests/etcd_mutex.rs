@@ -1,6 +1,7 @@
-//! The etcd mutex on a real single-member etcd: grants and increasing fencing tokens, waiting
-//! woken by the release, timeouts and cancellation that leave no key, exclusion between tasks
-//! and between handles of one session, and waiters that stop when their session is lost.
+//! The etcd mutex on a real single-member etcd: grants and increasing fencing tokens, releases
+//! whose answers are late or lost, waiting woken by the release, timeouts and cancellation that
+//! leave no key, exclusion between tasks and between handles of one session, and waiters that
+//! stop when their session is lost.
 #![cfg(feature = "etcd")]
 
 mod support_etcd;
@@ -12,8 +13,8 @@ use std::time::{Duration, Instant};
 use lockkeeper::Error;
 use lockkeeper::LockOptions;
 use lockkeeper::etcd::{Mutex, Session};
-use lockkeeper_testkit::{Etcd, etcdctl};
-use support_etcd::{keys, ranges_served, revoke_lease, session};
+use lockkeeper_testkit::{Etcd, Proxy, etcdctl};
+use support_etcd::{keys, ranges_served, revoke_lease, session, session_on};
 
 /// The create revision of `key`, as etcdctl shows it.
 fn create_revision(etcd: &Etcd, key: &str) -> Option<u64> {
@@ -72,6 +73,94 @@ async fn release_of_a_lost_lock_is_not_held() {
     assert!(!guard.is_held());
     assert!(guard.valid_until().is_none());
     assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+}
+
+/// A release is a compare-and-delete on the key's create revision, and etcd's answer decides:
+/// a key deleted behind the holder, whose deletion the holder has not yet seen, is `NotHeld`.
+#[tokio::test]
+async fn a_release_of_a_key_deleted_unseen_is_not_held() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(&etcd.addr().to_string()).await;
+    let a = session_on(&proxy.connect_string()).await;
+    let guard = a
+        .mutex("unseen")
+        .expect("mutex")
+        .lock()
+        .await
+        .expect("lock");
+    // The deletion's event is held back with every other reply, so the guard cannot see it.
+    proxy.hold_replies();
+    etcdctl(&[etcd.endpoint()], &["del", &guard.key()]).expect("etcdctl del");
+    assert!(
+        guard.is_held(),
+        "the deletion is not seen while replies are held"
+    );
+    // The release is sent at its first poll; its answer comes 100 ms later, well within one
+    // attempt's patience (1 s), so it is the first attempt's answer.
+    let (released, ()) = tokio::join!(guard.release(), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.let_replies_through();
+    });
+    assert!(matches!(released, Err(Error::NotHeld)), "{released:?}");
+}
+
+/// A release whose answer is late is sent again, and the retry that finds the key gone counts
+/// as the release: the attempt whose answer was late deleted it.
+#[tokio::test]
+async fn a_release_whose_answer_is_late_is_sent_again_and_counts() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(&etcd.addr().to_string()).await;
+    let a = session_on(&proxy.connect_string()).await;
+    let guard = a.mutex("late").expect("mutex").lock().await.expect("lock");
+    // Replies held past one attempt's patience (1 s): the first attempt deletes the key and is
+    // not answered in time; the next one finds the key gone.
+    proxy.hold_replies();
+    let (released, ()) = tokio::join!(guard.release(), async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        proxy.let_replies_through();
+    });
+    released.expect("a release whose first answer was late");
+    assert!(keys(&etcd, "late/").is_empty(), "the key is gone");
+}
+
+/// With etcd out of reach, a release is sent again for a bounded time (10 s), then answers
+/// with etcd's error: never retried for ever, never called released.
+#[tokio::test]
+async fn a_release_with_etcd_out_of_reach_ends_with_the_error() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(&etcd.addr().to_string()).await;
+    // A lease that outlives the release's attempts, so the release is tried, not known lost.
+    let a = Session::builder(&proxy.connect_string())
+        .ttl(Duration::from_secs(60))
+        .connect()
+        .await
+        .expect("session");
+    let guard = a.mutex("cut").expect("mutex").lock().await.expect("lock");
+    proxy.cut();
+    let released = tokio::time::timeout(Duration::from_secs(60), guard.release())
+        .await
+        .expect("the release gives up within a minute");
+    assert!(matches!(released, Err(Error::Etcd(_))), "{released:?}");
+}
+
+/// A key of the session's own left in line (a release that never got through) is cleared and
+/// the place taken anew, with a new create revision: no two grants share a fencing token.
+#[tokio::test]
+async fn a_stale_key_of_the_session_is_cleared_before_its_place_is_taken() {
+    let etcd = Etcd::start();
+    let a = session(&etcd).await;
+    let key = format!("stale/{:x}", a.lease_id());
+    let lease = format!("--lease={:x}", a.lease_id());
+    etcdctl(&[etcd.endpoint()], &["put", &lease, &key, ""]).expect("etcdctl put");
+    let stale = create_revision(&etcd, &key).expect("the stale key's revision");
+    let guard = a.mutex("stale").expect("mutex").lock().await.expect("lock");
+    assert_eq!(guard.key(), key);
+    let granted = create_revision(&etcd, &key).expect("the granted key's revision");
+    assert!(
+        granted > stale,
+        "granted at {granted}, the stale key was {stale}"
+    );
+    guard.release().await.expect("release");
 }
 
 #[tokio::test]

@@ -121,12 +121,12 @@ pub(crate) async fn acquire(
                     withdraw(held, deadline.withdrawn_by()).await?;
                     return Ok(None);
                 }
-                // Nothing of ours is left in line: take a new place.
-                Waited::KeyGone if session.is_alive() => {
+                // Nothing of ours is left in line: take a new place (the loop's first step
+                // ends the acquisition if the session went with the key).
+                Waited::KeyGone => {
                     held.forget();
                     continue;
                 }
-                Waited::KeyGone => return Err(Error::SessionLost),
             }
         }
         if let Some((delay, record)) = &options.lock_delay {
