@@ -113,7 +113,7 @@ impl Client {
     }
 
     /// Opens a keep-alive stream for the lease `id` (see [`KeepAlive`]).
-    pub(crate) async fn keep_alive(&self, id: i64) -> Result<KeepAlive, EtcdError> {
+    pub(crate) async fn keep_alive(&self, id: i64) -> Result<Option<KeepAlive>, EtcdError> {
         KeepAlive::open(self.channel.clone(), id).await
     }
 

@@ -77,7 +77,21 @@ struct Inner {
     /// One in-process lock per key whose name is the same for every acquisition of the
     /// session (`NAME/{lease:x}`, the Go layout): two handles of this session on one lock must
     /// not both believe the one key is theirs.
-    local: StdMutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+    local: LocalLocks,
+}
+
+/// The session's in-process locks, one per key (see `Inner::local`).
+#[derive(Default)]
+struct LocalLocks(StdMutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>);
+
+impl LocalLocks {
+    /// The lock of `key`. Forgets the locks nobody holds or waits for, so the map stays as
+    /// small as the set of locks in use.
+    fn of(&self, key: &[u8]) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = lock(&self.0);
+        locks.retain(|_, mutex| Arc::strong_count(mutex) > 1);
+        Arc::clone(locks.entry(key.to_vec()).or_default())
+    }
 }
 
 /// What the session knows about its lease.
@@ -125,9 +139,7 @@ impl SessionBuilder {
         }
         let limit = self.connect_timeout;
         let deadline = Instant::now() + limit;
-        // A failure is diagnosed within the timeout too: the attempt leaves the probes a share.
-        let attempt_deadline = deadline - (limit / 5).min(Duration::from_secs(1));
-        let granted = tokio::time::timeout_at(attempt_deadline, async {
+        let granted = tokio::time::timeout_at(attempt_deadline(deadline, limit), async {
             let client = Client::connect(&addresses, limit)?;
             let sent = Instant::now();
             let grant = client.grant(ttl_secs).await?;
@@ -160,12 +172,18 @@ impl SessionBuilder {
             endpoints: addresses.join(","),
             life: Arc::clone(&life),
             keep_alive: StdMutex::default(),
-            local: StdMutex::default(),
+            local: LocalLocks::default(),
         });
         let task = tokio::spawn(keep_alive(client, grant.id, granted_ttl, life));
         *lock(&inner.keep_alive) = Some(task);
         Ok(Session { inner })
     }
+}
+
+/// When a connection attempt with `limit` in all, ending at `deadline`, gives up: a failure is
+/// diagnosed within the limit too, so the attempt leaves the probes a fifth of it (at most 1 s).
+fn attempt_deadline(deadline: Instant, limit: Duration) -> Instant {
+    deadline - (limit / 5).min(Duration::from_secs(1))
 }
 
 impl Session {
@@ -248,11 +266,7 @@ impl Session {
 
     /// The in-process lock of `key` (see `Inner::local`).
     pub(crate) fn local_lock(&self, key: &[u8]) -> Arc<tokio::sync::Mutex<()>> {
-        let mut local = lock(&self.inner.local);
-        // Forget the locks nobody holds or waits for, so the map stays as small as the set of
-        // locks in use.
-        local.retain(|_, mutex| Arc::strong_count(mutex) > 1);
-        Arc::clone(local.entry(key.to_vec()).or_default())
+        self.inner.local.of(key)
     }
 }
 
@@ -313,7 +327,11 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
         let patience = (Instant::now() + every.max(MIN_PATIENCE)).min(valid_until);
         let opened = tokio::time::timeout_at(patience, client.keep_alive(lease)).await;
         let mut keeper = match opened {
-            Ok(Ok(stream)) => stream,
+            Ok(Ok(Some(stream))) => stream,
+            Ok(Ok(None)) => {
+                tracing::warn!(lease, "etcd answered that the session's lease is gone");
+                break;
+            }
             Ok(Err(err)) => {
                 tracing::debug!(lease, %err, "opening the keep-alive stream failed");
                 tokio::time::sleep(RETRY_PAUSE).await;
@@ -444,6 +462,26 @@ mod tests {
             let err = parse_endpoints(bad).unwrap_err().to_string();
             assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_connection_attempt_leaves_the_diagnosis_a_fifth_of_the_limit_up_to_a_second() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let share = |limit| deadline - attempt_deadline(deadline, limit);
+        assert_eq!(share(Duration::from_secs(2)), Duration::from_millis(400));
+        assert_eq!(share(Duration::from_secs(30)), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn local_locks_are_one_per_key_and_forgotten_when_unused() {
+        let locks = LocalLocks::default();
+        let a = locks.of(b"a");
+        assert!(Arc::ptr_eq(&a, &locks.of(b"a")), "one lock per key");
+        drop(a);
+        let b = locks.of(b"b");
+        let kept: Vec<Vec<u8>> = lock(&locks.0).keys().cloned().collect();
+        assert_eq!(kept, vec![b"b".to_vec()], "a's lock, unused, is forgotten");
+        drop(b);
     }
 
     #[test]

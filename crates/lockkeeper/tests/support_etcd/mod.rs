@@ -47,6 +47,21 @@ pub(crate) fn revoke_lease(etcd: &Etcd, session: &Session) {
 
 /// Range (read) requests etcd has started serving so far: its own gRPC counter.
 pub(crate) async fn ranges_served(etcd: &Etcd) -> u64 {
+    grpc_counter(etcd, "grpc_server_started_total{", "method=\"Range\"").await
+}
+
+/// Lease renewals etcd has received so far (messages on `LeaseKeepAlive` streams).
+pub(crate) async fn keep_alives_received(etcd: &Etcd) -> u64 {
+    grpc_counter(
+        etcd,
+        "grpc_server_msg_received_total{",
+        "method=\"LeaseKeepAlive\"",
+    )
+    .await
+}
+
+/// The sum of etcd's metric lines that start with `metric` and mention `label`.
+async fn grpc_counter(etcd: &Etcd, metric: &'static str, label: &'static str) -> u64 {
     let addr = etcd.addr();
     let text = tokio::task::spawn_blocking(move || {
         lockkeeper_testkit::http_exchange(
@@ -58,7 +73,7 @@ pub(crate) async fn ranges_served(etcd: &Etcd) -> u64 {
     .await
     .expect("read etcd's metrics");
     text.lines()
-        .filter(|l| l.starts_with("grpc_server_started_total{") && l.contains("method=\"Range\""))
+        .filter(|l| l.starts_with(metric) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }

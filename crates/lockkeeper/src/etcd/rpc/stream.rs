@@ -91,9 +91,10 @@ pub(crate) struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// Opens the stream for the lease `id`, renewing it once on the way: an error if etcd
-    /// answers that the lease is gone, or ends the stream without answering.
-    pub(super) async fn open(channel: Channel, id: i64) -> Result<KeepAlive, EtcdError> {
+    /// Opens the stream for the lease `id`, renewing it once on the way: `None` if etcd
+    /// answers that the lease is gone (a lasting answer: the caller's session is over), an
+    /// error if the stream fails or ends without answering.
+    pub(super) async fn open(channel: Channel, id: i64) -> Result<Option<KeepAlive>, EtcdError> {
         let (sender, queue) = mpsc::channel(QUEUED_REQUESTS);
         let first = LeaseKeepAliveRequest { id };
         sender
@@ -104,14 +105,12 @@ impl KeepAlive {
         let opened = client.lease_keep_alive(queued(queue)).await;
         let mut answers = opened.map_err(EtcdError::status)?.into_inner();
         match answers.message().await.map_err(EtcdError::status)? {
-            Some(answer) if answer.ttl > 0 => Ok(KeepAlive {
+            Some(answer) if answer.ttl > 0 => Ok(Some(KeepAlive {
                 id,
                 requests: sender,
                 answers,
-            }),
-            Some(_) => Err(EtcdError::no_answer(format!(
-                "etcd answered that the lease {id:x} is gone"
-            ))),
+            })),
+            Some(_) => Ok(None),
             None => Err(EtcdError::no_answer(
                 "the keep-alive stream ended before its first answer",
             )),
