@@ -192,6 +192,7 @@ async fn measure(
         cycle_us: vec![micros(cycles.p50())],
         cycle_syncs: vec![2.0 * cycles.syncs_per_op()],
         handoff_syncs: vec![handoff_syncs],
+        keeper_sync_us: vec![keeper_sync_p50(addr).await?],
     };
     println!();
     for trial in 1..settings.trials {
@@ -204,6 +205,7 @@ async fn measure(
                 TrialRun::Durable => {
                     let pairs = bare_pairs(addr, settings).await?;
                     trials.durable_pair_us.push(micros(pairs.p50()));
+                    trials.keeper_sync_us.push(keeper_sync_p50(addr).await?);
                 }
                 TrialRun::Cycles => {
                     let cycles = mutex_cycles(addr, settings).await?;
@@ -219,7 +221,7 @@ async fn measure(
         let (_, syncs) = handoff_run(addr, settings, false).await?;
         trials.handoff_syncs.push(syncs);
     }
-    for line in trials.lines(sync_p50) {
+    for line in trials.lines() {
         println!("{line}");
     }
     Ok(Json::obj(vec![
@@ -228,7 +230,7 @@ async fn measure(
             Json::Str(std::env::args().collect::<Vec<_>>().join(" ")),
         ),
         ("fdatasync_p50_us", Json::num(micros(sync_p50))),
-        ("trials", trials.json(sync_p50)),
+        ("trials", trials.json()),
         ("durable_pairs", library.json()),
         ("durable_pairs_lockkeeper_zk_client", own.json()),
         ("durable_pairs_no_library", bare.json()),
@@ -710,15 +712,38 @@ fn mean_of(stages: &Totals, stage: &str) -> f64 {
     }
 }
 
-/// Keeper's stage totals from `mntr`.
-async fn totals(addr: SocketAddr) -> Result<Totals, BoxError> {
+/// Keeper's `mntr`.
+async fn mntr(addr: SocketAddr) -> Result<String, BoxError> {
     let text = tokio::task::spawn_blocking(move || {
         lockkeeper_testkit::try_four_letter_word(addr, "mntr", OP_LIMIT)
     })
     .await
     .map_err(|e| format!("mntr: {e}"))?
     .map_err(|e| format!("mntr from {addr}: {e}"))?;
-    parse_totals(&text).map_err(|e| format!("mntr from {addr}: {e}").into())
+    Ok(text)
+}
+
+/// Keeper's stage totals from `mntr`.
+async fn totals(addr: SocketAddr) -> Result<Totals, BoxError> {
+    parse_totals(&mntr(addr).await?).map_err(|e| format!("mntr from {addr}: {e}").into())
+}
+
+/// The p50 of Keeper's own recent fdatasyncs, µs: `mntr`'s `lk_log_sync_p50_us`, over the
+/// syncs of the last one to two minutes.
+async fn keeper_sync_p50(addr: SocketAddr) -> Result<f64, BoxError> {
+    parse_sync_p50(&mntr(addr).await?).map_err(|e| format!("mntr from {addr}: {e}").into())
+}
+
+fn parse_sync_p50(mntr: &str) -> Result<f64, String> {
+    const KEY: &str = "lk_log_sync_p50_us\t";
+    let value = mntr
+        .lines()
+        .find_map(|line| line.strip_prefix(KEY))
+        .ok_or("no lk_log_sync_p50_us: this Keeper has not synced recently, or does not say")?;
+    value
+        .trim()
+        .parse()
+        .map_err(|e| format!("lk_log_sync_p50_us\t{value}: {e}"))
 }
 
 /// The stage counts and sums (and the log's syncs) among `mntr`'s lines; ZooKeeper's own keys
@@ -827,6 +852,12 @@ mod tests {
             parse_totals("lk_log_syncs\tmany\n").is_err(),
             "not a number"
         );
+        assert_eq!(
+            parse_sync_p50("lk_log_syncs\t7\nlk_log_sync_p50_us\t142\n"),
+            Ok(142.0)
+        );
+        let none = parse_sync_p50("lk_log_syncs\t0\n").expect_err("no p50");
+        assert!(none.contains("lk_log_sync_p50_us"), "{none}");
         let d = delta(&before, &after);
         assert_eq!(d["write"], (20.0, 400.0));
         assert_eq!(mean_of(&d, "write"), 20.0);

@@ -165,12 +165,19 @@ impl Summary {
         lock(&self.state).count
     }
 
+    /// The `q` quantile of the observations the quantiles cover (the last one or two
+    /// windows), in microseconds; `None` when none is recent.
+    pub(crate) fn recent_quantile_us(&self, q: f64) -> Option<u64> {
+        let mut w = lock(&self.state);
+        w.rotate(Instant::now());
+        let recent = w.recent();
+        (!recent.is_empty()).then(|| recent.value_at_quantile(q))
+    }
+
     fn value_at(&self, now: Instant) -> SummaryValue {
         let mut w = lock(&self.state);
         w.rotate(now);
-        let mut recent = w.previous.clone();
-        // Same bounds, so adding cannot fail.
-        let _ = recent.add(&w.current);
+        let recent = w.recent();
         let quantiles = self
             .quantiles
             .iter()
@@ -192,6 +199,14 @@ impl Summary {
 }
 
 impl Windows {
+    /// The observations of the current and the previous window.
+    fn recent(&self) -> Histogram<u64> {
+        let mut recent = self.previous.clone();
+        // Same bounds, so adding cannot fail.
+        let _ = recent.add(&self.current);
+        recent
+    }
+
     /// Starts a new window once the current one is [`WINDOW`] old; what is older than the
     /// previous window is forgotten.
     fn rotate(&mut self, now: Instant) {

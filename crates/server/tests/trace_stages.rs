@@ -100,6 +100,18 @@ async fn trace_a_synchronous_client(keeper: &Keeper, syncs: bool) {
     let log_syncs = delta(&before, &after, "lk_log_syncs");
     let want = if syncs { writes } else { 0.0 };
     assert_eq!(log_syncs, want, "log syncs for {writes} synchronous writes");
+    // The syncs' recent p50, within the range of the traced fdatasync times.
+    match after.get("lk_log_sync_p50_us") {
+        Some(&p50) if syncs => {
+            let max = after["lk_write_stage_fdatasync_us_max"];
+            assert!(
+                p50 > 0.0 && p50 <= max * 1.01 + 1.0,
+                "p50 {p50} µs, max {max} µs"
+            );
+        }
+        None if !syncs => {}
+        other => panic!("lk_log_sync_p50_us {other:?} with syncs {syncs}"),
+    }
     assert!(
         stage_us <= client_us,
         "the stages ({stage_us:.0} µs) cannot take longer than the client waited ({client_us:.0} µs)"

@@ -8,7 +8,8 @@
 //! - **an uncontended lock cycle's p50**, at most 1.1x a library-free create+delete pair's p50
 //!   on the same Keeper: what lockkeeper's client and recipe add to the two writes;
 //! - **a durable create+delete pair's p50**, at most a never-synced pair's p50 (a `--sync none`
-//!   Keeper) plus two fdatasync p50s plus 0.05 ms: what Keeper adds to a pair's two syncs.
+//!   Keeper) plus two p50s of Keeper's own fdatasyncs (`mntr`'s `lk_log_sync_p50_us`, read
+//!   after each trial's durable pairs) plus 0.05 ms: what Keeper adds to a pair's two syncs.
 //!
 //! The runs behind the last two alternate within each trial, every other trial in reverse
 //! order, so that drift during the run favours none of them.
@@ -41,6 +42,8 @@ pub(crate) struct Trials {
     pub cycle_syncs: Vec<f64>,
     /// Log syncs per contended handoff.
     pub handoff_syncs: Vec<f64>,
+    /// p50 of Keeper's own recent fdatasyncs, read after the durable pairs, µs.
+    pub keeper_sync_us: Vec<f64>,
 }
 
 /// One target's verdict.
@@ -114,13 +117,12 @@ impl Trials {
         Spread::of(values.iter().copied()).map(|s| s.median)
     }
 
-    /// The targets, judged on the medians, `sync_p50` being the fdatasync p50 measured on
-    /// Keeper's data dir.
-    pub(crate) fn checks(&self, sync_p50: Duration) -> Vec<Check> {
+    /// The targets, judged on the medians.
+    pub(crate) fn checks(&self) -> Vec<Check> {
         let durable = Self::median(&self.durable_pair_us);
         let unsynced = Self::median(&self.unsynced_pair_us);
         let cycle = Self::median(&self.cycle_us);
-        let sync_us = sync_p50.as_secs_f64() * 1e6;
+        let sync = Self::median(&self.keeper_sync_us);
         vec![
             Check {
                 name: "log syncs per contended handoff",
@@ -146,7 +148,9 @@ impl Trials {
             Check {
                 name: "durable pair p50 (never-synced + 2 fdatasync + 0.05 ms)",
                 measured: durable,
-                bound: unsynced.map(|u| u + 2.0 * sync_us + PAIR_SLACK.as_secs_f64() * 1e6),
+                bound: unsynced
+                    .zip(sync)
+                    .map(|(u, s)| u + 2.0 * s + PAIR_SLACK.as_secs_f64() * 1e6),
                 exact: false,
                 fmt: fmt_ms,
             },
@@ -154,14 +158,15 @@ impl Trials {
     }
 
     /// The spreads of every figure, one line each, then the targets with their verdicts.
-    pub(crate) fn lines(&self, sync_p50: Duration) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         let n = self.durable_pair_us.len();
         let mut lines = vec![format!(
             "{n} trials, each running (c), (d) and (c) on the Keeper that never syncs, every \
              other one in reverse order, and (e): median (min–max)"
         )];
-        let figures: [(&str, &[f64], Format); 5] = [
+        let figures: [(&str, &[f64], Format); 6] = [
             ("(c) durable pair p50", &self.durable_pair_us, fmt_ms),
+            ("Keeper's fdatasync p50", &self.keeper_sync_us, fmt_ms),
             ("(c) never-synced pair p50", &self.unsynced_pair_us, fmt_ms),
             ("(d) uncontended cycle p50", &self.cycle_us, fmt_ms),
             ("(d) log syncs per cycle", &self.cycle_syncs, fmt_count),
@@ -172,17 +177,18 @@ impl Trials {
             lines.push(format!("  {name:<28} {shown}"));
         }
         lines.push("targets, from the medians:".into());
-        lines.extend(self.checks(sync_p50).iter().map(Check::row));
+        lines.extend(self.checks().iter().map(Check::row));
         lines
     }
 
     /// Each figure's spread and the targets' verdicts.
-    pub(crate) fn json(&self, sync_p50: Duration) -> Json {
+    pub(crate) fn json(&self) -> Json {
         let spread =
             |values: &[f64]| Spread::of(values.iter().copied()).map_or(Json::Null, |s| s.json());
         Json::obj(vec![
             ("durable_pair_p50_us", spread(&self.durable_pair_us)),
             ("unsynced_pair_p50_us", spread(&self.unsynced_pair_us)),
+            ("keeper_fdatasync_p50_us", spread(&self.keeper_sync_us)),
             ("uncontended_cycle_p50_us", spread(&self.cycle_us)),
             ("log_syncs_per_uncontended_cycle", spread(&self.cycle_syncs)),
             (
@@ -191,7 +197,7 @@ impl Trials {
             ),
             (
                 "targets",
-                Json::Arr(self.checks(sync_p50).iter().map(Check::json).collect()),
+                Json::Arr(self.checks().iter().map(Check::json).collect()),
             ),
         ])
     }
@@ -209,11 +215,12 @@ mod tests {
             cycle_us: vec![430.0, 120.0, 900.0],
             cycle_syncs: vec![2.0, 2.0, 2.5],
             handoff_syncs: vec![1.05, 1.6, 1.0],
+            keeper_sync_us: vec![150.0, 10.0, 900.0],
         }
     }
 
-    fn verdicts(t: &Trials, sync: Duration) -> Vec<(&'static str, Option<f64>, Option<bool>)> {
-        t.checks(sync)
+    fn verdicts(t: &Trials) -> Vec<(&'static str, Option<f64>, Option<bool>)> {
+        t.checks()
             .into_iter()
             .map(|c| (c.name, c.measured, c.met()))
             .collect()
@@ -221,7 +228,7 @@ mod tests {
 
     #[test]
     fn each_target_is_judged_on_the_medians() {
-        let v = verdicts(&trials(), Duration::from_micros(150));
+        let v = verdicts(&trials());
         assert_eq!(
             v[0],
             ("log syncs per contended handoff", Some(1.05), Some(true))
@@ -230,10 +237,13 @@ mod tests {
         let ratio = v[2].1.expect("cycle ratio");
         assert!((ratio - 430.0 / 400.0).abs() < 1e-9, "{ratio}");
         assert_eq!(v[2].2, Some(true));
-        // 400 <= 50 + 2 x 150 + 50.
+        // 400 <= 50 + 2 x 150 + 50, on the median of Keeper's syncs.
         assert_eq!(v[3].2, Some(true));
-        let v = verdicts(&trials(), Duration::from_micros(149));
-        assert_eq!(v[3].2, Some(false), "400 > 50 + 2 x 149 + 50");
+        let mut t = trials();
+        t.keeper_sync_us[0] = 149.0;
+        assert_eq!(verdicts(&t)[3].2, Some(false), "400 > 50 + 2 x 149 + 50");
+        t.keeper_sync_us.clear();
+        assert_eq!(verdicts(&t)[3].2, None, "no bound without Keeper's syncs");
     }
 
     #[test]
@@ -242,18 +252,18 @@ mod tests {
         t.handoff_syncs = vec![1.2, 1.5, 1.11];
         t.cycle_syncs = vec![3.0];
         t.cycle_us.clear();
-        let v = verdicts(&t, Duration::from_micros(150));
+        let v = verdicts(&t);
         assert_eq!(v[0].2, Some(false));
         assert_eq!(v[1].2, Some(false), "3 syncs per cycle is not exactly 2");
         assert_eq!(
             v[2],
             ("uncontended cycle p50 / library-free pair p50", None, None)
         );
-        let lines = t.lines(Duration::from_micros(150)).join("\n");
+        let lines = t.lines().join("\n");
         assert!(lines.contains("MISSED"), "{lines}");
         assert!(lines.contains("not measured"), "{lines}");
         assert!(lines.contains("1.20 (1.11–1.50)"), "{lines}");
-        let json = t.json(Duration::from_micros(150)).render();
+        let json = t.json().render();
         assert!(json.contains("\"met\": \"no\""), "{json}");
         assert!(json.contains("\"direction\": \"exactly\""), "{json}");
     }

@@ -29,6 +29,8 @@ pub(crate) struct View<'c> {
     /// The log's fdatasyncs so far: replies released by one sync share it, so a workload's
     /// syncs per operation say how many the stages' `fdatasync` time really is.
     pub log_syncs: u64,
+    /// The p50 of the log's recent fdatasyncs (`fsynctime`'s window), in µs.
+    pub log_sync_p50_us: Option<u64>,
     core: &'c Core,
 }
 
@@ -72,6 +74,7 @@ impl Core {
             watches: &self.watches,
             stages: &self.timings.stages,
             log_syncs: self.timings.fsync.count(),
+            log_sync_p50_us: self.timings.fsync.recent_quantile_us(0.5),
             core: self,
         }
     }
