@@ -29,12 +29,16 @@ pub(crate) struct View<'c> {
     /// The log's fdatasyncs so far: replies released by one sync share it, so a workload's
     /// syncs per operation say how many the stages' `fdatasync` time really is.
     pub log_syncs: u64,
-    /// The p50 of the log's recent fdatasyncs (`fsynctime`'s window), in µs.
-    pub log_sync_p50_us: Option<u64>,
     core: &'c Core,
 }
 
 impl View<'_> {
+    /// The p50 of the log's recent fdatasyncs (`fsynctime`'s window), in µs; `None` when none
+    /// is recent. Computed when asked: only `mntr` shows it.
+    pub(crate) fn log_sync_p50_us(&self) -> Option<u64> {
+        self.core.timings.fsync.recent_quantile_us(0.5)
+    }
+
     /// The sessions that own ephemerals, with their paths (`dump`).
     pub(crate) fn ephemerals(&self) -> impl Iterator<Item = (&i64, &BTreeSet<String>)> {
         self.core.state.tree.sessions_with_ephemerals()
@@ -74,7 +78,6 @@ impl Core {
             watches: &self.watches,
             stages: &self.timings.stages,
             log_syncs: self.timings.fsync.count(),
-            log_sync_p50_us: self.timings.fsync.recent_quantile_us(0.5),
             core: self,
         }
     }

@@ -145,7 +145,7 @@ fn mntr(view: &View, out: &mut String) {
     // keys they do not know): each stage of the write path, in microseconds, and the log's
     // syncs (several traced replies may share one) with their recent p50, when there are any.
     let _ = writeln!(out, "lk_log_syncs\t{}", view.log_syncs);
-    if let Some(p50) = view.log_sync_p50_us {
+    if let Some(p50) = view.log_sync_p50_us() {
         let _ = writeln!(out, "lk_log_sync_p50_us\t{p50}");
     }
     for v in view.stages.values() {
