@@ -11,6 +11,7 @@ use lockkeeper::Error;
 use lockkeeper::LockOptions;
 use lockkeeper::zk::Session;
 use lockkeeper::zk::{ConnectionState, Delivery};
+use lockkeeper_zk_client::{CreateMode, CreateOptions};
 use support::{
     Partition, children, for_each_backend, long_session, requests_received, session, wait_children,
     wait_state, wait_watches,
@@ -660,6 +661,38 @@ async fn fencing_tokens_keep_increasing_when_the_parent_is_recreated() {
         let second = mutex.lock().await.unwrap();
         assert!(second.fencing_token() > token);
         second.release().await.unwrap();
+    })
+    .await;
+}
+
+/// A create the server refuses for good (here its ACL: anyone may read the directory, nobody
+/// may create in it) is the server's error, at once: not retried, not a lost session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_the_server_refuses_is_its_error() {
+    for_each_backend(|connect| async move {
+        let session = session(&connect).await;
+        let read_only = vec![lockkeeper_zk_client::Acl {
+            perms: lockkeeper_zk_client::perms::READ,
+            id: lockkeeper_zk_client::Id {
+                scheme: "world".into(),
+                id: "anyone".into(),
+            },
+        }];
+        session
+            .client()
+            .unwrap()
+            .create(
+                "/locks-ro",
+                b"",
+                &CreateOptions::new(CreateMode::Persistent).with_acl(read_only),
+            )
+            .await
+            .unwrap();
+        let mutex = session.mutex("/locks-ro").unwrap();
+        match mutex.lock_timeout(Duration::from_secs(30)).await {
+            Err(Error::Zk(lockkeeper_zk_client::Error::NoAuth)) => {}
+            other => panic!("a create the server refuses: {other:?}"),
+        }
     })
     .await;
 }

@@ -7,9 +7,13 @@
 //! - Release: the delete went through, its answer died, and the retry finds no node. That is
 //!   a successful release, not `NotHeld` (nothing else touched the lock).
 //!
+//! - A create lost on its way: the server never saw it, the search by uuid finds nothing, and
+//!   the create is sent once more.
+//!
 //! A loopback proxy between the client and the server forwards everything until it sees the
-//! first request of the armed kind, forwards that one, and then cuts the connection before any
-//! answer gets back. The client reconnects through the proxy with the same session.
+//! first request of the armed kind, forwards that one (or, for a request lost on its way, does
+//! not), and then cuts the connection before any answer gets back. The client reconnects
+//! through the proxy with the same session.
 
 mod support;
 
@@ -27,9 +31,25 @@ const CREATE_OPS: &[i32] = &[1, 15];
 /// ZooKeeper's delete opcode.
 const DELETE_OPS: &[i32] = &[2];
 
+/// What the proxy does with the request it cuts at.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Forwards it, then cuts: the server applies it and its answer is lost.
+    AfterIt,
+    /// Cuts without forwarding it: the server never sees it.
+    BeforeIt,
+    /// As `BeforeIt`, at every such request for as long as it is armed.
+    BeforeEach,
+}
+
 /// Starts the proxy in front of `upstream`; returns its address. `armed` cuts the connection
 /// at the next request with one of the opcodes `ops`, once.
-async fn cutting_proxy(upstream: String, armed: Arc<AtomicBool>, ops: &'static [i32]) -> String {
+async fn cutting_proxy(
+    upstream: String,
+    armed: Arc<AtomicBool>,
+    ops: &'static [i32],
+    how: Cut,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -41,13 +61,19 @@ async fn cutting_proxy(upstream: String, armed: Arc<AtomicBool>, ops: &'static [
             let Ok(server) = TcpStream::connect(&upstream).await else {
                 return;
             };
-            tokio::spawn(relay(client, server, armed.clone(), ops));
+            tokio::spawn(relay(client, server, armed.clone(), ops, how));
         }
     });
     addr.to_string()
 }
 
-async fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, ops: &[i32]) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    armed: Arc<AtomicBool>,
+    ops: &[i32],
+    how: Cut,
+) {
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut server_rx, mut server_tx) = server.into_split();
     let cut = Arc::new(AtomicBool::new(false));
@@ -82,11 +108,17 @@ async fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, ops
         let opcode = (!first && frame.len() >= 8)
             .then(|| i32::from_be_bytes(frame[4..8].try_into().unwrap()));
         first = false;
-        let cutting =
-            opcode.is_some_and(|op| ops.contains(&op)) && armed.swap(false, Ordering::SeqCst);
+        let cutting = opcode.is_some_and(|op| ops.contains(&op))
+            && match how {
+                Cut::BeforeEach => armed.load(Ordering::SeqCst),
+                Cut::AfterIt | Cut::BeforeIt => armed.swap(false, Ordering::SeqCst),
+            };
         if cutting {
             // Nothing the server says from now on reaches the client.
             cut.store(true, Ordering::SeqCst);
+            if let Cut::BeforeIt | Cut::BeforeEach = how {
+                break;
+            }
         }
         if server_tx.write_all(&len).await.is_err() || server_tx.write_all(&frame).await.is_err() {
             break;
@@ -122,7 +154,7 @@ async fn a_create_whose_answer_is_lost_is_found_again_by_uuid() {
             .await
             .unwrap();
         let armed = Arc::new(AtomicBool::new(true));
-        let proxy = cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS).await;
+        let proxy = cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS, Cut::AfterIt).await;
         let through_proxy = session(&proxy).await;
         let session_id = through_proxy.session_id();
         let guard = tokio::time::timeout(
@@ -150,11 +182,99 @@ async fn a_create_whose_answer_is_lost_is_found_again_by_uuid() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_lost_on_its_way_is_sent_once_more() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the cutting proxy relays one server");
+            return;
+        }
+        let path = "/locks/lost-create";
+        let observer = session(&connect).await;
+        observer
+            .client()
+            .unwrap()
+            .mkdir(
+                path,
+                &lockkeeper_zk_client::CreateOptions::new(
+                    lockkeeper_zk_client::CreateMode::Persistent,
+                ),
+            )
+            .await
+            .unwrap();
+        let armed = Arc::new(AtomicBool::new(true));
+        let proxy = cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS, Cut::BeforeIt).await;
+        let through_proxy = session(&proxy).await;
+        let guard = tokio::time::timeout(
+            Duration::from_secs(60),
+            through_proxy.mutex(path).unwrap().lock(),
+        )
+        .await
+        .expect("granted after the reconnection")
+        .expect("the create is sent again after it was lost");
+        assert!(
+            !armed.load(Ordering::SeqCst),
+            "the proxy never saw the create"
+        );
+        let nodes = children(&observer, path).await;
+        assert_eq!(nodes.len(), 1, "one node: {nodes:?}");
+        assert_eq!(format!("{path}/{}", nodes[0]), guard.node());
+        guard.release().await.unwrap();
+    })
+    .await;
+}
+
+/// A create lost on its way every time is given up after the session's retry policy's
+/// attempts, with the last loss as the error, and leaves no node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_lost_every_time_exhausts_the_retries() {
+    for_each_backend(|connect| async move {
+        if support::is_ensemble(&connect) {
+            eprintln!("skipped on an ensemble: the cutting proxy relays one server");
+            return;
+        }
+        let path = "/locks/always-lost";
+        let observer = session(&connect).await;
+        // Armed only once the directory is made.
+        let armed = Arc::new(AtomicBool::new(false));
+        let proxy =
+            cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS, Cut::BeforeEach).await;
+        let through_proxy = session(&proxy).await;
+        // The directory first, so that the creates the proxy sees are the lock node's.
+        through_proxy
+            .client()
+            .unwrap()
+            .mkdir(
+                path,
+                &lockkeeper_zk_client::CreateOptions::new(
+                    lockkeeper_zk_client::CreateMode::Persistent,
+                ),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("mkdir {path}"));
+        armed.store(true, Ordering::SeqCst);
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(120),
+            through_proxy.mutex(path).unwrap().lock(),
+        )
+        .await
+        .expect("the retries end");
+        match outcome {
+            Err(lockkeeper::Error::RetriesExhausted { attempts, .. }) => {
+                assert!(attempts > 1, "given up after {attempts} attempt(s)");
+            }
+            other => panic!("every create lost: {other:?}"),
+        }
+        assert!(children(&observer, path).await.is_empty(), "no node left");
+    })
+    .await;
+}
+
 /// A session through a proxy that cuts the connection at the next delete once armed, and an
 /// observer session straight to the server.
 async fn behind_a_delete_cutter(connect: &str) -> (Session, Session, Arc<AtomicBool>) {
     let armed = Arc::new(AtomicBool::new(false));
-    let proxy = cutting_proxy(connect.to_owned(), armed.clone(), DELETE_OPS).await;
+    let proxy = cutting_proxy(connect.to_owned(), armed.clone(), DELETE_OPS, Cut::AfterIt).await;
     (session(connect).await, session(&proxy).await, armed)
 }
 
