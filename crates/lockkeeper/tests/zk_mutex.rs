@@ -665,6 +665,28 @@ async fn fencing_tokens_keep_increasing_when_the_parent_is_recreated() {
     .await;
 }
 
+/// A session closed while a lock's create is in flight ends that lock with `SessionLost`, as
+/// every other end of the session does, not with the client's own error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_session_closes_during_its_create_is_session_lost() {
+    for_each_backend(|connect| async move {
+        let proxy = Partition::start(&connect).await;
+        let closing = session(&proxy.connect_string()).await;
+        let mutex = closing.mutex("/locks/closing").unwrap();
+        // The create reaches the server; its answer does not come back.
+        proxy.hold_replies();
+        let locking = tokio::spawn(async move { mutex.lock().await.map(drop) });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        closing.close().await;
+        proxy.let_replies_through();
+        match timeout(Duration::from_secs(30), locking).await {
+            Ok(Ok(Err(Error::SessionLost))) => {}
+            other => panic!("a lock whose session closed: {other:?}"),
+        }
+    })
+    .await;
+}
+
 /// A create the server refuses for good (here its ACL: anyone may read the directory, nobody
 /// may create in it) is the server's error, at once: not retried, not a lost session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
