@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use lockkeeper::Error;
 use lockkeeper::zk::{RetryPolicy, Session, SharedCount, VersionedCount};
 use lockkeeper_zk_client::{CreateMode, CreateOptions};
-use support::{children, for_each_backend, session};
+use support::{children, for_each_backend, read_only_dir, session};
 
 /// Bound on anything a test waits for (the machine may be loaded).
 const LIMIT: Duration = Duration::from_secs(60);
@@ -598,23 +598,7 @@ async fn handles_name_their_node_and_a_refused_seed_is_an_error() {
         assert_eq!(count.path(), "/counters/named-count");
 
         // Anyone may read under /counters-ro; nobody may create there.
-        let read_only = vec![lockkeeper_zk_client::Acl {
-            perms: lockkeeper_zk_client::perms::READ,
-            id: lockkeeper_zk_client::Id {
-                scheme: "world".into(),
-                id: "anyone".into(),
-            },
-        }];
-        session
-            .client()
-            .unwrap()
-            .create(
-                "/counters-ro",
-                b"",
-                &CreateOptions::new(CreateMode::Persistent).with_acl(read_only),
-            )
-            .await
-            .unwrap();
+        read_only_dir(&session, "/counters-ro").await;
         match session.shared_count("/counters-ro/count", 5).await {
             Err(Error::Zk(lockkeeper_zk_client::Error::NoAuth)) => {}
             other => panic!("a seed the server refuses: {other:?}"),

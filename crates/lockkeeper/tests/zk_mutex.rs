@@ -11,10 +11,9 @@ use lockkeeper::Error;
 use lockkeeper::LockOptions;
 use lockkeeper::zk::Session;
 use lockkeeper::zk::{ConnectionState, Delivery};
-use lockkeeper_zk_client::{CreateMode, CreateOptions};
 use support::{
-    Partition, children, for_each_backend, long_session, requests_received, session, wait_children,
-    wait_state, wait_watches,
+    Partition, children, for_each_backend, long_session, read_only_dir, requests_received, session,
+    wait_children, wait_state, wait_watches,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::timeout;
@@ -693,23 +692,7 @@ async fn a_lock_whose_session_closes_during_its_create_is_session_lost() {
 async fn a_lock_the_server_refuses_is_its_error() {
     for_each_backend(|connect| async move {
         let session = session(&connect).await;
-        let read_only = vec![lockkeeper_zk_client::Acl {
-            perms: lockkeeper_zk_client::perms::READ,
-            id: lockkeeper_zk_client::Id {
-                scheme: "world".into(),
-                id: "anyone".into(),
-            },
-        }];
-        session
-            .client()
-            .unwrap()
-            .create(
-                "/locks-ro",
-                b"",
-                &CreateOptions::new(CreateMode::Persistent).with_acl(read_only),
-            )
-            .await
-            .unwrap();
+        read_only_dir(&session, "/locks-ro").await;
         let mutex = session.mutex("/locks-ro").unwrap();
         match mutex.lock_timeout(Duration::from_secs(30)).await {
             Err(Error::Zk(lockkeeper_zk_client::Error::NoAuth)) => {}

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockkeeper::zk::Session;
+use lockkeeper::zk::{LockGuard, Session};
 use support::{children, for_each_backend, session};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -132,6 +132,35 @@ async fn relay(
     answers.abort();
 }
 
+/// An observer session straight to the server, the lock directory `path` made through it (so
+/// that the creates the proxy sees are the lock node's own), and a session through a proxy that
+/// cuts as `how` says at the next create once armed (it starts disarmed).
+async fn behind_a_create_cutter(
+    connect: &str,
+    path: &str,
+    how: Cut,
+) -> (Session, Session, Arc<AtomicBool>) {
+    let observer = session(connect).await;
+    let persistent =
+        lockkeeper_zk_client::CreateOptions::new(lockkeeper_zk_client::CreateMode::Persistent);
+    observer
+        .client()
+        .unwrap()
+        .mkdir(path, &persistent)
+        .await
+        .unwrap_or_else(|e| panic!("mkdir {path}: {e}"));
+    let armed = Arc::new(AtomicBool::new(false));
+    let proxy = cutting_proxy(connect.to_owned(), armed.clone(), CREATE_OPS, how).await;
+    (observer, session(&proxy).await, armed)
+}
+
+/// `session`'s lock of the mutex at `path`, within a minute.
+async fn lock_within_a_minute(session: &Session, path: &str) -> lockkeeper::Result<LockGuard> {
+    tokio::time::timeout(Duration::from_secs(60), session.mutex(path).unwrap().lock())
+        .await
+        .expect("the lock ends within a minute")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_create_whose_answer_is_lost_is_found_again_by_uuid() {
     for_each_backend(|connect| async move {
@@ -140,30 +169,13 @@ async fn a_create_whose_answer_is_lost_is_found_again_by_uuid() {
             return;
         }
         let path = "/locks/protected";
-        let observer = session(&connect).await;
-        // The lock directory exists, so the first create seen is the lock node's own.
-        observer
-            .client()
-            .unwrap()
-            .mkdir(
-                path,
-                &lockkeeper_zk_client::CreateOptions::new(
-                    lockkeeper_zk_client::CreateMode::Persistent,
-                ),
-            )
-            .await
-            .unwrap();
-        let armed = Arc::new(AtomicBool::new(true));
-        let proxy = cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS, Cut::AfterIt).await;
-        let through_proxy = session(&proxy).await;
+        let (observer, through_proxy, armed) =
+            behind_a_create_cutter(&connect, path, Cut::AfterIt).await;
+        armed.store(true, Ordering::SeqCst);
         let session_id = through_proxy.session_id();
-        let guard = tokio::time::timeout(
-            Duration::from_secs(60),
-            through_proxy.mutex(path).unwrap().lock(),
-        )
-        .await
-        .expect("granted after the reconnection")
-        .unwrap();
+        let guard = lock_within_a_minute(&through_proxy, path)
+            .await
+            .expect("granted after the reconnection");
         assert!(
             !armed.load(Ordering::SeqCst),
             "the proxy never saw the create"
@@ -190,28 +202,12 @@ async fn a_create_lost_on_its_way_is_sent_once_more() {
             return;
         }
         let path = "/locks/lost-create";
-        let observer = session(&connect).await;
-        observer
-            .client()
-            .unwrap()
-            .mkdir(
-                path,
-                &lockkeeper_zk_client::CreateOptions::new(
-                    lockkeeper_zk_client::CreateMode::Persistent,
-                ),
-            )
+        let (observer, through_proxy, armed) =
+            behind_a_create_cutter(&connect, path, Cut::BeforeIt).await;
+        armed.store(true, Ordering::SeqCst);
+        let guard = lock_within_a_minute(&through_proxy, path)
             .await
-            .unwrap();
-        let armed = Arc::new(AtomicBool::new(true));
-        let proxy = cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS, Cut::BeforeIt).await;
-        let through_proxy = session(&proxy).await;
-        let guard = tokio::time::timeout(
-            Duration::from_secs(60),
-            through_proxy.mutex(path).unwrap().lock(),
-        )
-        .await
-        .expect("granted after the reconnection")
-        .expect("the create is sent again after it was lost");
+            .expect("the create is sent again after it was lost");
         assert!(
             !armed.load(Ordering::SeqCst),
             "the proxy never saw the create"
@@ -234,32 +230,10 @@ async fn a_create_lost_every_time_exhausts_the_retries() {
             return;
         }
         let path = "/locks/always-lost";
-        let observer = session(&connect).await;
-        // Armed only once the directory is made.
-        let armed = Arc::new(AtomicBool::new(false));
-        let proxy =
-            cutting_proxy(connect.clone(), armed.clone(), CREATE_OPS, Cut::BeforeEach).await;
-        let through_proxy = session(&proxy).await;
-        // The directory first, so that the creates the proxy sees are the lock node's.
-        through_proxy
-            .client()
-            .unwrap()
-            .mkdir(
-                path,
-                &lockkeeper_zk_client::CreateOptions::new(
-                    lockkeeper_zk_client::CreateMode::Persistent,
-                ),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("mkdir {path}"));
+        let (observer, through_proxy, armed) =
+            behind_a_create_cutter(&connect, path, Cut::BeforeEach).await;
         armed.store(true, Ordering::SeqCst);
-        let outcome = tokio::time::timeout(
-            Duration::from_secs(120),
-            through_proxy.mutex(path).unwrap().lock(),
-        )
-        .await
-        .expect("the retries end");
-        match outcome {
+        match lock_within_a_minute(&through_proxy, path).await {
             Err(lockkeeper::Error::RetriesExhausted { attempts, .. }) => {
                 assert!(attempts > 1, "given up after {attempts} attempt(s)");
             }

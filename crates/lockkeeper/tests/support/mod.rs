@@ -39,6 +39,27 @@ pub(crate) async fn session(connect: &str) -> Session {
         .expect("connect a session")
 }
 
+/// Creates `path` (persistent) with an ACL that lets anyone read it and nobody create under it.
+#[allow(dead_code)] // not every test binary uses it
+pub(crate) async fn read_only_dir(session: &Session, path: &str) {
+    let read_only = vec![lockkeeper_zk_client::Acl {
+        perms: lockkeeper_zk_client::perms::READ,
+        id: lockkeeper_zk_client::Id {
+            scheme: "world".into(),
+            id: "anyone".into(),
+        },
+    }];
+    let options =
+        lockkeeper_zk_client::CreateOptions::new(lockkeeper_zk_client::CreateMode::Persistent)
+            .with_acl(read_only);
+    session
+        .client()
+        .expect("client")
+        .create(path, b"", &options)
+        .await
+        .unwrap_or_else(|e| panic!("create the read-only {path}: {e}"));
+}
+
 /// The children of `path` (empty if it does not exist).
 pub(crate) async fn children(session: &Session, path: &str) -> Vec<String> {
     match session.client().expect("client").list_children(path).await {
