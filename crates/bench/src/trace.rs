@@ -858,6 +858,8 @@ mod tests {
         );
         let none = parse_sync_p50("lk_log_syncs\t0\n").expect_err("no p50");
         assert!(none.contains("lk_log_sync_p50_us"), "{none}");
+        let garbled = parse_sync_p50("lk_log_sync_p50_us\tmany\n").expect_err("not a number");
+        assert!(garbled.contains("many"), "{garbled}");
         let d = delta(&before, &after);
         assert_eq!(d["write"], (20.0, 400.0));
         assert_eq!(mean_of(&d, "write"), 20.0);
