@@ -117,6 +117,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     let mut server = Server::start(config)
         .await
         .map_err(|e| format!("cannot start: {e}"))?;
+    // Before anything says the server is ready: a stop sent right after must find its handler.
+    let stop = shutdown_signal()?;
     // Before the clients' line, which tells scripts the server is ready.
     if let Some(addr) = args.metrics_listen {
         let bound = server
@@ -130,18 +132,23 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         server.local_addr()
     );
     crate::systemd::notify("READY=1");
-    shutdown_signal().await?;
+    stop.await;
     crate::systemd::notify("STOPPING=1");
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
 }
 
-async fn shutdown_signal() -> std::io::Result<()> {
+/// Handles SIGTERM and SIGINT from now on, instead of their default (ending the process at
+/// once); the future resolves at the first of them.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r,
-        _ = term.recv() => Ok(()),
-    }
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
 }
