@@ -6,7 +6,8 @@
 //! ```text
 //! dispatch -> write: prep -> log -> apply -> reply     (a write, at one zxid)
 //! dispatch -> read -> reply                            (anything else, at the last zxid;
-//!                                                       listing: a getChildren at an earlier point)
+//!                                                       point: getChildren, getData and exists
+//!                                                       at the earliest point they show)
 //! ```
 //!
 //! with `sessions` (connect, attach, expiry), `durability` (snapshots, the disk fault), `view`
@@ -23,7 +24,7 @@
 
 mod dispatch;
 mod durability;
-mod listing;
+mod point;
 mod read;
 pub(crate) mod reply;
 mod send;
@@ -97,7 +98,7 @@ pub(crate) struct Connection {
     pub auth: AuthIds,
     pub received: u64,
     /// The newest zxid any message queued for this connection reveals: a later reply never
-    /// reveals less (see `listing`).
+    /// reveals less (see `point`).
     pub seen: i64,
     /// Something was queued for it since the core last flushed its outbox.
     pub unflushed: bool,
@@ -121,8 +122,8 @@ pub(crate) struct Core {
     /// [`crate::state::apply::apply`], and (in place) by a reload after a disk fault.
     state: State,
     watches: Watches,
-    /// What listings must not leave out (see `listing`).
-    unhidable: listing::Unhidable,
+    /// What reads at a point must not leave out (see `point`).
+    unhidable: point::Unhidable,
     conns: HashMap<ConnId, Connection>,
     /// Connections with messages queued since the end of the last batch, flushed after it.
     unflushed: Vec<ConnId>,
@@ -220,7 +221,7 @@ impl Core {
             config,
             state,
             watches: Watches::default(),
-            unhidable: listing::Unhidable::default(),
+            unhidable: point::Unhidable::default(),
             conns: HashMap::new(),
             unflushed: Vec::new(),
             epoch,

@@ -53,10 +53,11 @@
 //!   until durable, then written in order), `four_letter` (`ruok`, `mntr`, ...),
 //!   `metrics_http` (`GET /metrics`).
 //! - `core`: the one task that owns the state. `dispatch` (the entry: session checks, routing,
-//!   latency), `write` (zxid, prep, log, apply, the write's reply), `read` and `listing` (the
-//!   reads), `send` (queueing on outboxes), `reply` (what the core sends, its encoding, the
-//!   `ReplyQueue` an outbox is to the core), `sessions` (connect, attach, expiry), `durability`
-//!   (snapshots, the disk fault), `view` (what the four-letter words and `/metrics` read).
+//!   latency), `write` (zxid, prep, log, apply, the write's reply), `read` (the reads), `point`
+//!   (the earliest state a read may show, so it need not wait for others' writes), `send`
+//!   (queueing on outboxes), `reply` (what the core sends, its encoding, the `ReplyQueue` an
+//!   outbox is to the core), `sessions` (connect, attach, expiry), `durability` (snapshots,
+//!   the disk fault), `view` (what the four-letter words and `/metrics` read).
 //! - `state`: what the server knows, no IO and no file format. `tree` (the znodes, and the
 //!   capture a snapshot is taken from), `session`, `watch`, `acl`, `path`, `txn`, `prep`
 //!   (request to txn), `apply` (the one apply).

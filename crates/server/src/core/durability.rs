@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Core, listing};
+use super::{Core, point};
 use crate::disk::log::LogEvent;
 use crate::disk::recovery;
 use crate::disk::snapshot::{Encoder, SnapshotMsg};
@@ -120,7 +120,7 @@ impl Core {
         self.conns.clear();
         self.watches = Watches::default();
         // What it noted was about txns the reload has just undone.
-        self.unhidable = listing::Unhidable::default();
+        self.unhidable = point::Unhidable::default();
         self.txns_since_snapshot = 0;
         self.epoch += 1;
         self.read_only = Some((self.epoch << 32 | 1, Instant::now()));

@@ -1,6 +1,8 @@
 //! Reads: every request that does not change the tree (reads, watch registration, auth,
 //! pings). Reads see all writes before them (they run in the same task) and their replies wait
-//! for durability like any other; getChildren is answered in `listing`, at an earlier point.
+//! for durability like any other. getChildren, getData and exists of a node that exists are
+//! answered at the earliest point that shows what they read (see `point`), every other read at
+//! the last zxid.
 
 use bytes::Bytes;
 use lockkeeper_proto::*;
@@ -22,6 +24,8 @@ impl Core {
                 self.reply(conn, xid, zxid, ErrorCode::Ok, Body::Empty);
             }
             Request::GetChildren(req) => self.list_children(conn, xid, req),
+            Request::GetData(req) => self.get_data(conn, xid, req),
+            Request::Exists(req) => self.exists(conn, xid, req),
             other => {
                 let (err, body) = match self.read(conn, other) {
                     Ok(body) => (ErrorCode::Ok, body),
@@ -32,32 +36,50 @@ impl Core {
         }
     }
 
+    /// getData: a node that is there and readable is shown at its point (see `point`).
+    fn get_data(&mut self, conn: ConnId, xid: i32, req: PathWatchRequest) {
+        let (point, body) = match self.readable(conn, &req.path, perms::READ) {
+            Ok(node) => {
+                let data = node.data.as_deref().map(Bytes::copy_from_slice);
+                let stat = node.stat();
+                (
+                    self.node_point(conn, &req.path, node),
+                    Body::Data { data, stat },
+                )
+            }
+            Err(err) => {
+                let zxid = self.state.last_zxid;
+                return self.reply(conn, xid, zxid, err, Body::Empty);
+            }
+        };
+        if req.watch {
+            self.watches.add_data(&req.path, conn);
+        }
+        self.reply_at(conn, xid, point, ErrorCode::Ok, body);
+    }
+
+    /// exists: a node that is there is shown at its point (see `point`); a missing one at the
+    /// last zxid, as its absence may be a deletion not yet durable. The watch is set either way.
+    fn exists(&mut self, conn: ConnId, xid: i32, req: PathWatchRequest) {
+        let zxid = self.state.last_zxid;
+        if req.path.contains('\0') {
+            return self.reply(conn, xid, zxid, ErrorCode::BadArguments, Body::Empty);
+        }
+        if req.watch {
+            self.watches.add_data(&req.path, conn);
+        }
+        match self.state.tree.get(&req.path) {
+            Some(node) => {
+                let stat = node.stat();
+                let point = self.node_point(conn, &req.path, node);
+                self.reply_at(conn, xid, point, ErrorCode::Ok, Body::Stat(stat));
+            }
+            None => self.reply(conn, xid, zxid, ErrorCode::NoNode, Body::Empty),
+        }
+    }
+
     fn read(&mut self, conn: ConnId, request: Request) -> Result<Body, ErrorCode> {
         match request {
-            Request::Exists(req) => {
-                if req.path.contains('\0') {
-                    return Err(ErrorCode::BadArguments);
-                }
-                if req.watch {
-                    self.watches.add_data(&req.path, conn);
-                }
-                self.state
-                    .tree
-                    .get(&req.path)
-                    .map(|n| Body::Stat(n.stat()))
-                    .ok_or(ErrorCode::NoNode)
-            }
-            Request::GetData(req) => {
-                let node = self.readable(conn, &req.path, perms::READ)?;
-                let body = Body::Data {
-                    data: node.data.as_deref().map(Bytes::copy_from_slice),
-                    stat: node.stat(),
-                };
-                if req.watch {
-                    self.watches.add_data(&req.path, conn);
-                }
-                Ok(body)
-            }
             Request::GetChildren2(req) => {
                 let node = self.readable(conn, &req.path, perms::READ)?;
                 let body = Body::ChildrenStat {
@@ -145,7 +167,8 @@ impl Core {
                 ))
             }
             Request::Unsupported(_) => Err(ErrorCode::Unimplemented),
-            // Writes, pings, auth, setWatches and getChildren are dispatched before reaching here.
+            // Writes, pings, auth, setWatches, getChildren, getData and exists are dispatched before
+            // reaching here.
             _ => Err(ErrorCode::Unimplemented),
         }
     }

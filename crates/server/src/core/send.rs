@@ -87,6 +87,7 @@ impl Core {
         }
     }
 
+    /// A reply whose header carries `zxid`, revealing the last zxid.
     pub(super) fn reply(&mut self, conn: ConnId, xid: i32, zxid: i64, err: ErrorCode, body: Body) {
         let header = ReplyHeader {
             xid,
@@ -94,6 +95,23 @@ impl Core {
             err: err.code(),
         };
         self.send(conn, Message::Reply { header, body }, false);
+    }
+
+    /// A reply that shows the state at `point` (see `point`): its header carries that zxid.
+    pub(super) fn reply_at(
+        &mut self,
+        conn: ConnId,
+        xid: i32,
+        point: i64,
+        err: ErrorCode,
+        body: Body,
+    ) {
+        let header = ReplyHeader {
+            xid,
+            zxid: point,
+            err: err.code(),
+        };
+        self.send_at(conn, Message::Reply { header, body }, false, point);
     }
 
     /// Asks a connection's writer to close after what is already queued.

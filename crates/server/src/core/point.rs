@@ -1,41 +1,49 @@
-//! Listing, the core's side: a getChildren that does not wait for creates nobody has seen.
+//! Reads at a point: a read answered with the state as it was at the earliest zxid that shows
+//! what it reads, so it does not wait for the sync of writes nobody has seen.
 //!
 //! Keeper applies a write before its log sync, and every message waits in its outbox until the
-//! log is durable past what it reveals. A plain read reveals the whole state at the last zxid,
-//! so it waits for every write applied before it. For a lock's queue that is the slow part of
-//! a handoff: the holder deletes its node and, once that is durable, queues again at once; the
-//! next waiter hears of the deletion and lists the queue, and its listing then waits for the
+//! log is durable past what it reveals. A read answered at the last zxid would wait for every
+//! write applied before it. For a lock's queue that is the slow part of a handoff: the holder
+//! deletes its node and, once that is durable, queues again at once; the next waiter hears of
+//! the deletion, lists the queue and reads its own node, and each reply would then wait for the
 //! sync of that new create, a node behind it that it does not care about.
 //!
-//! So a getChildren (opcode 8: names only, no stat) answers with the children as they were at
-//! a *point*, the latest of:
+//! So these reads answer at a *point*, the latest of:
 //! - the durable zxid: everything any client has been told about is at or below it;
 //! - the last zxid this connection has been shown or has queued (`Connection::seen`), so a
 //!   client always sees its own writes and never sees the tree go back;
-//! - the parent's own creation, and the last pending change of its child list that cannot be
-//!   hidden (a child's deletion) or of its ACL ([`Unhidable`]).
+//! - what the read shows of the node it reads, below.
 //!
-//! Children created after the point are left out: nobody has been told of them, so the listing
-//! is ordered before their creation, and the reply waits for the point only. The listing is
-//! the child list at the point exactly, because after it the list changed only by those
-//! creates. A watch set by such a listing fires at once (after the creates are durable), since
-//! the creates it missed happened before it was registered.
+//! **getChildren** (opcode 8: names only, no stat) adds the parent's own creation and the last
+//! pending change of its child list that cannot be hidden (a child's deletion) or of its ACL
+//! ([`Unhidable`]). Children created after the point are left out: nobody has been told of
+//! them, so the listing is ordered before their creation, and the reply waits for the point
+//! only. The listing is the child list at the point exactly, because after it the list changed
+//! only by those creates. A watch set by such a listing fires at once (after the creates are
+//! durable), since the creates it missed happened before it was registered.
 //!
-//! Everything else (getChildren2, whose stat would have to be rebuilt, and every other read)
-//! reveals the last zxid, as before.
+//! **getData and exists of a node that exists** add the node's last data change (mzxid), last
+//! child change (pzxid), both its creation if nothing since, and last ACL change: the node's
+//! data and every field of its stat are then the same at the point as now, so the reply is
+//! exact at the point and nothing after it is revealed. A data watch set by it misses nothing:
+//! the node did not change after the point.
+//!
+//! Everything else (getChildren2, a read of a missing node, whose absence may be a pending
+//! deletion, and every other request) reveals the last zxid.
 
 use std::collections::HashMap;
 
 use lockkeeper_proto::*;
 
 use super::Core;
-use crate::core::reply::{Body, Message};
+use crate::core::reply::Body;
 use crate::state::path;
+use crate::state::tree::Node;
 use crate::state::txn::{Trigger, Txn};
 use crate::state::watch::{ConnId, Fired};
 
 /// Paths whose child list lost a child, or whose ACL was set, at a zxid that may not be durable
-/// yet: a listing of such a path is answered no earlier than that zxid. An entry at or below the
+/// yet: a read of such a path is answered no earlier than that zxid. An entry at or below the
 /// durable zxid has no effect, so old ones are dropped only to bound the map.
 #[derive(Default)]
 pub(super) struct Unhidable {
@@ -107,6 +115,22 @@ fn at_point<'a>(
 }
 
 impl Core {
+    /// The earliest point a read from `conn` may be answered at, whatever it reads: the durable
+    /// zxid, or what the connection has already been shown if that is later.
+    fn read_floor(&self, conn: ConnId) -> i64 {
+        let seen = self.conns.get(&conn).map_or(0, |c| c.seen);
+        self.durable_rx.borrow().zxid.max(seen)
+    }
+
+    /// The point a getData or exists of `node`, at `path`, is answered at (see the module doc).
+    /// A node is created with mzxid and pzxid at its czxid, so those two cover the creation.
+    pub(super) fn node_point(&self, conn: ConnId, path: &str, node: &Node) -> i64 {
+        self.read_floor(conn)
+            .max(node.mzxid)
+            .max(node.pzxid)
+            .max(self.unhidable.last_change(path))
+    }
+
     /// Answers getChildren (see the module doc).
     pub(super) fn list_children(&mut self, conn: ConnId, xid: i32, req: PathWatchRequest) {
         let node = match self.readable(conn, &req.path, perms::READ) {
@@ -116,12 +140,8 @@ impl Core {
                 return self.reply(conn, xid, zxid, err, Body::Empty);
             }
         };
-        let seen = self.conns.get(&conn).map_or(0, |c| c.seen);
         let point = self
-            .durable_rx
-            .borrow()
-            .zxid
-            .max(seen)
+            .read_floor(conn)
             .max(node.czxid)
             .max(self.unhidable.last_change(&req.path))
             .min(self.state.last_zxid);
@@ -132,16 +152,7 @@ impl Core {
                 .map(|(name, node)| (name, node.czxid)),
             point,
         );
-        let header = ReplyHeader {
-            xid,
-            zxid: point,
-            err: 0,
-        };
-        let reply = Message::Reply {
-            header,
-            body: Body::Children(children),
-        };
-        self.send_at(conn, reply, false, point);
+        self.reply_at(conn, xid, point, ErrorCode::Ok, Body::Children(children));
         if req.watch {
             if hidden > 0 {
                 self.deliver(vec![Fired {
@@ -164,7 +175,7 @@ mod tests {
 
     use crate::config::Config;
     use crate::core::CoreMsg;
-    use crate::core::reply::Outgoing;
+    use crate::core::reply::{Message, Outgoing};
     use crate::disk::datadir_lock::DataDirLock;
     use crate::net::outbox::{self, WriterEnd};
     use lockkeeper_proto::request::CreateOp;
@@ -257,6 +268,28 @@ mod tests {
                 version: -1,
             });
             self.request(conn, request);
+        }
+
+        /// Sends a write from `conn`; returns its zxid.
+        fn write(&mut self, conn: ConnId, request: Request) -> i64 {
+            let [reply] = &self.request(conn, request)[..] else {
+                panic!("one reply to a write");
+            };
+            match &reply.message {
+                Message::Reply { header, .. } if header.err == 0 => header.zxid,
+                other => panic!("write failed: {other:?}"),
+            }
+        }
+
+        /// Reads from `conn`: the reply's error code, its zxid and the zxid it waits for.
+        fn read(&mut self, conn: ConnId, request: Request) -> (i32, i64, i64) {
+            let [reply] = &self.request(conn, request)[..] else {
+                panic!("one reply to a read");
+            };
+            match &reply.message {
+                Message::Reply { header, .. } => (header.err, header.zxid, reply.visible_at),
+                other => panic!("a read answered {other:?}"),
+            }
         }
 
         /// Lists `path` from `conn`: the names, the reply's zxid and the zxid it waits for,
@@ -364,6 +397,82 @@ mod tests {
         assert_eq!((names.len(), after.len()), (1, 0));
         d.create(1, "/q/b");
         assert_eq!(d.take(2).len(), 1, "the registered watch fired on /q/b");
+    }
+
+    fn get_data(path: &str) -> Request {
+        Request::GetData(PathWatchRequest {
+            path: path.into(),
+            watch: false,
+        })
+    }
+
+    fn exists(path: &str) -> Request {
+        Request::Exists(PathWatchRequest {
+            path: path.into(),
+            watch: false,
+        })
+    }
+
+    #[test]
+    fn a_node_read_waits_for_the_nodes_own_changes_only() {
+        let mut d = Driven::new();
+        // Readers connected first (a session's creation is a write it is shown), each used
+        // once, so each has been shown nothing since (and nothing is durable).
+        let readers = 10..20;
+        for conn in readers.clone().chain([1, 2]) {
+            d.connect(conn);
+        }
+        let q = d.create(1, "/q");
+        let a = d.create(1, "/q/a");
+        let data = d.write(
+            1,
+            Request::SetData(SetDataRequest {
+                path: "/q".into(),
+                data: Some(bytes::Bytes::from_static(b"x")),
+                version: -1,
+            }),
+        );
+        let b = d.create(1, "/q/a/b");
+        let acl = d.write(
+            1,
+            Request::SetAcl(SetAclRequest {
+                path: "/q/a/b".into(),
+                acl: crate::state::acl::open_acl(),
+                version: -1,
+            }),
+        );
+        d.create(1, "/later");
+        let last = d.core.state.last_zxid;
+        assert!(q < a && a < data && data < b && b < acl && acl < last);
+        let mut readers = readers.into_iter();
+        let mut read = |d: &mut Driven, request| d.read(readers.next().expect("a reader"), request);
+        assert_eq!(read(&mut d, get_data("/q")), (0, data, data), "its data");
+        assert_eq!(read(&mut d, exists("/q/a")), (0, b, b), "its child");
+        assert_eq!(read(&mut d, get_data("/q/a/b")), (0, acl, acl), "its ACL");
+        let (_, _, created) = read(&mut d, exists("/later"));
+        assert_eq!(created, last, "its creation");
+        // A missing node may be a deletion nobody was told of: it shows the last zxid.
+        let e = ErrorCode::NoNode.code();
+        assert_eq!(read(&mut d, exists("/q/none")), (e, last, last));
+        assert_eq!(read(&mut d, get_data("/q/none")), (e, last, last));
+
+        // A connection never sees less than it was shown: the writer sees its last write.
+        assert_eq!(d.read(1, get_data("/q")), (0, last, last));
+        d.read(2, get_data("/q/a/b"));
+        assert_eq!(
+            d.read(2, get_data("/q")),
+            (0, acl, acl),
+            "what /q/a/b showed"
+        );
+        // And a deletion below the node is its child list's change.
+        let deleted = d.write(
+            1,
+            Request::Delete(PathVersionRequest {
+                path: "/q/a/b".into(),
+                version: -1,
+            }),
+        );
+        assert_eq!(read(&mut d, exists("/q/a")), (0, deleted, deleted));
     }
 
     fn deleted(path: &str) -> Trigger {
