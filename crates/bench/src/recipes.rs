@@ -31,7 +31,7 @@
 
 mod curator;
 mod failover;
-mod measure;
+pub(crate) mod measure;
 mod queue;
 mod report;
 

@@ -20,7 +20,11 @@
 //!    lock -> release on one lock, handoffs per second and each stage's time per handoff, with
 //!    `reaction` (a watch event written to the next request on that connection: what the
 //!    waiting client takes to act on its notification);
-//! 3. **the targets** (see [`targets`]): the library-free durable pairs, the uncontended
+//! 3. **the recipes' contended paths**, once each: several sessions incrementing one
+//!    `AtomicLong` (losers try again at once) and a resign handoff in a `LeaderLatch` (the
+//!    leader requeues, the next participant is granted), each with its rate, log syncs per
+//!    operation and each stage's time per operation, as for the handoff;
+//! 4. **the targets** (see [`targets`]): the library-free durable pairs, the uncontended
 //!    Mutex cycles and the never-synced pairs again, alternating, and the contended handoff
 //!    again, to `--trace-trials` trials in all; each target judged on the medians.
 //!
@@ -48,6 +52,7 @@ mod wire;
 
 use super::locks::{close_all, open, open_many};
 use super::process::{ChildServer, Launcher, ServerKind, ServerOptions};
+use super::recipes::{CounterRetry, measure as recipe};
 use super::startup::first_session;
 use targets::Trials;
 
@@ -185,6 +190,10 @@ async fn measure(
     );
     println!();
     let (handoff, handoff_syncs) = handoff_run(addr, settings, true).await?;
+    println!();
+    let counter = counter_run(addr, settings).await?;
+    println!();
+    let resign = resign_run(addr, settings).await?;
     // The runs above are the first trial; the others alternate, every other one reversed.
     let mut trials = Trials {
         durable_pair_us: vec![micros(bare.p50())],
@@ -241,7 +250,108 @@ async fn measure(
             off_worker.json(),
         ),
         ("contended_handoff", handoff),
+        ("contended_counter", counter),
+        ("resign_handoff", resign),
     ]))
+}
+
+/// (f): `settings.clients` sessions incrementing one `AtomicLong`, as many increments in all as
+/// the synchronous run had pairs; an increment that loses tries again at once.
+async fn counter_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxError> {
+    let clients = settings.clients;
+    let each = u32::try_from(settings.pairs as usize / clients)
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let before = totals(addr).await?;
+    let run = recipe::counter(
+        &addr.to_string(),
+        "/trace-counter",
+        clients,
+        each,
+        CounterRetry::Spin,
+        settings.limit,
+        settings.connect_limit,
+    )
+    .await?;
+    let stages = delta(&before, &totals(addr).await?);
+    let what = format!(
+        "(f) contended counter, {clients} sessions on one AtomicLong: {} increments in {}",
+        run.increments,
+        fmt_duration(run.elapsed)
+    );
+    Ok(per_op_report(
+        &what,
+        "increment",
+        run.increments,
+        run.elapsed,
+        &stages,
+    ))
+}
+
+/// (g): a resign handoff in a `LeaderLatch` of 3 participants: the leader requeues, the next is
+/// granted, as many times as the synchronous run had pairs, at most 1000.
+async fn resign_run(addr: SocketAddr, settings: &Settings) -> Result<Json, BoxError> {
+    const PARTICIPANTS: usize = 3;
+    let before = totals(addr).await?;
+    let run = recipe::handoff(
+        &addr.to_string(),
+        "/trace-election",
+        PARTICIPANTS,
+        settings.pairs.min(1000),
+        settings.limit,
+        settings.connect_limit,
+    )
+    .await?;
+    let stages = delta(&before, &totals(addr).await?);
+    let mean = run.mean_gap().unwrap_or_default();
+    let what = format!(
+        "(g) resign handoff, {PARTICIPANTS} participants in one LeaderLatch: {} handoffs in {}, \
+         resign to the next grant {} on average",
+        run.count(),
+        fmt_duration(run.elapsed),
+        fmt_duration(mean)
+    );
+    let report = per_op_report(&what, "handoff", run.count(), run.elapsed, &stages);
+    Ok(Json::obj(vec![
+        ("resign_to_grant_mean_us", Json::num(micros(mean))),
+        ("run", report),
+    ]))
+}
+
+/// Prints `what`, the rate of `ops` over `elapsed`, the log syncs per op and each stage's time
+/// per op; answers the same as JSON.
+fn per_op_report(what: &str, op: &str, ops: u64, elapsed: Duration, stages: &Totals) -> Json {
+    let n = ops.max(1) as f64;
+    let per_sec = ops as f64 / elapsed.as_secs_f64().max(1e-9);
+    let syncs = stages.get(SYNCS).map_or(0.0, |(count, _)| *count);
+    println!(
+        "{what}, {per_sec:.0}/s ({:.1} µs each), {:.2} log syncs per {op}",
+        1e6 / per_sec.max(1e-9),
+        syncs / n
+    );
+    println!(
+        "{:<18} {:>13} {:>15} {:>15}",
+        "stage",
+        "mean µs/trace",
+        format!("traced/{op}"),
+        format!("sum µs/{op}")
+    );
+    for stage in all_stages() {
+        let (count, sum) = stages.get(stage).copied().unwrap_or_default();
+        println!(
+            "{stage:<18} {:>13.1} {:>15.2} {:>15.1}",
+            mean_of(stages, stage),
+            count / n,
+            sum / n,
+        );
+    }
+    Json::obj(vec![
+        ("ops", Json::num(n)),
+        ("per_sec", Json::num(per_sec)),
+        ("log_syncs_per_op", Json::num(syncs / n)),
+        ("stages_us_per_op", stage_json(stages, Some(n))),
+        ("stages_mean_us_per_reply", stage_json(stages, None)),
+    ])
 }
 
 /// p50 of `SYNC_SAMPLES` fdatasyncs of one 4 KiB block overwritten in place, in a file in

@@ -71,7 +71,7 @@ impl Handoffs {
 
 /// `sessions` sessions, each incrementing the atomic long at `path` up to `increments` times or
 /// until `limit` passed, retrying as `retry` says.
-pub(super) async fn counter(
+pub(crate) async fn counter(
     connect: &str,
     path: &str,
     sessions: usize,
@@ -179,7 +179,7 @@ struct HandoffState {
 /// `participants` sessions in one election at `path`: the leader records the handoff that made
 /// it leader, then requeues (gives leadership up and joins again at the back), until `handoffs`
 /// handoffs or `limit` passed. Then each participant in turn resigns as it is granted.
-pub(super) async fn handoff(
+pub(crate) async fn handoff(
     connect: &str,
     path: &str,
     participants: usize,
