@@ -127,8 +127,8 @@ async fn eight_sessions_times_500_increments_is_exactly_4000() {
     .await;
 }
 
-/// Retries without a pause start from the read sent behind the lost write: the counts must
-/// come out exact on that path too, and on a counter that starts absent.
+/// Retries without a pause (what the benchmark's `spin` does) read and write back to back:
+/// the counts must come out exact on that path too, on a counter that starts absent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn increments_retried_at_once_are_exact() {
     for_each_backend(|connect| async move {

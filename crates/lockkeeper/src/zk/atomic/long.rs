@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::zk::atomic::codec::{decode_i64, encode_i64};
-use crate::zk::atomic::write::{Base, Found, Written, write_if};
+use crate::zk::atomic::write::{Base, Written, write_if};
 use crate::zk::node::look;
 use crate::zk::path::{validate_lock_path, validate_node_path};
 use crate::zk::retry::RetryPolicy;
@@ -191,7 +191,7 @@ impl AtomicLong {
             // Set if present, else create; each fails only if the other case arose meanwhile.
             for base in [Base::Any, Base::Absent] {
                 if let Written::Applied(_) =
-                    write_if(&self.session, &self.path, base, &data, false).await?
+                    write_if(&self.session, &self.path, base, &data).await?
                 {
                     return Ok(());
                 }
@@ -206,36 +206,20 @@ impl AtomicLong {
     /// Creates the node holding `value` if it does not exist yet (Curator's `initialize`);
     /// `false` if it existed already, whatever it holds.
     pub async fn initialize(&self, value: i64) -> Result<bool> {
-        match write_if(
-            &self.session,
-            &self.path,
-            Base::Absent,
-            &encode_i64(value),
-            false,
-        )
-        .await?
-        {
+        match write_if(&self.session, &self.path, Base::Absent, &encode_i64(value)).await? {
             Written::Applied(_) => Ok(true),
-            Written::Overtaken(_) => Ok(false),
+            Written::Overtaken => Ok(false),
         }
     }
 
     /// The current value and the state it was read in.
     async fn read(&self) -> Result<(i64, Base)> {
-        let found = match look(&self.session.generation(), &self.path, false).await? {
-            Some((data, stat, _)) => Found::Node(data, stat),
-            None => Found::Absent,
+        let found = look(&self.session.generation(), &self.path, false).await?;
+        let Some((data, stat, _)) = found else {
+            return Ok((0, Base::Absent));
         };
-        self.value_of(&found)
-    }
-
-    /// The value a read found, and the state it found it in.
-    fn value_of(&self, found: &Found) -> Result<(i64, Base)> {
-        let value = match found {
-            Found::Absent => 0,
-            Found::Node(data, _) => decode_i64(&self.path, data)?.unwrap_or(0),
-        };
-        Ok((value, found.base()))
+        let value = decode_i64(&self.path, &data)?.unwrap_or(0);
+        Ok((value, Base::of(Some(&stat))))
     }
 
     /// Runs one update: `make` maps the current value to the one to write, or to the reason
@@ -286,28 +270,19 @@ impl AtomicLong {
         until: Option<Instant>,
     ) -> Result<Option<Result<i64, E>>> {
         let mut attempt = 0;
-        // What the read behind the last lost write found: the next attempt starts from it when
-        // it follows at once. After a pause it would be stale, so none is asked for then.
-        let mut found = None;
         loop {
             attempt += 1;
             *attempts += 1;
-            let (current, base) = match found.take() {
-                Some(found) => self.value_of(&found)?,
-                None => self.read().await?,
-            };
+            let (current, base) = self.read().await?;
             let new = match make(current) {
                 Ok(new) => new,
                 Err(declined) => return Ok(Some(Err(declined))),
             };
-            // The pause before the next attempt, should this one lose.
-            let delay = self.retries.delay(attempt.min(self.retries.max_attempts()));
-            let data = encode_i64(new);
-            let read_behind = delay.is_zero();
-            match write_if(&self.session, &self.path, base, &data, read_behind).await? {
+            match write_if(&self.session, &self.path, base, &encode_i64(new)).await? {
                 Written::Applied(_) => return Ok(Some(Ok(current))),
-                Written::Overtaken(behind) => found = behind,
+                Written::Overtaken => {}
             }
+            let delay = self.retries.delay(attempt.min(self.retries.max_attempts()));
             let spent = match until {
                 None => attempt >= self.retries.max_attempts(),
                 Some(until) => Instant::now() + delay >= until,

@@ -22,7 +22,7 @@ use tokio_util::sync::ReusableBoxFuture;
 use crate::error::Result;
 use crate::zk::atomic::codec::{decode_i32, encode_i32};
 use crate::zk::atomic::long::validate_counter_path;
-use crate::zk::atomic::write::{Base, Found, Written, write_if};
+use crate::zk::atomic::write::{Base, Written, write_if};
 use crate::zk::node::look;
 use crate::zk::session::{Generation, Session, is_connection_loss};
 
@@ -99,8 +99,8 @@ impl SharedCount {
         validate_counter_path(path)?;
         // Seed by creating: an existing node keeps its value. Whether a create whose answer
         // was lost went through does not matter; the read below says what is there.
-        match write_if(&session, path, Base::Absent, &encode_i32(seed), false).await {
-            Ok(Written::Applied(_) | Written::Overtaken(_)) => {}
+        match write_if(&session, path, Base::Absent, &encode_i32(seed)).await {
+            Ok(Written::Applied(_) | Written::Overtaken) => {}
             Err(crate::Error::Zk(err)) if is_connection_loss(&err) => {}
             Err(err) => return Err(err),
         }
@@ -174,7 +174,7 @@ impl SharedCount {
             // Set if present, else create; each fails only if the other case arose meanwhile.
             for base in [Base::Any, Base::Absent] {
                 if let Written::Applied(stat) =
-                    write_if(session, &self.inner.path, base, &data, false).await?
+                    write_if(session, &self.inner.path, base, &data).await?
                 {
                     self.offer(cached(value, &stat));
                     return Ok(());
@@ -201,26 +201,16 @@ impl SharedCount {
         }
         let base = Base::Version(previous.version);
         let session = &self.inner.session;
-        match write_if(session, &self.inner.path, base, &encode_i32(value), true).await? {
+        match write_if(session, &self.inner.path, base, &encode_i32(value)).await? {
             Written::Applied(stat) => {
                 self.offer(cached(value, &stat));
                 Ok(true)
             }
-            Written::Overtaken(found) => {
-                // Refresh the cache so that the caller's next attempt has a chance, from the
-                // read behind the write if it was answered. A node holding garbage is reported
-                // by the next read(), not here.
-                let refreshed = match found {
-                    Some(Found::Node(data, stat)) => decode_i32(&self.inner.path, &data)
-                        .map(|value| self.offer(cached(value.unwrap_or(self.inner.seed), &stat))),
-                    Some(Found::Absent) => {
-                        self.offer_absent();
-                        Ok(())
-                    }
-                    None => self.read().await.map(drop),
-                };
-                if let Err(err) = refreshed {
-                    tracing::debug!(path = self.inner.path, %err, "refreshing after a lost try_set failed");
+            Written::Overtaken => {
+                // Refresh the cache so that the caller's next attempt has a chance. A node
+                // holding garbage is reported by the next read(), not here.
+                if let Err(err) = self.read().await {
+                    tracing::debug!(path = self.inner.path, %err, "re-reading after a lost try_set failed");
                 }
                 Ok(false)
             }

@@ -11,12 +11,6 @@
 //! sent again; if it changed, nobody can tell our write from another client's, so the call
 //! fails with the connection-loss error (or `SessionLost`) rather than guess. An update is
 //! therefore applied once or not at all, and the caller is told when it cannot know which.
-//!
-//! A write at a version can be followed on the wire, without waiting, by a read of the node
-//! (`read_behind`). The server answers one session's requests in order, so when the write
-//! loses, the read's answer is the node as the winner left it, and an attempt that follows at
-//! once starts from it: a lost attempt costs one round trip, not a reply and then a read. When
-//! the write goes through, the read's answer is simply not awaited.
 
 use lockkeeper_zk_client::{CreateMode, CreateOptions, Stat};
 use tokio::time::Instant;
@@ -36,42 +30,28 @@ pub(super) enum Base {
     Any,
 }
 
+impl Base {
+    pub(super) fn of(stat: Option<&Stat>) -> Base {
+        stat.map_or(Base::Absent, |stat| Base::Version(stat.version))
+    }
+}
+
 /// What a conditional write did.
 #[derive(Debug)]
 pub(super) enum Written {
     /// Applied; the node's new stat.
     Applied(Stat),
-    /// Someone else changed (or created, or deleted) the node since it was read; what the read
-    /// sent right behind the write found, if it was sent and answered (see the module doc).
-    Overtaken(Option<Found>),
+    /// Someone else changed (or created, or deleted) the node since it was read.
+    Overtaken,
 }
 
-/// The node as a read found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Found {
-    Absent,
-    Node(Vec<u8>, Stat),
-}
-
-impl Found {
-    /// The state a write computed from this finding must be conditional on.
-    pub(super) fn base(&self) -> Base {
-        match self {
-            Found::Absent => Base::Absent,
-            Found::Node(_, stat) => Base::Version(stat.version),
-        }
-    }
-}
-
-/// Writes `data` to `path` if the node is still in the state `base`, with a read behind a
-/// write at a version if `read_behind`; see the module docs for those reads and for what a
-/// connection loss does.
+/// Writes `data` to `path` if the node is still in the state `base`; see the module docs for
+/// what a connection loss does.
 pub(super) async fn write_if(
     session: &Session,
     path: &str,
     base: Base,
     data: &[u8],
-    read_behind: bool,
 ) -> Result<Written> {
     let policy = session.generation().retry_policy();
     let mut attempt = 1;
@@ -81,14 +61,9 @@ pub(super) async fn write_if(
         let generation = session.generation();
         let client = generation.client()?;
         let sent = Instant::now();
-        let mut behind = None;
         let answer = match base {
             Base::Absent => create(&client, path, data).await?,
-            Base::Version(version) => {
-                let write = client.set_data(path, data, Some(version));
-                behind = read_behind.then(|| client.get_data(path));
-                write.await
-            }
+            Base::Version(version) => client.set_data(path, data, Some(version)).await,
             Base::Any => client.set_data(path, data, None).await,
         };
         let lost = match answer {
@@ -102,16 +77,7 @@ pub(super) async fn write_if(
                 | lockkeeper_zk_client::Error::NoNode,
             ) => {
                 generation.heard_at(sent);
-                let found = match behind {
-                    Some(read) => match read.await {
-                        Ok((data, stat)) => Some(Found::Node(data, stat)),
-                        Err(lockkeeper_zk_client::Error::NoNode) => Some(Found::Absent),
-                        // The next attempt reads again, and meets the error there if it lasts.
-                        Err(_) => None,
-                    },
-                    None => None,
-                };
-                return Ok(Written::Overtaken(found));
+                return Ok(Written::Overtaken);
             }
             Err(err) if is_connection_loss(&err) || is_terminal(&err) => err,
             Err(err) => {
