@@ -140,14 +140,9 @@ async fn increments_retried_at_once_are_exact() {
             let connect = connect.clone();
             tasks.push(tokio::spawn(async move {
                 let session = session(&connect).await;
-                let counter = session
-                    .atomic_long(path)
-                    .unwrap()
-                    .optimistic_retries(RetryPolicy::exponential(
-                        Duration::ZERO,
-                        Duration::ZERO,
-                        10_000,
-                    ));
+                let counter = session.atomic_long(path).unwrap().optimistic_retries(
+                    RetryPolicy::exponential(Duration::ZERO, Duration::ZERO, 10_000),
+                );
                 let mut seen = Vec::with_capacity(EACH);
                 for _ in 0..EACH {
                     seen.push(counter.add_fetch(1).await.expect("increment"));
