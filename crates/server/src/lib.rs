@@ -73,14 +73,17 @@
 //!
 //! [`Server`] and [`Config`] (with [`SyncMode`]); for `lockkeeper verify` and the fault suite,
 //! [`recovery`] (with the [`Txn`]s of [`recovery::history`]) and [`datadir_lock`]; for
-//! `serve`'s checks of its options and the benchmarks, [`FOUR_LETTER_WORDS`] and [`Stage`].
-//! Everything else is private to the crate.
+//! `serve`'s checks of its options and the benchmarks, [`FOUR_LETTER_WORDS`] and [`Stage`];
+//! with the `fuzzing` feature, `fuzzing` (the fuzz targets' entry points, not API). Everything
+//! else is private to the crate.
 
 #![warn(missing_docs)]
 
 mod config;
 mod core;
 mod disk;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod memory;
 mod metrics;
 mod net;

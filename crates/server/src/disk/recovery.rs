@@ -326,6 +326,12 @@ struct Scan {
     end: u64,
 }
 
+/// Scans a segment's bytes as [`scan_segment`] does, for the fuzz targets (`crate::fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn scan_bytes(bytes: &[u8], is_last: bool) {
+    let _ = scan_segment(Path::new("fuzzed-segment"), bytes, is_last);
+}
+
 /// Reads the records of one segment. A bad record is a torn tail only in the last segment, and
 /// only if nothing valid follows it.
 fn scan_segment(path: &Path, bytes: &[u8], is_last: bool) -> Result<Scan, Corruption> {

@@ -121,6 +121,11 @@ pub(crate) struct Loaded {
 /// Reads and checks a whole snapshot file. `Err` says why it cannot be used.
 pub(crate) fn load(path: &Path) -> Result<Loaded, String> {
     let bytes = fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    load_bytes(&bytes)
+}
+
+/// Checks and parses a snapshot file's bytes (see [`load`]).
+pub(crate) fn load_bytes(bytes: &[u8]) -> Result<Loaded, String> {
     if bytes.len() < 8 + 4 + 8 + 4 + 1 + 8 + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
         return Err("not a snapshot (bad magic or too short)".into());
     }
