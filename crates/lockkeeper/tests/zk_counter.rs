@@ -22,7 +22,7 @@ mod interop;
 use std::time::{Duration, Instant};
 
 use lockkeeper::Error;
-use lockkeeper::zk::{RetryPolicy, Session, SharedCount, VersionedCount};
+use lockkeeper::zk::{AtomicLong, RetryPolicy, Session, SharedCount, VersionedCount};
 use lockkeeper_zk_client::{CreateMode, CreateOptions};
 use support::{children, for_each_backend, read_only_dir, session};
 
@@ -70,59 +70,69 @@ async fn wait_count(count: &SharedCount, value: i32) {
     }
 }
 
+/// `sessions` sessions each incrementing the counter at `path` `each` times, the counter made
+/// by `counter` from a session; fails unless every increment returned a distinct new value
+/// (none applied twice or lost) and the node ends holding the total, as Curator stores it.
+async fn increments_are_exact(
+    connect: &str,
+    path: &'static str,
+    sessions: usize,
+    each: usize,
+    counter: impl Fn(&Session, &'static str) -> AtomicLong + Copy + Send + 'static,
+) {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..sessions {
+        let connect = connect.to_string();
+        tasks.push(tokio::spawn(async move {
+            let session = session(&connect).await;
+            let counter = counter(&session, path);
+            let mut seen = Vec::with_capacity(each);
+            for _ in 0..each {
+                seen.push(counter.add_fetch(1).await.expect("increment"));
+            }
+            seen
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        let seen = tokio::time::timeout(LIMIT * 4, task)
+            .await
+            .expect("the increments end in time")
+            .unwrap();
+        all.extend(seen);
+    }
+    let elapsed = started.elapsed();
+    all.sort_unstable();
+    let total = (sessions * each) as i64;
+    let expected: Vec<i64> = (1..=total).collect();
+    assert_eq!(all, expected, "the values the increments returned");
+    let observer = session(connect).await;
+    let counter = observer.atomic_long(path).unwrap();
+    assert_eq!(counter.load().await.unwrap(), total);
+    assert_eq!(raw_bytes(&observer, path).await, total.to_be_bytes());
+    eprintln!("{total} increments from {sessions} sessions in {elapsed:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_sessions_times_500_increments_is_exactly_4000() {
     for_each_backend(|connect| async move {
-        const SESSIONS: usize = 8;
-        const EACH: usize = 500;
         let path = "/counters/contended";
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..SESSIONS {
-            let connect = connect.clone();
-            tasks.push(tokio::spawn(async move {
-                let session = session(&connect).await;
-                let mut counter = session.atomic_long(path).unwrap();
-                if support::is_ensemble(&connect) {
-                    // A follower answers reads from its own, possibly older, copy, so each
-                    // writer loses more rounds; the count must come out exact all the same.
-                    counter = counter.optimistic_retries(RetryPolicy::exponential(
-                        Duration::from_millis(5),
-                        Duration::from_millis(500),
-                        200,
-                    ));
-                }
-                let mut seen = Vec::with_capacity(EACH);
-                for _ in 0..EACH {
-                    seen.push(counter.add_fetch(1).await.expect("increment"));
-                }
-                seen
-            }));
-        }
-        let mut all = Vec::new();
-        for task in tasks {
-            all.extend(
-                tokio::time::timeout(LIMIT * 4, task)
-                    .await
-                    .expect("the increments end in time")
-                    .unwrap(),
-            );
-        }
-        let elapsed = started.elapsed();
-        // Each increment returned a distinct new value: none was applied twice or lost.
-        all.sort_unstable();
-        let expected: Vec<i64> = (1..=(SESSIONS * EACH) as i64).collect();
-        assert_eq!(all, expected, "the values the increments returned");
-        let observer = session(&connect).await;
-        assert_eq!(
-            observer.atomic_long(path).unwrap().load().await.unwrap(),
-            4000
-        );
-        assert_eq!(raw_bytes(&observer, path).await, 4000i64.to_be_bytes());
-        eprintln!(
-            "{} increments from {SESSIONS} sessions in {elapsed:?}",
-            SESSIONS * EACH
-        );
+        let ensemble = support::is_ensemble(&connect);
+        increments_are_exact(&connect, path, 8, 500, move |session, path| {
+            let counter = session.atomic_long(path).unwrap();
+            if ensemble {
+                // A follower answers reads from its own, possibly older, copy, so each
+                // writer loses more rounds; the count must come out exact all the same.
+                return counter.optimistic_retries(RetryPolicy::exponential(
+                    Duration::from_millis(5),
+                    Duration::from_millis(500),
+                    200,
+                ));
+            }
+            counter
+        })
+        .await;
     })
     .await;
 }
@@ -132,38 +142,11 @@ async fn eight_sessions_times_500_increments_is_exactly_4000() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn increments_retried_at_once_are_exact() {
     for_each_backend(|connect| async move {
-        const SESSIONS: usize = 4;
-        const EACH: usize = 250;
-        let path = "/counters/spinning";
-        let mut tasks = Vec::new();
-        for _ in 0..SESSIONS {
-            let connect = connect.clone();
-            tasks.push(tokio::spawn(async move {
-                let session = session(&connect).await;
-                let counter = session.atomic_long(path).unwrap().optimistic_retries(
-                    RetryPolicy::exponential(Duration::ZERO, Duration::ZERO, 10_000),
-                );
-                let mut seen = Vec::with_capacity(EACH);
-                for _ in 0..EACH {
-                    seen.push(counter.add_fetch(1).await.expect("increment"));
-                }
-                seen
-            }));
-        }
-        let mut all = Vec::new();
-        for task in tasks {
-            let seen = tokio::time::timeout(LIMIT * 4, task)
-                .await
-                .expect("the increments end in time")
-                .unwrap();
-            all.extend(seen);
-        }
-        all.sort_unstable();
-        let expected: Vec<i64> = (1..=(SESSIONS * EACH) as i64).collect();
-        assert_eq!(all, expected, "the values the increments returned");
-        let observer = session(&connect).await;
-        let total = (SESSIONS * EACH) as i64;
-        assert_eq!(raw_bytes(&observer, path).await, total.to_be_bytes());
+        increments_are_exact(&connect, "/counters/spinning", 4, 250, |session, path| {
+            let spin = RetryPolicy::exponential(Duration::ZERO, Duration::ZERO, 10_000);
+            session.atomic_long(path).unwrap().optimistic_retries(spin)
+        })
+        .await;
     })
     .await;
 }
