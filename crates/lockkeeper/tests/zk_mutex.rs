@@ -670,12 +670,17 @@ async fn fencing_tokens_keep_increasing_when_the_parent_is_recreated() {
 async fn a_lock_whose_session_closes_during_its_create_is_session_lost() {
     for_each_backend(|connect| async move {
         let proxy = Partition::start(&connect).await;
+        let observer = session(&connect).await;
+        let persistent =
+            lockkeeper_zk_client::CreateOptions::new(lockkeeper_zk_client::CreateMode::Persistent);
+        let dir = observer.client().unwrap();
+        dir.mkdir("/locks/closing", &persistent).await.unwrap();
         let closing = session(&proxy.connect_string()).await;
         let mutex = closing.mutex("/locks/closing").unwrap();
-        // The create reaches the server; its answer does not come back.
+        // The create reaches the server and makes the lock node; its answer does not come back.
         proxy.hold_replies();
         let locking = tokio::spawn(async move { mutex.lock().await.map(drop) });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        wait_children(&observer, "/locks/closing", 1).await;
         closing.close().await;
         proxy.let_replies_through();
         match timeout(Duration::from_secs(30), locking).await {
