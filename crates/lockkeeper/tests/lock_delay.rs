@@ -19,7 +19,9 @@ use lockkeeper::LockOptions;
 use lockkeeper::redis::Redis;
 use lockkeeper::zk::Session;
 use lockkeeper_testkit::{RedisServer, both};
-use support::{Partition, for_each_backend, session, wait_children, wait_watches};
+use support::{
+    Partition, children, dir_with_perms, for_each_backend, session, wait_children, wait_watches,
+};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
@@ -135,6 +137,38 @@ async fn zk_a_deleted_holder_delays_waiters_and_fresh_arrivals() {
         at_least("fresh arrival", Instant::now(), deleted, DELAY);
         taken.release().await.expect("release");
         drop(guard);
+    })
+    .await;
+}
+
+/// A grant with lock-delay is reported only once the directory's record names the holder: a
+/// waiter arriving after that holder failed learns of the failure from that line alone. Here the
+/// directory's ACL lets anyone list it and create and delete lock nodes in it, but not write its
+/// data: the lock is refused with the server's error, and the node it made is gone.
+#[tokio::test]
+async fn zk_a_grant_its_record_cannot_name_is_refused() {
+    use lockkeeper_zk_client::perms::{CREATE, DELETE, READ};
+    for_each_backend(|connect| async move {
+        let path = "/lock-delay-unrecorded";
+        let session = session(&connect).await;
+        dir_with_perms(&session, path, READ | CREATE | DELETE).await;
+        let mutex = session
+            .mutex(path)
+            .unwrap()
+            .with_options(LockOptions::new().lock_delay(DELAY))
+            .unwrap();
+        match mutex.lock_timeout(STEP).await {
+            Err(lockkeeper::Error::Zk(lockkeeper_zk_client::Error::NoAuth)) => {}
+            other => panic!("a grant whose record cannot be written: {other:?}"),
+        }
+        assert_eq!(children(&session, path).await, Vec::<String>::new());
+        // Without lock-delay there is no record to write: the same directory grants.
+        let plain = session.mutex(path).unwrap();
+        let guard = plain
+            .lock_timeout(STEP)
+            .await
+            .expect("lock without lock-delay");
+        guard.expect("granted").release().await.expect("release");
     })
     .await;
 }

@@ -42,8 +42,14 @@ pub(crate) async fn session(connect: &str) -> Session {
 /// Creates `path` (persistent) with an ACL that lets anyone read it and nobody create under it.
 #[allow(dead_code)] // not every test binary uses it
 pub(crate) async fn read_only_dir(session: &Session, path: &str) {
-    let read_only = vec![lockkeeper_zk_client::Acl {
-        perms: lockkeeper_zk_client::perms::READ,
+    dir_with_perms(session, path, lockkeeper_zk_client::perms::READ).await;
+}
+
+/// Creates the persistent node `path` whose ACL gives anyone `perms` and nothing else.
+#[allow(dead_code)] // not every test binary uses it
+pub(crate) async fn dir_with_perms(session: &Session, path: &str, perms: i32) {
+    let acl = vec![lockkeeper_zk_client::Acl {
+        perms,
         id: lockkeeper_zk_client::Id {
             scheme: "world".into(),
             id: "anyone".into(),
@@ -51,13 +57,13 @@ pub(crate) async fn read_only_dir(session: &Session, path: &str) {
     }];
     let options =
         lockkeeper_zk_client::CreateOptions::new(lockkeeper_zk_client::CreateMode::Persistent)
-            .with_acl(read_only);
+            .with_acl(acl);
     session
         .client()
         .expect("client")
         .create(path, b"", &options)
         .await
-        .unwrap_or_else(|e| panic!("create the read-only {path}: {e}"));
+        .unwrap_or_else(|e| panic!("create {path} with perms {perms}: {e}"));
 }
 
 /// The children of `path` (empty if it does not exist).

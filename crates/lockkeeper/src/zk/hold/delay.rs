@@ -11,7 +11,7 @@
 //! released _c_…-lock-0000000005 _c_…-lock-0000000006
 //! ```
 //!
-//! - on grant a holder sets the `held` line to its node (best effort);
+//! - on grant a holder sets the `held` line to its node, and is granted only once that landed;
 //! - a clean release is one multi: delete the node and add it to the `released` line (the last
 //!   [`KEPT`] names). A waiter with lock-delay that gives up (a timeout, a dropped future)
 //!   leaves the same way: it never held, so nothing of it can be in flight.
@@ -132,17 +132,15 @@ pub(crate) async fn read(generation: &Generation, dir: &str) -> Result<Record> {
     })
 }
 
-/// Records that `node` was just granted. Best effort: without it only a waiter arriving after
-/// this holder failed (rather than one already queued) would miss the delay.
-pub(crate) async fn note_held(generation: &Generation, node: &str) {
+/// Records that `node` was just granted. A grant waits for it: a waiter arriving after this
+/// holder failed learns of the failure from this line alone. `NotHeld` when the directory is
+/// gone (and `node` with it).
+pub(crate) async fn note_held(generation: &Generation, node: &str) -> Result<()> {
     let (_, name) = split(node);
-    let noted = update(generation, node, None, |record| {
+    update(generation, node, None, |record| {
         record.held = Some(name.to_owned());
     })
-    .await;
-    if let Err(err) = noted {
-        tracing::debug!(node, %err, "could not record a lock-delay grant");
-    }
+    .await
 }
 
 /// Deletes `node` and records its clean release, in one multi. `NotHeld` when the node was
@@ -161,7 +159,7 @@ enum Written {
     Done,
     /// Someone else changed the record since we read it: read it again.
     Raced,
-    /// The node to delete was not there.
+    /// The node to delete, or the directory, was not there.
     NoNode,
 }
 
@@ -178,10 +176,11 @@ async fn update(
     let unanswered = AtomicBool::new(false);
     for _ in 0..UPDATE_ATTEMPTS {
         let Some((data, stat, _)) = look(generation, dir, false).await? else {
-            // No directory, so no node in it either.
+            // No directory, so no node in it either: gone before us, or by our unanswered
+            // delete.
             return match delete {
-                Some(_) if !unanswered.load(Ordering::Acquire) => Err(Error::NotHeld),
-                _ => Ok(()),
+                Some(_) if unanswered.load(Ordering::Acquire) => Ok(()),
+                _ => Err(Error::NotHeld),
             };
         };
         let mut record = Record::parse(&data);
@@ -220,16 +219,23 @@ async fn update(
         match written {
             Ok(Written::Done) => return Ok(()),
             Ok(Written::Raced) => continue,
-            Ok(Written::NoNode) | Err(Error::SessionLost) if maybe_done => return Ok(()),
+            // A grant's session ended: it holds nothing.
+            Err(Error::SessionLost) if delete.is_none() => return Err(Error::SessionLost),
+            Ok(Written::NoNode) | Err(Error::SessionLost) if maybe_done && delete.is_some() => {
+                return Ok(());
+            }
             Ok(Written::NoNode) | Err(Error::SessionLost) => return Err(Error::NotHeld),
             Err(err) => return Err(err),
         }
     }
-    // Raced every time (a storm of releases): the node must still go; unrecorded, its
-    // release only makes a waiter wait the delay.
+    // Raced every time (a storm of releases). A release's node must still go; unrecorded, it
+    // only makes a waiter wait the delay. A grant is not recorded, so it is refused.
     match delete {
         Some(delete) => crate::zk::node::delete_node(generation, delete).await,
-        None => Ok(()),
+        None => Err(Error::RetriesExhausted {
+            attempts: UPDATE_ATTEMPTS,
+            last: lockkeeper_zk_client::Error::BadVersion,
+        }),
     }
 }
 

@@ -253,10 +253,25 @@ impl Line {
                 .await?
             {
                 Turn::Granted => {
-                    node.disarm();
                     if options.lock_delay.is_some() {
-                        delay::note_held(&generation, &path).await;
+                        match delay::note_held(&generation, &path).await {
+                            Ok(()) => {}
+                            // The directory went, our node with it: queue again.
+                            Err(Error::NotHeld) => {
+                                node.disarm();
+                                continue;
+                            }
+                            // Unrecorded, a failure of this hold would not delay a waiter
+                            // arriving after it: no grant. Nobody held through this node, so
+                            // it goes without a release record.
+                            Err(err) => {
+                                node.recorded = false;
+                                let _ = node.withdraw().await;
+                                return Err(err);
+                            }
+                        }
                     }
+                    node.disarm();
                     let held = Held::new(path, FencingToken::new(czxid as u64), generation);
                     return Ok(Some(held.with_options(options)));
                 }
