@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use lockkeeper_tls::ServerFiles;
+
 /// When the transaction log is synced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMode {
@@ -78,6 +80,11 @@ pub struct Config {
     /// `net.core.somaxconn`. The default, 1024, absorbs a reconnect storm of hundreds of clients
     /// where tokio's 128 would drop SYNs and make clients wait for a retransmit (1 s, then 3 s).
     pub listen_backlog: u32,
+    /// Where to listen for TLS clients (ZooKeeper's secureClientPort), beside `listen`; port 0
+    /// picks a free port (see `Server::secure_addr`). Needs `tls`.
+    pub secure_listen: Option<SocketAddr>,
+    /// The secure listener's certificate, key and client CA; reloaded by `Server::reload_tls`.
+    pub tls: Option<ServerFiles>,
 }
 
 impl Default for Config {
@@ -101,6 +108,8 @@ impl Default for Config {
             max_queued_bytes: 16 << 20,
             close_linger: Duration::from_secs(10),
             listen_backlog: 1024,
+            secure_listen: None,
+            tls: None,
         }
     }
 }
@@ -133,6 +142,9 @@ impl Config {
         }
         if self.max_queued_bytes == 0 {
             return invalid("max_queued_bytes must be at least 1");
+        }
+        if self.secure_listen.is_some() && self.tls.is_none() {
+            return invalid("secure_listen needs tls: a certificate and its key");
         }
         Ok(())
     }

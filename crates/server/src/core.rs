@@ -61,6 +61,8 @@ pub(crate) enum CoreMsg {
     Connect {
         conn: ConnId,
         peer: SocketAddr,
+        /// The subject of the client's certificate, on the secure port (the `x509` id).
+        x509: Option<String>,
         request: ConnectRequest,
         outbox: Box<dyn ReplyQueue>,
     },

@@ -98,7 +98,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch as signal};
 use tokio::task::JoinHandle;
 
-pub use crate::config::{Config, SyncMode};
+pub use crate::config::{Config, ServerFiles, SyncMode};
 use crate::core::{Core, CoreMsg};
 use crate::disk::datadir_lock::DataDirLock;
 pub use crate::disk::{datadir_lock, recovery};
@@ -115,6 +115,9 @@ pub use crate::trace::Stage;
 /// runtime has dropped the aborted core task.
 pub struct Server {
     local_addr: SocketAddr,
+    secure_addr: Option<SocketAddr>,
+    /// The secure listener's certificates, for [`Server::reload_tls`].
+    tls: Option<Arc<net::tls::Acceptor>>,
     metrics_addr: Option<SocketAddr>,
     metrics_source: MetricsSource,
     shutdown: signal::Sender<bool>,
@@ -143,8 +146,24 @@ impl Server {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
         })?;
         let local_addr = listener.local_addr()?;
+        let secure = match (config.secure_listen, &config.tls) {
+            (Some(addr), Some(files)) => {
+                let acceptor = Arc::new(net::tls::Acceptor::new(files.clone())?);
+                let listener = accept::bind(addr, config.listen_backlog).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
+                })?;
+                Some((listener, acceptor))
+            }
+            _ => None,
+        };
+        let secure_addr = match &secure {
+            Some((listener, _)) => Some(listener.local_addr()?),
+            None => None,
+        };
+        let tls = secure.as_ref().map(|(_, acceptor)| acceptor.clone());
         let config = Arc::new(Config {
             listen: local_addr,
+            secure_listen: secure_addr,
             ..config
         });
         let recovering = config.clone();
@@ -173,6 +192,7 @@ impl Server {
         let core = tokio::spawn(core.run(core_rx, shutdown_rx.clone()));
         let accept = tokio::spawn(accept::accept_loop(
             listener,
+            secure,
             config,
             core_tx,
             Shared {
@@ -182,9 +202,11 @@ impl Server {
             },
             shutdown_rx,
         ));
-        tracing::info!(%local_addr, "keeper listening");
+        tracing::info!(%local_addr, ?secure_addr, "keeper listening");
         Ok(Server {
             local_addr,
+            secure_addr,
+            tls,
             metrics_addr: None,
             metrics_source,
             shutdown,
@@ -197,6 +219,25 @@ impl Server {
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The secure listener's address, when [`Config::secure_listen`] started one.
+    pub fn secure_addr(&self) -> Option<SocketAddr> {
+        self.secure_addr
+    }
+
+    /// Reads the secure listener's certificate, key and client CA files again (what
+    /// `lockkeeper serve` does on SIGHUP). Every later TLS handshake uses them; connections
+    /// that are up keep theirs. Errors name the file and what is wrong with it, and leave
+    /// the files in use as they were; without a secure listener, `NotFound`.
+    pub fn reload_tls(&self) -> std::io::Result<()> {
+        match &self.tls {
+            Some(acceptor) => acceptor.reload(),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no secure listener: nothing to reload",
+            )),
+        }
     }
 
     /// Serves Prometheus metrics (`GET /metrics`, ZooKeeper's names) on `addr`, and only there,

@@ -27,7 +27,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A running in-process Keeper, stopped (and its thread joined) when dropped.
 pub struct Keeper {
     addr: SocketAddr,
-    config: Config,
+    /// Boxed: a `Keeper` stays small beside the other servers in the tests' enums.
+    config: Box<Config>,
     running: Mutex<Option<Running>>,
     /// The data directory made by [`Keeper::start`]: held, never read; dropping it (after the
     /// server stops) removes the directory.
@@ -73,7 +74,7 @@ impl Keeper {
                 Ok((addr, running)) => {
                     return Keeper {
                         addr,
-                        config,
+                        config: Box::new(config),
                         running: Mutex::new(Some(running)),
                         _data: Some(data),
                     };
@@ -93,7 +94,7 @@ impl Keeper {
         let (addr, running) = launch(config.clone());
         Keeper {
             addr,
-            config,
+            config: Box::new(config),
             running: Mutex::new(Some(running)),
             _data: None,
         }
@@ -114,7 +115,7 @@ impl Keeper {
     /// directory, as a restart-durability test needs.
     pub fn restart(&mut self) {
         self.stop_server();
-        let mut config = self.config.clone();
+        let mut config = (*self.config).clone();
         config.listen = self.addr;
         // The old listener is closed; only a bind race with another process can delay us.
         let deadline = Instant::now() + START_TIMEOUT;

@@ -105,6 +105,7 @@ pub struct Connector {
     auth: Vec<(String, Vec<u8>)>,
     create_chroot: bool,
     one_round: bool,
+    tls: Option<crate::TlsFiles>,
 }
 
 impl Default for Connector {
@@ -115,6 +116,7 @@ impl Default for Connector {
             auth: Vec::new(),
             create_chroot: false,
             one_round: false,
+            tls: None,
         }
     }
 }
@@ -155,16 +157,35 @@ impl Connector {
         self
     }
 
+    /// Connects over TLS (to Keeper's secure listener, or ZooKeeper's `secureClientPort`):
+    /// servers must present a certificate signed by `files.ca` and valid for the host name in
+    /// the connect string; `files.cert`, a client certificate, is for servers that ask for
+    /// one. The files are read when [`connect`](Connector::connect) is called. Default off.
+    pub fn tls(mut self, files: crate::TlsFiles) -> Connector {
+        self.tls = Some(files);
+        self
+    }
+
     /// Establishes a session on one of the hosts of `connect_string`
-    /// (`host:port,host:port[/chroot]`).
+    /// (`host:port,host:port[/chroot]`). With [`tls`](Connector::tls), a file that cannot be
+    /// used is `BadArguments`, naming it.
     pub async fn connect(self, connect_string: &str) -> Result<Client> {
         let connect = ConnectString::parse(connect_string)?;
+        let tls = match &self.tls {
+            Some(files) => Some(
+                files
+                    .config()
+                    .map_err(|e| Error::BadArguments(format!("TLS: {e}")))?,
+            ),
+            None => None,
+        };
         let shared = Arc::new(Shared::new(Settings {
             connect,
             session_timeout: self.session_timeout,
             connection_timeout: self.connection_timeout,
             auth: self.auth,
             one_round: self.one_round,
+            tls,
         }));
         let connection = session::first_connection(&shared).await?;
         session::install(&shared, &connection, true);

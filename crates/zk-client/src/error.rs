@@ -98,6 +98,9 @@ pub enum HostFailure {
     Closed,
     /// It answered the handshake by refusing to open a session.
     SessionRefused,
+    /// The TLS handshake failed: the reason (an untrusted or expired certificate, a name it
+    /// is not valid for, a peer that does not speak TLS).
+    Tls(String),
     /// Any other I/O error on the way.
     Io(String),
 }
@@ -123,6 +126,7 @@ impl std::fmt::Display for HostFailure {
                  address; or not ZooKeeper at all)"
             ),
             HostFailure::SessionRefused => write!(f, "it refused to open a session"),
+            HostFailure::Tls(why) => write!(f, "{why}"),
             HostFailure::Io(what) => write!(f, "{what}"),
         }
     }

@@ -37,11 +37,13 @@ mod error;
 mod multi;
 mod path;
 mod session;
+mod socket;
 mod watch;
 
 pub use client::{Client, Connector, CreateOptions, DataAndStat, StateWatcher};
 pub use error::{Error, HostFailure, Result};
 pub use lockkeeper_proto::{Acl, AddWatchMode, CreateMode, Id, Stat, open_acl, perms};
+pub use lockkeeper_tls::ClientFiles as TlsFiles;
 pub use multi::{MultiReadResult, MultiReader, MultiWriteError, MultiWriteResult, MultiWriter};
 pub use path::{DEFAULT_PORT, hosts};
 pub use session::Cork;

@@ -34,13 +34,12 @@ use lockkeeper_proto::{
     ReplyHeader, Request, RequestHeader, SetWatches2, WatcherEvent, XID_AUTH, XID_NOTIFICATION,
     XID_PING, XID_SET_WATCHES, decode_frame, encode_frame,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::error::{Error, HostFailure, Result};
 use crate::path::ConnectString;
+use crate::socket::Socket;
 use crate::watch::{EventType, Paths, Registration, SessionState, Table};
 
 /// The largest frame read (ZooKeeper's default `jute.maxbuffer`, plus room for the header).
@@ -63,6 +62,8 @@ pub(crate) struct Settings {
     pub auth: Vec<(String, Vec<u8>)>,
     /// Give up after one round over the hosts instead of trying until the timeout.
     pub one_round: bool,
+    /// Connect over TLS with this configuration.
+    pub tls: Option<Arc<lockkeeper_tls::ClientConfig>>,
 }
 
 /// What the server gave the session at its first handshake.
@@ -93,7 +94,7 @@ struct Outbox {
     /// Encoded frames not written yet.
     unsent: Vec<u8>,
     /// The connection requests go out on; `None` while (re)connecting.
-    stream: Option<Arc<TcpStream>>,
+    stream: Option<Arc<Socket>>,
     /// Set when the session has ended: the error every new request gets.
     ended: Option<Error>,
     /// When bytes last went out: pings are sent only on an idle connection.
@@ -162,7 +163,12 @@ impl Outbox {
                 Err(err) => return Err(err),
             }
         }
-        Ok(true)
+        // What a TLS session took but the socket did not.
+        match stream.try_flush() {
+            Ok(()) => Ok(true),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(err) => Err(err),
+        }
     }
 
     fn push_frame(&mut self, xid: i32, request: &Request) {
@@ -468,7 +474,7 @@ fn protocol(err: lockkeeper_proto::DecodeError) -> Error {
 
 /// An established connection, handshake done.
 pub(crate) struct Connection {
-    stream: Arc<TcpStream>,
+    stream: Arc<Socket>,
     host: String,
     /// Bytes read after the handshake's reply.
     buf: BytesMut,
@@ -550,14 +556,9 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
     // Set once the TCP connection is up: a timeout before is no connection, after it no answer.
     let connected = AtomicBool::new(false);
     let attempt = async {
-        let mut stream = TcpStream::connect(host).await.map_err(|err| {
-            Failure::Host(match err.kind() {
-                std::io::ErrorKind::ConnectionRefused => HostFailure::Refused,
-                _ => HostFailure::Io(err.to_string()),
-            })
-        })?;
-        connected.store(true, Ordering::Relaxed);
-        let _ = stream.set_nodelay(true);
+        let stream = Socket::connect(host, shared.settings.tls.as_ref(), &connected)
+            .await
+            .map_err(Failure::Host)?;
         let identity = lock(&shared.identity).clone();
         let timeout =
             i32::try_from(shared.settings.session_timeout.as_millis()).unwrap_or(i32::MAX);

@@ -92,7 +92,7 @@ fn cause(failure: &HostFailure) -> ConnectCause {
         HostFailure::Closed | HostFailure::SessionRefused => {
             ConnectCause::Rejected(failure.to_string())
         }
-        HostFailure::Io(what) => ConnectCause::Other(what.clone()),
+        HostFailure::Tls(what) | HostFailure::Io(what) => ConnectCause::Other(what.clone()),
     }
 }
 

@@ -18,9 +18,10 @@ impl Core {
             CoreMsg::Connect {
                 conn,
                 peer,
+                x509,
                 request,
                 outbox,
-            } => self.connect(conn, peer, request, outbox),
+            } => self.connect(conn, peer, x509, request, outbox),
             CoreMsg::Request {
                 conn,
                 xid,

@@ -221,6 +221,7 @@ mod tests {
             self.core.handle(CoreMsg::Connect {
                 conn,
                 peer: "127.0.0.1:1".parse().unwrap(),
+                x509: None,
                 request: ConnectRequest::new_session(10_000),
                 outbox: Box::new(outbox),
             });

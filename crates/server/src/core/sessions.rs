@@ -21,6 +21,7 @@ impl Core {
         &mut self,
         conn: ConnId,
         peer: SocketAddr,
+        x509: Option<String>,
         request: ConnectRequest,
         outbox: Box<dyn ReplyQueue>,
     ) {
@@ -30,7 +31,7 @@ impl Core {
                 outbox,
                 peer,
                 session: None,
-                auth: AuthIds::for_peer(peer.ip()),
+                auth: AuthIds::for_peer(peer.ip(), x509),
                 received: 1,
                 seen: 0,
                 unflushed: false,

@@ -1,5 +1,6 @@
-//! The accept loop: takes each client's socket and starts its connection task, holding to
-//! maxClientCnxns per address (a connection past it is closed at once, unanswered).
+//! The accept loop: takes each client's socket, from the plain listener or the secure one, and
+//! starts its connection task, holding to maxClientCnxns per address over both (a connection
+//! past it is closed at once, unanswered).
 //!
 //! The connection tasks are owned here, so they all end when the loop does (at shutdown).
 
@@ -16,6 +17,7 @@ use crate::config::Config;
 use crate::core::CoreMsg;
 use crate::disk::durable::DurableMark;
 use crate::net::connection::{self, ConnectionCtx};
+use crate::net::tls::Acceptor;
 use crate::state::watch::ConnId;
 use crate::sync;
 use crate::trace::StageTimes;
@@ -68,6 +70,7 @@ pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListene
 
 pub(crate) async fn accept_loop(
     listener: TcpListener,
+    secure: Option<(TcpListener, Arc<Acceptor>)>,
     config: Arc<Config>,
     core: mpsc::Sender<CoreMsg>,
     shared: Shared,
@@ -78,9 +81,24 @@ pub(crate) async fn accept_loop(
     let mut connections = JoinSet::new();
     let mut next_id: ConnId = 1;
     loop {
-        let (stream, peer) = tokio::select! {
+        let secure_accept = async {
+            match &secure {
+                Some((listener, acceptor)) => (listener.accept().await, Some(acceptor.clone())),
+                None => std::future::pending().await,
+            }
+        };
+        let (stream, peer, tls) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
+                Ok((stream, peer)) => (stream, peer, None),
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            (accepted, tls) = secure_accept => match accepted {
+                Ok((stream, peer)) => (stream, peer, tls),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -116,7 +134,7 @@ pub(crate) async fn accept_loop(
         );
         next_id += 1;
         connections.spawn(async move {
-            connection::serve(stream, ctx).await;
+            connection::serve(stream, ctx, tls).await;
             drop(slot);
         });
     }

@@ -22,9 +22,7 @@ use lockkeeper_proto::{
     ConnectRequest, DecodeError, ErrorCode, FrameError, Jute, Reader, Request, RequestHeader,
     XID_PING, decode_frame,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
@@ -32,6 +30,8 @@ use crate::core::CoreMsg;
 use crate::disk::durable::DurableMark;
 use crate::net::four_letter;
 use crate::net::outbox::{self, Next, WriterEnd};
+use crate::net::socket::{ReadHalf, Socket, WriteHalf};
+use crate::net::tls;
 use crate::state::watch::ConnId;
 use crate::trace::{Reaction, SendTrace, StageTimes};
 
@@ -101,14 +101,30 @@ impl ConnectionCtx {
     }
 }
 
-/// Serves one client until it disconnects, misbehaves or the core closes it.
-pub(crate) async fn serve(stream: TcpStream, ctx: ConnectionCtx) {
+/// Serves one client until it disconnects, misbehaves or the core closes it; with `tls`, over
+/// TLS from its first byte. The TLS and ZooKeeper handshakes share one `handshake_timeout`.
+pub(crate) async fn serve(stream: TcpStream, ctx: ConnectionCtx, tls: Option<Arc<tls::Acceptor>>) {
     let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
+    let deadline = tokio::time::Instant::now() + ctx.handshake_timeout;
+    let (socket, x509) = match tls {
+        None => (Socket::Plain(stream), None),
+        Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+            Ok(Ok((stream, x509))) => (Socket::Tls(Box::new(stream)), x509),
+            Ok(Err(e)) => {
+                tracing::warn!(peer = %ctx.peer, error = %e, "secure port: connection refused");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(peer = %ctx.peer, timeout = ?ctx.handshake_timeout, "secure port: no TLS handshake within the handshake timeout");
+                return;
+            }
+        },
+    };
+    let (mut reader, writer) = socket.split();
     let mut buf = BytesMut::with_capacity(4096);
-    let result = match tokio::time::timeout(
-        ctx.handshake_timeout,
-        handshake(&mut reader, writer, &mut buf, &ctx),
+    let result = match tokio::time::timeout_at(
+        deadline,
+        handshake(&mut reader, writer, &mut buf, &ctx, x509),
     )
     .await
     {
@@ -127,7 +143,7 @@ pub(crate) async fn serve(stream: TcpStream, ctx: ConnectionCtx) {
 }
 
 /// Reads until `buf` holds at least `n` bytes.
-async fn fill(reader: &mut OwnedReadHalf, buf: &mut BytesMut, n: usize) -> Result<(), Closed> {
+async fn fill(reader: &mut ReadHalf, buf: &mut BytesMut, n: usize) -> Result<(), Closed> {
     while buf.len() < n {
         if reader.read_buf(buf).await? == 0 {
             return Err(Closed::Eof);
@@ -139,10 +155,11 @@ async fn fill(reader: &mut OwnedReadHalf, buf: &mut BytesMut, n: usize) -> Resul
 /// Answers a four-letter word (returns `None`), or reads the connect request, hands the core
 /// this connection's outbox and starts the writer (returns a signal that fires when it ends).
 async fn handshake(
-    reader: &mut OwnedReadHalf,
-    mut writer: OwnedWriteHalf,
+    reader: &mut ReadHalf,
+    mut writer: WriteHalf,
     buf: &mut BytesMut,
     ctx: &ConnectionCtx,
+    x509: Option<String>,
 ) -> Result<Option<oneshot::Receiver<()>>, Closed> {
     fill(reader, buf, 4).await?;
     if let Some(word) = four_letter::is_four_letter_word(&buf[..4]) {
@@ -180,6 +197,7 @@ async fn handshake(
     let msg = CoreMsg::Connect {
         conn: ctx.id,
         peer: ctx.peer,
+        x509,
         request,
         outbox: Box::new(outbox),
     };
@@ -188,7 +206,7 @@ async fn handshake(
 }
 
 async fn next_frame(
-    reader: &mut OwnedReadHalf,
+    reader: &mut ReadHalf,
     buf: &mut BytesMut,
     max: usize,
 ) -> Result<Bytes, Closed> {
@@ -205,7 +223,7 @@ async fn next_frame(
 /// Decodes frames into requests until the peer goes, a frame is unreadable, or the writer ends
 /// (the core closed the connection: session closed, expired or moved).
 async fn read_requests(
-    reader: &mut OwnedReadHalf,
+    reader: &mut ReadHalf,
     buf: &mut BytesMut,
     ctx: &ConnectionCtx,
     mut writer_done: oneshot::Receiver<()>,
@@ -310,7 +328,7 @@ async fn write_replies(outbox: WriterEnd, close_linger: Duration) -> std::io::Re
                     }
                 }
             }
-            Next::Shutdown => return outbox.shutdown(),
+            Next::Shutdown => return outbox.shutdown().await,
             Next::Stop(result) => return result,
             Next::Reset => {
                 outbox.reset();

@@ -45,12 +45,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
 use crate::core::reply::{Message, Outgoing, Refused, ReplyQueue};
 use crate::disk::durable::{Durable, DurableMark, Verdict, Waiter};
 use crate::metrics::ConnStats;
+use crate::net::socket::WriteHalf;
 use crate::sync::lock;
 use crate::trace::SendTrace;
 
@@ -68,7 +68,7 @@ pub(crate) struct Outbox(Arc<Shared>);
 pub(crate) struct WriterEnd(Arc<Shared>);
 
 struct Shared {
-    socket: OwnedWriteHalf,
+    socket: WriteHalf,
     mark: Arc<DurableMark>,
     limit: u64,
     stats: ConnStats,
@@ -154,7 +154,7 @@ pub(crate) enum Next {
 /// bytes: the core's end and the writer task's. `trace` records the stages of what it writes,
 /// `server_sent` counts the packets every outbox of the server has written.
 pub(crate) fn new(
-    socket: OwnedWriteHalf,
+    socket: WriteHalf,
     mark: Arc<DurableMark>,
     limit: u64,
     server_sent: Arc<AtomicU64>,
@@ -301,7 +301,7 @@ impl WriterEnd {
         // TIOCOUTQ (SIOCOUTQ for TCP) writes one int.
         let rc = unsafe {
             libc::ioctl(
-                std::os::fd::AsRawFd::as_raw_fd(self.0.socket.as_ref()),
+                std::os::fd::AsRawFd::as_raw_fd(self.0.socket.tcp()),
                 libc::TIOCOUTQ,
                 &mut held,
             )
@@ -315,14 +315,14 @@ impl WriterEnd {
     }
 
     /// Shuts the write side down after the last message (the peer reads an end of stream).
-    pub(crate) fn shutdown(&self) -> io::Result<()> {
-        socket2::SockRef::from(self.0.socket.as_ref()).shutdown(std::net::Shutdown::Write)
+    pub(crate) async fn shutdown(&self) -> io::Result<()> {
+        self.0.socket.shutdown().await
     }
 
     /// Resets the connection: the peer is not reading, and a FIN would wait behind the unsent
     /// bytes in the socket buffer for as long as it keeps not reading.
     pub(crate) fn reset(&self) {
-        let socket = socket2::SockRef::from(self.0.socket.as_ref());
+        let socket = socket2::SockRef::from(self.0.socket.tcp());
         let _ = socket.set_linger(Some(std::time::Duration::ZERO));
         let _ = socket.shutdown(std::net::Shutdown::Both);
     }
@@ -373,6 +373,19 @@ impl Shared {
                 self.encode_sendable(state);
             }
             if state.written == state.out.len() {
+                // What a TLS session took but the socket did not is not written yet.
+                if matches!(state.end, None | Some(End::Close)) {
+                    match self.socket.try_flush() {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            return Next::SocketFull;
+                        }
+                        Err(e) => {
+                            end_now(state, &self.stats, End::Broken(e.kind(), e.to_string()));
+                            continue;
+                        }
+                    }
+                }
                 return match &state.end {
                     None => Next::Idle,
                     Some(End::Close) => Next::Shutdown,
@@ -571,7 +584,7 @@ pub(crate) mod testing {
             .await
             .expect("connect");
         let (server, _) = listener.accept().await.expect("accept");
-        let (_, write) = server.into_split();
+        let (_, write) = crate::net::socket::Socket::Plain(server).split();
         let trace = SendTrace::new(Arc::default(), Arc::default());
         let (outbox, writer) = new(write, mark, limit, Arc::default(), trace);
         (outbox, writer, client)
@@ -825,7 +838,7 @@ mod tests {
         close.close = true;
         outbox.push(close).unwrap();
         assert!(matches!(writer.pump(), Next::Shutdown));
-        writer.shutdown().expect("shutdown");
+        writer.shutdown().await.expect("shutdown");
         let want = encoded(&[event("/a", 0), event("/b", 0)]);
         let mut got = Vec::new();
         tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got))
@@ -849,7 +862,7 @@ mod tests {
         assert!(nothing_arrives(&mut client).await);
         mark.publish(|d| d.zxid = 11).write();
         assert!(matches!(writer.pump(), Next::Shutdown));
-        writer.shutdown().expect("shutdown");
+        writer.shutdown().await.expect("shutdown");
         let mut got = Vec::new();
         tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got))
             .await

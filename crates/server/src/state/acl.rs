@@ -3,8 +3,10 @@
 //! Auth ids belong to the *connection*, as in ZooKeeper: a client re-sends its `auth` packets
 //! after reconnecting, and a session moved to a new connection does not inherit them.
 //! Schemes: `world` (anyone), `auth` (whoever created the node; expanded at write time), `digest`
-//! (user:base64(sha1(user:password))) and `ip` (address or CIDR block), plus a super user whose
-//! digest is given at start.
+//! (user:base64(sha1(user:password))), `ip` (address or CIDR block) and `x509` (the subject of
+//! the client certificate a connection to the secure port presented, in RFC 2253 form, as
+//! ZooKeeper's `X509AuthenticationProvider` names it), plus a super user whose digest is given
+//! at start.
 
 use std::net::IpAddr;
 
@@ -20,13 +22,19 @@ pub(crate) struct AuthIds {
 }
 
 impl AuthIds {
-    /// Every connection is implicitly authenticated by its address under the `ip` scheme.
-    pub(crate) fn for_peer(peer: IpAddr) -> AuthIds {
+    /// Every connection is implicitly authenticated by its address under the `ip` scheme, and
+    /// by its client certificate's subject, if it presented one, under `x509`.
+    pub(crate) fn for_peer(peer: IpAddr, x509: Option<String>) -> AuthIds {
+        let mut ids = vec![Id {
+            scheme: "ip".into(),
+            id: peer.to_string(),
+        }];
+        ids.extend(x509.map(|subject| Id {
+            scheme: "x509".into(),
+            id: subject,
+        }));
         AuthIds {
-            ids: vec![Id {
-                scheme: "ip".into(),
-                id: peer.to_string(),
-            }],
+            ids,
             is_super: false,
         }
     }
@@ -92,7 +100,8 @@ impl AuthIds {
     }
 
     /// Validates an ACL given in a create or setACL and expands the `auth` scheme into this
-    /// connection's authenticated (digest) ids, dropping duplicates.
+    /// connection's authenticated ids (`digest` and `x509`, not `ip`, as ZooKeeper does),
+    /// dropping duplicates.
     pub(crate) fn fixup(&self, acl: &[Acl]) -> Result<Vec<Acl>, ErrorCode> {
         if acl.is_empty() {
             return Err(ErrorCode::InvalidAcl);
@@ -108,9 +117,14 @@ impl AuthIds {
                 "world" if a.id.id == "anyone" => add(a.clone()),
                 "digest" if a.id.id.split(':').count() == 2 => add(a.clone()),
                 "ip" if parse_ip_pattern(&a.id.id).is_some() => add(a.clone()),
+                "x509" if !a.id.id.is_empty() => add(a.clone()),
                 "auth" => {
                     let mut any = false;
-                    for id in self.ids.iter().filter(|id| id.scheme == "digest") {
+                    for id in self
+                        .ids
+                        .iter()
+                        .filter(|id| matches!(id.scheme.as_str(), "digest" | "x509"))
+                    {
                         any = true;
                         add(Acl {
                             perms: a.perms,
@@ -199,9 +213,9 @@ mod tests {
 
     #[test]
     fn digest_acl_admits_only_its_user() {
-        let mut alice = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        let mut alice = AuthIds::for_peer("127.0.0.1".parse().unwrap(), None);
         alice.add("digest", b"alice:secret", None).unwrap();
-        let bob = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        let bob = AuthIds::for_peer("127.0.0.1".parse().unwrap(), None);
         let node = vec![acl(perms::READ, "digest", &digest("alice:secret"))];
         assert_eq!(alice.check(&node, perms::READ), Ok(()));
         assert_eq!(alice.check(&node, perms::WRITE), Err(ErrorCode::NoAuth));
@@ -210,7 +224,7 @@ mod tests {
 
     #[test]
     fn ip_acl_matches_cidr_blocks() {
-        let local = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        let local = AuthIds::for_peer("127.0.0.1".parse().unwrap(), None);
         assert_eq!(
             local.check(&[acl(perms::ALL, "ip", "127.0.0.0/8")], perms::READ),
             Ok(())
@@ -223,7 +237,7 @@ mod tests {
 
     #[test]
     fn super_digest_passes_everything() {
-        let mut root = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        let mut root = AuthIds::for_peer("127.0.0.1".parse().unwrap(), None);
         let sup = digest("super:test");
         root.add("digest", b"super:test", Some(&sup)).unwrap();
         assert_eq!(
@@ -234,7 +248,7 @@ mod tests {
 
     #[test]
     fn fixup_expands_auth_and_rejects_bad_acls() {
-        let anon = AuthIds::for_peer("127.0.0.1".parse().unwrap());
+        let anon = AuthIds::for_peer("127.0.0.1".parse().unwrap(), None);
         assert_eq!(
             anon.fixup(&[acl(perms::ALL, "auth", "")]),
             Err(ErrorCode::InvalidAcl)
@@ -258,6 +272,35 @@ mod tests {
             .fixup(&[acl(perms::ALL, "auth", ""), acl(perms::ALL, "auth", "")])
             .unwrap();
         assert_eq!(fixed, vec![acl(perms::ALL, "digest", &digest("alice:pw"))]);
+    }
+
+    #[test]
+    fn x509_acl_admits_only_its_subject_and_auth_expands_to_it() {
+        let alice = AuthIds::for_peer(
+            "127.0.0.1".parse().unwrap(),
+            Some("CN=alice,O=Example".into()),
+        );
+        let bob = AuthIds::for_peer(
+            "127.0.0.1".parse().unwrap(),
+            Some("CN=bob,O=Example".into()),
+        );
+        let plain = AuthIds::for_peer("127.0.0.1".parse().unwrap(), None);
+        let only_alice = [acl(perms::READ, "x509", "CN=alice,O=Example")];
+        assert_eq!(alice.check(&only_alice, perms::READ), Ok(()));
+        assert_eq!(bob.check(&only_alice, perms::READ), Err(ErrorCode::NoAuth));
+        assert_eq!(
+            plain.check(&only_alice, perms::READ),
+            Err(ErrorCode::NoAuth)
+        );
+        assert_eq!(alice.fixup(&only_alice), Ok(only_alice.to_vec()));
+        assert_eq!(
+            alice.fixup(&[acl(perms::ALL, "auth", "")]),
+            Ok(vec![acl(perms::ALL, "x509", "CN=alice,O=Example")])
+        );
+        assert_eq!(
+            plain.fixup(&[acl(perms::ALL, "x509", "")]),
+            Err(ErrorCode::InvalidAcl)
+        );
     }
 
     #[test]
