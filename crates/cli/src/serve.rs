@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lockkeeper_server::{Config, Server, SyncMode};
+use lockkeeper_server::{Config, Server, ServerFiles, SyncMode};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum SyncFlag {
@@ -76,6 +76,21 @@ pub(crate) struct ServeArgs {
     /// port 0 picks a free port (printed at start). Off unless given.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Also listen for TLS clients on ADDR (ZooKeeper's secureClientPort); needs --tls-cert and
+    /// --tls-key. Port 0 picks a free port (printed at start).
+    #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
+    secure_listen: Option<SocketAddr>,
+    /// The secure listener's certificate chain (PEM, leaf first). Read again on SIGHUP.
+    #[arg(long, value_name = "PEM", requires = "secure_listen")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1). Read again on SIGHUP.
+    #[arg(long, value_name = "PEM", requires = "secure_listen")]
+    tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) that sign client certificates: with it, every TLS client must
+    /// present one, and its subject is its id under the `x509` ACL scheme. Read again on
+    /// SIGHUP.
+    #[arg(long, value_name = "PEM", requires = "secure_listen")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -110,6 +125,15 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         snap_retain: args.snap_retain as usize,
         max_queued_bytes: args.max_queued_bytes,
         listen_backlog: args.listen_backlog,
+        secure_listen: args.secure_listen,
+        tls: match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => Some(ServerFiles {
+                cert,
+                key,
+                client_ca: args.tls_client_ca,
+            }),
+            _ => None,
+        },
         ..Config::default()
     };
     // Every start error names what failed: the data dir held by another server (and its pid),
@@ -119,7 +143,11 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         .map_err(|e| format!("cannot start: {e}"))?;
     // Before anything says the server is ready: a stop sent right after must find its handler.
     let stop = shutdown_signal()?;
+    let mut reload = reload_signal()?;
     // Before the clients' line, which tells scripts the server is ready.
+    if let Some(addr) = server.secure_addr() {
+        println!("lockkeeper serving ZooKeeper clients over TLS on {addr}");
+    }
     if let Some(addr) = args.metrics_listen {
         let bound = server
             .serve_metrics(addr)
@@ -132,11 +160,32 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         server.local_addr()
     );
     crate::systemd::notify("READY=1");
-    stop.await;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            _ = reload.recv() => {
+                // The files are read whole before any is used: a half-written renewal is
+                // refused, and the files in use stay.
+                match server.reload_tls() {
+                    Ok(()) => tracing::info!("SIGHUP: TLS certificate, key and client CA reloaded"),
+                    Err(_) if server.secure_addr().is_none() => {
+                        tracing::info!("SIGHUP: no secure listener, nothing to reload");
+                    }
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: TLS files not reloaded; the ones in use stay"),
+                }
+            }
+        }
+    }
     crate::systemd::notify("STOPPING=1");
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+/// SIGHUP from now on: reload the TLS files, instead of ending the process.
+fn reload_signal() -> std::io::Result<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
 }
 
 /// Handles SIGTERM and SIGINT from now on, instead of their default (ending the process at

@@ -26,6 +26,7 @@ pub(crate) const LOCKKEEPER: &str = env!("CARGO_BIN_EXE_lockkeeper");
 
 /// What Keeper prints on stdout once it listens, after recovery.
 const SERVING: &str = "lockkeeper serving ZooKeeper clients on ";
+const SERVING_TLS: &str = "lockkeeper serving ZooKeeper clients over TLS on ";
 
 /// How long a start (recovery included) may take on a loaded machine.
 pub(crate) const START_LIMIT: Duration = Duration::from_secs(120);
@@ -37,6 +38,8 @@ pub(crate) const OP_LIMIT: Duration = Duration::from_secs(30);
 pub(crate) struct KeeperProcess {
     child: Child,
     addr: SocketAddr,
+    /// The secure listener's address, with `--secure-listen`.
+    secure_addr: Option<SocketAddr>,
     /// When the process was spawned.
     pub spawned_at: Instant,
     /// When the server said it was serving: recovery is over at this instant.
@@ -158,6 +161,7 @@ impl KeeperProcess {
         let mut process = KeeperProcess {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            secure_addr: None,
             spawned_at,
             ready_at: Instant::now(),
             stderr,
@@ -168,6 +172,13 @@ impl KeeperProcess {
             let left = deadline.saturating_duration_since(Instant::now());
             match lines.recv_timeout(left.min(Duration::from_millis(200))) {
                 Ok(line) => {
+                    if let Some(addr) = line.strip_prefix(SERVING_TLS) {
+                        process.secure_addr = Some(
+                            addr.trim()
+                                .parse()
+                                .unwrap_or_else(|e| panic!("serving line {line:?}: {e}")),
+                        );
+                    }
                     if let Some(addr) = line.strip_prefix(SERVING) {
                         process.addr = addr
                             .trim()
@@ -205,6 +216,12 @@ impl KeeperProcess {
 
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The secure listener's address; panics without one.
+    #[allow(dead_code)] // not every test binary uses it
+    pub(crate) fn secure_addr(&self) -> SocketAddr {
+        self.secure_addr.expect("started with --secure-listen")
     }
 
     pub(crate) fn connect_string(&self) -> String {

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use lockkeeper_zk_client::{Client, HostFailure};
+use lockkeeper_zk_client::{Client, HostFailure, TlsFiles};
 
 use crate::error::{ConnectCause, Error, Result};
 use crate::probe::combine;
@@ -28,13 +28,18 @@ pub(crate) struct Attempt<'a> {
     pub connect_string: &'a str,
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
+    pub tls: Option<&'a TlsFiles>,
 }
 
 impl Attempt<'_> {
     /// Establishes a session within the connection timeout, or fails naming each host and why.
     pub(crate) async fn connect(&self) -> Result<Client> {
         let hosts = hosts(self.connect_string)?;
-        let connected = Client::connector()
+        let mut connector = Client::connector();
+        if let Some(files) = self.tls {
+            connector = connector.tls(files.clone());
+        }
+        let connected = connector
             .session_timeout(self.session_timeout)
             .connection_timeout(self.connection_timeout)
             // As Curator creates its namespace: otherwise the first lock would fail with a

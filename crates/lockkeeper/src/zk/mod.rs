@@ -74,6 +74,7 @@ pub use barriers::{Barrier, DoubleBarrier, Entered};
 pub use cache::{Cache, CacheEvent, CacheEvents, CachedNode};
 pub use inspect::{Inspection, Layout, NodeKind, Participant, State, inspect, inspect_semaphore};
 pub use leader::{Candidate, LeaderLatch, LeaderTerm, Leadership};
+pub use lockkeeper_zk_client::TlsFiles;
 pub use locks::{Leases, LockGuard, Mutex, Revoked, RwLock, Semaphore, SimpleLock};
 pub use nodes::{Group, GroupView, Member, MemberEvent, NameWatch, Registered, Registration};
 pub use queue::{Delivery, DistributedQueue, PriorityQueue, SimpleQueue, Taken};

@@ -14,6 +14,7 @@
 //! process that was paused past it (SIGSTOP, a stalled VM) finds it passed the moment it
 //! runs again, before any round trip, and a suspension that outlasts it ends the generation.
 
+use lockkeeper_zk_client::TlsFiles;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
@@ -258,6 +259,7 @@ pub struct SessionBuilder {
     session_timeout: Duration,
     connection_timeout: Duration,
     retry: RetryPolicy,
+    tls: Option<TlsFiles>,
 }
 
 impl SessionBuilder {
@@ -287,15 +289,31 @@ impl SessionBuilder {
         self
     }
 
+    /// Connects over TLS, to Keeper's secure listener or ZooKeeper's `secureClientPort`: each
+    /// server must present a certificate that `files.ca` signed, valid for its host name in the
+    /// connect string; `files.cert` (a certificate and its key) is presented to servers that
+    /// ask for one, and is who the session is under the `x509` ACL scheme. The files are read
+    /// at each connection, so renewed ones are picked up by the next. Default: plain TCP.
+    pub fn tls(mut self, files: TlsFiles) -> SessionBuilder {
+        self.tls = Some(files);
+        self
+    }
+
     /// Connects the first session within the connection timeout.
     ///
-    /// [`Error::Connect`] names the hosts and why each failed; [`Error::InvalidArgument`] is a
-    /// malformed connect string or a zero timeout.
+    /// [`Error::Connect`] names the hosts and why each failed (a TLS handshake's failure
+    /// says its reason); [`Error::InvalidArgument`] is a malformed connect string, a zero
+    /// timeout or a TLS file that cannot be used (naming it).
     pub async fn connect(self) -> Result<Session> {
         if self.session_timeout.is_zero() || self.connection_timeout.is_zero() {
             return Err(Error::InvalidArgument(
                 "session and connection timeouts must be greater than zero".into(),
             ));
+        }
+        if let Some(files) = &self.tls {
+            files
+                .config()
+                .map_err(|e| Error::InvalidArgument(format!("TLS: {e}")))?;
         }
         let notifications = Arc::new(AtomicU64::new(0));
         let generation = connect_generation(&self, &notifications, false).await?;
@@ -372,6 +390,7 @@ impl Session {
             session_timeout: Duration::from_secs(10),
             connection_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
+            tls: None,
         }
     }
 
@@ -574,6 +593,7 @@ async fn connect_generation(
             connect_string: &builder.connect_string,
             session_timeout: builder.session_timeout,
             connection_timeout: builder.connection_timeout,
+            tls: builder.tls.as_ref(),
         }
         .connect()
         .await;

@@ -34,7 +34,10 @@ impl Acceptor {
     /// in use stay.
     pub(crate) fn reload(&self) -> io::Result<()> {
         let config = self.files.config()?;
-        *self.config.write().unwrap_or_else(std::sync::PoisonError::into_inner) = config;
+        *self
+            .config
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config;
         Ok(())
     }
 
