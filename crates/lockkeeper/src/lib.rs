@@ -77,6 +77,9 @@ pub use error::{ConnectCause, Error, Result};
 pub use fence::{LocalFence, RedisFence, ZkFence};
 pub use fencing::FencingToken;
 pub use lock::{Guard, Lock};
+/// A client's TLS files (the CA, and a certificate for servers that ask for one), for every
+/// backend: `zk::SessionBuilder::tls`, `redis::RedisOptions::tls`, `etcd::SessionBuilder::tls`.
+pub use lockkeeper_zk_client::TlsFiles;
 pub use multi_lock::{MultiGuard, MultiLock};
 pub use options::LockOptions;
 

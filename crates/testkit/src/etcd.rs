@@ -56,6 +56,8 @@ struct Member {
     host: Option<Host>,
     client: u16,
     peer: u16,
+    /// The TLS client port, for a cluster started with TLS.
+    secure: Option<u16>,
     data_dir: PathBuf,
     log: PathBuf,
     /// The running etcd and where its log began for this run; `None` while killed.
@@ -75,6 +77,12 @@ impl Member {
 
     fn endpoint(&self) -> String {
         format!("http://{}", self.addr())
+    }
+
+    /// `https://IP:PORT`, for a cluster started with TLS.
+    fn secure_endpoint(&self) -> Option<String> {
+        self.secure
+            .map(|port| format!("https://{}:{port}", self.ip()))
     }
 
     fn peer_url(&self) -> String {
@@ -104,6 +112,17 @@ impl Member {
     }
 }
 
+/// What the TLS client URLs of a test etcd present and whom they admit (PEM files).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// `--trusted-ca-file`: the CA that signs client certificates.
+    pub ca: PathBuf,
+    /// `--client-cert-auth`: clients of the TLS URL must present a certificate `ca` signed.
+    pub client_cert_auth: bool,
+}
+
 /// Why a member did not come up.
 enum StartError {
     /// Another process bound one of its ports first: try other ports.
@@ -115,6 +134,8 @@ enum StartError {
 /// take `&self`, so a test may kill a member on one thread while another asks who leads.
 pub struct EtcdCluster {
     members: Vec<Member>,
+    /// What the members' TLS client ports present and whom they admit.
+    tls: Option<EtcdTls>,
     /// Holds every member's data and log; the orphan guard's marker.
     dir: TempDir,
 }
@@ -128,24 +149,27 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::start`], returning the failure instead of panicking.
     pub fn try_start(size: usize) -> Result<EtcdCluster, String> {
-        EtcdCluster::try_start_placed(vec![None; size])
+        EtcdCluster::try_start_placed(vec![None; size], None)
     }
 
     /// Starts one member on each of `hosts` (network namespaces the caller made); as
     /// [`start`](EtcdCluster::start) otherwise. Clients reach member `i` at `hosts[i].ip`.
     pub fn start_on(hosts: Vec<Host>) -> EtcdCluster {
-        EtcdCluster::try_start_placed(hosts.into_iter().map(Some).collect())
+        EtcdCluster::try_start_placed(hosts.into_iter().map(Some).collect(), None)
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_placed(hosts: Vec<Option<Host>>) -> Result<EtcdCluster, String> {
+    fn try_start_placed(
+        hosts: Vec<Option<Host>>,
+        tls: Option<EtcdTls>,
+    ) -> Result<EtcdCluster, String> {
         let size = hosts.len();
         if size == 0 {
             return Err("an etcd cluster needs at least one member; asked for size 0".into());
         }
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            let cluster = EtcdCluster::lay_out(&hosts)?;
+            let cluster = EtcdCluster::lay_out(&hosts, tls.clone())?;
             let mut started = Ok(());
             for index in 0..size {
                 started = cluster.spawn(index);
@@ -170,7 +194,7 @@ impl EtcdCluster {
         ))
     }
 
-    fn lay_out(hosts: &[Option<Host>]) -> Result<EtcdCluster, String> {
+    fn lay_out(hosts: &[Option<Host>], tls: Option<EtcdTls>) -> Result<EtcdCluster, String> {
         let dir = tempfile::Builder::new()
             .prefix("lockkeeper-etcd-")
             .tempdir()
@@ -187,11 +211,12 @@ impl EtcdCluster {
                     name,
                     client: free_port(),
                     peer: free_port(),
+                    secure: tls.as_ref().map(|_| free_port()),
                     child: Mutex::new(None),
                 }
             })
             .collect();
-        Ok(EtcdCluster { members, dir })
+        Ok(EtcdCluster { members, tls, dir })
     }
 
     /// The client endpoints, `http://IP:PORT`, in member order (fixed for the cluster's
@@ -327,14 +352,29 @@ impl EtcdCluster {
             .collect();
         let (program, leading) = command_on(member.host.as_ref(), program);
         let mut command: Command = guarded_command(self.dir.path(), program);
+        // The plain URL stays for the readiness checks; with TLS, a second one beside it.
+        let client_urls = match member.secure_endpoint() {
+            Some(secure) => format!("{},{secure}", member.endpoint()),
+            None => member.endpoint(),
+        };
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg(format!("--client-cert-auth={}", tls.client_cert_auth));
+        }
         command
             .args(leading)
             .arg("--name")
             .arg(&member.name)
             .arg("--data-dir")
             .arg(&member.data_dir)
-            .args(["--listen-client-urls", &member.endpoint()])
-            .args(["--advertise-client-urls", &member.endpoint()])
+            .args(["--listen-client-urls", &client_urls])
+            .args(["--advertise-client-urls", &client_urls])
             .args(["--listen-peer-urls", &member.peer_url()])
             .args(["--initial-advertise-peer-urls", &member.peer_url()])
             .args(["--initial-cluster", &initial_cluster.join(",")])
@@ -436,9 +476,24 @@ impl Etcd {
         EtcdCluster::try_start(1).map(|cluster| Etcd { cluster })
     }
 
+    /// [`Etcd::start`] with a TLS client URL beside the plain one (which the readiness checks
+    /// use): [`Etcd::secure_endpoint`].
+    pub fn start_tls(tls: EtcdTls) -> Etcd {
+        EtcdCluster::try_start_placed(vec![None], Some(tls))
+            .map(|cluster| Etcd { cluster })
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// `http://127.0.0.1:PORT`, the same across restarts.
     pub fn endpoint(&self) -> String {
         self.cluster.members[0].endpoint()
+    }
+
+    /// `https://127.0.0.1:PORT`, the TLS client URL of [`Etcd::start_tls`]; panics without one.
+    pub fn secure_endpoint(&self) -> String {
+        self.cluster.members[0]
+            .secure_endpoint()
+            .expect("started with start_tls")
     }
 
     /// The client address (the same across restarts).

@@ -49,7 +49,7 @@ use std::net::SocketAddr;
 
 pub use child::{die_with_parent, send_signal};
 pub use ensemble::{ENSEMBLE_TICK_MS, MemberMode, ZkEnsemble, ensemble_options};
-pub use etcd::{ELECTION_MS, Etcd, EtcdCluster, HEARTBEAT_MS, etcdctl};
+pub use etcd::{ELECTION_MS, Etcd, EtcdCluster, EtcdTls, HEARTBEAT_MS, etcdctl};
 pub use fourlw::{cons_field, four_letter_word, total_watches, try_four_letter_word};
 pub use host::Host;
 pub use http::{http_exchange, try_http_exchange};
@@ -59,7 +59,7 @@ pub use peer::LinePeer;
 pub use ports::{free_port, try_free_port};
 pub use postgres::Postgres;
 pub use proxy::Proxy;
-pub use redis::RedisServer;
+pub use redis::{RedisServer, RedisTls};
 pub use redis_cluster::RedisCluster;
 pub use redis_node::{NodeOptions, RedisNode};
 pub use sentinel::RedisSentinel;

@@ -22,7 +22,20 @@ pub struct RedisServer {
     child: Mutex<Child>,
     pid: u32,
     addr: SocketAddr,
+    /// The TLS port's address, when started with [`RedisServer::start_tls`].
+    tls_addr: Option<SocketAddr>,
     dir: TempDir,
+}
+
+/// What a TLS port of a test redis-server presents and whom it admits (PEM files).
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// The CA that signs client certificates (and that redis-server needs in any case).
+    pub ca: std::path::PathBuf,
+    /// `tls-auth-clients`: clients must present a certificate `ca` signed.
+    pub auth_clients: bool,
 }
 
 impl RedisServer {
@@ -35,6 +48,16 @@ impl RedisServer {
     /// [`RedisServer::start`] for programs that report failures instead of panicking (the
     /// benchmark): the error names the missing program, or carries the server's log.
     pub fn try_start() -> Result<RedisServer, String> {
+        RedisServer::launch(None)
+    }
+
+    /// [`RedisServer::start`] with a TLS port beside the plain one (the plain one answers the
+    /// readiness `PING`): [`RedisServer::tls_url`].
+    pub fn start_tls(tls: RedisTls) -> RedisServer {
+        RedisServer::launch(Some(tls)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn launch(tls: Option<RedisTls>) -> Result<RedisServer, String> {
         let program = find_on_path("redis-server")
             .ok_or("no `redis-server` on PATH: install the Debian package `redis-server`")?;
         let dir = tempfile::Builder::new()
@@ -42,6 +65,8 @@ impl RedisServer {
             .tempdir()
             .map_err(|e| format!("create a temporary directory for redis-server: {e}"))?;
         let log_path = dir.path().join(LOG_FILE);
+        // A second free port for TLS; the plain port is the one `on_free_port` retries.
+        let tls_port = tls.as_ref().map(|_| crate::ports::free_port());
         let launch = Launch {
             name: "redis-server",
             log: &log_path,
@@ -60,6 +85,20 @@ impl RedisServer {
                 // Keep the command line (it names our directory) for the orphan guard.
                 .args(["--set-proc-title", "no", "--protected-mode", "yes"])
                 .stdin(Stdio::null());
+            if let (Some(tls), Some(tls_port)) = (&tls, tls_port) {
+                command
+                    .args(["--tls-port", &tls_port.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(&tls.cert)
+                    .arg("--tls-key-file")
+                    .arg(&tls.key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&tls.ca)
+                    .args([
+                        "--tls-auth-clients",
+                        if tls.auth_clients { "yes" } else { "no" },
+                    ]);
+            }
             command
         };
         let ready = |port: u16| ping(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
@@ -68,6 +107,7 @@ impl RedisServer {
             pid: child.id(),
             child: Mutex::new(child),
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            tls_addr: tls_port.map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
             dir,
         })
     }
@@ -80,6 +120,15 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`, the form Redis clients take.
     pub fn url(&self) -> String {
         format!("redis://{}", self.addr)
+    }
+
+    /// `rediss://127.0.0.1:PORT`, the TLS port of [`RedisServer::start_tls`]; panics without
+    /// one.
+    pub fn tls_url(&self) -> String {
+        format!(
+            "rediss://{}",
+            self.tls_addr.expect("started with start_tls")
+        )
     }
 
     /// The PID of redis-server, e.g. to pause it with SIGSTOP in a fault-injection test.

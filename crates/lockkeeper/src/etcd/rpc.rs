@@ -25,7 +25,7 @@ mod stream;
 use std::time::Duration;
 
 use tonic::transport::channel::Change;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::etcd::error::EtcdError;
 
@@ -48,19 +48,29 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// A client of the members at `addresses` (`host:port`, plain HTTP/2), each connected on
-    /// first use within `timeout`, each request answered within `timeout` too. Nothing is
-    /// dialled here: a member that is down shows in the first request's error.
-    pub(crate) fn connect(addresses: &[String], timeout: Duration) -> Result<Client, EtcdError> {
+    /// A client of the members at `addresses` (`host:port`; HTTP/2, over TLS with `tls`), each
+    /// connected on first use within `timeout`, each request answered within `timeout` too.
+    /// Nothing is dialled here: a member that is down shows in the first request's error.
+    pub(crate) fn connect(
+        addresses: &[String],
+        timeout: Duration,
+        tls: Option<&ClientTlsConfig>,
+    ) -> Result<Client, EtcdError> {
         // Room for every endpoint at once, so that no insert waits for the balancer to read
         // (it reads only when a request is made). The list is fixed: dropping the sender at
         // the end leaves the balancer with these endpoints for good.
         let (channel, endpoints) = Channel::balance_channel(addresses.len().max(1));
         for address in addresses {
-            let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
                 .map_err(EtcdError::transport)?
                 .connect_timeout(timeout)
                 .timeout(timeout);
+            if let Some(tls) = tls {
+                endpoint = endpoint
+                    .tls_config(tls.clone())
+                    .map_err(EtcdError::transport)?;
+            }
             endpoints
                 .try_send(Change::Insert(address.clone(), endpoint))
                 .map_err(|err| {

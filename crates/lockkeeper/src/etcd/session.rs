@@ -27,7 +27,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tonic::transport::ClientTlsConfig;
 
+use crate::TlsFiles;
 use crate::error::{ConnectCause, Error, Result};
 use crate::etcd::error::EtcdError;
 use crate::etcd::rpc::Client;
@@ -108,6 +110,7 @@ pub struct SessionBuilder {
     endpoints: String,
     ttl: Duration,
     connect_timeout: Duration,
+    tls: Option<TlsFiles>,
 }
 
 impl SessionBuilder {
@@ -125,11 +128,20 @@ impl SessionBuilder {
         self
     }
 
+    /// Connects over TLS (`https://` endpoints, or plain `host:port` ones): each member's
+    /// certificate must be signed by `files.ca` and valid for its host name; `files.cert` is
+    /// presented to members that ask for one (`--client-cert-auth`). Default: plain HTTP/2.
+    pub fn tls(mut self, files: TlsFiles) -> SessionBuilder {
+        self.tls = Some(files);
+        self
+    }
+
     /// Connects and grants the lease. [`Error::Connect`] naming each address and what happened
     /// there when no member granted it within the connect timeout;
     /// [`Error::InvalidArgument`] for an empty endpoint list, a zero TTL or timeout.
     pub async fn connect(self) -> Result<Session> {
-        let addresses = parse_endpoints(&self.endpoints)?;
+        let addresses = parse_endpoints(&self.endpoints, self.tls.is_some())?;
+        let tls = self.tls.as_ref().map(tls_config).transpose()?;
         let ttl_secs = whole_seconds(self.ttl)?;
         if self.connect_timeout.is_zero() {
             return Err(Error::InvalidArgument(format!(
@@ -140,7 +152,7 @@ impl SessionBuilder {
         let limit = self.connect_timeout;
         let deadline = Instant::now() + limit;
         let granted = tokio::time::timeout_at(attempt_deadline(deadline, limit), async {
-            let client = Client::connect(&addresses, limit)?;
+            let client = Client::connect(&addresses, limit, tls.as_ref())?;
             let sent = Instant::now();
             let grant = client.grant(ttl_secs).await?;
             Ok::<_, EtcdError>((client, sent, grant))
@@ -148,6 +160,7 @@ impl SessionBuilder {
         .await;
         let (client, sent, grant) = match granted {
             Ok(Ok(granted)) => granted,
+            Ok(Err(err)) if tls.is_some() => return Err(tls_failure(&addresses, &err)),
             Ok(Err(err)) => return Err(diagnose(&addresses, deadline, limit, Some(err)).await),
             Err(_) => return Err(diagnose(&addresses, deadline, limit, None).await),
         };
@@ -199,6 +212,7 @@ impl Session {
             endpoints: endpoints.to_owned(),
             ttl: DEFAULT_TTL,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            tls: None,
         }
     }
 
@@ -383,16 +397,36 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, life: Arc<watch::
 }
 
 /// `host:port` addresses of an endpoint list; an `http://` prefix is taken off.
-fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
+/// The `host:port` of each endpoint. `https://` ones need `tls` (files to trust the members
+/// by), and with it `http://` ones are refused: one session is all TLS or none.
+fn parse_endpoints(endpoints: &str, tls: bool) -> Result<Vec<String>> {
     let mut addresses = Vec::new();
     for endpoint in endpoints.split(',') {
         let endpoint = endpoint.trim();
-        if endpoint.starts_with("https://") {
-            return Err(Error::InvalidArgument(format!(
-                "etcd endpoint {endpoint:?} in {endpoints:?}: TLS is not supported; give host:port"
-            )));
+        let (scheme, address) = match endpoint.split_once("://") {
+            Some((scheme, address)) => (Some(scheme), address),
+            None => (None, endpoint),
+        };
+        match (scheme, tls) {
+            (None, _) | (Some("http"), false) | (Some("https"), true) => {}
+            (Some("https"), false) => {
+                return Err(Error::InvalidArgument(format!(
+                    "etcd endpoint {endpoint:?} in {endpoints:?}: https:// needs the TLS files \
+                     (SessionBuilder::tls: the CA that signed the members' certificates)"
+                )));
+            }
+            (Some(scheme), _) => {
+                return Err(Error::InvalidArgument(format!(
+                    "etcd endpoint {endpoint:?} in {endpoints:?}: {scheme}:// where the \
+                     session is {}",
+                    if tls {
+                        "over TLS (https://)"
+                    } else {
+                        "plain (http://)"
+                    }
+                )));
+            }
         }
-        let address = endpoint.strip_prefix("http://").unwrap_or(endpoint);
         let address = address.strip_suffix('/').unwrap_or(address);
         let port_ok = address
             .rsplit_once(':')
@@ -408,6 +442,34 @@ fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
 }
 
 /// A TTL in the whole seconds etcd takes, rounded up; zero is refused.
+/// tonic's TLS settings for `files`, whose files are read here (and named if unusable).
+fn tls_config(files: &TlsFiles) -> Result<ClientTlsConfig> {
+    use tonic::transport::{Certificate, Identity};
+    // Parsed whole first, so a file that is not PEM is named rather than tonic's error.
+    files
+        .config()
+        .map_err(|e| Error::InvalidArgument(format!("TLS: {e}")))?;
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            Error::InvalidArgument(format!("TLS: cannot read {}: {e}", path.display()))
+        })
+    };
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(&files.ca)?));
+    if let Some((cert, key)) = &files.cert {
+        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(config)
+}
+
+/// A TLS connection that failed: the transport's own account, which carries the TLS reason
+/// (a plain-text probe could not tell it).
+fn tls_failure(addresses: &[String], err: &EtcdError) -> Error {
+    Error::Connect {
+        address: addresses.join(","),
+        cause: ConnectCause::Other(format!("TLS: {err}")),
+    }
+}
+
 fn whole_seconds(ttl: Duration) -> Result<i64> {
     if ttl.is_zero() {
         return Err(Error::InvalidArgument(
@@ -455,13 +517,27 @@ mod tests {
     #[test]
     fn endpoints_are_parsed_and_bad_ones_named() {
         assert_eq!(
-            parse_endpoints("127.0.0.1:2379, http://h:1/").unwrap(),
+            parse_endpoints("127.0.0.1:2379, http://h:1/", false).unwrap(),
             vec!["127.0.0.1:2379".to_owned(), "h:1".to_owned()]
         );
-        for bad in ["", "h", "h:", ":1", "h:x", "a:1,", "https://h:1"] {
-            let err = parse_endpoints(bad).unwrap_err().to_string();
+        for bad in [
+            "",
+            "h",
+            "h:",
+            ":1",
+            "h:x",
+            "a:1,",
+            "https://h:1",
+            "ftp://h:1",
+        ] {
+            let err = parse_endpoints(bad, false).unwrap_err().to_string();
             assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
         }
+        assert_eq!(
+            parse_endpoints("https://h:1,h:2", true).unwrap(),
+            vec!["h:1".to_owned(), "h:2".to_owned()]
+        );
+        assert!(parse_endpoints("http://h:1", true).is_err());
     }
 
     #[test]

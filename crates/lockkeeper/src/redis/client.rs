@@ -8,7 +8,7 @@ use super::diagnose::{connect_error, connect_error_of_many};
 use super::keys::{self, DEFAULT_PREFIX};
 use super::lease::{DEFAULT_WATCHDOG_TTL, LeaseSpec, check_ttl};
 use super::pubsub::{PubSource, Subscriber};
-use crate::{Error, Result};
+use crate::{ConnectCause, Error, Result, TlsFiles};
 
 /// Settings of a [`Redis`] handle.
 ///
@@ -28,6 +28,7 @@ pub struct RedisOptions {
     watchdog: Duration,
     connect_timeout: Duration,
     response_timeout: Duration,
+    tls: Option<TlsFiles>,
 }
 
 impl Default for RedisOptions {
@@ -37,6 +38,7 @@ impl Default for RedisOptions {
             watchdog: DEFAULT_WATCHDOG_TTL,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -74,6 +76,15 @@ impl RedisOptions {
     /// How long one command may wait for its answer.
     pub fn response_timeout(mut self, timeout: Duration) -> RedisOptions {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// The TLS files for a `rediss://` server: the server's certificate must be signed by
+    /// `files.ca` (instead of a CA the system trusts) and valid for the URL's host;
+    /// `files.cert` is presented to a server that asks for a client certificate
+    /// (`tls-auth-clients`). Without it, `rediss://` trusts the system's CAs.
+    pub fn tls(mut self, files: TlsFiles) -> RedisOptions {
+        self.tls = Some(files);
         self
     }
 
@@ -138,7 +149,7 @@ impl Redis {
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Redis> {
         options.check()?;
         check_url(url)?;
-        let client = redis::Client::open(url)?;
+        let client = open(url, options.tls.as_ref())?;
         let address = client.get_connection_info().addr().to_string();
         // The library gets three quarters of the time; if it fails, a probe of the address
         // says why in what is left, so the whole call stays within the connect timeout.
@@ -150,6 +161,14 @@ impl Redis {
         );
         let conn = match connecting.await {
             Ok(conn) => conn,
+            // Plain-text probes cannot say why a TLS connection failed; the library's error
+            // carries the TLS reason.
+            Err(err) if is_tls(url) && !err.is_connection_refusal() => {
+                return Err(Error::Connect {
+                    address,
+                    cause: ConnectCause::Other(format!("TLS: {err}")),
+                });
+            }
             Err(err) => return Err(connect_error(&address, err, deadline, limit).await),
         };
         let subscriber = Subscriber::start(PubSource::Single(client), options.timeouts());
@@ -301,6 +320,41 @@ impl std::fmt::Debug for Redis {
             .field("options", &self.shared.options)
             .finish_non_exhaustive()
     }
+}
+
+fn is_tls(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
+/// A client of the server at `url`; a `rediss://` one with `tls`'s CA and certificate when
+/// given. A TLS file that cannot be read is named.
+fn open(url: &str, tls: Option<&TlsFiles>) -> Result<redis::Client> {
+    let Some(files) = tls.filter(|_| is_tls(url)) else {
+        return Ok(redis::Client::open(url)?);
+    };
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            Error::InvalidArgument(format!("TLS: cannot read {}: {e}", path.display()))
+        })
+    };
+    // Parsed here as well, so a file that is not PEM is named rather than the library's
+    // error.
+    files
+        .config()
+        .map_err(|e| Error::InvalidArgument(format!("TLS: {e}")))?;
+    let client_tls = match &files.cert {
+        Some((cert, key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        None => None,
+    };
+    let certificates = redis::TlsCertificates {
+        client_tls,
+        root_cert: Some(read(&files.ca)?),
+    };
+    Ok(redis::Client::build_with_tls(url, certificates)?)
 }
 
 fn check_url(url: &str) -> Result<()> {
