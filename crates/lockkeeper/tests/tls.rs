@@ -109,8 +109,7 @@ async fn rediss_lease_lock_with_client_certificates() {
         options().tls(client_files(&other, &alice)),
     )
     .await
-    .err()
-    .expect("a server signed by another CA");
+    .expect_err("a server signed by another CA");
     refused("redis", started, &err, &address, "UnknownIssuer");
 }
 
@@ -147,7 +146,6 @@ async fn etcd_https_mutex_with_client_certificates() {
         .tls(client_files(&other, &alice))
         .connect()
         .await
-        .err()
-        .expect("a server signed by another CA");
+        .expect_err("a server signed by another CA");
     refused("etcd", started, &err, &address, "UnknownIssuer");
 }

@@ -171,7 +171,7 @@ impl Redis {
             }
             Err(err) => return Err(connect_error(&address, err, deadline, limit).await),
         };
-        let subscriber = Subscriber::start(PubSource::Single(client), options.timeouts());
+        let subscriber = Subscriber::start(PubSource::Single(Box::new(client)), options.timeouts());
         Ok(Redis::new(conn, subscriber, options))
     }
 

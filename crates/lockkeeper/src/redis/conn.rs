@@ -119,7 +119,7 @@ impl Conn {
     ) -> Result<Conn, RedisError> {
         let client = SentinelClient::build(
             sentinels.to_vec(),
-            master.to_string(),
+            master,
             None,
             redis::sentinel::SentinelServerType::Master,
         )?;

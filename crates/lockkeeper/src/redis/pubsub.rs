@@ -30,7 +30,7 @@ const LINGER: Duration = Duration::from_secs(5);
 /// Where the subscriber connection goes.
 pub(crate) enum PubSource {
     /// One server.
-    Single(Client),
+    Single(Box<Client>),
     /// Any node of a cluster: classic `PUBLISH` reaches subscribers on every node. The nodes
     /// are tried in turn when one is down.
     Cluster(Vec<Client>),
@@ -45,7 +45,7 @@ impl PubSource {
         timeouts: Timeouts,
     ) -> Result<redis::aio::PubSub, RedisError> {
         let client = match self {
-            PubSource::Single(client) => client.clone(),
+            PubSource::Single(client) => (**client).clone(),
             PubSource::Cluster(clients) => clients[attempt % clients.len()].clone(),
             PubSource::Sentinel(sentinel) => sentinel.master_client().await?,
         };
