@@ -67,7 +67,7 @@ pub use tools::{
     JAVA_LIB_DIR, ZKCLI, compile_java, curator_classpath, curator_classpath_unchecked,
     find_on_path, java, java_classpath, java_jar, javac, javac_command, python3, zkcli,
 };
-pub use zk::{ApacheZk, ZkJvm, ZkOptions, ZkRole};
+pub use zk::{ApacheZk, ZkJvm, ZkOptions, ZkRole, ZkTls};
 
 /// Awaits `fut`, failing the test with "`what` did not complete within `limit`" if it takes
 /// longer: every wait in a test is bounded, and says which one hung.

@@ -23,6 +23,9 @@ const CLIENT_JARS: &[(&str, &str)] = &[
     ("curator-recipes", "libcurator-recipes-java"),
     ("guava", "libguava-java"),
     ("slf4j-api", "libslf4j-java"),
+    // The Netty client socket (TLS) needs these two, which zookeeper.jar's manifest leaves out.
+    ("netty-codec", "libnetty-java"),
+    ("netty-resolver", "libnetty-java"),
 ];
 
 /// The jars Apache ZooKeeper's server needs, with a logging backend so that its log (kept in the
@@ -30,6 +33,10 @@ const CLIENT_JARS: &[(&str, &str)] = &[
 pub(crate) const SERVER_JARS: &[(&str, &str)] = &[
     ("zookeeper", "zookeeper"),
     ("zookeeper-jute", "zookeeper"),
+    // The Netty server factory (the secure client port) needs these two, which zookeeper.jar's
+    // manifest leaves out.
+    ("netty-codec", "libnetty-java"),
+    ("netty-resolver", "libnetty-java"),
     ("slf4j-api", "libslf4j-java"),
     ("slf4j-log4j12", "libslf4j-java"),
     ("log4j-1.2", "liblog4j1.2-java"),

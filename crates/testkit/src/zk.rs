@@ -56,6 +56,22 @@ pub struct ZkOptions {
     pub force_sync: bool,
     /// `snapCount`: transactions between snapshots; `None` keeps ZooKeeper's default.
     pub snap_count: Option<u64>,
+    /// A secure client port (`secureClientPort`, Netty, PEM files) beside the plain one.
+    pub tls: Option<ZkTls>,
+}
+
+/// A test ZooKeeper's secure client port: what it presents and whom it admits.
+#[derive(Clone, Debug)]
+pub struct ZkTls {
+    /// `ssl.keyStore.location`: the server's PKCS#8 key and certificate in one PEM file.
+    pub keystore: PathBuf,
+    /// `ssl.trustStore.location`: the CA (PEM) that signs client certificates.
+    pub truststore: PathBuf,
+    /// `ssl.clientAuth`: `need` (a client certificate required; its subject is the `x509` id)
+    /// or `none`.
+    pub client_auth: bool,
+    /// The port; 0 picks a free one at start (see [`ApacheZk::secure_addr`]).
+    pub port: u16,
 }
 
 impl Default for ZkOptions {
@@ -68,6 +84,7 @@ impl Default for ZkOptions {
             super_digest: None,
             force_sync: true,
             snap_count: None,
+            tls: None,
         }
     }
 }
@@ -89,7 +106,10 @@ impl ApacheZk {
 
     /// Starts ZooKeeper with `opts`; returns once it answers `ruok`. Panics with the server's
     /// log when it cannot start.
-    pub fn start_with(opts: ZkOptions) -> ApacheZk {
+    pub fn start_with(mut opts: ZkOptions) -> ApacheZk {
+        if let Some(tls) = opts.tls.as_mut().filter(|tls| tls.port == 0) {
+            tls.port = free_port();
+        }
         let dir = tempfile::Builder::new()
             .prefix("lockkeeper-zk-")
             .tempdir()
@@ -118,6 +138,12 @@ impl ApacheZk {
             "Apache ZooKeeper did not start after {START_ATTEMPTS} attempts: {}",
             failures.join("; ")
         );
+    }
+
+    /// The secure client port's address, when started with [`ZkOptions::tls`]; panics without.
+    pub fn secure_addr(&self) -> SocketAddr {
+        let tls = self.opts.tls.as_ref().expect("started with ZkOptions::tls");
+        SocketAddr::from((Ipv4Addr::LOCALHOST, tls.port))
     }
 
     /// The PID of the JVM, e.g. to pause it with SIGSTOP in a fault-injection test.
@@ -484,6 +510,22 @@ impl ZkOptions {
              clientPortAddress=127.0.0.1\n\
              standaloneEnabled=true\n"
         ));
+        if let Some(tls) = &self.tls {
+            cfg.push_str(&format!(
+                "secureClientPort={port}\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 ssl.keyStore.location={keystore}\n\
+                 ssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={truststore}\n\
+                 ssl.trustStore.type=PEM\n\
+                 ssl.clientAuth={auth}\n",
+                port = tls.port,
+                keystore = tls.keystore.display(),
+                truststore = tls.truststore.display(),
+                auth = if tls.client_auth { "need" } else { "none" },
+            ));
+        }
         cfg
     }
 

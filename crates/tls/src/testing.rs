@@ -22,6 +22,18 @@ pub struct Issued {
     pub key: PathBuf,
 }
 
+impl Issued {
+    /// The key and the certificate in one PEM file beside them (what Java's ZooKeeper takes
+    /// as a PEM key store); its path.
+    pub fn bundle(&self) -> PathBuf {
+        let path = self.cert.with_extension("bundle.pem");
+        let mut text = std::fs::read_to_string(&self.key).expect("read the key");
+        text.push_str(&std::fs::read_to_string(&self.cert).expect("read the certificate"));
+        std::fs::write(&path, text).expect("write the bundle");
+        path
+    }
+}
+
 impl std::fmt::Debug for Pki {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pki").field("ca", &self.ca_file).finish()
