@@ -2,7 +2,8 @@
 //!
 //! One URL names any backend: `zk://host:port[,host:port...][/chroot]`, `redis://host:port`,
 //! `redis+sentinel://host:port[,host:port...]/MASTER`, `redis+cluster://host:port[,...]` and
-//! `etcd://host:port[,host:port...]`.
+//! `etcd://host:port[,host:port...]`; over TLS, `zk+tls://`, `rediss://` and `etcd+https://`,
+//! with `--tls-ca`, `--tls-cert` and `--tls-key` (or `LOCKKEEPER_TLS_CA`, `_CERT`, `_KEY`).
 //! [`Backend::parse`] turns it into a typed [`Backend`] before anything is dialled, and
 //! [`Backend::connect`] turns that into a connected [`Handle`] within the connect timeout.
 //!
@@ -21,6 +22,7 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use lockkeeper::TlsFiles;
 use lockkeeper::redis::{Redis, RedisOptions};
 use lockkeeper::zk::{ConnectionState, Session, StateStream};
 
@@ -33,7 +35,8 @@ const SENTINEL_PORT: u16 = 26379;
 const ETCD_PORT: u16 = 2379;
 
 /// The schemes a backend URL may have, for the error that names an unknown one.
-const SCHEMES: &str = "zk://, redis://, redis+sentinel://, redis+cluster:// or etcd://";
+const SCHEMES: &str = "zk://, zk+tls://, redis://, rediss://, redis+sentinel://, \
+                       redis+cluster://, etcd:// or etcd+https://";
 
 /// How long a holder may go unheard before the backend gives its lock away, when the command
 /// is not told otherwise: the ZooKeeper session timeout, the Redis lease that the watchdog
@@ -47,7 +50,8 @@ pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct BackendArgs {
     /// The coordination backend: `zk://host:port[,host:port...][/chroot]`, `redis://host:port`,
     /// `redis+sentinel://host:port[,host:port...]/MASTER`, `redis+cluster://host:port[,...]`,
-    /// `etcd://host:port[,host:port...]`.
+    /// `etcd://host:port[,host:port...]`; over TLS `zk+tls://...`, `rediss://...`,
+    /// `etcd+https://...`.
     #[arg(
         long,
         env = "LOCKKEEPER_BACKEND",
@@ -58,6 +62,18 @@ pub(crate) struct BackendArgs {
     /// (e.g. 500ms, 5s).
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
+    /// With a TLS backend (`zk+tls://`, `rediss://`, `etcd+https://`): the CA certificates
+    /// (PEM) that signed the servers' certificates. `rediss://` without it trusts the system's
+    /// CAs.
+    #[arg(long, value_name = "PEM", env = "LOCKKEEPER_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// With a TLS backend: this client's certificate (PEM), for servers that require one; its
+    /// subject is the client's `x509` id on ZooKeeper and Keeper. Needs --tls-key and --tls-ca.
+    #[arg(long, value_name = "PEM", env = "LOCKKEEPER_TLS_CERT")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PEM", env = "LOCKKEEPER_TLS_KEY")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl BackendArgs {
@@ -68,10 +84,12 @@ impl BackendArgs {
         session_timeout: Duration,
     ) -> Result<(Backend, Handle), Failure> {
         let backend = Backend::parse(&self.backend)?;
+        let tls = self.tls(&backend)?;
         let handle = backend
             .connect(&ConnectOptions {
                 connect_timeout: self.connect_timeout,
                 session_timeout,
+                tls,
             })
             .await?;
         // ZooKeeper bounds the session timeout (2 to 20 ticks) and grants what fits without a
@@ -90,6 +108,40 @@ impl BackendArgs {
     }
 }
 
+impl BackendArgs {
+    /// The TLS files for `backend`, checked against its scheme: given only to a TLS backend,
+    /// a certificate with its key and a CA; `None` for a plain backend, and for `rediss://`
+    /// without `--tls-ca` (the system's CAs).
+    fn tls(&self, backend: &Backend) -> Result<Option<TlsFiles>, Failure> {
+        let given = self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_key.is_some();
+        if !backend.is_tls() {
+            return match given {
+                true => Err(Failure::usage(format!(
+                    "--tls-ca, --tls-cert and --tls-key are for a TLS backend (zk+tls://, \
+                     rediss://, etcd+https://), not {backend}"
+                ))),
+                false => Ok(None),
+            };
+        }
+        let cert = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => return Err(Failure::usage("--tls-cert and --tls-key go together")),
+        };
+        match &self.tls_ca {
+            Some(ca) => Ok(Some(TlsFiles {
+                ca: ca.clone(),
+                cert,
+            })),
+            None if matches!(backend, Backend::Redis { .. }) && cert.is_none() => Ok(None),
+            None => Err(Failure::usage(format!(
+                "{backend} needs --tls-ca (or LOCKKEEPER_TLS_CA): the CA certificates that \
+                 signed the servers' certificates"
+            ))),
+        }
+    }
+}
+
 /// A parsed backend URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Backend {
@@ -97,6 +149,8 @@ pub(crate) enum Backend {
     Zk {
         hosts: Vec<String>,
         chroot: Option<String>,
+        /// Over TLS (`zk+tls://`).
+        tls: bool,
     },
     /// One Redis server. `url` is what the client dials (`redis://[auth@]host:port[/db]`).
     Redis { url: String },
@@ -107,8 +161,9 @@ pub(crate) enum Backend {
     },
     /// A Redis Cluster, reached through any of its `nodes` (`redis://[auth@]host:port` each).
     RedisCluster { nodes: Vec<String> },
-    /// An etcd cluster, reached through any of its members (`host:port` each).
-    Etcd { endpoints: Vec<String> },
+    /// An etcd cluster, reached through any of its members (`host:port` each), over TLS with
+    /// `tls` (`etcd+https://`).
+    Etcd { endpoints: Vec<String>, tls: bool },
 }
 
 /// A connected backend, as the commands use it.
@@ -150,12 +205,14 @@ pub(crate) async fn connection_back(
 }
 
 /// What connecting may take and what the connection promises.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct ConnectOptions {
     /// The bound on connecting (exit 69 past it).
     pub connect_timeout: Duration,
     /// The ZooKeeper session timeout, the Redis watchdog lease, or the etcd lease's TTL.
     pub session_timeout: Duration,
+    /// The TLS files of a TLS backend.
+    pub tls: Option<TlsFiles>,
 }
 
 /// A command's failure: a one-line message and the exit code it ends with.
@@ -219,6 +276,15 @@ impl Failure {
 }
 
 impl Backend {
+    /// Whether it is reached over TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        match self {
+            Backend::Zk { tls, .. } | Backend::Etcd { tls, .. } => *tls,
+            Backend::Redis { url } => url.starts_with("rediss://"),
+            Backend::RedisSentinel { .. } | Backend::RedisCluster { .. } => false,
+        }
+    }
+
     /// Parses a backend URL; a [`Failure`] with [`exit::USAGE`] names the URL and the fault.
     pub(crate) fn parse(url: &str) -> Result<Backend, Failure> {
         let shown = redact(url);
@@ -238,15 +304,16 @@ impl Backend {
             None => (rest, ""),
         };
         match scheme.to_ascii_lowercase().as_str() {
-            "zk" | "zookeeper" => {
+            scheme @ ("zk" | "zookeeper" | "zk+tls" | "zookeeper+tls") => {
                 if auth.is_some() {
                     return Err(bad("zk:// takes no user name or password".into()));
                 }
                 let hosts = hosts(authority, ZK_PORT).map_err(bad)?;
                 let chroot = chroot(path).map_err(bad)?;
-                Ok(Backend::Zk { hosts, chroot })
+                let tls = scheme.ends_with("+tls");
+                Ok(Backend::Zk { hosts, chroot, tls })
             }
-            "redis" => {
+            scheme @ ("redis" | "rediss") => {
                 let mut hosts = hosts(authority, REDIS_PORT).map_err(bad)?;
                 if hosts.len() > 1 {
                     return Err(bad("redis:// names one server; for several use \
@@ -260,7 +327,7 @@ impl Backend {
                 };
                 let host = hosts.remove(0);
                 Ok(Backend::Redis {
-                    url: format!("redis://{}{host}{db}", at(auth)),
+                    url: format!("{scheme}://{}{host}{db}", at(auth)),
                 })
             }
             "redis+sentinel" => {
@@ -298,7 +365,7 @@ impl Backend {
                         .collect(),
                 })
             }
-            "etcd" => {
+            scheme @ ("etcd" | "etcd+https") => {
                 if auth.is_some() {
                     return Err(bad("etcd:// takes no user name or password".into()));
                 }
@@ -309,7 +376,8 @@ impl Backend {
                     )));
                 }
                 let endpoints = hosts(authority, ETCD_PORT).map_err(bad)?;
-                Ok(Backend::Etcd { endpoints })
+                let tls = scheme == "etcd+https";
+                Ok(Backend::Etcd { endpoints, tls })
             }
             other => Err(bad(format!("unknown scheme {other:?}; expected {SCHEMES}"))),
         }
@@ -325,18 +393,19 @@ impl Backend {
         }
         let connecting = async {
             match self {
-                Backend::Zk { hosts, chroot } => {
+                Backend::Zk { hosts, chroot, .. } => {
                     let connect_string = format!(
                         "{}{}",
                         hosts.join(","),
                         chroot.as_deref().unwrap_or_default()
                     );
-                    Session::builder(&connect_string)
+                    let mut builder = Session::builder(&connect_string)
                         .session_timeout(options.session_timeout)
-                        .connection_timeout(options.connect_timeout)
-                        .connect()
-                        .await
-                        .map(Handle::Zk)
+                        .connection_timeout(options.connect_timeout);
+                    if let Some(files) = &options.tls {
+                        builder = builder.tls(files.clone());
+                    }
+                    builder.connect().await.map(Handle::Zk)
                 }
                 Backend::Redis { url } => Redis::connect_with(url, redis_options(options))
                     .await
@@ -352,13 +421,14 @@ impl Backend {
                         .map(Handle::Redis)
                 }
                 #[cfg(feature = "etcd")]
-                Backend::Etcd { endpoints } => {
-                    lockkeeper::etcd::Session::builder(&endpoints.join(","))
+                Backend::Etcd { endpoints, .. } => {
+                    let mut builder = lockkeeper::etcd::Session::builder(&endpoints.join(","))
                         .ttl(options.session_timeout)
-                        .connect_timeout(options.connect_timeout)
-                        .connect()
-                        .await
-                        .map(Handle::Etcd)
+                        .connect_timeout(options.connect_timeout);
+                    if let Some(files) = &options.tls {
+                        builder = builder.tls(files.clone());
+                    }
+                    builder.connect().await.map(Handle::Etcd)
                 }
                 #[cfg(not(feature = "etcd"))]
                 Backend::Etcd { .. } => Err(lockkeeper::Error::InvalidArgument(
@@ -393,9 +463,10 @@ impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let strip = |url: &str| url.trim_start_matches("redis://").to_string();
         match self {
-            Backend::Zk { hosts, chroot } => write!(
+            Backend::Zk { hosts, chroot, tls } => write!(
                 f,
-                "zk://{}{}",
+                "{}://{}{}",
+                if *tls { "zk+tls" } else { "zk" },
                 hosts.join(","),
                 chroot.as_deref().unwrap_or_default()
             ),
@@ -408,15 +479,24 @@ impl fmt::Display for Backend {
                 let hosts: Vec<String> = nodes.iter().map(|n| strip(&redact(n))).collect();
                 write!(f, "redis+cluster://{}", hosts.join(","))
             }
-            Backend::Etcd { endpoints } => write!(f, "etcd://{}", endpoints.join(",")),
+            Backend::Etcd { endpoints, tls } => write!(
+                f,
+                "{}://{}",
+                if *tls { "etcd+https" } else { "etcd" },
+                endpoints.join(",")
+            ),
         }
     }
 }
 
 fn redis_options(options: &ConnectOptions) -> RedisOptions {
-    RedisOptions::new()
+    let redis = RedisOptions::new()
         .connect_timeout(options.connect_timeout)
-        .watchdog_timeout(options.session_timeout)
+        .watchdog_timeout(options.session_timeout);
+    match &options.tls {
+        Some(files) => redis.tls(files.clone()),
+        None => redis,
+    }
 }
 
 /// `auth@` for a URL, or nothing.
@@ -500,6 +580,7 @@ mod tests {
         Backend::Zk {
             hosts: hosts.iter().map(ToString::to_string).collect(),
             chroot: chroot.map(str::to_string),
+            tls: false,
         }
     }
 
@@ -591,11 +672,61 @@ mod tests {
     }
 
     #[test]
+    fn tls_urls_name_their_scheme_and_want_their_files() {
+        for (url, shown) in [
+            ("zk+tls://a:2281/app", "zk+tls://a:2281/app"),
+            ("zookeeper+tls://a", "zk+tls://a:2181"),
+            ("rediss://a", "rediss://a:6379"),
+            ("etcd+https://a:1", "etcd+https://a:1"),
+        ] {
+            let backend = Backend::parse(url).unwrap();
+            assert!(backend.is_tls(), "{url}");
+            assert_eq!(backend.to_string(), shown);
+        }
+        let args = |ca: Option<&str>, cert: Option<&str>, key: Option<&str>| BackendArgs {
+            backend: String::new(),
+            connect_timeout: Duration::from_secs(1),
+            tls_ca: ca.map(Into::into),
+            tls_cert: cert.map(Into::into),
+            tls_key: key.map(Into::into),
+        };
+        let zk_tls = Backend::parse("zk+tls://a").unwrap();
+        let plain = Backend::parse("zk://a").unwrap();
+        let rediss = Backend::parse("rediss://a").unwrap();
+        let refused = |args: BackendArgs, backend: &Backend, fault: &str| {
+            let failure = args.tls(backend).expect_err(fault);
+            assert_eq!(failure.code, exit::USAGE);
+            assert!(failure.message.contains(fault), "{}", failure.message);
+        };
+        refused(args(None, None, None), &zk_tls, "needs --tls-ca");
+        refused(
+            args(Some("ca"), None, None),
+            &plain,
+            "are for a TLS backend",
+        );
+        refused(args(Some("ca"), Some("c"), None), &zk_tls, "go together");
+        refused(args(None, Some("c"), Some("k")), &rediss, "needs --tls-ca");
+        assert_eq!(
+            args(None, None, None).tls(&rediss),
+            Ok(None),
+            "the system's CAs"
+        );
+        assert_eq!(
+            args(Some("ca"), Some("c"), Some("k")).tls(&zk_tls),
+            Ok(Some(TlsFiles {
+                ca: "ca".into(),
+                cert: Some(("c".into(), "k".into())),
+            }))
+        );
+    }
+
+    #[test]
     fn etcd_urls() {
         assert_eq!(
             Backend::parse("etcd://a,b:1,[::1]:2"),
             Ok(Backend::Etcd {
-                endpoints: vec!["a:2379".into(), "b:1".into(), "[::1]:2".into()]
+                endpoints: vec!["a:2379".into(), "b:1".into(), "[::1]:2".into()],
+                tls: false,
             })
         );
         assert_eq!(
@@ -617,6 +748,7 @@ mod tests {
         let options = ConnectOptions {
             connect_timeout: Duration::from_secs(1),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
+            tls: None,
         };
         #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
         let mut urls = vec![

@@ -30,3 +30,4 @@ mod loss;
 mod messages;
 mod shapes;
 mod support;
+mod tls;
