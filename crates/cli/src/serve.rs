@@ -76,20 +76,25 @@ pub(crate) struct ServeArgs {
     /// port 0 picks a free port (printed at start). Off unless given.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the metrics over TLS (https://ADDR/metrics) with --tls-cert and --tls-key; with
+    /// --tls-client-ca a scraper must present a certificate that CA signed.
+    #[arg(long, requires_all = ["metrics_listen", "tls_cert", "tls_key"])]
+    metrics_tls: bool,
     /// Also listen for TLS clients on ADDR (ZooKeeper's secureClientPort); needs --tls-cert and
     /// --tls-key. Port 0 picks a free port (printed at start).
     #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
     secure_listen: Option<SocketAddr>,
-    /// The secure listener's certificate chain (PEM, leaf first). Read again on SIGHUP.
-    #[arg(long, value_name = "PEM", requires = "secure_listen")]
+    /// The certificate chain (PEM, leaf first) of --secure-listen and --metrics-tls. Read
+    /// again on SIGHUP.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1). Read again on SIGHUP.
-    #[arg(long, value_name = "PEM", requires = "secure_listen")]
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// CA certificates (PEM) that sign client certificates: with it, every TLS client must
     /// present one, and its subject is its id under the `x509` ACL scheme. Read again on
     /// SIGHUP.
-    #[arg(long, value_name = "PEM", requires = "secure_listen")]
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
 }
 
@@ -149,11 +154,13 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         println!("lockkeeper serving ZooKeeper clients over TLS on {addr}");
     }
     if let Some(addr) = args.metrics_listen {
-        let bound = server
-            .serve_metrics(addr)
-            .await
-            .map_err(|e| format!("cannot start: {e}"))?;
-        println!("lockkeeper serving Prometheus metrics on http://{bound}/metrics");
+        let (bound, scheme) = if args.metrics_tls {
+            (server.serve_metrics_tls(addr).await, "https")
+        } else {
+            (server.serve_metrics(addr).await, "http")
+        };
+        let bound = bound.map_err(|e| format!("cannot start: {e}"))?;
+        println!("lockkeeper serving Prometheus metrics on {scheme}://{bound}/metrics");
     }
     println!(
         "lockkeeper serving ZooKeeper clients on {}",
@@ -169,8 +176,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
                 // refused, and the files in use stay.
                 match server.reload_tls() {
                     Ok(()) => tracing::info!("SIGHUP: TLS certificate, key and client CA reloaded"),
-                    Err(_) if server.secure_addr().is_none() => {
-                        tracing::info!("SIGHUP: no secure listener, nothing to reload");
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        tracing::info!("SIGHUP: no TLS files, nothing to reload");
                     }
                     Err(e) => tracing::error!(error = %e, "SIGHUP: TLS files not reloaded; the ones in use stay"),
                 }

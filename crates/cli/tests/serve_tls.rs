@@ -132,6 +132,76 @@ async fn a_plain_text_client_on_the_secure_port_is_refused_promptly_and_logged()
     plain.close().await;
 }
 
+/// `GET /metrics` over TLS to `addr`, presenting `client` if given: the whole answer, or the
+/// TLS error.
+async fn scrape(
+    pki: &Pki,
+    client: Option<&Issued>,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<String> {
+    let files = ClientFiles {
+        ca: pki.ca().to_owned(),
+        cert: client.map(|c| (c.cert.clone(), c.key.clone())),
+    };
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").unwrap();
+    let stream = Stream::connect(files.config().unwrap(), name, tcp).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await?;
+    let mut answer = bytes::BytesMut::new();
+    while stream.read_buf(&mut answer).await? > 0 {}
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_over_tls_answer_only_a_scraper_with_a_certificate() {
+    let pki = Pki::new("test-ca");
+    let Issued { cert, key } = pki.server("keeper");
+    let data = tempfile::tempdir().unwrap();
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], lockkeeper_testkit::free_port()));
+    let keeper = KeeperProcess::start(
+        data.path(),
+        &[
+            "--metrics-listen",
+            &metrics.to_string(),
+            "--metrics-tls",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-client-ca",
+            pki.ca().to_str().unwrap(),
+        ],
+    );
+    let scraper = pki.client("prometheus", &[(DnType::CommonName, "prometheus")]);
+    let answer = scrape(&pki, Some(&scraper), metrics)
+        .await
+        .expect("a scrape over TLS");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("znode_count"), "{answer}");
+
+    let refused = scrape(&pki, None, metrics).await;
+    assert!(
+        refused.is_err(),
+        "a scraper without a certificate: {refused:?}"
+    );
+    // Plain HTTP gets no answer: the endpoint speaks TLS only, and logs why.
+    let mut plain = tokio::net::TcpStream::connect(metrics).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut plain, b"GET /metrics HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        LIMIT,
+        tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut answer),
+    )
+    .await;
+    assert!(!String::from_utf8_lossy(&answer).contains("200 OK"));
+    let log = keeper.stderr_containing("metrics: connection refused", LIMIT);
+    assert!(log.contains("metrics: connection refused"), "{log}");
+}
+
 #[test]
 fn a_secure_listener_needs_its_files_and_names_the_one_it_cannot_use() {
     let data = tempfile::tempdir().unwrap();

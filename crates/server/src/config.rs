@@ -83,7 +83,8 @@ pub struct Config {
     /// Where to listen for TLS clients (ZooKeeper's secureClientPort), beside `listen`; port 0
     /// picks a free port (see `Server::secure_addr`). Needs `tls`.
     pub secure_listen: Option<SocketAddr>,
-    /// The secure listener's certificate, key and client CA; reloaded by `Server::reload_tls`.
+    /// The certificate, key and client CA of the secure listener and of the metrics endpoint
+    /// over TLS (`Server::serve_metrics_tls`); reloaded by `Server::reload_tls`.
     pub tls: Option<ServerFiles>,
 }
 

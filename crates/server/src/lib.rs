@@ -116,7 +116,8 @@ pub use crate::trace::Stage;
 pub struct Server {
     local_addr: SocketAddr,
     secure_addr: Option<SocketAddr>,
-    /// The secure listener's certificates, for [`Server::reload_tls`].
+    /// The TLS files (`Config::tls`), for the secure listener and the metrics endpoint, and
+    /// [`Server::reload_tls`].
     tls: Option<Arc<net::tls::Acceptor>>,
     metrics_addr: Option<SocketAddr>,
     metrics_source: MetricsSource,
@@ -146,13 +147,16 @@ impl Server {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
         })?;
         let local_addr = listener.local_addr()?;
-        let secure = match (config.secure_listen, &config.tls) {
-            (Some(addr), Some(files)) => {
-                let acceptor = Arc::new(net::tls::Acceptor::new(files.clone())?);
+        let tls = match &config.tls {
+            Some(files) => Some(Arc::new(net::tls::Acceptor::new(files.clone())?)),
+            None => None,
+        };
+        let secure = match (config.secure_listen, &tls) {
+            (Some(addr), Some(acceptor)) => {
                 let listener = accept::bind(addr, config.listen_backlog).map_err(|e| {
                     std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
                 })?;
-                Some((listener, acceptor))
+                Some((listener, acceptor.clone()))
             }
             _ => None,
         };
@@ -160,7 +164,6 @@ impl Server {
             Some((listener, _)) => Some(listener.local_addr()?),
             None => None,
         };
-        let tls = secure.as_ref().map(|(_, acceptor)| acceptor.clone());
         let config = Arc::new(Config {
             listen: local_addr,
             secure_listen: secure_addr,
@@ -226,16 +229,16 @@ impl Server {
         self.secure_addr
     }
 
-    /// Reads the secure listener's certificate, key and client CA files again (what
-    /// `lockkeeper serve` does on SIGHUP). Every later TLS handshake uses them; connections
-    /// that are up keep theirs. Errors name the file and what is wrong with it, and leave
-    /// the files in use as they were; without a secure listener, `NotFound`.
+    /// Reads the TLS certificate, key and client CA files again (what `lockkeeper serve` does
+    /// on SIGHUP), for the secure listener and the metrics endpoint. Every later TLS handshake
+    /// uses them; connections that are up keep theirs. Errors name the file and what is wrong
+    /// with it, and leave the files in use as they were; without `Config::tls`, `NotFound`.
     pub fn reload_tls(&self) -> std::io::Result<()> {
         match &self.tls {
             Some(acceptor) => acceptor.reload(),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
-                "no secure listener: nothing to reload",
+                "no TLS files (Config::tls): nothing to reload",
             )),
         }
     }
@@ -246,6 +249,27 @@ impl Server {
     /// Separate from [`Config`] so that a server without metrics carries nothing for them.
     /// Errors: the endpoint is already served, or `addr` cannot be bound (named in the error).
     pub async fn serve_metrics(&mut self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        self.start_metrics(addr, None).await
+    }
+
+    /// [`Server::serve_metrics`] over TLS (HTTPS), with [`Config::tls`]'s certificate, key and
+    /// client CA (a scraper must then present a certificate it signed), reloaded with them.
+    /// `InvalidInput` without `Config::tls`.
+    pub async fn serve_metrics_tls(&mut self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        let Some(tls) = self.tls.clone() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "metrics over TLS need the TLS files (Config::tls: --tls-cert and --tls-key)",
+            ));
+        };
+        self.start_metrics(addr, Some(tls)).await
+    }
+
+    async fn start_metrics(
+        &mut self,
+        addr: SocketAddr,
+        tls: Option<Arc<net::tls::Acceptor>>,
+    ) -> std::io::Result<SocketAddr> {
         if let Some(bound) = self.metrics_addr {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
@@ -259,6 +283,7 @@ impl Server {
         let MetricsSource { core, timings } = &self.metrics_source;
         self.metrics = Some(tokio::spawn(metrics_http::serve(
             listener,
+            tls,
             core.clone(),
             timings.clone(),
             self.shutdown.subscribe(),

@@ -2,6 +2,10 @@
 //! answered with the core's [`Stats`] and the [`Timings`] in ZooKeeper's names (the text is
 //! [`crate::metrics`]'s).
 //!
+//! With TLS (`serve --metrics-tls`), the endpoint speaks HTTPS with the secure listener's
+//! certificate, key and client CA (reloaded with them), so a scrape across hosts is neither
+//! plain text nor, with a client CA, anyone's.
+//!
 //! Invariant: **a scrape never holds up requests.** The core's part is to copy a few numbers
 //! into a `Stats` when a scrape asks, like answering `mntr`; encoding and socket IO run in the
 //! metrics task. A scraper that is slow to send or read holds only its own connection, which is
@@ -11,14 +15,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use prometheus::{Encoder, TextEncoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::core::CoreMsg;
 use crate::metrics::{Stats, Timings, render};
+use crate::net::socket::{ReadHalf, Socket, WriteHalf};
+use crate::net::tls::Acceptor;
 
 /// Scrapes served at once; a scraper past this is closed unanswered.
 const MAX_SCRAPERS: usize = 16;
@@ -29,9 +35,11 @@ const MAX_HEAD: usize = 8 << 10;
 /// How long a scrape waits for the core's numbers before answering 503.
 const CORE_LIMIT: Duration = Duration::from_secs(10);
 
-/// Serves `/metrics` on `listener` until `shutdown` flips; `core` answers with its [`Stats`].
+/// Serves `/metrics` on `listener` (over TLS with `tls`) until `shutdown` flips; `core`
+/// answers with its [`Stats`].
 pub(crate) async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<Acceptor>>,
     core: mpsc::Sender<CoreMsg>,
     timings: Timings,
     mut shutdown: watch::Receiver<bool>,
@@ -58,9 +66,22 @@ pub(crate) async fn serve(
             );
             continue;
         };
-        let (core, timings) = (core.clone(), timings.clone());
+        let (core, timings, tls) = (core.clone(), timings.clone(), tls.clone());
         scrapes.spawn(async move {
-            let _ = tokio::time::timeout(CONNECTION_LIMIT, scrape(stream, &core, &timings)).await;
+            let exchange = async {
+                let socket = match tls {
+                    None => Socket::Plain(stream),
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok((stream, _)) => Socket::Tls(Box::new(stream)),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "metrics: connection refused");
+                            return Ok(());
+                        }
+                    },
+                };
+                scrape(socket, &core, &timings).await
+            };
+            let _ = tokio::time::timeout(CONNECTION_LIMIT, exchange).await;
             drop(slot);
         });
     }
@@ -69,11 +90,12 @@ pub(crate) async fn serve(
 
 /// One HTTP/1.1 exchange: the request head, one answer, then the close.
 async fn scrape(
-    mut stream: TcpStream,
+    socket: Socket,
     core: &mpsc::Sender<CoreMsg>,
     timings: &Timings,
 ) -> std::io::Result<()> {
-    let Some(head) = read_head(&mut stream).await? else {
+    let (mut reader, mut stream) = socket.split();
+    let Some(head) = read_head(&mut reader).await? else {
         return respond(&mut stream, "431 Request Header Fields Too Large", "", "").await;
     };
     let request_line = head.lines().next().unwrap_or_default();
@@ -114,15 +136,13 @@ async fn stats_from(core: &mpsc::Sender<CoreMsg>) -> Option<Stats> {
 
 /// Reads up to the blank line that ends a request head. `None` if it is longer than
 /// [`MAX_HEAD`]; an error if the peer closes first.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
+async fn read_head(stream: &mut ReadHalf) -> std::io::Result<Option<String>> {
+    let mut head = BytesMut::with_capacity(512);
     loop {
-        let n = stream.read(&mut buf).await?;
+        let n = stream.read_buf(&mut head).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
-        head.extend_from_slice(&buf[..n]);
         if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
             return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
         }
@@ -133,7 +153,7 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
 }
 
 async fn respond(
-    stream: &mut TcpStream,
+    stream: &mut WriteHalf,
     status: &str,
     content_type: &str,
     body: &str,
