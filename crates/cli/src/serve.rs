@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lockkeeper_server::{Config, Server, ServerFiles, SyncMode};
+use lockkeeper_server::{Config, SaslUsers, Server, ServerFiles, SyncMode};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum SyncFlag {
@@ -80,6 +80,11 @@ pub(crate) struct ServeArgs {
     /// --tls-client-ca a scraper must present a certificate that CA signed.
     #[arg(long, requires_all = ["metrics_listen", "tls_cert", "tls_key"])]
     metrics_tls: bool,
+    /// A JAAS login configuration whose `Server` section lists the users SASL DIGEST-MD5
+    /// authenticates, as ZooKeeper reads `java.security.auth.login.config`
+    /// (`user_NAME="password"` options); their ids are the `sasl` ACL scheme's.
+    #[arg(long, value_name = "FILE")]
+    jaas_config: Option<PathBuf>,
     /// Also listen for TLS clients on ADDR (ZooKeeper's secureClientPort); needs --tls-cert and
     /// --tls-key. Port 0 picks a free port (printed at start).
     #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
@@ -109,6 +114,12 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     {
         return Err("--super-digest must look like super:<base64 sha1>".into());
     }
+    let sasl_users = match &args.jaas_config {
+        Some(path) => {
+            Some(SaslUsers::from_jaas_file(path).map_err(|e| format!("--jaas-config {e}"))?)
+        }
+        None => None,
+    };
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", args.data_dir.display()))?;
     let config = Config {
@@ -131,6 +142,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         max_queued_bytes: args.max_queued_bytes,
         listen_backlog: args.listen_backlog,
         secure_listen: args.secure_listen,
+        sasl_users,
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(ServerFiles {
                 cert,

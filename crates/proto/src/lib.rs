@@ -16,6 +16,7 @@ pub mod jute;
 pub mod path;
 pub mod records;
 pub mod request;
+pub mod sasl;
 
 pub use codes::{
     AddWatchMode, CreateMode, ErrorCode, EventType, KeeperState, OpCode, WatcherType, perms,

@@ -207,6 +207,16 @@ record! {
 }
 
 record! {
+    /// One step of a SASL exchange (opcode [`crate::OpCode::Sasl`]): ZooKeeper's
+    /// `GetSASLRequest` from the client, and its `SetSASLResponse` answer, alike on the wire. A
+    /// null token (length -1) is what a failed step is answered with.
+    pub struct SaslToken {
+        /// The mechanism's bytes for this step.
+        pub token: Option<Bytes>,
+    }
+}
+
+record! {
     /// Adds credentials to the session (xid [`crate::XID_AUTH`]).
     pub struct AuthPacket {
         /// Unused by ZooKeeper; clients send 0.

@@ -81,6 +81,8 @@ pub enum Request {
     Ping,
     /// Adds credentials to the session.
     Auth(AuthPacket),
+    /// One step of a SASL exchange (DIGEST-MD5: see [`crate::sasl`]).
+    Sasl(SaslToken),
     /// Both SetWatches and SetWatches2; the old form has no persistent watches.
     SetWatches(SetWatches2),
     /// Ask whether the session holds a watch of a type on a path.
@@ -97,7 +99,7 @@ pub enum Request {
     WhoAmI,
     /// End the session, deleting its ephemeral nodes.
     CloseSession,
-    /// Known to ZooKeeper but not served by Keeper (reconfig, SASL, ...): answered Unimplemented.
+    /// Known to ZooKeeper but not served by Keeper (reconfig, ...): answered Unimplemented.
     Unsupported(OpCode),
 }
 
@@ -124,6 +126,7 @@ impl Request {
             OpCode::MultiRead => Request::MultiRead(read_multi_read(&mut r)?),
             OpCode::Ping => Request::Ping,
             OpCode::Auth => Request::Auth(Jute::read(&mut r)?),
+            OpCode::Sasl => Request::Sasl(Jute::read(&mut r)?),
             OpCode::SetWatches => {
                 let old: SetWatches = Jute::read(&mut r)?;
                 Request::SetWatches(SetWatches2 {
@@ -142,7 +145,7 @@ impl Request {
             OpCode::GetAllChildrenNumber => Request::GetAllChildrenNumber(Jute::read(&mut r)?),
             OpCode::WhoAmI => Request::WhoAmI,
             OpCode::CloseSession => Request::CloseSession,
-            OpCode::Reconfig | OpCode::Sasl | OpCode::DeleteContainer => {
+            OpCode::Reconfig | OpCode::DeleteContainer => {
                 return Ok(Request::Unsupported(op));
             }
             // ZooKeeper treats these two as unknown numbers; createSession it knows, but only
@@ -229,6 +232,7 @@ impl Request {
                 MULTI_END.write(out);
             }
             Request::Auth(r) => r.write(out),
+            Request::Sasl(r) => r.write(out),
             Request::SetWatches(r) => r.write(out),
             Request::CheckWatches(r) | Request::RemoveWatches(r) => r.write(out),
             Request::AddWatch(r) => r.write(out),
@@ -254,6 +258,7 @@ impl Request {
             Request::MultiRead(_) => OpCode::MultiRead,
             Request::Ping => OpCode::Ping,
             Request::Auth(_) => OpCode::Auth,
+            Request::Sasl(_) => OpCode::Sasl,
             Request::SetWatches(_) => OpCode::SetWatches2,
             Request::CheckWatches(_) => OpCode::CheckWatches,
             Request::RemoveWatches(_) => OpCode::RemoveWatches,

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 pub use lockkeeper_tls::ServerFiles;
 
+pub use crate::sasl::SaslUsers;
+
 /// When the transaction log is synced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMode {
@@ -83,6 +85,9 @@ pub struct Config {
     /// Where to listen for TLS clients (ZooKeeper's secureClientPort), beside `listen`; port 0
     /// picks a free port (see `Server::secure_addr`). Needs `tls`.
     pub secure_listen: Option<SocketAddr>,
+    /// The users SASL DIGEST-MD5 authenticates (the `sasl` ACL scheme); without them, a SASL
+    /// exchange fails with `AuthFailed`.
+    pub sasl_users: Option<SaslUsers>,
     /// The certificate, key and client CA of the secure listener and of the metrics endpoint
     /// over TLS (`Server::serve_metrics_tls`); reloaded by `Server::reload_tls`.
     pub tls: Option<ServerFiles>,
@@ -111,6 +116,7 @@ impl Default for Config {
             listen_backlog: 1024,
             secure_listen: None,
             tls: None,
+            sasl_users: None,
         }
     }
 }

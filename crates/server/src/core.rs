@@ -98,6 +98,8 @@ pub(crate) struct Connection {
     pub peer: SocketAddr,
     pub session: Option<i64>,
     pub auth: AuthIds,
+    /// Where the connection's SASL exchange stands.
+    pub sasl: crate::sasl::Exchange,
     pub received: u64,
     /// The newest zxid any message queued for this connection reveals: a later reply never
     /// reveals less (see `point`).

@@ -87,6 +87,7 @@ pub mod fuzzing;
 mod memory;
 mod metrics;
 mod net;
+mod sasl;
 mod state;
 mod sync;
 mod trace;
@@ -98,7 +99,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch as signal};
 use tokio::task::JoinHandle;
 
-pub use crate::config::{Config, ServerFiles, SyncMode};
+pub use crate::config::{Config, SaslUsers, ServerFiles, SyncMode};
 use crate::core::{Core, CoreMsg};
 use crate::disk::datadir_lock::DataDirLock;
 pub use crate::disk::{datadir_lock, recovery};

@@ -58,6 +58,9 @@ pub struct ZkOptions {
     pub snap_count: Option<u64>,
     /// A secure client port (`secureClientPort`, Netty, PEM files) beside the plain one.
     pub tls: Option<ZkTls>,
+    /// A JAAS login configuration (`java.security.auth.login.config`) whose `Server` section
+    /// lists SASL DIGEST-MD5 users; with it the `sasl` ACL scheme is on.
+    pub jaas: Option<PathBuf>,
 }
 
 /// A test ZooKeeper's secure client port: what it presents and whom it admits.
@@ -85,6 +88,7 @@ impl Default for ZkOptions {
             force_sync: true,
             snap_count: None,
             tls: None,
+            jaas: None,
         }
     }
 }
@@ -325,6 +329,16 @@ impl ZkJvm {
             options.push(format!(
                 "-Dzookeeper.DigestAuthenticationProvider.superDigest={digest}"
             ));
+        }
+        if let Some(jaas) = &opts.jaas {
+            options.push(format!(
+                "-Djava.security.auth.login.config={}",
+                jaas.display()
+            ));
+            options.push(
+                "-Dzookeeper.authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+                    .into(),
+            );
         }
         ZkJvm {
             java: java(),

@@ -106,6 +106,7 @@ pub struct Connector {
     create_chroot: bool,
     one_round: bool,
     tls: Option<crate::TlsFiles>,
+    sasl: Option<(String, crate::sasl::Password)>,
 }
 
 impl Default for Connector {
@@ -117,6 +118,7 @@ impl Default for Connector {
             create_chroot: false,
             one_round: false,
             tls: None,
+            sasl: None,
         }
     }
 }
@@ -166,6 +168,16 @@ impl Connector {
         self
     }
 
+    /// Authenticates every connection with SASL DIGEST-MD5 as `user` (ZooKeeper's
+    /// `DigestLoginModule` users; the session's id under the `sasl` ACL scheme), right after
+    /// its handshake and before any other request. Refused credentials end the connect (and,
+    /// later, the session) with [`Error::AuthFailed`]; the password is never sent, only
+    /// proven. Default off.
+    pub fn sasl_digest(mut self, user: &str, password: &str) -> Connector {
+        self.sasl = Some((user.to_owned(), crate::sasl::Password(password.to_owned())));
+        self
+    }
+
     /// Establishes a session on one of the hosts of `connect_string`
     /// (`host:port,host:port[/chroot]`). With [`tls`](Connector::tls), a file that cannot be
     /// used is `BadArguments`, naming it.
@@ -186,6 +198,7 @@ impl Connector {
             auth: self.auth,
             one_round: self.one_round,
             tls,
+            sasl: self.sasl,
         }));
         let connection = session::first_connection(&shared).await?;
         session::install(&shared, &connection, true);

@@ -36,6 +36,7 @@ mod client;
 mod error;
 mod multi;
 mod path;
+mod sasl;
 mod session;
 mod socket;
 mod watch;

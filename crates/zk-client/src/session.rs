@@ -43,7 +43,7 @@ use crate::socket::Socket;
 use crate::watch::{EventType, Paths, Registration, SessionState, Table};
 
 /// The largest frame read (ZooKeeper's default `jute.maxbuffer`, plus room for the header).
-const MAX_FRAME: usize = 0xfffff + 1024;
+pub(crate) const MAX_FRAME: usize = 0xfffff + 1024;
 /// How long a close waits for the server to end the session.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
@@ -64,6 +64,8 @@ pub(crate) struct Settings {
     pub one_round: bool,
     /// Connect over TLS with this configuration.
     pub tls: Option<Arc<lockkeeper_tls::ClientConfig>>,
+    /// Authenticate every connection with SASL DIGEST-MD5 as this user, with this password.
+    pub sasl: Option<(String, crate::sasl::Password)>,
 }
 
 /// What the server gave the session at its first handshake.
@@ -171,6 +173,16 @@ impl Outbox {
         }
     }
 
+    /// The next xid, from 1 up, wrapping back to 1.
+    fn take_xid(&mut self) -> i32 {
+        self.next_xid = if self.next_xid == i32::MAX {
+            1
+        } else {
+            self.next_xid + 1
+        };
+        self.next_xid
+    }
+
     fn push_frame(&mut self, xid: i32, request: &Request) {
         encode_request(&mut self.unsent, xid, request);
     }
@@ -239,12 +251,7 @@ impl Shared {
             let _ = tx.send(Err(ended.clone()));
             return rx;
         }
-        out.next_xid = if out.next_xid == i32::MAX {
-            1
-        } else {
-            out.next_xid + 1
-        };
-        let xid = out.next_xid;
+        let xid = out.take_xid();
         out.push_frame(xid, request);
         out.pending.push_back(Pending {
             xid,
@@ -606,6 +613,18 @@ async fn handshake(shared: &Shared, host: &str, deadline: Instant) -> Result<Con
             password: response.passwd,
             timeout: Duration::from_millis(u64::try_from(response.timeout).unwrap_or(0)),
         };
+        if let Some((user, password)) = &shared.settings.sasl {
+            let xid = || lock(&shared.out).take_xid();
+            crate::sasl::authenticate(&stream, &mut buf, xid, user, &password.0)
+                .await
+                .map_err(|refusal| match refusal {
+                    crate::sasl::Refusal::Credentials(why) => {
+                        tracing::warn!(host, user, why, "SASL authentication refused");
+                        Failure::Refused(Error::AuthFailed)
+                    }
+                    crate::sasl::Refusal::Host(failure) => Failure::Host(failure),
+                })?;
+        }
         Ok(Connection {
             stream: Arc::new(stream),
             host: host.to_owned(),

@@ -19,6 +19,7 @@ impl Core {
         match request {
             Request::Ping => self.reply(conn, XID_PING, zxid, ErrorCode::Ok, Body::Empty),
             Request::Auth(auth) => self.auth(conn, xid, auth),
+            Request::Sasl(token) => self.sasl(conn, xid, token),
             Request::SetWatches(set) => {
                 self.set_watches(conn, set);
                 self.reply(conn, xid, zxid, ErrorCode::Ok, Body::Empty);
@@ -243,6 +244,34 @@ impl Core {
             Err(err) => {
                 tracing::info!(scheme = %auth.scheme, "authentication failed; closing connection");
                 self.reply(conn, xid, 0, err, Body::Empty);
+                self.close(conn);
+            }
+        }
+    }
+
+    /// One step of the connection's SASL exchange (see `sasl`), answered at zxid 0 as
+    /// ZooKeeper answers it. A failed step is `AuthFailed` with a null token, and the end of the
+    /// connection (not of the session): ZooKeeper's Java client reads that token to report
+    /// the failure.
+    fn sasl(&mut self, conn: ConnId, xid: i32, token: SaslToken) {
+        let users = self.config.sasl_users.as_ref();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let step = c
+            .sasl
+            .step(token.token.as_deref().unwrap_or_default(), users);
+        match step {
+            Ok((answer, user)) => {
+                if let Some(user) = user {
+                    tracing::debug!(peer = %c.peer, user, "SASL authenticated");
+                    c.auth.add_sasl(user);
+                }
+                self.reply(conn, xid, 0, ErrorCode::Ok, Body::Sasl(Some(answer)));
+            }
+            Err(why) => {
+                tracing::info!(peer = %c.peer, why, "SASL authentication failed; closing connection");
+                self.reply(conn, xid, 0, ErrorCode::AuthFailed, Body::Sasl(None));
                 self.close(conn);
             }
         }

@@ -66,6 +66,8 @@ pub(crate) enum Body {
     MultiRead(Vec<ReadResult>),
     WhoAmI(Vec<ClientInfo>),
     Event(WatcherEvent),
+    /// A SASL step's token; sent even with an error (a null token then).
+    Sasl(Option<Bytes>),
 }
 
 #[derive(Debug)]
@@ -141,8 +143,9 @@ impl Message {
             Message::Connect(response) => encode_frame(out, |b| response.write(b)),
             Message::Reply { header, body } => encode_frame(out, |b| {
                 header.write(b);
-                // ZooKeeper's clients ignore the body of an error reply; send none.
-                if header.err == 0 {
+                // ZooKeeper's clients ignore the body of an error reply; send none, but for a
+                // SASL step's, which ZooKeeper sends and its Java client reads.
+                if header.err == 0 || matches!(body, Body::Sasl(_)) {
                     body.write(b);
                 }
             }),
@@ -183,6 +186,7 @@ impl Body {
                 vec_heap(infos, |i| i.auth_scheme.capacity() + i.user.capacity())
             }
             Body::Event(event) => event.path.capacity(),
+            Body::Sasl(token) => data(token),
         }
     }
 
@@ -244,6 +248,7 @@ impl Body {
             }
             Body::WhoAmI(infos) => infos.write(b),
             Body::Event(event) => event.write(b),
+            Body::Sasl(token) => token.write(b),
         }
     }
 }

@@ -32,6 +32,7 @@ impl Core {
                 peer,
                 session: None,
                 auth: AuthIds::for_peer(peer.ip(), x509),
+                sasl: crate::sasl::Exchange::default(),
                 received: 1,
                 seen: 0,
                 unflushed: false,

@@ -5,8 +5,9 @@
 //! Schemes: `world` (anyone), `auth` (whoever created the node; expanded at write time), `digest`
 //! (user:base64(sha1(user:password))), `ip` (address or CIDR block) and `x509` (the subject of
 //! the client certificate a connection to the secure port presented, in RFC 2253 form, as
-//! ZooKeeper's `X509AuthenticationProvider` names it), plus a super user whose digest is given
-//! at start.
+//! ZooKeeper's `X509AuthenticationProvider` names it) and `sasl` (the user name a SASL exchange
+//! authenticated; the SASL user `super` matches every `sasl` entry, as in ZooKeeper), plus a
+//! super user whose digest is given at start.
 
 use std::net::IpAddr;
 
@@ -69,6 +70,14 @@ impl AuthIds {
         }
     }
 
+    /// The connection authenticated as `user` with SASL.
+    pub(crate) fn add_sasl(&mut self, user: String) {
+        self.push(Id {
+            scheme: "sasl".into(),
+            id: user,
+        });
+    }
+
     fn push(&mut self, id: Id) {
         if !self.ids.contains(&id) {
             self.ids.push(id);
@@ -118,12 +127,13 @@ impl AuthIds {
                 "digest" if a.id.id.split(':').count() == 2 => add(a.clone()),
                 "ip" if parse_ip_pattern(&a.id.id).is_some() => add(a.clone()),
                 "x509" if !a.id.id.is_empty() => add(a.clone()),
+                "sasl" if valid_sasl_id(&a.id.id) => add(a.clone()),
                 "auth" => {
                     let mut any = false;
                     for id in self
                         .ids
                         .iter()
-                        .filter(|id| matches!(id.scheme.as_str(), "digest" | "x509"))
+                        .filter(|id| matches!(id.scheme.as_str(), "digest" | "x509" | "sasl"))
                     {
                         any = true;
                         add(Acl {
@@ -152,8 +162,27 @@ pub(crate) fn digest(user_password: &str) -> String {
     )
 }
 
+/// ZooKeeper's check of a `sasl` ACL id (a Kerberos name's shape): `user`, `service/host`,
+/// `user@REALM` or `service/host@REALM`.
+fn valid_sasl_id(id: &str) -> bool {
+    let (name, realm) = match id.split_once('@') {
+        Some((name, realm)) => (name, Some(realm)),
+        None => (id, None),
+    };
+    let (user, host) = match name.split_once('/') {
+        Some((user, host)) => (user, Some(host)),
+        None => (name, None),
+    };
+    !id.is_empty()
+        && !user.contains(['/', '@'])
+        && host.is_none_or(|h| !h.contains(['/', '@']))
+        && realm.is_none_or(|r| !r.contains(['/', '@']))
+}
+
 fn id_matches(acl_id: &Id, mine: &str) -> bool {
     match acl_id.scheme.as_str() {
+        // ZooKeeper's SASLAuthenticationProvider: the SASL user `super` matches every entry.
+        "sasl" => mine == "super" || acl_id.id == mine,
         "ip" => match (parse_ip_pattern(&acl_id.id), mine.parse::<IpAddr>()) {
             (Some((net, bits)), Ok(addr)) => ip_in(addr, net, bits),
             _ => false,
@@ -301,6 +330,39 @@ mod tests {
             plain.fixup(&[acl(perms::ALL, "x509", "")]),
             Err(ErrorCode::InvalidAcl)
         );
+    }
+
+    #[test]
+    fn sasl_acl_admits_its_user_and_sasl_super_and_auth_expands_to_it() {
+        let sasl = |user: &str| {
+            let mut ids = AuthIds::for_peer("127.0.0.1".parse().unwrap(), None);
+            ids.add_sasl(user.into());
+            ids
+        };
+        let only = [acl(perms::READ, "sasl", "jaasuser")];
+        assert_eq!(sasl("jaasuser").check(&only, perms::READ), Ok(()));
+        assert_eq!(
+            sasl("bob").check(&only, perms::READ),
+            Err(ErrorCode::NoAuth)
+        );
+        assert_eq!(sasl("super").check(&only, perms::READ), Ok(()));
+        assert_eq!(
+            sasl("jaasuser").fixup(&[acl(perms::ALL, "auth", "")]),
+            Ok(vec![acl(perms::ALL, "sasl", "jaasuser")])
+        );
+        for valid in ["user", "service/host.name.com", "user@KERB.REALM", "s/h@R"] {
+            assert!(
+                sasl("x").fixup(&[acl(perms::ALL, "sasl", valid)]).is_ok(),
+                "{valid}"
+            );
+        }
+        for invalid in ["", "user@KERB.REALM/server.com", "user@R1@R2"] {
+            assert_eq!(
+                sasl("x").fixup(&[acl(perms::ALL, "sasl", invalid)]),
+                Err(ErrorCode::InvalidAcl),
+                "{invalid}"
+            );
+        }
     }
 
     #[test]
