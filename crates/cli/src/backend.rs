@@ -74,6 +74,18 @@ pub(crate) struct BackendArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, value_name = "PEM", env = "LOCKKEEPER_TLS_KEY")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// With ZooKeeper or Keeper: authenticate with SASL DIGEST-MD5 as this user (its id under
+    /// the `sasl` ACL scheme). Needs the password, best given as LOCKKEEPER_SASL_PASSWORD.
+    #[arg(long, value_name = "USER", env = "LOCKKEEPER_SASL_USER")]
+    pub sasl_user: Option<String>,
+    /// The password of --sasl-user (a flag shows in `ps`; the variable does not).
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "LOCKKEEPER_SASL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub sasl_password: Option<String>,
 }
 
 impl BackendArgs {
@@ -85,11 +97,13 @@ impl BackendArgs {
     ) -> Result<(Backend, Handle), Failure> {
         let backend = Backend::parse(&self.backend)?;
         let tls = self.tls(&backend)?;
+        let sasl = self.sasl(&backend)?;
         let handle = backend
             .connect(&ConnectOptions {
                 connect_timeout: self.connect_timeout,
                 session_timeout,
                 tls,
+                sasl,
             })
             .await?;
         // ZooKeeper bounds the session timeout (2 to 20 ticks) and grants what fits without a
@@ -109,6 +123,22 @@ impl BackendArgs {
 }
 
 impl BackendArgs {
+    /// The SASL user and password, for a ZooKeeper backend only, and both or neither.
+    fn sasl(&self, backend: &Backend) -> Result<Option<(String, String)>, Failure> {
+        match (&self.sasl_user, &self.sasl_password) {
+            (None, None) => Ok(None),
+            (Some(_), Some(_)) if !matches!(backend, Backend::Zk { .. }) => {
+                Err(Failure::usage(format!(
+                    "--sasl-user is for ZooKeeper and Keeper (zk://, zk+tls://), not {backend}"
+                )))
+            }
+            (Some(user), Some(password)) => Ok(Some((user.clone(), password.clone()))),
+            _ => Err(Failure::usage(
+                "--sasl-user and --sasl-password (or LOCKKEEPER_SASL_PASSWORD) go together",
+            )),
+        }
+    }
+
     /// The TLS files for `backend`, checked against its scheme: given only to a TLS backend,
     /// a certificate with its key and a CA; `None` for a plain backend, and for `rediss://`
     /// without `--tls-ca` (the system's CAs).
@@ -213,6 +243,8 @@ pub(crate) struct ConnectOptions {
     pub session_timeout: Duration,
     /// The TLS files of a TLS backend.
     pub tls: Option<TlsFiles>,
+    /// SASL DIGEST-MD5's user and password, for ZooKeeper.
+    pub sasl: Option<(String, String)>,
 }
 
 /// A command's failure: a one-line message and the exit code it ends with.
@@ -405,6 +437,9 @@ impl Backend {
                     if let Some(files) = &options.tls {
                         builder = builder.tls(files.clone());
                     }
+                    if let Some((user, password)) = &options.sasl {
+                        builder = builder.sasl_digest(user, password);
+                    }
                     builder.connect().await.map(Handle::Zk)
                 }
                 Backend::Redis { url } => Redis::connect_with(url, redis_options(options))
@@ -446,6 +481,14 @@ impl Backend {
             Ok(Ok(handle)) => Ok(handle),
             Ok(Err(lockkeeper::Error::InvalidArgument(why))) => {
                 Err(Failure::usage(format!("backend {self}: {why}")))
+            }
+            Ok(Err(lockkeeper::Error::Zk(lockkeeper::zk::client::Error::AuthFailed))) => {
+                Err(Failure {
+                    code: exit::NO_PERMISSION,
+                    message: format!(
+                        "backend {self} refused the credentials (--sasl-user and its password)"
+                    ),
+                })
             }
             Ok(Err(err)) => Err(Failure::unavailable(format!(
                 "backend {self} is unreachable: {err}"
@@ -689,6 +732,8 @@ mod tests {
             tls_ca: ca.map(Into::into),
             tls_cert: cert.map(Into::into),
             tls_key: key.map(Into::into),
+            sasl_user: None,
+            sasl_password: None,
         };
         let zk_tls = Backend::parse("zk+tls://a").unwrap();
         let plain = Backend::parse("zk://a").unwrap();
@@ -749,6 +794,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             tls: None,
+            sasl: None,
         };
         #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
         let mut urls = vec![

@@ -24,6 +24,9 @@ pub(crate) const SOFTWARE: u8 = 70;
 /// semaphore's leases taken), or `--timeout` passed with it still held; for `elect`, `--try`
 /// or `--timeout` found someone else leading. `EX_TEMPFAIL`.
 pub(crate) const NOT_ACQUIRED: u8 = 75;
+/// The backend refused the credentials (`--sasl-user`'s password): retrying will not help.
+/// `EX_NOPERM`.
+pub(crate) const NO_PERMISSION: u8 = 77;
 /// The lock (or leadership) was lost, or its revocation requested, while the child ran; the
 /// child's process group was stopped (SIGTERM, then SIGKILL after the grace period). The
 /// message names the cause. Releasing and closing afterwards are bounded by

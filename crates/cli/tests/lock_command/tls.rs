@@ -2,7 +2,7 @@
 //! Keeper's secure listener, `rediss://` to a redis-server TLS port, `etcd+https://` to an etcd
 //! member with `--client-cert-auth`, the files given as flags or as `LOCKKEEPER_TLS_*`; a server
 //! signed by a CA it does not trust ends in exit 69 naming the address and the TLS reason, and
-//! a TLS URL without its CA is a usage error (64).
+//! a TLS URL without its CA is a usage error (64). And SASL DIGEST-MD5 credentials on Keeper.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -151,4 +151,47 @@ fn etcd_https_with_a_client_certificate() {
         &alice,
         "etcd+https:// untrusted",
     );
+}
+
+/// `--sasl-user` with `LOCKKEEPER_SASL_PASSWORD` on Keeper: the right password locks, a wrong
+/// one is exit 77 saying the credentials were refused, and on Redis the flag is a usage error.
+#[test]
+fn sasl_digest_credentials_on_keeper() {
+    use lockkeeper_server::SaslUsers;
+    let dir = tempfile::tempdir().unwrap();
+    let keeper = Keeper::start_with(Config {
+        sasl_users: Some(SaslUsers::new([("jaasuser", "jaas_password")])),
+        ..Keeper::test_config(dir.path())
+    });
+    let backend = format!("zk://{}", lockkeeper_testkit::TestServer::addr(&keeper));
+    let run = |password: &str| {
+        let child = lock_command(
+            &backend,
+            &["--sasl-user", "jaasuser", "--try", "/sasl", "--", "true"],
+        )
+        .env("LOCKKEEPER_SASL_PASSWORD", password)
+        .spawn()
+        .expect("start lockkeeper");
+        finish(child, RUN_LIMIT, "sasl")
+    };
+    assert_code(&run("jaas_password"), 0, "the right password");
+    let refused = run("wrong");
+    assert_code(&refused, 77, "a wrong password");
+    assert_said(&refused, "refused the credentials");
+    let output = run_expecting(
+        "redis://127.0.0.1:1",
+        &[
+            "--sasl-user",
+            "u",
+            "--sasl-password",
+            "p",
+            "--try",
+            "x",
+            "--",
+            "true",
+        ],
+        64,
+        "SASL on Redis",
+    );
+    assert_said(&output, "is for ZooKeeper and Keeper");
 }

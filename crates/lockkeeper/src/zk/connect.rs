@@ -29,6 +29,7 @@ pub(crate) struct Attempt<'a> {
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
     pub tls: Option<&'a TlsFiles>,
+    pub sasl: Option<&'a (String, String)>,
 }
 
 impl Attempt<'_> {
@@ -38,6 +39,9 @@ impl Attempt<'_> {
         let mut connector = Client::connector();
         if let Some(files) = self.tls {
             connector = connector.tls(files.clone());
+        }
+        if let Some((user, password)) = self.sasl {
+            connector = connector.sasl_digest(user, password);
         }
         let connected = connector
             .session_timeout(self.session_timeout)
@@ -56,6 +60,8 @@ impl Attempt<'_> {
                     self.connect_string
                 )));
             }
+            // Refused credentials will not get better by retrying either.
+            Err(err @ lockkeeper_zk_client::Error::AuthFailed) => return Err(Error::Zk(err)),
             Err(lockkeeper_zk_client::Error::Connect { failures, .. }) => {
                 combine(in_order(&hosts, failures))
             }

@@ -253,13 +253,29 @@ pub(crate) fn is_terminal(err: &lockkeeper_zk_client::Error) -> bool {
 ///     .await?;
 /// # drop(session); Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SessionBuilder {
     connect_string: String,
     session_timeout: Duration,
     connection_timeout: Duration,
     retry: RetryPolicy,
     tls: Option<TlsFiles>,
+    /// SASL DIGEST-MD5's user and password.
+    sasl: Option<(String, String)>,
+}
+
+/// Everything but the SASL password.
+impl std::fmt::Debug for SessionBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionBuilder")
+            .field("connect_string", &self.connect_string)
+            .field("session_timeout", &self.session_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("retry", &self.retry)
+            .field("tls", &self.tls)
+            .field("sasl_user", &self.sasl.as_ref().map(|(user, _)| user))
+            .finish()
+    }
 }
 
 impl SessionBuilder {
@@ -296,6 +312,15 @@ impl SessionBuilder {
     /// at each connection, so renewed ones are picked up by the next. Default: plain TCP.
     pub fn tls(mut self, files: TlsFiles) -> SessionBuilder {
         self.tls = Some(files);
+        self
+    }
+
+    /// Authenticates every connection with SASL DIGEST-MD5 as `user`, as ZooKeeper's
+    /// `DigestLoginModule` users do: the session is `sasl:<user>` to ACLs. Credentials the
+    /// server refuses fail [`connect`](SessionBuilder::connect) at once with
+    /// `Error::Zk(AuthFailed)` (the password is proven, never sent). Default: none.
+    pub fn sasl_digest(mut self, user: &str, password: &str) -> SessionBuilder {
+        self.sasl = Some((user.to_owned(), password.to_owned()));
         self
     }
 
@@ -391,6 +416,7 @@ impl Session {
             connection_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             tls: None,
+            sasl: None,
         }
     }
 
@@ -594,12 +620,18 @@ async fn connect_generation(
             session_timeout: builder.session_timeout,
             connection_timeout: builder.connection_timeout,
             tls: builder.tls.as_ref(),
+            sasl: builder.sasl.as_ref(),
         }
         .connect()
         .await;
         match connecting {
             Ok(client) => break (client, started),
-            Err(err @ Error::InvalidArgument(_)) => return Err(err),
+            Err(
+                err @ (Error::InvalidArgument(_)
+                | Error::Zk(lockkeeper_zk_client::Error::AuthFailed)),
+            ) => {
+                return Err(err);
+            }
             Err(err) if !persistent => return Err(err),
             Err(err) => {
                 tracing::warn!(attempt, %err, "connecting a new ZooKeeper session failed");
