@@ -1,7 +1,8 @@
 //! kazoo, the Python ZooKeeper client, and its recipes against Keeper and Apache ZooKeeper.
 //!
 //! Each test runs one script from `tests/clients/kazoo/` (`python3 SCRIPT.py HOST:PORT`) against
-//! every backend of `testkit::both()`. The scripts hold the checks (mutual exclusion, leader
+//! every backend of `testkit::both()`; the last runs kazoo's own SASL digest and TLS tests
+//! against Keeper. The scripts hold the checks (mutual exclusion, leader
 //! hand-over, barriers, FIFO queues, watches, ephemerals, transactions, session expiry of a
 //! frozen lock holder) and exit non-zero when one fails; every wait in them is bounded and a
 //! hard alarm ends them if something hangs.
@@ -109,4 +110,84 @@ fn kazoo_queue_and_locking_queue() {
 #[test]
 fn kazoo_session_expiry_frees_a_paused_holders_lock() {
     run_against_both("session_expiry.py");
+}
+
+/// kazoo's own tests, unmodified, from the installed package: its SASL DIGEST-MD5 tests
+/// (`kazoo/tests/test_sasl.py`, the legacy `auth_data` form and `sasl_options`: a right password
+/// whose `sasl` ACL shuts out an unauthenticated client, a bad user refused with
+/// AuthFailedError) and its TLS client test (`test_client.py::TestSSLClient`), run by pytest
+/// against one Keeper through `keeper_cluster.py`, which stands in for kazoo's ZooKeeper
+/// harness. The Keeper has kazoo's harness's JAAS users, and a secure listener that requires
+/// a client certificate the test CA signed.
+#[test]
+fn kazoos_own_sasl_digest_and_tls_client_tests() {
+    use lockkeeper_server::{Config, SaslUsers, ServerFiles};
+    use lockkeeper_testkit::{Keeper, free_port};
+    use lockkeeper_tls::testing::Pki;
+    require_kazoo();
+    for module in ["puresasl", "pytest"] {
+        let found = Command::new(python3())
+            .args(["-c", &format!("import {module}")])
+            .status()
+            .expect("run python3");
+        assert!(
+            found.success(),
+            "python3 cannot import {module}: scripts/test installs it (pip install pure-sasl pytest)"
+        );
+    }
+    let pki = Pki::new("kazoo-test-ca");
+    let server = pki.server("keeper");
+    let client = pki.client("client", &[(rcgen::DnType::CommonName, "client")]);
+    let dir = tempfile::tempdir().unwrap();
+    let secure = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let jaas = r#"Server {
+        org.apache.zookeeper.server.auth.DigestLoginModule required
+        user_super="super_secret"
+        user_jaasuser="jaas_password";
+    };"#;
+    let keeper = Keeper::start_with(Config {
+        secure_listen: Some(secure),
+        tls: Some(ServerFiles {
+            cert: server.cert,
+            key: server.key,
+            client_ca: Some(pki.ca().to_owned()),
+        }),
+        sasl_users: Some(SaslUsers::from_jaas(jaas, "Server").unwrap()),
+        ..Keeper::test_config(dir.path())
+    });
+    let output = Command::new(python3())
+        .args([
+            "-m",
+            "pytest",
+            "-p",
+            "keeper_cluster",
+            "-q",
+            "-rs",
+            "--pyargs",
+        ])
+        .args(["kazoo.tests.test_sasl", "kazoo.tests.test_client"])
+        .args(["-k", "DigestAuthentication or TestSSLClient"])
+        .env("PYTHONPATH", scripts_dir())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("KEEPER_ADDRESS", keeper.connect_string())
+        .env("KEEPER_SECURE_ADDRESS", secure.to_string())
+        .env("KEEPER_TLS_CA", pki.ca())
+        .env("KEEPER_TLS_CLIENT_CERT", &client.cert)
+        .env("KEEPER_TLS_CLIENT_KEY", &client.key)
+        // kazoo's tests ask the server's version with `envi` unless told it.
+        .env("CI", "true")
+        .env("ZOOKEEPER_VERSION", "3.8.0")
+        .current_dir(dir.path())
+        .output()
+        .expect("run pytest");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{text}");
+    assert!(output.status.success(), "kazoo's tests failed:\n{text}");
+    // Four SASL digest tests and one TLS test, none skipped.
+    assert!(text.contains("5 passed"), "not all five ran:\n{text}");
+    assert!(!text.contains("skipped"), "a test was skipped:\n{text}");
 }
