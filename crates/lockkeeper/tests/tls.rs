@@ -5,13 +5,11 @@
 //! trust refused within the connect timeout, naming the address and the TLS reason.
 //! Certificates are made at run time (`lockkeeper_tls::testing`).
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use lockkeeper::TlsFiles;
 use lockkeeper::redis::{Redis, RedisOptions};
-use lockkeeper_server::{Config, ServerFiles};
-use lockkeeper_testkit::{Etcd, EtcdTls, Keeper, RedisServer, RedisTls, free_port};
+use lockkeeper_testkit::{Keeper, RedisServer, RedisTls};
 use lockkeeper_tls::testing::{Issued, Pki};
 use rcgen::DnType;
 
@@ -47,18 +45,8 @@ fn refused(what: &str, started: Instant, err: &lockkeeper::Error, address: &str,
 async fn zookeeper_protocol_mutex_over_tls_to_keeper() {
     use lockkeeper::zk::Session;
     let pki = Pki::new("test-ca");
-    let dir = tempfile::tempdir().unwrap();
-    let Issued { cert, key } = pki.server("keeper");
-    let secure = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-    let _keeper = Keeper::start_with(Config {
-        secure_listen: Some(secure),
-        tls: Some(ServerFiles {
-            cert,
-            key,
-            client_ca: Some(pki.ca().to_owned()),
-        }),
-        ..Keeper::test_config(dir.path())
-    });
+    let keeper = Keeper::start_tls(pki.server_files("keeper", true));
+    let secure = keeper.secure_addr();
     let alice = pki.client("alice", &[(DnType::CommonName, "alice")]);
     let session = Session::builder(&secure.to_string())
         .connection_timeout(CONNECT_TIMEOUT)
@@ -111,11 +99,23 @@ async fn rediss_lease_lock_with_client_certificates() {
     .await
     .expect_err("a server signed by another CA");
     refused("redis", started, &err, &address, "UnknownIssuer");
+
+    let plain = redis.addr().to_string();
+    let started = Instant::now();
+    let err = Redis::connect_with(
+        &format!("rediss://{plain}"),
+        options().tls(client_files(&pki, &alice)),
+    )
+    .await
+    .expect_err("TLS to the plain-text port");
+    refused("redis plain port", started, &err, &plain, "TLS");
 }
 
+#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_https_mutex_with_client_certificates() {
     use lockkeeper::etcd::Session;
+    use lockkeeper_testkit::{Etcd, EtcdTls};
     let pki = Pki::new("test-ca");
     let Issued { cert, key } = pki.server("etcd");
     let etcd = Etcd::start_tls(EtcdTls {
@@ -148,4 +148,14 @@ async fn etcd_https_mutex_with_client_certificates() {
         .await
         .expect_err("a server signed by another CA");
     refused("etcd", started, &err, &address, "UnknownIssuer");
+
+    let plain = etcd.addr().to_string();
+    let started = Instant::now();
+    let err = Session::builder(&format!("https://{plain}"))
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tls(client_files(&pki, &alice))
+        .connect()
+        .await
+        .expect_err("TLS to the plain-text port");
+    refused("etcd plain port", started, &err, &plain, "TLS");
 }

@@ -8,13 +8,12 @@
 #[path = "curator/jvm.rs"]
 mod jvm;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use lockkeeper::TlsFiles;
 use lockkeeper::zk::Session;
-use lockkeeper_server::{Config, ServerFiles};
-use lockkeeper_testkit::{ApacheZk, Keeper, ZkOptions, ZkTls, free_port};
+use lockkeeper_testkit::{ApacheZk, Keeper, ZkOptions, ZkTls};
 use lockkeeper_tls::testing::{Issued, Pki};
 use lockkeeper_zk_client::{Acl, CreateMode, CreateOptions, Id, perms};
 use rcgen::DnType;
@@ -25,18 +24,9 @@ const LIMIT: Duration = Duration::from_secs(90);
 const ALICE: &str = "CN=alice,O=Example";
 
 /// Keeper whose secure listener requires certificates `pki` signed; its secure address.
-fn keeper(pki: &Pki, dir: &std::path::Path) -> (Keeper, SocketAddr) {
-    let Issued { cert, key } = pki.server("keeper");
-    let secure = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-    let keeper = Keeper::start_with(Config {
-        secure_listen: Some(secure),
-        tls: Some(ServerFiles {
-            cert,
-            key,
-            client_ca: Some(pki.ca().to_owned()),
-        }),
-        ..Keeper::test_config(dir)
-    });
+fn keeper(pki: &Pki) -> (Keeper, SocketAddr) {
+    let keeper = Keeper::start_tls(pki.server_files("keeper", true));
+    let secure = keeper.secure_addr();
     (keeper, secure)
 }
 
@@ -94,8 +84,7 @@ async fn creator_acl(session: &Session, path: &str) -> Vec<Acl> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curator_locks_creates_and_watches_over_tls_on_keeper() {
     let pki = Pki::new("test-ca");
-    let dir = tempfile::tempdir().unwrap();
-    let (_keeper, secure) = keeper(&pki, dir.path());
+    let (_keeper, secure) = keeper(&pki);
     let alice = alice(&pki);
     let bundle = alice.bundle();
     let mut curator = Jvm::spawn(
@@ -135,8 +124,7 @@ async fn curator_locks_creates_and_watches_over_tls_on_keeper() {
 async fn lockkeeper_over_tls_on_apache_zookeeper_and_the_same_x509_id_on_both() {
     let pki = Pki::new("test-ca");
     let zk = zookeeper(&pki);
-    let dir = tempfile::tempdir().unwrap();
-    let (_keeper, keeper_secure) = keeper(&pki, dir.path());
+    let (_keeper, keeper_secure) = keeper(&pki);
     let alice = alice(&pki);
 
     let on_zk = session(&pki, &alice, zk.secure_addr()).await;
@@ -158,7 +146,7 @@ async fn lockkeeper_over_tls_on_apache_zookeeper_and_the_same_x509_id_on_both() 
 fn zkcli_creates_and_reads_over_tls_on_keeper() {
     let pki = Pki::new("test-ca");
     let dir = tempfile::tempdir().unwrap();
-    let (_keeper, secure) = keeper(&pki, dir.path());
+    let (_keeper, secure) = keeper(&pki);
     let bundle = alice(&pki).bundle();
     let config = dir.path().join("client.properties");
     std::fs::write(

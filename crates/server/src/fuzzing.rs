@@ -17,7 +17,7 @@ use crate::disk::{recovery, snapshot};
 use crate::net::four_letter;
 
 /// Every target, by the name its fuzz binary and corpus directory have.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "frame",
     "connect",
     "request",
@@ -25,6 +25,7 @@ pub const TARGETS: [&str; 7] = [
     "log_segment",
     "snapshot",
     "four_letter",
+    "sasl",
 ];
 
 /// The largest frame the targets accept: the server's default `jute.maxbuffer`, so frames near
@@ -47,6 +48,7 @@ pub fn run(target: &str, data: &[u8]) -> bool {
         "log_segment" => log_segment(data),
         "snapshot" => snapshot(data),
         "four_letter" => four_letter(data),
+        "sasl" => sasl(data),
         _ => return false,
     }
     true
@@ -139,6 +141,15 @@ pub fn snapshot(data: &[u8]) {
     let crc = crc32c::crc32c(&file);
     file.extend_from_slice(&crc.to_be_bytes());
     let _ = snapshot::load_bytes(&file);
+}
+
+/// A SASL DIGEST-MD5 digest-response, after the challenge, as a connection's exchange checks
+/// it against a server's users.
+pub fn sasl(data: &[u8]) {
+    let users = crate::sasl::SaslUsers::new([("jaasuser", "jaas_password")]);
+    let mut exchange = crate::sasl::Exchange::default();
+    let _ = exchange.step(b"", Some(&users));
+    let _ = exchange.step(data, Some(&users));
 }
 
 /// The first bytes of a connection, checked for a four-letter word as the handshake does.

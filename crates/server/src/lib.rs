@@ -50,8 +50,9 @@
 //!
 //! - `net`: the sockets. `accept` (the accept loop, maxClientCnxns), `connection` (one client:
 //!   handshake, framing, decoding, its writer task), `outbox` (a connection's messages held
-//!   until durable, then written in order), `four_letter` (`ruok`, `mntr`, ...),
-//!   `metrics_http` (`GET /metrics`).
+//!   until durable, then written in order), `socket` (a connection's two ends, plain or TLS),
+//!   `tls` (the secure listener's reloadable files and handshake), `four_letter` (`ruok`,
+//!   `mntr`, ...), `metrics_http` (`GET /metrics`, plain or TLS).
 //! - `core`: the one task that owns the state. `dispatch` (the entry: session checks, routing,
 //!   latency), `write` (zxid, prep, log, apply, the write's reply), `read` (the reads), `point`
 //!   (the earliest state a read may show, so it need not wait for others' writes), `send`
@@ -67,11 +68,12 @@
 //!   `lockkeeper verify`), [`datadir_lock`] (one server per data dir).
 //! - Leaves: [`config`](Config), `metrics` (the counters, a connection's among them, and their Prometheus text), `trace`
 //!   (the write path's stage timings), `memory` (giving memory back after a burst), `sync` (the
-//!   one way to take a std mutex).
+//!   one way to take a std mutex), `sasl` (SASL DIGEST-MD5: the users, one connection's
+//!   exchange).
 //!
 //! # Public API
 //!
-//! [`Server`] and [`Config`] (with [`SyncMode`]); for `lockkeeper verify` and the fault suite,
+//! [`Server`] and [`Config`] (with [`SyncMode`], [`ServerFiles`] for TLS and [`SaslUsers`]); for `lockkeeper verify` and the fault suite,
 //! [`recovery`] (with the [`Txn`]s of [`recovery::history`]) and [`datadir_lock`]; for
 //! `serve`'s checks of its options and the benchmarks, [`FOUR_LETTER_WORDS`] and [`Stage`];
 //! with the `fuzzing` feature, `fuzzing` (the fuzz targets' entry points, not API). Everything

@@ -411,6 +411,24 @@ Server {
         }
     }
 
+    #[test]
+    fn a_jaas_file_is_read_and_a_bad_one_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jaas.conf");
+        std::fs::write(&path, KAZOO_JAAS).unwrap();
+        let users = SaslUsers::from_jaas_file(&path).unwrap();
+        assert_eq!(users.password("jaasuser"), Some("jaas_password"));
+        let missing = SaslUsers::from_jaas_file(&dir.path().join("none.conf")).unwrap_err();
+        assert!(missing.to_string().contains("none.conf"), "{missing}");
+        std::fs::write(&path, "Client { a.B required; };").unwrap();
+        let wrong = SaslUsers::from_jaas_file(&path).unwrap_err();
+        assert!(wrong.to_string().contains("jaas.conf"), "{wrong}");
+        assert!(
+            wrong.to_string().contains("no \"Server\" section"),
+            "{wrong}"
+        );
+    }
+
     /// Step 1, then a digest-response as kazoo's library computes it.
     fn exchange(user: &str, password: &str) -> (Exchange, Result<(Bytes, Option<String>), String>) {
         let users = SaslUsers::from_jaas(KAZOO_JAAS, "Server").unwrap();
@@ -482,6 +500,16 @@ Server {
         forged(&|r| format!("{r},username=\"x\""), "twice");
         forged(&|r| r.replace("cnonce=\"c\",", ""), "no cnonce");
         forged(&|r| format!("{r},{}", "x".repeat(5000)), "more than");
+        // The limit itself is allowed: a response padded to exactly it authenticates.
+        let mut server = Exchange::default();
+        let (challenge, _) = server.step(b"", Some(&users)).unwrap();
+        let (response, _) =
+            sasl::client_response(&challenge, "jaasuser", "jaas_password", "c").unwrap();
+        let pad = sasl::MAX_RESPONSE - response.len() - ",x=".len();
+        let padded = format!("{response},x={}", "y".repeat(pad));
+        assert_eq!(padded.len(), sasl::MAX_RESPONSE);
+        let (_, user) = server.step(padded.as_bytes(), Some(&users)).unwrap();
+        assert_eq!(user.as_deref(), Some("jaasuser"));
         let mut unset = Exchange::default();
         assert!(unset.step(b"", None).unwrap_err().contains("not set up"));
     }

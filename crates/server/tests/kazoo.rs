@@ -121,7 +121,7 @@ fn kazoo_session_expiry_frees_a_paused_holders_lock() {
 /// a client certificate the test CA signed.
 #[test]
 fn kazoos_own_sasl_digest_and_tls_client_tests() {
-    use lockkeeper_server::{Config, SaslUsers, ServerFiles};
+    use lockkeeper_server::SaslUsers;
     use lockkeeper_testkit::{Keeper, free_port};
     use lockkeeper_tls::testing::Pki;
     require_kazoo();
@@ -136,25 +136,19 @@ fn kazoos_own_sasl_digest_and_tls_client_tests() {
         );
     }
     let pki = Pki::new("kazoo-test-ca");
-    let server = pki.server("keeper");
     let client = pki.client("client", &[(rcgen::DnType::CommonName, "client")]);
     let dir = tempfile::tempdir().unwrap();
-    let secure = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let jaas = r#"Server {
         org.apache.zookeeper.server.auth.DigestLoginModule required
         user_super="super_secret"
         user_jaasuser="jaas_password";
     };"#;
-    let keeper = Keeper::start_with(Config {
-        secure_listen: Some(secure),
-        tls: Some(ServerFiles {
-            cert: server.cert,
-            key: server.key,
-            client_ca: Some(pki.ca().to_owned()),
-        }),
-        sasl_users: Some(SaslUsers::from_jaas(jaas, "Server").unwrap()),
-        ..Keeper::test_config(dir.path())
+    let keeper = Keeper::start_configured(|config| {
+        config.secure_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], free_port())));
+        config.tls = Some(pki.server_files("keeper", true));
+        config.sasl_users = Some(SaslUsers::from_jaas(jaas, "Server").unwrap());
     });
+    let secure = keeper.secure_addr();
     let output = Command::new(python3())
         .args([
             "-m",

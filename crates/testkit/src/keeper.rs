@@ -62,6 +62,21 @@ impl Keeper {
 
     /// Starts Keeper with [`Keeper::test_config`] on a fresh temporary data directory.
     pub fn start() -> Keeper {
+        Keeper::start_configured(|_| {})
+    }
+
+    /// [`Keeper::start`] with a secure listener beside the plain one, on a free port, serving
+    /// TLS with `tls` ([`Keeper::secure_addr`]).
+    pub fn start_tls(tls: lockkeeper_server::ServerFiles) -> Keeper {
+        Keeper::start_configured(|config| {
+            config.secure_listen = Some(SocketAddr::from((Ipv4Addr::LOCALHOST, free_port())));
+            config.tls = Some(tls.clone());
+        })
+    }
+
+    /// [`Keeper::start`] with [`Keeper::test_config`] changed by `edit` (which may run more
+    /// than once: a start on a port someone else took is tried again on another).
+    pub fn start_configured(edit: impl Fn(&mut Config)) -> Keeper {
         let data = tempfile::Builder::new()
             .prefix("lockkeeper-keeper-")
             .tempdir()
@@ -69,7 +84,8 @@ impl Keeper {
         // The port was free when it was picked, but a program that knows nothing of the test
         // kit's reservations may bind it first: another port will do.
         for _ in 0..START_PORTS {
-            let config = Keeper::test_config(data.path());
+            let mut config = Keeper::test_config(data.path());
+            edit(&mut config);
             match try_launch(config.clone()) {
                 Ok((addr, running)) => {
                     return Keeper {
@@ -104,6 +120,13 @@ impl Keeper {
     /// [`TestServer::addr`]).
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The secure listener's address; panics if it was started without one.
+    pub fn secure_addr(&self) -> SocketAddr {
+        self.config
+            .secure_listen
+            .expect("started with a secure listener (Keeper::start_tls)")
     }
 
     /// The data directory (transaction log and snapshots).

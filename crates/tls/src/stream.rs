@@ -125,6 +125,11 @@ impl Stream {
         let mut session = self.lock();
         flush(&mut session, &self.tcp)?;
         let n = session.writer().write(buf)?;
+        if n == 0 && !buf.is_empty() {
+            // The session takes nothing more (its close_notify went out): never "0 written",
+            // which a writer looping on progress would spin on.
+            return Err(io::ErrorKind::WriteZero.into());
+        }
         match flush(&mut session, &self.tcp) {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
             _ => Ok(n),

@@ -75,6 +75,17 @@ impl Pki {
         self.issue(name, params)
     }
 
+    /// A server's files: [`Pki::server`]'s certificate and key, and with `client_ca` this CA as
+    /// the one that signs client certificates.
+    pub fn server_files(&self, name: &str, client_ca: bool) -> crate::ServerFiles {
+        let Issued { cert, key } = self.server(name);
+        crate::ServerFiles {
+            cert,
+            key,
+            client_ca: client_ca.then(|| self.ca().to_owned()),
+        }
+    }
+
     /// A client certificate whose subject is `subject`, most general name first (as in the
     /// certificate: `[(OrganizationName, "Example"), (CommonName, "alice")]` is
     /// `CN=alice,O=Example` in RFC 2253 form).

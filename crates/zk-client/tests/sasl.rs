@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockkeeper_server::{Config, SaslUsers};
+use lockkeeper_server::SaslUsers;
 use lockkeeper_testkit::{ApacheZk, Keeper, TestServer, ZkOptions};
 use lockkeeper_zk_client::{Acl, Client, CreateMode, CreateOptions, Error, Id, perms};
 
@@ -89,9 +89,8 @@ async fn digest_md5_on_keeper_and_apache_zookeeper_alike() {
     let dir = tempfile::tempdir().unwrap();
     let jaas = dir.path().join("jaas.conf");
     std::fs::write(&jaas, JAAS).unwrap();
-    let keeper = Keeper::start_with(Config {
-        sasl_users: Some(SaslUsers::from_jaas_file(&jaas).unwrap()),
-        ..Keeper::test_config(&dir.path().join("keeper"))
+    let keeper = Keeper::start_configured(|config| {
+        config.sasl_users = Some(SaslUsers::from_jaas_file(&jaas).unwrap());
     });
     sasl_on(&keeper).await;
     let zookeeper = ApacheZk::start_with(ZkOptions {

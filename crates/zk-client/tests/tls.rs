@@ -2,11 +2,11 @@
 //! the `x509` ACL scheme, and refusing what it cannot trust, promptly and saying why. The
 //! certificates are made at run time (`lockkeeper_tls::testing`).
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lockkeeper_server::{Config, ServerFiles};
-use lockkeeper_testkit::{Keeper, TestServer, free_port};
+use lockkeeper_server::ServerFiles;
+use lockkeeper_testkit::{Keeper, TestServer};
 use lockkeeper_tls::testing::{Issued, Pki};
 use lockkeeper_zk_client::{Acl, Client, CreateMode, CreateOptions, Error, Id, TlsFiles, perms};
 use rcgen::DnType;
@@ -15,26 +15,16 @@ const LIMIT: Duration = Duration::from_secs(20);
 /// A connect that fails must fail within the connection timeout: this one.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Keeper with a plain listener and a secure one whose clients must present a certificate the
-/// test CA signed; the secure address.
-fn keeper(pki: &Pki, dir: &std::path::Path) -> (Keeper, SocketAddr) {
-    keeper_with(pki.server("keeper"), pki, dir)
-}
-
-/// [`keeper`] with the server certificate `issued`.
-fn keeper_with(issued: Issued, pki: &Pki, dir: &std::path::Path) -> (Keeper, SocketAddr) {
-    let Issued { cert, key } = issued;
-    let secure = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-    let config = Config {
-        secure_listen: Some(secure),
-        tls: Some(ServerFiles {
-            cert,
-            key,
-            client_ca: Some(pki.ca().to_owned()),
-        }),
-        ..Keeper::test_config(dir)
-    };
-    (Keeper::start_with(config), secure)
+/// Keeper with a plain listener and a secure one presenting `server` whose clients must present
+/// a certificate the test CA signed; the secure address.
+fn keeper(pki: &Pki, server: Issued) -> (Keeper, SocketAddr) {
+    let keeper = Keeper::start_tls(ServerFiles {
+        cert: server.cert,
+        key: server.key,
+        client_ca: Some(pki.ca().to_owned()),
+    });
+    let secure = keeper.secure_addr();
+    (keeper, secure)
 }
 
 fn client_files(pki: &Pki, cert: Option<Issued>) -> TlsFiles {
@@ -69,8 +59,7 @@ fn x509_acl(subject: &str) -> Vec<Acl> {
 #[tokio::test]
 async fn keeper_over_tls_admits_the_certificate_an_x509_acl_names_and_refuses_another() {
     let pki = Pki::new("test-ca");
-    let dir = tempfile::tempdir().unwrap();
-    let (_keeper, secure) = keeper(&pki, dir.path());
+    let (_keeper, secure) = keeper(&pki, pki.server("keeper"));
     let subject = |cn| {
         [
             (DnType::OrganizationName, "Example"),
@@ -137,11 +126,10 @@ async fn keeper_over_tls_admits_the_certificate_an_x509_acl_names_and_refuses_an
 async fn what_cannot_be_trusted_fails_within_the_connect_timeout_saying_why() {
     let pki = Pki::new("test-ca");
     let other = Pki::new("other-ca");
-    let dir = tempfile::tempdir().unwrap();
-    let (keeper, secure) = keeper(&pki, dir.path());
-    let elsewhere_dir = tempfile::tempdir().unwrap();
-    let elsewhere = pki.server_for("elsewhere", "keeper.example");
-    let (_elsewhere, elsewhere) = keeper_with(elsewhere, &pki, elsewhere_dir.path());
+    let (_elsewhere_keeper, elsewhere) =
+        keeper(&pki, pki.server_for("elsewhere", "keeper.example"));
+    let (_expired_keeper, expired) = keeper(&pki, pki.expired_server("old"));
+    let (server, secure) = keeper(&pki, pki.server("keeper"));
     let alice = || pki.client("alice", &[(DnType::CommonName, "alice")]);
     let cases: Vec<(&str, TlsFiles, String, &str)> = vec![
         (
@@ -157,9 +145,15 @@ async fn what_cannot_be_trusted_fails_within_the_connect_timeout_saying_why() {
             "not valid for name",
         ),
         (
+            "an expired certificate",
+            client_files(&pki, Some(alice())),
+            expired.to_string(),
+            "certificate expired",
+        ),
+        (
             "TLS to the plain-text port",
             client_files(&pki, Some(alice())),
-            keeper.addr().to_string(),
+            server.addr().to_string(),
             "does it speak TLS",
         ),
         (

@@ -4,10 +4,7 @@
 //! signed by a CA it does not trust ends in exit 69 naming the address and the TLS reason, and
 //! a TLS URL without its CA is a usage error (64). And SASL DIGEST-MD5 credentials on Keeper.
 
-use std::net::{Ipv4Addr, SocketAddr};
-
-use lockkeeper_server::{Config, ServerFiles};
-use lockkeeper_testkit::{Keeper, RedisServer, RedisTls, free_port};
+use lockkeeper_testkit::{Keeper, RedisServer, RedisTls};
 use lockkeeper_tls::testing::{Issued, Pki};
 use rcgen::DnType;
 
@@ -56,18 +53,8 @@ fn untrusted(backend: &str, address: &str, other: &Pki, client: &Issued, label: 
 fn zk_tls_to_keeper_with_flags_and_variables() {
     let pki = Pki::new("test-ca");
     let other = Pki::new("other-ca");
-    let dir = tempfile::tempdir().unwrap();
-    let Issued { cert, key } = pki.server("keeper");
-    let secure = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-    let _keeper = Keeper::start_with(Config {
-        secure_listen: Some(secure),
-        tls: Some(ServerFiles {
-            cert,
-            key,
-            client_ca: Some(pki.ca().to_owned()),
-        }),
-        ..Keeper::test_config(dir.path())
-    });
+    let keeper = Keeper::start_tls(pki.server_files("keeper", true));
+    let secure = keeper.secure_addr();
     let alice = pki.client("alice", &[(DnType::CommonName, "alice")]);
     let backend = format!("zk+tls://{secure}");
     locks(
@@ -158,10 +145,8 @@ fn etcd_https_with_a_client_certificate() {
 #[test]
 fn sasl_digest_credentials_on_keeper() {
     use lockkeeper_server::SaslUsers;
-    let dir = tempfile::tempdir().unwrap();
-    let keeper = Keeper::start_with(Config {
-        sasl_users: Some(SaslUsers::new([("jaasuser", "jaas_password")])),
-        ..Keeper::test_config(dir.path())
+    let keeper = Keeper::start_configured(|config| {
+        config.sasl_users = Some(SaslUsers::new([("jaasuser", "jaas_password")]));
     });
     let backend = format!("zk://{}", lockkeeper_testkit::TestServer::addr(&keeper));
     let run = |password: &str| {

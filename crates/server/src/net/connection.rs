@@ -328,7 +328,20 @@ async fn write_replies(outbox: WriterEnd, close_linger: Duration) -> std::io::Re
                     }
                 }
             }
-            Next::Shutdown => return outbox.shutdown().await,
+            // With TLS the shutdown sends close_notify, which a peer that reads nothing never
+            // takes: bounded as the rest of a closed connection is.
+            Next::Shutdown => {
+                return match tokio::time::timeout(close_linger, outbox.shutdown()).await {
+                    Ok(done) => done,
+                    Err(_) => {
+                        outbox.reset();
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("the peer took no close_notify for {close_linger:?}"),
+                        ))
+                    }
+                };
+            }
             Next::Stop(result) => return result,
             Next::Reset => {
                 outbox.reset();

@@ -295,6 +295,15 @@ mod tests {
             anon.fixup(&[acl(perms::ALL, "ip", "300.1.1.1")]),
             Err(ErrorCode::InvalidAcl)
         );
+        assert_eq!(
+            anon.fixup(&[acl(perms::ALL, "digest", "no-hash")]),
+            Err(ErrorCode::InvalidAcl)
+        );
+        let given = [
+            acl(perms::READ, "digest", "bob:aGFzaA=="),
+            acl(perms::READ, "ip", "10.0.0.0/8"),
+        ];
+        assert_eq!(anon.fixup(&given), Ok(given.to_vec()));
         let mut alice = anon.clone();
         alice.add("digest", b"alice:pw", None).unwrap();
         let fixed = alice
@@ -319,6 +328,13 @@ mod tests {
         assert_eq!(bob.check(&only_alice, perms::READ), Err(ErrorCode::NoAuth));
         assert_eq!(
             plain.check(&only_alice, perms::READ),
+            Err(ErrorCode::NoAuth)
+        );
+        // Only world's `anyone` is anyone: an x509 id that happens to read "anyone" is one
+        // certificate's.
+        let named_anyone = [acl(perms::READ, "x509", "anyone")];
+        assert_eq!(
+            plain.check(&named_anyone, perms::READ),
             Err(ErrorCode::NoAuth)
         );
         assert_eq!(alice.fixup(&only_alice), Ok(only_alice.to_vec()));
