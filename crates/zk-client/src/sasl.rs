@@ -11,7 +11,7 @@ use lockkeeper_proto::{
     encode_frame, sasl,
 };
 
-use crate::error::{Error, HostFailure};
+use crate::error::HostFailure;
 use crate::socket::Socket;
 
 /// A SASL password: never shown by `Debug`.
@@ -31,15 +31,6 @@ pub(crate) enum Refusal {
     Credentials(String),
     /// The connection failed on the way.
     Host(HostFailure),
-}
-
-impl From<Refusal> for Error {
-    fn from(refusal: Refusal) -> Error {
-        match refusal {
-            Refusal::Credentials(_) => Error::AuthFailed,
-            Refusal::Host(failure) => Error::ConnectionLoss(failure.to_string()),
-        }
-    }
 }
 
 /// Runs the exchange for `user` with `password` on `stream`, reading into `buf` (whatever
