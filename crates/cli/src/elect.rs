@@ -339,7 +339,11 @@ async fn serve_term<T: Term>(
     eprintln!("lockkeeper elect: {id} leads {name} with fencing token {token}");
     if args.command.is_empty() {
         println!("leader {id} token {token}");
-        let lost = loss::observe(leadership.lost(), || leadership.valid_until());
+        let lost = loss::observe(
+            leadership.lost(),
+            || leadership.valid_until(),
+            tokio::time::Instant::now(),
+        );
         let observed = tokio::select! {
             observed = lost => observed,
             () = interrupts.recv() => {
@@ -361,8 +365,9 @@ async fn serve_term<T: Term>(
     if let Some(node) = leadership.node() {
         env.push(("LOCKKEEPER_LEADER_NODE", node.to_owned()));
     }
+    let since = tokio::time::Instant::now();
     let lost = async {
-        let observed = loss::observe(leadership.lost(), || leadership.valid_until()).await;
+        let observed = loss::observe(leadership.lost(), || leadership.valid_until(), since).await;
         leadership.cause(&observed).await
     };
     // The command gets the operator's signals while it runs, not this loop.

@@ -189,7 +189,8 @@ async fn lock(args: LockArgs) -> Result<u8, Failure> {
             ("LOCKKEEPER_LOCK", name.to_string()),
             ("LOCKKEEPER_BACKEND", args.backend.backend.clone()),
         ];
-        let lost = lost(guard.as_ref(), &handle, name);
+        // Watching starts now, before the command does: a pause while it starts counts.
+        let lost = lost(guard.as_ref(), &handle, name, tokio::time::Instant::now());
         let outcome = run::supervise(&args.command, &env, args.kill_after, lost).await;
         match outcome {
             Ok(Outcome::Exited(code)) => code,
@@ -241,7 +242,7 @@ async fn hold(
         "lockkeeper lock: holding {name} with fencing token {token}; SIGINT or SIGTERM releases it"
     );
     tokio::select! {
-        reason = lost(guard, handle, name) => {
+        reason = lost(guard, handle, name, tokio::time::Instant::now()) => {
             eprintln!("lockkeeper lock: {name}: {reason}");
             exit::LOST
         }
@@ -362,9 +363,14 @@ fn token_of(guard: &dyn Guard) -> FencingToken {
 
 /// Resolves when the command must stop, with why: the cause established as [`crate::loss`]
 /// describes.
-async fn lost(guard: &dyn Guard, handle: &Handle, name: &str) -> String {
+async fn lost(
+    guard: &dyn Guard,
+    handle: &Handle,
+    name: &str,
+    since: tokio::time::Instant,
+) -> String {
     let observed = tokio::select! {
-        observed = loss::observe(guard.lost(), || guard.valid_until()) => observed,
+        observed = loss::observe(guard.lost(), || guard.valid_until(), since) => observed,
         () = guard.revocation_requested() => {
             return "revocation requested (lockkeeper revoke, or a Curator Revoker): giving the \
                     lock up"

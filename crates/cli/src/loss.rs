@@ -46,12 +46,15 @@ pub(crate) struct Observed {
 }
 
 /// Waits for `lost`, sampling `valid_until` and the clock meanwhile; see the module docs.
+/// `since` is when watching began (the grant, before the command was started): a pause
+/// between then and this future's first poll counts as one too.
 pub(crate) async fn observe(
     lost: impl Future<Output = ()>,
     valid_until: impl Fn() -> Option<Instant>,
+    since: Instant,
 ) -> Observed {
     tokio::pin!(lost);
-    let mut last_tick = Instant::now();
+    let mut last_tick = since;
     let mut until = valid_until();
     let mut pause: Option<(Duration, Instant)> = None;
     loop {
@@ -157,7 +160,12 @@ mod tests {
     #[tokio::test]
     async fn a_deadline_seen_passed_is_named() {
         let until = Instant::now() + Duration::from_millis(150);
-        let observed = observe(tokio::time::sleep_until(until), || Some(until)).await;
+        let observed = observe(
+            tokio::time::sleep_until(until),
+            || Some(until),
+            Instant::now(),
+        )
+        .await;
         let cause = observed
             .local_cause("lease", "nothing heard")
             .expect("a cause");
@@ -165,11 +173,24 @@ mod tests {
         assert!(!cause.contains("paused"), "{cause}");
     }
 
+    /// A pause between the grant and the first look (the process stopped while its command
+    /// was starting) is still this process's pause.
+    #[tokio::test]
+    async fn a_pause_before_the_first_look_counts() {
+        let since = Instant::now() - Duration::from_secs(3);
+        let until = Instant::now() + Duration::from_secs(60);
+        let observed = observe(std::future::ready(()), || Some(until), since).await;
+        let cause = observed
+            .local_cause("lease", "nothing heard")
+            .expect("a cause");
+        assert!(cause.contains("this process was paused for 3."), "{cause}");
+    }
+
     #[tokio::test]
     async fn a_loss_inside_the_deadline_is_not_explained_locally() {
         let until = Instant::now() + Duration::from_secs(60);
         let lost = tokio::time::sleep(Duration::from_millis(150));
-        let observed = observe(lost, || Some(until)).await;
+        let observed = observe(lost, || Some(until), Instant::now()).await;
         assert_eq!(observed.local_cause("lease", "nothing heard"), None);
     }
 }
