@@ -682,8 +682,12 @@ async fn a_lock_whose_session_closes_during_its_create_is_session_lost() {
         let locking = tokio::spawn(async move { mutex.lock().await.map(drop) });
         wait_children(&observer, "/locks/closing", 1).await;
         closing.close().await;
+        // The held answers stay held until the lock has ended: let through earlier, the
+        // create's answer (and the listing's beside it) can reach the session before it has
+        // ended its pending requests, and grant the lock.
+        let ended = timeout(Duration::from_secs(30), locking).await;
         proxy.let_replies_through();
-        match timeout(Duration::from_secs(30), locking).await {
+        match ended {
             Ok(Ok(Err(Error::SessionLost))) => {}
             other => panic!("a lock whose session closed: {other:?}"),
         }
