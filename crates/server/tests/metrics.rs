@@ -201,3 +201,22 @@ async fn stalled_scrapers_do_not_hold_up_clients() {
     }
     server.shutdown().await;
 }
+
+/// Without TLS files, metrics over TLS and a reload are refused, each saying what is missing.
+#[tokio::test]
+async fn tls_without_its_files_is_refused_and_named() {
+    let data = tempfile::tempdir().unwrap();
+    let mut server = Server::start(Keeper::test_config(data.path()))
+        .await
+        .expect("start keeper");
+    let refused = server
+        .serve_metrics_tls(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect_err("metrics over TLS without files");
+    assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(refused.to_string().contains("--tls-cert"), "{refused}");
+    assert_eq!(server.metrics_addr(), None);
+    let reload = server.reload_tls().expect_err("a reload without files");
+    assert_eq!(reload.kind(), std::io::ErrorKind::NotFound);
+    server.shutdown().await;
+}
