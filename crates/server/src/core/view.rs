@@ -29,6 +29,9 @@ pub(crate) struct View<'c> {
     /// The log's fdatasyncs so far: replies released by one sync share it, so a workload's
     /// syncs per operation say how many the stages' `fdatasync` time really is.
     pub log_syncs: u64,
+    /// The log's groups taken after a thread hand-off (see `disk/log/workers.rs`): what a
+    /// group's path pays besides its write and sync.
+    pub log_handoffs: u64,
     core: &'c Core,
 }
 
@@ -78,6 +81,7 @@ impl Core {
             watches: &self.watches,
             stages: &self.timings.stages,
             log_syncs: self.timings.fsync.count(),
+            log_handoffs: self.log.handoffs(),
             core: self,
         }
     }

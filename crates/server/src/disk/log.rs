@@ -64,7 +64,7 @@ use crate::metrics::Summary;
 use crate::state::txn::Txn;
 use crate::sync::lock;
 use crate::trace::SyncStamps;
-use workers::{Placement, Workers};
+use workers::{On, Placement, Workers};
 
 pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"LKTXNLOG";
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 16;
@@ -84,6 +84,9 @@ const SYNCERS: usize = 2;
 /// while under a heavy load groups are large and parallel syncs only split them (more syncs,
 /// more wake-ups, the same bytes), which costs throughput on a machine short of CPU.
 const OVERLAP_MAX: usize = 1024;
+/// A sync longer than this (a slow disk) would hold the log task's thread, and the tasks
+/// waiting behind it there, too long: the next group hands them to another thread first.
+const QUICK_SYNC_US: u64 = 1000;
 /// A new segment starts with fewer zeros, so creating one (at every snapshot) costs a short sync.
 const FIRST_ZEROS: u64 = 64 << 10;
 /// A flush's buffer starts this big.
@@ -175,6 +178,8 @@ impl TxnLog {
             closed: AtomicBool::new(false),
             queued_msgs: AtomicUsize::new(0),
             working: AtomicBool::new(false),
+            last_sync_us: AtomicU64::new(0),
+            handoffs: AtomicU64::new(0),
             #[cfg(test)]
             panic_at_write: AtomicBool::new(false),
             #[cfg(test)]
@@ -203,6 +208,11 @@ impl TxnLog {
 
     pub(crate) fn fsync_time(&self) -> Arc<Summary> {
         self.fsync_time.clone()
+    }
+
+    /// Groups taken so far after a thread hand-off (see the `workers` module).
+    pub(crate) fn handoffs(&self) -> u64 {
+        self.shared.handoffs.load(Ordering::Relaxed)
     }
 
     /// Queues `txn` at `zxid` for the next flush.
@@ -301,6 +311,15 @@ impl Drop for TxnLog {
     }
 }
 
+/// Whether taking a group may hold its thread long: while it waits for the woken's write
+/// (`follows`: the core, which makes that write, must run meanwhile), under a heavy load (a
+/// group over `OVERLAP_MAX` bytes: the core has the next group to build), or where the last
+/// sync took over `QUICK_SYNC_US` (a slow disk). A light group's write and a quick sync take
+/// less than handing a thread over does.
+fn holds_long(sync: SyncMode, follows: bool, bytes: usize, last_sync_us: u64) -> bool {
+    follows || (sync == SyncMode::Always && (bytes > OVERLAP_MAX || last_sync_us > QUICK_SYNC_US))
+}
+
 pub(crate) fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
     let start = out.len();
     out.extend_from_slice(&[0; RECORD_HEADER_LEN]);
@@ -353,8 +372,13 @@ struct Shared {
     closed: AtomicBool,
     /// Messages sent to the queue and not yet taken from it.
     queued_msgs: AtomicUsize,
-    /// The log task is at work (inside `block_in_place`); never set with threads.
+    /// The log task is at work; never set with threads.
     working: AtomicBool,
+    /// How long the last sync took, in microseconds (see [`holds_long`]).
+    last_sync_us: AtomicU64,
+    /// Groups the log task took after handing its thread's other tasks over (`mntr`'s
+    /// `lk_log_handoffs`).
+    handoffs: AtomicU64,
     /// Tests: the next record write panics.
     #[cfg(test)]
     panic_at_write: AtomicBool,
@@ -456,40 +480,56 @@ struct Job {
 
 impl Shared {
     /// Writes `first` and everything queued behind it as one group, lets go of the writer while
-    /// it syncs (so the other thread, in thread mode, can write the next), then publishes.
-    fn take_group(&self, me: usize, mut writer: MutexGuard<'_, Writer>, first: WriterMsg) {
+    /// it syncs (so the other thread, in thread mode, can write the next), then publishes. On a
+    /// runtime's worker (`on`), a group that may hold the thread long (see [`holds_long`]) runs
+    /// after the thread's other tasks were handed to another thread; the rest runs right here.
+    fn take_group(&self, me: usize, mut writer: MutexGuard<'_, Writer>, first: WriterMsg, on: On) {
         // Dropped before `writer` (a parameter outlives the body's locals), so a panic marks the
         // log failed before anyone else can take the writer.
         let _failed_if_panicking = FailOnPanic(self);
         let received = Instant::now();
         let mut queued = vec![first];
         queued.extend(writer.rx.try_iter());
-        let follow_until = lock(&self.follow).until.take();
-        if let Some(until) = follow_until
-            && self.sync == SyncMode::Always
-            && queued.len() == 1
-        {
-            // The last group woke watchers: give the woken a moment to write, and sync both.
-            let wait = until.saturating_duration_since(Instant::now());
-            if let Ok(next) = writer.rx.recv_timeout(wait) {
-                queued.push(next);
+        let follow_until = lock(&self.follow)
+            .until
+            .take()
+            .filter(|_| self.sync == SyncMode::Always && queued.len() == 1);
+        let long = holds_long(
+            self.sync,
+            follow_until.is_some(),
+            queued_bytes(&queued),
+            self.last_sync_us.load(Ordering::Relaxed),
+        );
+        let take = move || {
+            if let Some(until) = follow_until {
+                // The last group woke watchers: give the woken a moment to write, and sync both.
+                let wait = until.saturating_duration_since(Instant::now());
+                if let Ok(next) = writer.rx.recv_timeout(wait) {
+                    queued.push(next);
+                    queued.extend(writer.rx.try_iter());
+                }
+            }
+            if self.sync == SyncMode::Always && queued_bytes(&queued) > OVERLAP_MAX {
+                // A big group: the load is heavy, and syncs in parallel would only split the
+                // groups and spend CPU; let the sync in flight end and take what came meanwhile.
+                self.wait_for_syncs();
                 queued.extend(writer.rx.try_iter());
             }
-        }
-        if self.sync == SyncMode::Always && queued_bytes(&queued) > OVERLAP_MAX {
-            // A big group: the load is heavy, and syncs in parallel would only split the
-            // groups and spend CPU; let the sync in flight end and take what came meanwhile.
-            self.wait_for_syncs();
-            queued.extend(writer.rx.try_iter());
-        }
-        self.taken(&queued);
-        let Some(job) = writer.write_group(self, me, queued, received) else {
-            return;
+            self.taken(&queued);
+            let Some(job) = writer.write_group(self, me, queued, received) else {
+                return;
+            };
+            let in_flight = SyncInFlight::start(self);
+            drop(writer);
+            self.sync_and_publish(me, job);
+            drop(in_flight);
         };
-        let in_flight = SyncInFlight::start(self);
-        drop(writer);
-        self.sync_and_publish(me, job);
-        drop(in_flight);
+        if on.hands_off(long) {
+            self.handoffs.fetch_add(1, Ordering::Relaxed);
+            tokio::task::block_in_place(take);
+        } else {
+            take();
+        }
     }
 
     /// The core is gone (the queue is closed): writes what is still queued, syncs and
@@ -555,7 +595,12 @@ impl Shared {
                 return;
             }
             job.synced = Instant::now();
-            self.fsync_time.observe(job.synced - job.written);
+            let took = job.synced - job.written;
+            self.fsync_time.observe(took);
+            self.last_sync_us.store(
+                u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
         }
         let released = {
             let mut publish = lock(&self.publish);

@@ -143,8 +143,10 @@ fn mntr(view: &View, out: &mut String) {
     }
     // Keeper's own keys after ZooKeeper's (clients read mntr as key-value lines, and skip
     // keys they do not know): each stage of the write path, in microseconds, and the log's
-    // syncs (several traced replies may share one) with their recent p50, when there are any.
+    // syncs (several traced replies may share one) with their recent p50, when there are any,
+    // and its groups taken after a thread hand-off.
     let _ = writeln!(out, "lk_log_syncs\t{}", view.log_syncs);
+    let _ = writeln!(out, "lk_log_handoffs\t{}", view.log_handoffs);
     if let Some(p50) = view.log_sync_p50_us() {
         let _ = writeln!(out, "lk_log_sync_p50_us\t{p50}");
     }

@@ -27,6 +27,8 @@ fn publish() -> Publish {
 #[derive(Debug, Clone, Copy)]
 enum Runtime {
     MultiThread,
+    /// Multi-threaded, with one worker.
+    OneWorker,
     CurrentThread,
     None,
 }
@@ -94,9 +96,14 @@ where
             .unwrap()
     };
     match runtime {
-        Runtime::MultiThread => {
+        Runtime::MultiThread | Runtime::OneWorker => {
+            let workers = if matches!(runtime, Runtime::OneWorker) {
+                1
+            } else {
+                2
+            };
             let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(workers)
                 .enable_all()
                 .build()
                 .unwrap();
@@ -470,19 +477,94 @@ where
 
 #[test]
 fn after_a_write_that_woke_watchers_the_next_waits_for_the_woken_and_both_take_one_sync() {
-    let (syncs, alone) = after_a_first_flush(true, LONG_WINDOW, |mut log, next| async move {
-        let syncs = log.fsync_time().count();
-        log.append(next, 1000, &create(1));
-        log.flush();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let alone = log.durable_zxid() >= next;
-        log.append(next + 1, 1000, &create(2));
-        log.flush();
-        durable_through(&log, next + 1).await;
-        (log.fsync_time().count() - syncs, alone)
-    });
+    let (syncs, alone, handoffs) =
+        after_a_first_flush(true, LONG_WINDOW, |mut log, next| async move {
+            let (syncs, handoffs) = (log.fsync_time().count(), log.handoffs());
+            log.append(next, 1000, &create(1));
+            log.flush();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let alone = log.durable_zxid() >= next;
+            log.append(next + 1, 1000, &create(2));
+            log.flush();
+            durable_through(&log, next + 1).await;
+            (
+                log.fsync_time().count() - syncs,
+                alone,
+                log.handoffs() - handoffs,
+            )
+        });
     assert!(!alone, "the first flush was synced without waiting");
     assert_eq!(syncs, 1, "the two flushes were synced apart");
+    // The wait held the log task's thread: its other tasks (the core's, which makes the
+    // awaited write) were handed to another thread first.
+    assert!(
+        handoffs >= 1,
+        "the wait for the woken held a worker with its tasks"
+    );
+}
+
+#[test]
+fn a_group_may_hold_its_thread_long_when_it_waits_for_the_woken_is_big_or_follows_a_slow_sync() {
+    use SyncMode::{Always, None as Never};
+    let light = 100;
+    let quick = QUICK_SYNC_US;
+    assert!(!holds_long(Always, false, light, quick), "light and quick");
+    assert!(
+        holds_long(Always, true, light, quick),
+        "waits for the woken"
+    );
+    assert!(
+        holds_long(Always, false, OVERLAP_MAX + 1, quick),
+        "a heavy load's group"
+    );
+    assert!(
+        !holds_long(Always, false, OVERLAP_MAX, quick),
+        "at the bound"
+    );
+    assert!(
+        holds_long(Always, false, light, quick + 1),
+        "after a slow sync"
+    );
+    // Never synced: a write(2) alone, however big.
+    assert!(!holds_long(Never, false, OVERLAP_MAX + 1, quick + 1));
+}
+
+/// Flushes `groups` records one by one in `runtime`, each made durable before the next;
+/// answers how many of them the log took after a thread hand-off, and how many of them came
+/// after a sync slower than `QUICK_SYNC_US` (a segment's first sync, which writes its zeros
+/// ahead, often is).
+fn handoffs_of_lone_flushes(runtime: Runtime, groups: i64) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let first = crate::disk::recovery::FIRST_ZXID;
+    run_in(runtime, dir.path(), move |mut log, _| async move {
+        let mut after_slow = 0;
+        let mut last_sync_us = 0;
+        for i in 0..groups {
+            after_slow += u64::from(last_sync_us > QUICK_SYNC_US);
+            log.append(first + i, 1000, &create(i));
+            log.flush();
+            durable_through(&log, first + i).await;
+            // Stored before the mark was published.
+            last_sync_us = log.shared.last_sync_us.load(Ordering::Relaxed);
+        }
+        (log.handoffs(), after_slow)
+    })
+}
+
+#[test]
+fn a_light_group_on_a_runtime_worker_is_taken_without_a_thread_hand_off() {
+    let (handoffs, after_slow) = handoffs_of_lone_flushes(Runtime::MultiThread, 6);
+    assert_eq!(
+        handoffs, after_slow,
+        "only the groups after a slow sync were taken after a hand-off"
+    );
+}
+
+#[test]
+fn on_a_runtime_of_one_worker_every_group_is_taken_after_a_thread_hand_off() {
+    // The worker's other tasks have no other worker to run on while it syncs.
+    let (handoffs, _) = handoffs_of_lone_flushes(Runtime::OneWorker, 3);
+    assert_eq!(handoffs, 3);
 }
 
 #[test]

@@ -6,12 +6,13 @@
 //! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
 //!   as a rule on the core's own thread (tokio's slot for the task woken last), where it runs
 //!   once the core yields (at once when the core has nothing more queued; under a burst, when
-//!   the core's cooperative budget runs out) and writes and syncs right there, while
-//!   `block_in_place` hands the thread's other tasks, the core among them, to a thread of the
-//!   blocking pool. So a lone write waits for no parked thread before its write and sync (the
-//!   pool's thread is woken beside them): on a small machine that wake-up was a tenth of a
-//!   lock cycle. While it is at work, flushes wake nobody: it takes what was queued during its
-//!   sync before it stops, so under a steady load the core keeps its thread and the syncs run
+//!   the core's cooperative budget runs out). A light group is written and synced right there,
+//!   with no other thread woken: the core, if a request wakes it meanwhile, runs on another
+//!   worker. What may hold the thread long (waiting for the woken's write, a heavy load's big
+//!   group, a slow disk; see `holds_long`), and every group on a runtime of one
+//!   worker, first hands the thread's other tasks, the core among them, to a thread of the
+//!   blocking pool (`block_in_place`). While it is at work, flushes wake nobody: it takes
+//!   what was queued during its sync before it stops, so under a steady load the syncs run
 //!   back to back. The task lives on the runtime the log was opened in (the server's core and
 //!   log share one); should that runtime shut down first, a thread inherits the work.
 //! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
@@ -46,6 +47,28 @@ pub(super) enum Placement {
     Threads,
 }
 
+/// The thread a group is taken on, which decides whether a group that may hold it long is
+/// taken after a thread hand-off (see the module doc).
+#[derive(Clone, Copy)]
+pub(super) enum On {
+    /// A thread of the log's own (log threads, the heir): it blocks.
+    OwnThread,
+    /// A runtime's worker, in the log task: a group that may hold it long first hands the
+    /// worker's other tasks to another thread; with no other worker to run them, every group
+    /// does.
+    Worker { alone: bool },
+}
+
+impl On {
+    /// Whether a group that may hold the thread `long` is taken after a hand-off.
+    pub(super) fn hands_off(self, long: bool) -> bool {
+        match self {
+            On::OwnThread => false,
+            On::Worker { alone } => long || alone,
+        }
+    }
+}
+
 impl Placement {
     /// A task on the current runtime if it is multi-threaded, else threads.
     pub(super) fn here() -> Placement {
@@ -71,7 +94,10 @@ impl Workers {
         match placement {
             Placement::Task(runtime) => {
                 let wake = Arc::new(Notify::new());
-                runtime.spawn(shared.clone().task(wake.clone()));
+                let on = On::Worker {
+                    alone: runtime.metrics().num_workers() < 2,
+                };
+                runtime.spawn(shared.clone().task(wake.clone(), on));
                 Ok(Workers::Task(wake))
             }
             Placement::Threads => {
@@ -117,7 +143,7 @@ impl Workers {
 
 impl Shared {
     /// The log task: waits for a flush's wake-up and works until the log closes.
-    async fn task(self: Arc<Self>, wake: Arc<Notify>) {
+    async fn task(self: Arc<Self>, wake: Arc<Notify>, on: On) {
         let _heir = Heir(self.clone());
         loop {
             // Listening before looking at `closed`, so the stop's wake-up cannot fall between
@@ -133,11 +159,9 @@ impl Shared {
             if self.queued_msgs.load(Ordering::SeqCst) == 0 {
                 continue;
             }
-            // Here, on the thread the flush woke this task on: the runtime hands the thread's
-            // other tasks to another thread while this one writes.
-            let worked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                tokio::task::block_in_place(|| self.work());
-            }));
+            // Here, on the thread the flush woke this task on (see `On::hands_off` for when a
+            // group lets the thread's other tasks go first).
+            let worked = std::panic::catch_unwind(AssertUnwindSafe(|| self.work(on)));
             if worked.is_err() {
                 self.working.store(false, Ordering::SeqCst);
                 self.panicked();
@@ -161,18 +185,17 @@ impl Shared {
             let Ok(first) = writer.rx.recv() else {
                 return;
             };
-            self.take_group(me, writer, first);
+            self.take_group(me, writer, first, On::OwnThread);
         }
     }
 
-    /// The log task's work, inside `block_in_place`: takes groups until nothing is queued. A
-    /// flush that sees the task at work wakes nobody, so after it clears `working` it looks
-    /// once more.
-    fn work(&self) {
+    /// The log task's work: takes groups until nothing is queued. A flush that sees the task
+    /// at work wakes nobody, so after it clears `working` it looks once more.
+    fn work(&self, on: On) {
         self.working.store(true, Ordering::SeqCst);
         loop {
             let mut took = false;
-            while self.take_queued() {
+            while self.take_queued(on) {
                 took = true;
             }
             self.working.store(false, Ordering::SeqCst);
@@ -190,12 +213,12 @@ impl Shared {
 
     /// Takes what is queued, if anything (a stored wake-up may find it taken already); says
     /// whether it did.
-    fn take_queued(&self) -> bool {
+    fn take_queued(&self, on: On) -> bool {
         let writer = lock(&self.writer);
         let Ok(first) = writer.rx.try_recv() else {
             return false;
         };
-        self.take_group(0, writer, first);
+        self.take_group(0, writer, first, on);
         true
     }
 }
