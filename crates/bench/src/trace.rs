@@ -67,6 +67,8 @@ fn all_stages() -> impl Iterator<Item = &'static str> {
 }
 /// The key of the log's sync count among the [`Totals`] (its count; no sum).
 const SYNCS: &str = "log syncs";
+/// The key of the log's groups taken after a thread hand-off (`lk_log_handoffs`; a count).
+const HANDOFFS: &str = "log hand-offs";
 /// fdatasyncs of the 4 KiB overwrite measured for the floor (fewer if [`SYNC_LIMIT`] passes).
 const SYNC_SAMPLES: u32 = 2000;
 /// The longest the fdatasync measurement may take.
@@ -458,6 +460,12 @@ impl Pairs {
         syncs / (2 * self.times.pairs.max(1)) as f64
     }
 
+    /// The log's groups taken after a thread hand-off, per op.
+    fn handoffs_per_op(&self) -> f64 {
+        let handoffs = self.stages.get(HANDOFFS).map_or(0.0, |(count, _)| *count);
+        handoffs / (2 * self.times.pairs.max(1)) as f64
+    }
+
     /// What the client, its library and the loopback took of a mean op: what Keeper's stages
     /// do not account for.
     fn outside_us(&self) -> f64 {
@@ -478,6 +486,7 @@ impl Pairs {
             ("op_p99_us", q(&t.per_op, 0.99)),
             ("op_mean_us", Json::num(self.op_mean_us())),
             ("log_syncs_per_op", Json::num(self.syncs_per_op())),
+            ("log_handoffs_per_op", Json::num(self.handoffs_per_op())),
             ("client_and_loopback_us", Json::num(self.outside_us())),
             ("stages_mean_us_per_reply", stage_json(&self.stages, None)),
         ])
@@ -623,7 +632,7 @@ fn print_pairs(runs: &[(&str, &Pairs)]) {
         let t = &p.times;
         println!(
             "{name}, one synchronous client, {} {}: per pair p50 {} p99 {}; per op p50 {} p99 {} \
-             mean {}; log syncs per op {:.2}",
+             mean {}; log syncs per op {:.2}, log thread hand-offs per op {:.2}",
             t.pairs,
             p.what,
             q(&t.per_pair, 0.5),
@@ -632,6 +641,7 @@ fn print_pairs(runs: &[(&str, &Pairs)]) {
             q(&t.per_op, 0.99),
             fmt_us(t.op_total / (2 * t.pairs.max(1)) as u32),
             p.syncs_per_op(),
+            p.handoffs_per_op(),
         );
     }
     let mut header = format!("{:<18}", "mean µs per op");
@@ -875,6 +885,8 @@ fn parse_totals(mntr: &str) -> Result<Totals, String> {
         };
         if key == "lk_log_syncs" {
             totals.insert(SYNCS.to_string(), (number()?, 0.0));
+        } else if key == "lk_log_handoffs" {
+            totals.insert(HANDOFFS.to_string(), (number()?, 0.0));
         } else if let Some(rest) = key.strip_prefix("lk_write_stage_") {
             if let Some(stage) = rest.strip_suffix("_count") {
                 totals.entry(stage.to_string()).or_default().0 = number()?;
@@ -947,8 +959,9 @@ mod tests {
             ("reaction".to_string(), (0.0, 0.0)),
         ]
         .into();
-        let mut mntr =
-            String::from("zk_version\t3.8.0-lockkeeper\nzk_avg_latency\t0.1\nlk_log_syncs\t7\n");
+        let mut mntr = String::from(
+            "zk_version\t3.8.0-lockkeeper\nzk_avg_latency\t0.1\nlk_log_syncs\t7\nlk_log_handoffs\t3\n",
+        );
         for stage in pipeline() {
             mntr.push_str(&format!(
                 "lk_write_stage_{stage}_count\t2\nlk_write_stage_{stage}_us_sum\t5.5\nlk_write_stage_{stage}_us_max\t3.0\n"
@@ -957,6 +970,7 @@ mod tests {
         let parsed = parse_totals(&mntr).expect("parse");
         assert_eq!(parsed["queue"], (2.0, 5.5));
         assert_eq!(parsed[SYNCS].0, 7.0);
+        assert_eq!(parsed[HANDOFFS].0, 3.0);
         assert!(parse_totals("zk_version\t3.8.0\n").is_err(), "no stages");
         assert!(
             parse_totals("lk_log_syncs\tmany\n").is_err(),
