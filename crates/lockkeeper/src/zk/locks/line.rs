@@ -636,8 +636,12 @@ impl PendingNode {
         let mut parent_attempts = 0;
         loop {
             let client = self.generation.client()?;
-            let create = client.create(&prefix, data, &options);
-            let listing = client.list_children(&queue.dir);
+            // Both in one write, and so in one read of the server's.
+            let (create, listing) = {
+                let _cork = client.cork();
+                let create = client.create(&prefix, data, &options);
+                (create, client.list_children(&queue.dir))
+            };
             let created = create.await;
             let listed = listing.await;
             match created {
