@@ -311,13 +311,20 @@ impl Drop for TxnLog {
     }
 }
 
-/// Whether taking a group may hold its thread long: while it waits for the woken's write
-/// (`follows`: the core, which makes that write, must run meanwhile), under a heavy load (a
-/// group over `OVERLAP_MAX` bytes: the core has the next group to build), or where the last
-/// sync took over `QUICK_SYNC_US` (a slow disk). A light group's write and a quick sync take
-/// less than handing a thread over does.
-fn holds_long(sync: SyncMode, follows: bool, bytes: usize, last_sync_us: u64) -> bool {
-    follows || (sync == SyncMode::Always && (bytes > OVERLAP_MAX || last_sync_us > QUICK_SYNC_US))
+/// Whether taking `queued` may hold its thread long while others need the core: while it
+/// waits for the woken's write (`follows`: the core makes that write); where others write now
+/// or will at once (more than one flush, records that woke watchers, a group over
+/// `OVERLAP_MAX` bytes); where the last sync took over `QUICK_SYNC_US` (a slow disk). What is
+/// left, one client's lone light flush that woke nobody, after a quick sync, is written and
+/// synced sooner than a thread is handed over, and nobody waits for the core meanwhile.
+fn holds_long(sync: SyncMode, follows: bool, queued: &[WriterMsg], last_sync_us: u64) -> bool {
+    let wakes = |msg: &WriterMsg| matches!(msg, WriterMsg::Records { wakes: true, .. });
+    sync == SyncMode::Always
+        && (follows
+            || queued.len() > 1
+            || queued.iter().any(wakes)
+            || queued_bytes(queued) > OVERLAP_MAX
+            || last_sync_us > QUICK_SYNC_US)
 }
 
 pub(crate) fn encode_record(out: &mut Vec<u8>, zxid: i64, time: i64, txn: &Txn) {
@@ -497,7 +504,7 @@ impl Shared {
         let long = holds_long(
             self.sync,
             follow_until.is_some(),
-            queued_bytes(&queued),
+            &queued,
             self.last_sync_us.load(Ordering::Relaxed),
         );
         let take = move || {

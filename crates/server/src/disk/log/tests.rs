@@ -503,30 +503,50 @@ fn after_a_write_that_woke_watchers_the_next_waits_for_the_woken_and_both_take_o
     );
 }
 
+fn records(bytes: usize, wakes: bool) -> WriterMsg {
+    WriterMsg::Records {
+        bytes: vec![0; bytes],
+        first_zxid: Some(1),
+        last_zxid: 1,
+        flushed: Instant::now(),
+        wakes,
+    }
+}
+
 #[test]
-fn a_group_may_hold_its_thread_long_when_it_waits_for_the_woken_is_big_or_follows_a_slow_sync() {
+fn a_group_may_hold_its_thread_long_when_others_need_the_core_or_the_disk_is_slow() {
     use SyncMode::{Always, None as Never};
-    let light = 100;
     let quick = QUICK_SYNC_US;
-    assert!(!holds_long(Always, false, light, quick), "light and quick");
+    let lone = [records(100, false)];
     assert!(
-        holds_long(Always, true, light, quick),
-        "waits for the woken"
+        !holds_long(Always, false, &lone, quick),
+        "one client's lone write"
     );
     assert!(
-        holds_long(Always, false, OVERLAP_MAX + 1, quick),
+        holds_long(Always, true, &lone, quick),
+        "waits for the woken"
+    );
+    let two = [records(100, false), records(100, false)];
+    assert!(holds_long(Always, false, &two, quick), "several writers");
+    assert!(
+        holds_long(Always, false, &[records(100, true)], quick),
+        "woke watchers"
+    );
+    let big = [records(OVERLAP_MAX + 1, false)];
+    assert!(
+        holds_long(Always, false, &big, quick),
         "a heavy load's group"
     );
     assert!(
-        !holds_long(Always, false, OVERLAP_MAX, quick),
+        !holds_long(Always, false, &[records(OVERLAP_MAX, false)], quick),
         "at the bound"
     );
     assert!(
-        holds_long(Always, false, light, quick + 1),
+        holds_long(Always, false, &lone, quick + 1),
         "after a slow sync"
     );
-    // Never synced: a write(2) alone, however big.
-    assert!(!holds_long(Never, false, OVERLAP_MAX + 1, quick + 1));
+    // Never synced: a write(2) alone, whatever the group.
+    assert!(!holds_long(Never, false, &big, quick + 1));
 }
 
 /// Flushes `groups` records one by one in `runtime`, each made durable before the next;

@@ -6,14 +6,15 @@
 //! - **On a multi-threaded tokio runtime, one task.** A flush wakes it when it is not at work,
 //!   as a rule on the core's own thread (tokio's slot for the task woken last), where it runs
 //!   once the core yields (at once when the core has nothing more queued; under a burst, when
-//!   the core's cooperative budget runs out). A light group is written and synced right there,
-//!   with no other thread woken: the core, if a request wakes it meanwhile, runs on another
-//!   worker. What may hold the thread long (waiting for the woken's write, a heavy load's big
-//!   group, a slow disk; see `holds_long`), and every group on a runtime of one
-//!   worker, first hands the thread's other tasks, the core among them, to a thread of the
-//!   blocking pool (`block_in_place`). While it is at work, flushes wake nobody: it takes
-//!   what was queued during its sync before it stops, so under a steady load the syncs run
-//!   back to back. The task lives on the runtime the log was opened in (the server's core and
+//!   the core's cooperative budget runs out). One client's lone light write that woke
+//!   nobody is written and synced right there, with no other thread woken: the core, if a
+//!   request wakes it meanwhile, runs on another worker. A group that may hold the thread
+//!   while others need the core (it waits for the woken's write, several flushes, records
+//!   that woke watchers, a big group, a slow disk; see `holds_long`), and every group on a
+//!   runtime of one worker, first hands the thread's other tasks, the core among them, to a
+//!   thread of the blocking pool (`block_in_place`); `lk_log_handoffs` counts those. While it
+//!   is at work, flushes wake nobody: it takes what was queued during its sync before it
+//!   stops, so under a steady load the syncs run back to back. The task lives on the runtime the log was opened in (the server's core and
 //!   log share one); should that runtime shut down first, a thread inherits the work.
 //! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
 //!   segment files: the one holding the writer waits on the queue, writes a group, lets go and
