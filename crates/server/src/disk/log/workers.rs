@@ -14,8 +14,9 @@
 //!   runtime of one worker, first hands the thread's other tasks, the core among them, to a
 //!   thread of the blocking pool (`block_in_place`); `lk_log_handoffs` counts those. While it
 //!   is at work, flushes wake nobody: it takes what was queued during its sync before it
-//!   stops, so under a steady load the syncs run back to back. The task lives on the runtime the log was opened in (the server's core and
-//!   log share one); should that runtime shut down first, a thread inherits the work.
+//!   stops, so under a steady load the syncs run back to back. The task lives on the runtime
+//!   the log was opened in (the server's core and log share one); should that runtime shut
+//!   down first, a thread inherits the work.
 //! - **Elsewhere (a current-thread runtime, no runtime), two threads** that take turns at the
 //!   segment files: the one holding the writer waits on the queue, writes a group, lets go and
 //!   syncs it; meanwhile the other can write the next group and, if it is small
