@@ -141,7 +141,7 @@ impl Line {
         deadline: Deadline,
         options: HoldOptions,
     ) -> Result<Option<Held>> {
-        self.acquire_node(session, rule, deadline, &node_data(), options)
+        self.acquire_node(session, rule, deadline, node_data(), options)
             .await
     }
 
@@ -595,17 +595,19 @@ pub(crate) struct PendingNode {
 }
 
 /// Data of a lock node: enough for an operator looking at the queue to find the process,
-/// `lockkeeper HOST:PID` (a pid alone names no machine when holders run on several).
-pub(crate) fn node_data() -> Vec<u8> {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let host = HOST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
+/// `lockkeeper HOST:PID` (a pid alone names no machine when holders run on several). Read once
+/// per process: neither changes while it runs, and an acquisition then makes no system call
+/// for it.
+pub(crate) fn node_data() -> &'static [u8] {
+    static DATA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    DATA.get_or_init(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .ok()
             .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "localhost".to_owned())
-    });
-    format!("lockkeeper {host}:{}", std::process::id()).into_bytes()
+            .unwrap_or_else(|| "localhost".to_owned());
+        format!("lockkeeper {host}:{}", std::process::id()).into_bytes()
+    })
 }
 
 const MAX_PARENT_ATTEMPTS: u32 = 5;
@@ -818,6 +820,17 @@ mod tests {
             marker: markers[0],
             markers,
         }
+    }
+
+    #[test]
+    fn a_lock_node_names_this_host_and_process() {
+        let data = String::from_utf8(node_data().to_vec()).expect("utf-8");
+        let (host, pid) = data
+            .strip_prefix("lockkeeper ")
+            .and_then(|rest| rest.rsplit_once(':'))
+            .unwrap_or_else(|| panic!("not `lockkeeper HOST:PID`: {data:?}"));
+        assert!(!host.is_empty(), "{data:?}");
+        assert_eq!(pid, std::process::id().to_string(), "{data:?}");
     }
 
     #[test]

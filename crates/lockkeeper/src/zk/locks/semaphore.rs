@@ -278,7 +278,7 @@ impl Semaphore {
             let mut pending = Vec::with_capacity(n as usize);
             for _ in 0..n {
                 let mut node = PendingNode::new(&self.leases, generation);
-                let (name, czxid, _) = node.create(&self.leases, &node_data()).await?;
+                let (name, czxid, _) = node.create(&self.leases, node_data()).await?;
                 pending.push(Lease { node, name, czxid });
             }
             loop {
