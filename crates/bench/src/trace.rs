@@ -5,10 +5,11 @@
 //! durable write cannot go under), then runs these workloads and reads Keeper's write-path trace
 //! (`mntr`'s `lk_write_stage_*` keys, see the server's `trace` module) before and after each:
 //!
-//! 1. **one synchronous client** doing create+delete pairs, three times: through
-//!    `zookeeper-client`, through `lockkeeper-zk-client` and through a client with no library
-//!    (`wire`); and one session's uncontended `zk::Mutex` lock -> release cycles, timed the
-//!    same way (the acquisition's create and listing as one op, the release as the other).
+//! 1. **one synchronous client** doing create+delete pairs, four times: through
+//!    `zookeeper-client`, through `lockkeeper-zk-client`, and through a client with no library
+//!    (`wire`) on a blocking socket and on a tokio socket awaited in the task; and one
+//!    session's uncontended `zk::Mutex` lock -> release cycles, timed the same way (the
+//!    acquisition's create and listing as one op, the release as the other).
 //!    For each: p50/p99 per pair and per op, each stage's mean per traced reply and its share
 //!    of the client's mean per op, and the rest ("client + loopback": the client, the kernel's
 //!    loopback both ways); the library-free client's pairs also on a second Keeper that never
@@ -172,6 +173,7 @@ async fn measure(
     let library = library_pairs(addr, settings).await?;
     let own = own_client_pairs(addr, settings).await?;
     let bare = bare_pairs(addr, settings).await?;
+    let in_task = task_pairs(addr, settings).await?;
     let mut unsynced = bare_pairs(unsynced_addr, settings).await?;
     unsynced.what = UNSYNCED_PAIRS;
     let cycles = mutex_cycles(addr, settings).await?;
@@ -179,6 +181,7 @@ async fn measure(
         ("(a) zookeeper-client", &library),
         ("(b) lockkeeper-zk-client", &own),
         ("(c) no client library", &bare),
+        ("(c2) no library, tokio", &in_task),
         ("(d) uncontended Mutex", &cycles),
     ]);
     println!("{}", p50_line(library.p50(), own.p50(), bare.p50()));
@@ -245,6 +248,7 @@ async fn measure(
         ("durable_pairs", library.json()),
         ("durable_pairs_lockkeeper_zk_client", own.json()),
         ("durable_pairs_no_library", bare.json()),
+        ("durable_pairs_no_library_tokio", in_task.json()),
         ("unsynced_pairs_no_library", unsynced.json()),
         ("uncontended_mutex_cycles", cycles.json()),
         (
@@ -512,6 +516,15 @@ async fn bare_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxE
     let times = tokio::task::spawn_blocking(move || wire.pairs(pairs, limit))
         .await
         .map_err(|e| format!("library-free client on {addr}: {e}"))??;
+    Ok(Pairs::of(times, delta(&before, &totals(addr).await?)))
+}
+
+/// The same library-free client on a tokio socket, in this task: what a tokio client's
+/// wake-ups on each reply cost next to a blocking read, with no library between.
+async fn task_pairs(addr: SocketAddr, settings: &Settings) -> Result<Pairs, BoxError> {
+    let mut wire = wire::warmed_up_in_task(addr, OP_LIMIT).await?;
+    let before = totals(addr).await?;
+    let times = wire.pairs(settings.pairs, settings.limit).await?;
     Ok(Pairs::of(times, delta(&before, &totals(addr).await?)))
 }
 
@@ -1033,6 +1046,7 @@ mod tests {
             "durable_pairs",
             "durable_pairs_lockkeeper_zk_client",
             "durable_pairs_no_library",
+            "durable_pairs_no_library_tokio",
             "uncontended_mutex_cycles",
             "durable_pairs_lockkeeper_zk_client_block_on",
         ] {
