@@ -25,9 +25,9 @@
 //!    `AtomicLong` (losers try again at once) and a resign handoff in a `LeaderLatch` (the
 //!    leader requeues, the next participant is granted), each with its rate, log syncs per
 //!    operation and each stage's time per operation, as for the handoff;
-//! 4. **the targets** (see [`targets`]): the library-free durable pairs, the uncontended
-//!    Mutex cycles and the never-synced pairs again, alternating, and the contended handoff
-//!    again, to `--trace-trials` trials in all; each target judged on the medians.
+//! 4. **the targets** (see [`targets`]): the library-free durable pairs (on both sockets), the
+//!    uncontended Mutex cycles and the never-synced pairs again, alternating, and the contended
+//!    handoff again, to `--trace-trials` trials in all; each target judged on the medians.
 //!
 //! Bounded: each run by a count and by `--duration`, each wait by `--connect-timeout` or a
 //! fixed limit; both Keepers are killed on every way out (each is a [`ChildServer`]).
@@ -203,6 +203,7 @@ async fn measure(
     let mut trials = Trials {
         durable_pair_us: vec![micros(bare.p50())],
         unsynced_pair_us: vec![micros(unsynced.p50())],
+        tokio_pair_us: vec![micros(in_task.p50())],
         cycle_us: vec![micros(cycles.p50())],
         cycle_syncs: vec![2.0 * cycles.syncs_per_op()],
         handoff_syncs: vec![handoff_syncs],
@@ -210,7 +211,12 @@ async fn measure(
     };
     println!();
     for trial in 1..settings.trials {
-        let mut order = [TrialRun::Durable, TrialRun::Cycles, TrialRun::Unsynced];
+        let mut order = [
+            TrialRun::Durable,
+            TrialRun::Tokio,
+            TrialRun::Cycles,
+            TrialRun::Unsynced,
+        ];
         if trial % 2 == 1 {
             order.reverse();
         }
@@ -220,6 +226,10 @@ async fn measure(
                     let pairs = bare_pairs(addr, settings).await?;
                     trials.durable_pair_us.push(micros(pairs.p50()));
                     trials.keeper_sync_us.push(keeper_sync_p50(addr).await?);
+                }
+                TrialRun::Tokio => {
+                    let pairs = task_pairs(addr, settings).await?;
+                    trials.tokio_pair_us.push(micros(pairs.p50()));
                 }
                 TrialRun::Cycles => {
                     let cycles = mutex_cycles(addr, settings).await?;
@@ -501,6 +511,7 @@ impl Pairs {
 #[derive(Clone, Copy)]
 enum TrialRun {
     Durable,
+    Tokio,
     Cycles,
     Unsynced,
 }
@@ -1087,6 +1098,7 @@ mod tests {
         let trials = field(&json, "trials");
         for key in [
             "durable_pair_p50_us",
+            "tokio_pair_p50_us",
             "unsynced_pair_p50_us",
             "uncontended_cycle_p50_us",
             "log_syncs_per_uncontended_cycle",

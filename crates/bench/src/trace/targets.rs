@@ -12,7 +12,9 @@
 //!   after each trial's durable pairs) plus 0.05 ms: what Keeper adds to a pair's two syncs.
 //!
 //! The runs behind the last two alternate within each trial, every other trial in reverse
-//! order, so that drift during the run favours none of them.
+//! order, so that drift during the run favours none of them. Beside them, with no target of its
+//! own, the same library-free pairs on a tokio socket in a task: the cycle's p50 over theirs is
+//! what lockkeeper's client and recipe add to what any tokio client pays on each reply.
 
 use std::time::Duration;
 
@@ -36,6 +38,8 @@ pub(crate) struct Trials {
     pub durable_pair_us: Vec<f64>,
     /// p50 of the same pairs on the Keeper that never syncs, µs.
     pub unsynced_pair_us: Vec<f64>,
+    /// p50 of the same durable pairs on a tokio socket awaited in a task, µs.
+    pub tokio_pair_us: Vec<f64>,
     /// p50 of one session's uncontended `zk::Mutex` lock -> release cycles, µs.
     pub cycle_us: Vec<f64>,
     /// Log syncs per uncontended cycle.
@@ -161,11 +165,12 @@ impl Trials {
     pub(crate) fn lines(&self) -> Vec<String> {
         let n = self.durable_pair_us.len();
         let mut lines = vec![format!(
-            "{n} trials, each running (c), (d) and (c) on the Keeper that never syncs, every \
-             other one in reverse order, and (e): median (min–max)"
+            "{n} trials, each running (c), (c2), (d) and (c) on the Keeper that never syncs, \
+             every other one in reverse order, and (e): median (min–max)"
         )];
-        let figures: [(&str, &[f64], Format); 6] = [
+        let figures: [(&str, &[f64], Format); 7] = [
             ("(c) durable pair p50", &self.durable_pair_us, fmt_ms),
+            ("(c2) tokio-socket pair p50", &self.tokio_pair_us, fmt_ms),
             ("Keeper's fdatasync p50", &self.keeper_sync_us, fmt_ms),
             ("(c) never-synced pair p50", &self.unsynced_pair_us, fmt_ms),
             ("(d) uncontended cycle p50", &self.cycle_us, fmt_ms),
@@ -178,7 +183,19 @@ impl Trials {
         }
         lines.push("targets, from the medians:".into());
         lines.extend(self.checks().iter().map(Check::row));
+        lines.push(format!(
+            "  {:<52} {:>10}  (no target: what the client library and the recipe add)",
+            "uncontended cycle p50 / tokio-socket pair p50",
+            self.cycle_over_tokio_pair().map_or("-".into(), fmt_ratio)
+        ));
         lines
+    }
+
+    /// The cycle's median p50 over the tokio-socket pairs'.
+    fn cycle_over_tokio_pair(&self) -> Option<f64> {
+        Self::median(&self.cycle_us)
+            .zip(Self::median(&self.tokio_pair_us))
+            .map(|(c, t)| c / t)
     }
 
     /// Each figure's spread and the targets' verdicts.
@@ -187,6 +204,11 @@ impl Trials {
             |values: &[f64]| Spread::of(values.iter().copied()).map_or(Json::Null, |s| s.json());
         Json::obj(vec![
             ("durable_pair_p50_us", spread(&self.durable_pair_us)),
+            ("tokio_pair_p50_us", spread(&self.tokio_pair_us)),
+            (
+                "uncontended_cycle_over_tokio_pair",
+                Json::opt_num(self.cycle_over_tokio_pair()),
+            ),
             ("unsynced_pair_p50_us", spread(&self.unsynced_pair_us)),
             ("keeper_fdatasync_p50_us", spread(&self.keeper_sync_us)),
             ("uncontended_cycle_p50_us", spread(&self.cycle_us)),
@@ -212,6 +234,7 @@ mod tests {
         Trials {
             durable_pair_us: vec![400.0, 100.0, 420.0],
             unsynced_pair_us: vec![50.0, 10.0, 60.0],
+            tokio_pair_us: vec![410.0, 110.0, 430.0],
             cycle_us: vec![430.0, 120.0, 900.0],
             cycle_syncs: vec![2.0, 2.0, 2.5],
             handoff_syncs: vec![1.05, 1.6, 1.0],
@@ -237,6 +260,9 @@ mod tests {
         let ratio = v[2].1.expect("cycle ratio");
         assert!((ratio - 430.0 / 400.0).abs() < 1e-9, "{ratio}");
         assert_eq!(v[2].2, Some(true));
+        let lines = trials().lines().join("\n");
+        // 430 over the median tokio-socket pair, 410.
+        assert!(lines.contains(&format!("{:.2}x", 430.0 / 410.0)), "{lines}");
         // 400 <= 50 + 2 x 150 + 50, on the median of Keeper's syncs.
         assert_eq!(v[3].2, Some(true));
         let mut t = trials();
