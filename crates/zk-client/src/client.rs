@@ -131,7 +131,9 @@ impl Connector {
         self
     }
 
-    /// How long the first connection may take, over all hosts. Default 5 s.
+    /// How long the first connection may take, over all hosts, and the longest a reconnection
+    /// waits on one host for its answer before trying the next (or the same one again).
+    /// Default 5 s.
     pub fn connection_timeout(mut self, timeout: Duration) -> Connector {
         self.connection_timeout = timeout;
         self

@@ -869,8 +869,13 @@ async fn reconnect(shared: &Shared) -> std::result::Result<Connection, (Error, S
     let settings = &shared.settings;
     let mut hosts = settings.connect.hosts.clone();
     shuffle(&mut hosts);
-    let per_host =
-        (shared.negotiated_timeout() / hosts.len().max(1) as u32).max(Duration::from_millis(100));
+    // ZooKeeper's own client gives each host its share of the session timeout. A host that
+    // accepts and never answers (a ZooKeeper still starting can hold a connection that way)
+    // would then keep a session with one host from its next, answered, attempt until the
+    // server had expired it: no attempt waits longer than the connection timeout.
+    let per_host = (shared.negotiated_timeout() / hosts.len().max(1) as u32)
+        .min(settings.connection_timeout)
+        .max(Duration::from_millis(100));
     let mut round = 0u32;
     loop {
         for host in &hosts {

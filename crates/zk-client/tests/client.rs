@@ -902,3 +902,93 @@ async fn a_silent_host_does_not_keep_the_others_from_being_tried() {
     .await;
     held.abort();
 }
+
+/// A reconnection that reaches a host which accepts and never answers (as a ZooKeeper still
+/// starting may) gives that attempt up after the connection timeout, not the session timeout:
+/// its next attempt resumes the same session, long before the server would have expired it.
+#[tokio::test]
+async fn a_reconnection_gives_up_a_silent_connection_and_resumes_the_session() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    each_backend(|b| async move {
+        let n = b.name;
+        let upstream: std::net::SocketAddr = b.connect.parse().expect("one 127.0.0.1:PORT");
+        // In front of the server: relays connections, or, while `silent`, accepts and holds
+        // them without a byte in either direction.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front = listener.local_addr().unwrap();
+        let silent = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(AtomicUsize::new(0));
+        let relays = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let front_task = tokio::spawn({
+            let (silent, held, relays) = (silent.clone(), held.clone(), relays.clone());
+            async move {
+                let mut holding = Vec::new();
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if silent.load(Ordering::SeqCst) {
+                        holding.push(client);
+                        held.fetch_add(1, Ordering::SeqCst);
+                        continue;
+                    }
+                    let relay = tokio::spawn(async move {
+                        if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    relays.lock().unwrap().push(relay);
+                }
+            }
+        });
+        let session_timeout = Duration::from_secs(16);
+        let zk = b
+            .within(
+                "connect through the front",
+                Client::connector()
+                    .session_timeout(session_timeout)
+                    .connection_timeout(Duration::from_secs(1))
+                    .connect(&front.to_string()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{n}: {e}"));
+        let id = zk.session_id();
+        let mut states = zk.state_watcher();
+
+        // The connection breaks, and the next one the client makes is held silent.
+        silent.store(true, Ordering::SeqCst);
+        for relay in relays.lock().unwrap().drain(..) {
+            relay.abort();
+        }
+        assert_eq!(
+            b.within("disconnected", states.changed()).await,
+            SessionState::Disconnected,
+            "{n}"
+        );
+        b.within("a connection held silent", async {
+            while held.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let since = std::time::Instant::now();
+        silent.store(false, Ordering::SeqCst);
+        assert_eq!(
+            b.within("reconnected", states.changed()).await,
+            SessionState::SyncConnected,
+            "{n}"
+        );
+        // Waiting out the silent connection would take the session's timeout (after which the
+        // server expires it); giving it up takes the connection timeout. A loose bound between.
+        assert!(
+            since.elapsed() < session_timeout / 2,
+            "{n}: reconnected after {:?}",
+            since.elapsed()
+        );
+        assert_eq!(zk.session_id(), id, "{n}: the same session");
+        zk.check_stat("/")
+            .await
+            .unwrap_or_else(|e| panic!("{n}: {e}"));
+        front_task.abort();
+    })
+    .await;
+}

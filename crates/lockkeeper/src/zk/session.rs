@@ -291,7 +291,8 @@ impl SessionBuilder {
     /// then fails with [`Error::Connect`] naming each host and what happened there (refused,
     /// timed out, not a ZooKeeper server). Default 5 s. It bounds each attempt to connect a
     /// new session after `Lost` too, and sets how soon a silent connection is given up
-    /// (the client library pings within it).
+    /// (the client library pings within it), and how long a suspended session's reconnection
+    /// waits on one host that accepted it but has not answered before trying again.
     pub fn connection_timeout(mut self, timeout: Duration) -> SessionBuilder {
         self.connection_timeout = timeout;
         self
