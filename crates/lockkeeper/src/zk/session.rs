@@ -289,10 +289,10 @@ impl SessionBuilder {
     /// How long [`connect`](SessionBuilder::connect) may take in all: it keeps trying the
     /// hosts of the connect string until a session is established or this time has passed,
     /// then fails with [`Error::Connect`] naming each host and what happened there (refused,
-    /// timed out, not a ZooKeeper server). Default 5 s. It bounds each attempt to connect a
-    /// new session after `Lost` too, and sets how soon a silent connection is given up
-    /// (the client library pings within it), and how long a suspended session's reconnection
-    /// waits on one host that accepted it but has not answered before trying again.
+    /// timed out, not a ZooKeeper server). Default 5 s. It also bounds each attempt to connect
+    /// a new session after `Lost`, sets how soon a silent connection is given up (the client
+    /// library pings within it), and caps how long a suspended session's reconnection waits
+    /// on a host that accepted it without answering before it tries again.
     pub fn connection_timeout(mut self, timeout: Duration) -> SessionBuilder {
         self.connection_timeout = timeout;
         self
