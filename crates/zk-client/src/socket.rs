@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::BytesMut;
 use lockkeeper_tls::{ClientConfig, ServerName, Stream};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::error::HostFailure;
@@ -63,9 +64,32 @@ impl Socket {
     }
 
     /// Reads what arrived into `buf` without waiting; `Ok(0)` at the end of the stream.
+    ///
+    /// On plain TCP, a read that leaves room in `buf` took everything the socket held, so it
+    /// also clears the socket's readiness: the next [`Socket::readable`] then waits for new
+    /// bytes instead of resolving at once for a read that could only say `WouldBlock`. That
+    /// saves one `recvfrom(2)` per reply, as tokio's own `AsyncRead` saves it. Bytes arriving
+    /// after the read make the socket ready again, and tokio keeps that newer readiness: it
+    /// clears only the readiness this read was made on.
     pub(crate) fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
         match self {
-            Socket::Plain(tcp) => tcp.try_read_buf(buf),
+            Socket::Plain(tcp) => {
+                let mut read = None;
+                let outcome = tcp.try_io(Interest::READABLE, || {
+                    let room = buf.capacity() - buf.len();
+                    let n = tcp.try_read_buf(buf)?;
+                    read = Some(n);
+                    if n > 0 && n < room {
+                        Err(io::ErrorKind::WouldBlock.into())
+                    } else {
+                        Ok(n)
+                    }
+                });
+                match (outcome, read) {
+                    (Err(err), Some(n)) if err.kind() == io::ErrorKind::WouldBlock => Ok(n),
+                    (outcome, _) => outcome,
+                }
+            }
             Socket::Tls(stream) => stream.try_read_buf(buf),
         }
     }
