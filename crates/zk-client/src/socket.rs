@@ -79,7 +79,7 @@ impl Socket {
                     let room = buf.capacity() - buf.len();
                     let n = tcp.try_read_buf(buf)?;
                     read = Some(n);
-                    if n > 0 && n < room {
+                    if n < room {
                         Err(io::ErrorKind::WouldBlock.into())
                     } else {
                         Ok(n)

@@ -262,6 +262,52 @@ async fn requests_leave_in_call_order_before_they_are_awaited() {
     .await;
 }
 
+/// Replies bigger than one read, and many replies landing across reads, all arrive whole: a
+/// read stops waiting for more only once it has taken everything the socket held.
+#[tokio::test]
+async fn replies_of_every_size_arrive_whole_however_the_reads_fall() {
+    each_backend(|b| async move {
+        let zk = b.client().await;
+        let big = vec![7u8; 900 * 1024];
+        zk.create("/big", &big, &persistent()).await.unwrap();
+        for i in 0..40usize {
+            let value = vec![u8::try_from(i).unwrap(); 1 + i * 997];
+            zk.create(&format!("/sized-{i}"), &value, &persistent())
+                .await
+                .unwrap();
+        }
+        // All within one limit, many times what they take: a read left waiting for bytes the
+        // socket already held would wait for the next ping's reply, seconds away.
+        b.within("every read", async {
+            for round in 0..3 {
+                let (data, _) = zk.get_data("/big").await.unwrap();
+                assert!(
+                    data == big,
+                    "{}: round {round}: {} bytes",
+                    b.name,
+                    data.len()
+                );
+            }
+            // Values of many sizes, all read at once: replies end anywhere in a read.
+            let reads: Vec<_> = (0..40usize)
+                .flat_map(|i| [i, 39 - i])
+                .map(|i| (i, zk.get_data(&format!("/sized-{i}"))))
+                .collect();
+            for (i, read) in reads {
+                let (data, _) = read.await.unwrap();
+                assert_eq!(data.len(), 1 + i * 997, "{}: /sized-{i}", b.name);
+                assert!(
+                    data.iter().all(|&byte| usize::from(byte) == i),
+                    "{}",
+                    b.name
+                );
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
 /// A cork holds requests back, in order, until it is dropped; corks nest.
 #[tokio::test]
 async fn a_cork_holds_requests_back_until_it_is_dropped() {
