@@ -25,9 +25,11 @@
 //!    `AtomicLong` (losers try again at once) and a resign handoff in a `LeaderLatch` (the
 //!    leader requeues, the next participant is granted), each with its rate, log syncs per
 //!    operation and each stage's time per operation, as for the handoff;
-//! 4. **the targets** (see [`targets`]): the library-free durable pairs (on both sockets), the
-//!    uncontended Mutex cycles and the never-synced pairs again, alternating, and the contended
-//!    handoff again, to `--trace-trials` trials in all; each target judged on the medians.
+//! 4. **the targets** (see [`targets`]): `--trace-trials` trials of the library-free durable
+//!    pairs (on both sockets), `lockkeeper-zk-client`'s pairs, the uncontended Mutex cycles and
+//!    the never-synced pairs, timed in rounds that take turns (see [`trials`]), each followed
+//!    by the contended handoff again; each target judged on the medians, and the cycle's p50
+//!    split into the steps between those clients.
 //!
 //! Bounded: each run by a count and by `--duration`, each wait by `--connect-timeout` or a
 //! fixed limit; both Keepers are killed on every way out (each is a [`ChildServer`]).
@@ -49,6 +51,7 @@ use tokio::sync::Barrier;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 mod targets;
+mod trials;
 mod wire;
 
 use super::locks::{close_all, open, open_many};
@@ -96,8 +99,8 @@ pub struct TraceArgs {
     pub trace_clients: u16,
 
     /// With --trace: trials of the runs the targets are judged on (the library-free pairs,
-    /// the uncontended Mutex, the never-synced pairs, alternating, and the contended handoff);
-    /// each target is judged on the medians.
+    /// lockkeeper-zk-client's pairs, the uncontended Mutex and the never-synced pairs, taking
+    /// turns of 50, then the contended handoff); each target is judged on the medians.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub trace_trials: u32,
 }
@@ -199,51 +202,18 @@ async fn measure(
     let counter = counter_run(addr, settings).await?;
     println!();
     let resign = resign_run(addr, settings).await?;
-    // The runs above are the first trial; the others alternate, every other one reversed.
+    // The targets' trials, each ended by a contended handoff run; the one above is the first.
     let mut trials = Trials {
-        durable_pair_us: vec![micros(bare.p50())],
-        unsynced_pair_us: vec![micros(unsynced.p50())],
-        tokio_pair_us: vec![micros(in_task.p50())],
-        cycle_us: vec![micros(cycles.p50())],
-        cycle_syncs: vec![2.0 * cycles.syncs_per_op()],
         handoff_syncs: vec![handoff_syncs],
-        keeper_sync_us: vec![keeper_sync_p50(addr).await?],
+        ..Trials::default()
     };
     println!();
-    for trial in 1..settings.trials {
-        let mut order = [
-            TrialRun::Durable,
-            TrialRun::Tokio,
-            TrialRun::Cycles,
-            TrialRun::Unsynced,
-        ];
-        if trial % 2 == 1 {
-            order.reverse();
+    for trial in 0..settings.trials {
+        trials::trial(addr, unsynced_addr, settings, trial % 2 == 1, &mut trials).await?;
+        if trial > 0 {
+            let (_, syncs) = handoff_run(addr, settings, false).await?;
+            trials.handoff_syncs.push(syncs);
         }
-        for run in order {
-            match run {
-                TrialRun::Durable => {
-                    let pairs = bare_pairs(addr, settings).await?;
-                    trials.durable_pair_us.push(micros(pairs.p50()));
-                    trials.keeper_sync_us.push(keeper_sync_p50(addr).await?);
-                }
-                TrialRun::Tokio => {
-                    let pairs = task_pairs(addr, settings).await?;
-                    trials.tokio_pair_us.push(micros(pairs.p50()));
-                }
-                TrialRun::Cycles => {
-                    let cycles = mutex_cycles(addr, settings).await?;
-                    trials.cycle_us.push(micros(cycles.p50()));
-                    trials.cycle_syncs.push(2.0 * cycles.syncs_per_op());
-                }
-                TrialRun::Unsynced => {
-                    let pairs = bare_pairs(unsynced_addr, settings).await?;
-                    trials.unsynced_pair_us.push(micros(pairs.p50()));
-                }
-            }
-        }
-        let (_, syncs) = handoff_run(addr, settings, false).await?;
-        trials.handoff_syncs.push(syncs);
     }
     for line in trials.lines() {
         println!("{line}");
@@ -428,6 +398,20 @@ impl PairTimes {
         self.pairs
     }
 
+    /// The p50 of a pair.
+    fn p50(&self) -> Duration {
+        Duration::from_micros(self.per_pair.value_at_quantile(0.5))
+    }
+
+    /// Adds `other`'s pairs to these.
+    fn absorb(&mut self, other: &PairTimes) -> Result<(), BoxError> {
+        self.per_pair.add(&other.per_pair)?;
+        self.per_op.add(&other.per_op)?;
+        self.op_total += other.op_total;
+        self.pairs += other.pairs;
+        Ok(())
+    }
+
     /// One pair: the create sent at `t0` and answered at `t1`, the delete answered at `t2`.
     pub(crate) fn record(&mut self, t0: Instant, t1: Instant, t2: Instant) {
         record(&mut self.per_op, t1 - t0);
@@ -461,7 +445,7 @@ impl Pairs {
     }
 
     fn p50(&self) -> Duration {
-        Duration::from_micros(self.times.per_pair.value_at_quantile(0.5))
+        self.times.p50()
     }
 
     /// Mean client-observed time per op, in µs.
@@ -505,15 +489,6 @@ impl Pairs {
             ("stages_mean_us_per_reply", stage_json(&self.stages, None)),
         ])
     }
-}
-
-/// The runs a trial of the targets alternates.
-#[derive(Clone, Copy)]
-enum TrialRun {
-    Durable,
-    Tokio,
-    Cycles,
-    Unsynced,
 }
 
 /// One synchronous client with no library (ZooKeeper's wire protocol on a blocking socket, on
@@ -1099,6 +1074,7 @@ mod tests {
         for key in [
             "durable_pair_p50_us",
             "tokio_pair_p50_us",
+            "zk_client_pair_p50_us",
             "unsynced_pair_p50_us",
             "uncontended_cycle_p50_us",
             "log_syncs_per_uncontended_cycle",

@@ -11,15 +11,17 @@
 //!   Keeper) plus two p50s of Keeper's own fdatasyncs (`mntr`'s `lk_log_sync_p50_us`, read
 //!   after each trial's durable pairs) plus 0.05 ms: what Keeper adds to a pair's two syncs.
 //!
-//! The runs behind the last two alternate within each trial, every other trial in reverse
-//! order, so that drift during the run favours none of them. Beside them, with no target of its
-//! own, the same library-free pairs on a tokio socket in a task: the cycle's p50 over theirs is
-//! what lockkeeper's client and recipe add to what any tokio client pays on each reply.
+//! The runs behind the last two take turns within each trial (see the `trials` module), so
+//! that drift during the run favours none of them. Two more runs take their turns with them,
+//! with no target of their own, to split the cycle's ratio into its steps (see
+//! [`Trials::steps`]): the same library-free pairs on a tokio socket awaited in a task, and the
+//! same pairs through `lockkeeper-zk-client`.
 
 use std::time::Duration;
 
 use lockkeeper_load::stats::Json;
 
+use super::trials::ROUND;
 use crate::report::{Spread, met_json, verdict};
 
 /// Most log syncs per contended handoff.
@@ -40,6 +42,8 @@ pub(crate) struct Trials {
     pub unsynced_pair_us: Vec<f64>,
     /// p50 of the same durable pairs on a tokio socket awaited in a task, µs.
     pub tokio_pair_us: Vec<f64>,
+    /// p50 of the same durable pairs through `lockkeeper-zk-client`, µs.
+    pub library_pair_us: Vec<f64>,
     /// p50 of one session's uncontended `zk::Mutex` lock -> release cycles, µs.
     pub cycle_us: Vec<f64>,
     /// Log syncs per uncontended cycle.
@@ -98,6 +102,19 @@ impl Check {
             ("met", met_json(self.met())),
         ])
     }
+}
+
+/// One step of the cycle's ratio to the library-free pair: one run's median p50 over the
+/// one below it.
+pub(crate) struct Step {
+    /// Which runs, as the trace names them: `(b)/(c2)`.
+    pub ratio: &'static str,
+    /// Its name in `--json`.
+    pub key: &'static str,
+    /// What the step adds.
+    pub what: &'static str,
+    /// `None` when either run is missing.
+    pub value: Option<f64>,
 }
 
 /// How a figure is printed.
@@ -165,12 +182,14 @@ impl Trials {
     pub(crate) fn lines(&self) -> Vec<String> {
         let n = self.durable_pair_us.len();
         let mut lines = vec![format!(
-            "{n} trials, each running (c), (c2), (d) and (c) on the Keeper that never syncs, \
-             every other one in reverse order, and (e): median (min–max)"
+            "{n} trials, each timing (c), (c2), (b), (d) and (c) on the Keeper that never syncs \
+             in turns of {ROUND}, every other turn in reverse order, and running (e): \
+             median (min–max)"
         )];
-        let figures: [(&str, &[f64], Format); 7] = [
+        let figures: [(&str, &[f64], Format); 8] = [
             ("(c) durable pair p50", &self.durable_pair_us, fmt_ms),
             ("(c2) tokio-socket pair p50", &self.tokio_pair_us, fmt_ms),
+            ("(b) zk-client pair p50", &self.library_pair_us, fmt_ms),
             ("Keeper's fdatasync p50", &self.keeper_sync_us, fmt_ms),
             ("(c) never-synced pair p50", &self.unsynced_pair_us, fmt_ms),
             ("(d) uncontended cycle p50", &self.cycle_us, fmt_ms),
@@ -183,19 +202,55 @@ impl Trials {
         }
         lines.push("targets, from the medians:".into());
         lines.extend(self.checks().iter().map(Check::row));
-        lines.push(format!(
-            "  {:<52} {:>10}  (no target: what the client library and the recipe add)",
-            "uncontended cycle p50 / tokio-socket pair p50",
-            self.cycle_over_tokio_pair().map_or("-".into(), fmt_ratio)
-        ));
+        lines.push(
+            "the cycle over the library-free pair, step by step (medians; no targets):".into(),
+        );
+        for step in self.steps() {
+            lines.push(format!(
+                "  {:<10} {:>6}  {}",
+                step.ratio,
+                step.value.map_or("-".into(), fmt_ratio),
+                step.what
+            ));
+        }
         lines
     }
 
-    /// The cycle's median p50 over the tokio-socket pairs'.
-    fn cycle_over_tokio_pair(&self) -> Option<f64> {
-        Self::median(&self.cycle_us)
-            .zip(Self::median(&self.tokio_pair_us))
-            .map(|(c, t)| c / t)
+    /// The cycle's ratio to the library-free pair, as the product of the steps between the
+    /// runs: what each layer adds at the medians. The first step is tokio's and the kernel's
+    /// (a tokio client with no library), the next two are lockkeeper's.
+    pub(crate) fn steps(&self) -> [Step; 4] {
+        let ratio = |over: &[f64], under: &[f64]| {
+            Self::median(over)
+                .zip(Self::median(under))
+                .map(|(o, u)| o / u)
+        };
+        [
+            Step {
+                ratio: "(c2)/(c)",
+                key: "tokio_over_blocking",
+                what: "a tokio socket awaited in the task, over a blocking one: the runtime's wake-up on each reply",
+                value: ratio(&self.tokio_pair_us, &self.durable_pair_us),
+            },
+            Step {
+                ratio: "(b)/(c2)",
+                key: "zk_client_over_tokio",
+                what: "lockkeeper-zk-client over the tokio socket: the client library",
+                value: ratio(&self.library_pair_us, &self.tokio_pair_us),
+            },
+            Step {
+                ratio: "(d)/(b)",
+                key: "cycle_over_zk_client",
+                what: "the Mutex cycle over lockkeeper-zk-client's pair: the recipe",
+                value: ratio(&self.cycle_us, &self.library_pair_us),
+            },
+            Step {
+                ratio: "(d)/(c2)",
+                key: "cycle_over_tokio",
+                what: "the Mutex cycle over the tokio socket: all that lockkeeper adds",
+                value: ratio(&self.cycle_us, &self.tokio_pair_us),
+            },
+        ]
     }
 
     /// Each figure's spread and the targets' verdicts.
@@ -205,9 +260,15 @@ impl Trials {
         Json::obj(vec![
             ("durable_pair_p50_us", spread(&self.durable_pair_us)),
             ("tokio_pair_p50_us", spread(&self.tokio_pair_us)),
+            ("zk_client_pair_p50_us", spread(&self.library_pair_us)),
             (
-                "uncontended_cycle_over_tokio_pair",
-                Json::opt_num(self.cycle_over_tokio_pair()),
+                "steps",
+                Json::obj(
+                    self.steps()
+                        .iter()
+                        .map(|step| (step.key, Json::opt_num(step.value)))
+                        .collect(),
+                ),
             ),
             ("unsynced_pair_p50_us", spread(&self.unsynced_pair_us)),
             ("keeper_fdatasync_p50_us", spread(&self.keeper_sync_us)),
@@ -235,6 +296,7 @@ mod tests {
             durable_pair_us: vec![400.0, 100.0, 420.0],
             unsynced_pair_us: vec![50.0, 10.0, 60.0],
             tokio_pair_us: vec![410.0, 110.0, 430.0],
+            library_pair_us: vec![415.0, 115.0, 420.0],
             cycle_us: vec![430.0, 120.0, 900.0],
             cycle_syncs: vec![2.0, 2.0, 2.5],
             handoff_syncs: vec![1.05, 1.6, 1.0],
@@ -261,8 +323,19 @@ mod tests {
         assert!((ratio - 430.0 / 400.0).abs() < 1e-9, "{ratio}");
         assert_eq!(v[2].2, Some(true));
         let lines = trials().lines().join("\n");
-        // 430 over the median tokio-socket pair, 410.
-        assert!(lines.contains(&format!("{:.2}x", 430.0 / 410.0)), "{lines}");
+        // The steps, each a ratio of medians: 410/400, 415/410, 430/415 and 430/410.
+        let steps: Vec<_> = trials().steps().iter().map(|s| s.value).collect();
+        let expected = [410.0 / 400.0, 415.0 / 410.0, 430.0 / 415.0, 430.0 / 410.0];
+        for (step, expected) in steps.iter().zip(expected) {
+            let step = step.expect("every run measured");
+            assert!((step - expected).abs() < 1e-9, "{step} against {expected}");
+            assert!(lines.contains(&format!("{expected:.2}x")), "{lines}");
+        }
+        let product: f64 = steps[..3].iter().map(|s| s.unwrap_or(0.0)).product();
+        assert!(
+            (product - 430.0 / 400.0).abs() < 1e-9,
+            "the steps multiply to the cycle's ratio"
+        );
         // 400 <= 50 + 2 x 150 + 50, on the median of Keeper's syncs.
         assert_eq!(v[3].2, Some(true));
         let mut t = trials();
