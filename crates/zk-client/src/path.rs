@@ -83,7 +83,8 @@ impl ConnectString {
 /// sequence (so `/queue/` is a valid prefix).
 pub(crate) fn check(path: &str, sequential: bool) -> Result<()> {
     let checked = if sequential {
-        validate(&format!("{path}1"))
+        // Joined, not formatted: every lock's create takes this path.
+        validate(&[path, "1"].concat())
     } else {
         validate(path)
     };

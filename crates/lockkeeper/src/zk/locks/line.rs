@@ -115,7 +115,8 @@ impl Line {
     }
 
     fn path_of(&self, name: &str) -> String {
-        format!("{}/{}", self.dir, name)
+        // Joined, not formatted: this runs on every acquisition.
+        [self.dir.as_str(), "/", name].concat()
     }
 
     /// Waits in the queue until `rule` says our node holds, or the deadline passes (`None`).
@@ -612,12 +613,19 @@ pub(crate) fn node_data() -> &'static [u8] {
 
 const MAX_PARENT_ATTEMPTS: u32 = 5;
 
+/// Curator's protection prefix for a node whose create may be retried, `_c_{uuid}-`, written
+/// without the formatting machinery: it is made on every acquisition.
+fn protection(uuid: Uuid) -> String {
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    ["_c_", uuid.hyphenated().encode_lower(&mut buf) as &str, "-"].concat()
+}
+
 impl PendingNode {
     pub(crate) fn new(queue: &Line, generation: &Arc<Generation>) -> PendingNode {
         PendingNode {
             generation: generation.clone(),
             dir: queue.dir.clone(),
-            protection: format!("_c_{}-", Uuid::new_v4()),
+            protection: protection(Uuid::new_v4()),
             marker: queue.marker,
             created: None,
             armed: true,
@@ -632,7 +640,7 @@ impl PendingNode {
         queue: &Line,
         data: &[u8],
     ) -> Result<(String, i64, Option<Vec<String>>)> {
-        let prefix = format!("{}/{}{}", self.dir, self.protection, self.marker);
+        let prefix = [self.dir.as_str(), "/", &self.protection, self.marker].concat();
         let options = CreateOptions::new(CreateMode::EphemeralSequential);
         let mut attempt = 1;
         let mut parent_attempts = 0;
@@ -831,6 +839,14 @@ mod tests {
             .unwrap_or_else(|| panic!("not `lockkeeper HOST:PID`: {data:?}"));
         assert!(!host.is_empty(), "{data:?}");
         assert_eq!(pid, std::process::id().to_string(), "{data:?}");
+    }
+
+    #[test]
+    fn the_protection_prefix_is_curators() {
+        let uuid = Uuid::from_u128(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        assert_eq!(protection(uuid), "_c_01234567-89ab-cdef-fedc-ba9876543210-");
+        let fresh = Uuid::new_v4();
+        assert_eq!(protection(fresh), format!("_c_{fresh}-"));
     }
 
     #[test]
