@@ -1075,6 +1075,7 @@ mod tests {
             "durable_pair_p50_us",
             "tokio_pair_p50_us",
             "zk_client_pair_p50_us",
+            "lock_requests_p50_us",
             "unsynced_pair_p50_us",
             "uncontended_cycle_p50_us",
             "log_syncs_per_uncontended_cycle",

@@ -12,10 +12,10 @@
 //!   after each trial's durable pairs) plus 0.05 ms: what Keeper adds to a pair's two syncs.
 //!
 //! The runs behind the last two take turns within each trial (see the `trials` module), so
-//! that drift during the run favours none of them. Two more runs take their turns with them,
+//! that drift during the run favours none of them. Three more runs take their turns with them,
 //! with no target of their own, to split the cycle's ratio into its steps (see
-//! [`Trials::steps`]): the same library-free pairs on a tokio socket awaited in a task, and the
-//! same pairs through `lockkeeper-zk-client`.
+//! [`Trials::steps`]): the same library-free pairs on a tokio socket awaited in a task, the same
+//! pairs through `lockkeeper-zk-client`, and a lock cycle's own requests through that client.
 
 use std::time::Duration;
 
@@ -44,6 +44,8 @@ pub(crate) struct Trials {
     pub tokio_pair_us: Vec<f64>,
     /// p50 of the same durable pairs through `lockkeeper-zk-client`, µs.
     pub library_pair_us: Vec<f64>,
+    /// p50 of a lock cycle's own requests through `lockkeeper-zk-client`, µs.
+    pub lock_requests_us: Vec<f64>,
     /// p50 of one session's uncontended `zk::Mutex` lock -> release cycles, µs.
     pub cycle_us: Vec<f64>,
     /// Log syncs per uncontended cycle.
@@ -182,14 +184,15 @@ impl Trials {
     pub(crate) fn lines(&self) -> Vec<String> {
         let n = self.durable_pair_us.len();
         let mut lines = vec![format!(
-            "{n} trials, each timing (c), (c2), (b), (d) and (c) on the Keeper that never syncs \
+            "{n} trials, each timing (c), (c2), (b), (b2), (d) and (c) on the Keeper that never syncs \
              in turns of {ROUND}, every other turn in reverse order, and running (e): \
              median (min–max)"
         )];
-        let figures: [(&str, &[f64], Format); 8] = [
+        let figures: [(&str, &[f64], Format); 9] = [
             ("(c) durable pair p50", &self.durable_pair_us, fmt_ms),
             ("(c2) tokio-socket pair p50", &self.tokio_pair_us, fmt_ms),
             ("(b) zk-client pair p50", &self.library_pair_us, fmt_ms),
+            ("(b2) lock's requests p50", &self.lock_requests_us, fmt_ms),
             ("Keeper's fdatasync p50", &self.keeper_sync_us, fmt_ms),
             ("(c) never-synced pair p50", &self.unsynced_pair_us, fmt_ms),
             ("(d) uncontended cycle p50", &self.cycle_us, fmt_ms),
@@ -218,8 +221,11 @@ impl Trials {
 
     /// The cycle's ratio to the library-free pair, as the product of the steps between the
     /// runs: what each layer adds at the medians. The first step is tokio's and the kernel's
-    /// (a tokio client with no library), the next two are lockkeeper's.
-    pub(crate) fn steps(&self) -> [Step; 4] {
+    /// (a tokio client with no library); the second is the client library's; the third is what
+    /// the lock's algorithm asks of the server beyond a pair (a listing, an ephemeral sequential
+    /// node with data); the fourth is the recipe's own work in the client. The last line is
+    /// lockkeeper's whole part, the product of the middle three.
+    pub(crate) fn steps(&self) -> [Step; 5] {
         let ratio = |over: &[f64], under: &[f64]| {
             Self::median(over)
                 .zip(Self::median(under))
@@ -239,10 +245,16 @@ impl Trials {
                 value: ratio(&self.library_pair_us, &self.tokio_pair_us),
             },
             Step {
-                ratio: "(d)/(b)",
-                key: "cycle_over_zk_client",
-                what: "the Mutex cycle over lockkeeper-zk-client's pair: the recipe",
-                value: ratio(&self.cycle_us, &self.library_pair_us),
+                ratio: "(b2)/(b)",
+                key: "lock_requests_over_zk_client",
+                what: "a lock cycle's requests over the pair's, through the same client: the lock's algorithm",
+                value: ratio(&self.lock_requests_us, &self.library_pair_us),
+            },
+            Step {
+                ratio: "(d)/(b2)",
+                key: "cycle_over_lock_requests",
+                what: "the Mutex cycle over its own requests sent bare: the recipe's client work",
+                value: ratio(&self.cycle_us, &self.lock_requests_us),
             },
             Step {
                 ratio: "(d)/(c2)",
@@ -261,6 +273,7 @@ impl Trials {
             ("durable_pair_p50_us", spread(&self.durable_pair_us)),
             ("tokio_pair_p50_us", spread(&self.tokio_pair_us)),
             ("zk_client_pair_p50_us", spread(&self.library_pair_us)),
+            ("lock_requests_p50_us", spread(&self.lock_requests_us)),
             (
                 "steps",
                 Json::obj(
@@ -297,6 +310,7 @@ mod tests {
             unsynced_pair_us: vec![50.0, 10.0, 60.0],
             tokio_pair_us: vec![410.0, 110.0, 430.0],
             library_pair_us: vec![415.0, 115.0, 420.0],
+            lock_requests_us: vec![425.0, 118.0, 421.0],
             cycle_us: vec![430.0, 120.0, 900.0],
             cycle_syncs: vec![2.0, 2.0, 2.5],
             handoff_syncs: vec![1.05, 1.6, 1.0],
@@ -323,15 +337,21 @@ mod tests {
         assert!((ratio - 430.0 / 400.0).abs() < 1e-9, "{ratio}");
         assert_eq!(v[2].2, Some(true));
         let lines = trials().lines().join("\n");
-        // The steps, each a ratio of medians: 410/400, 415/410, 430/415 and 430/410.
+        // The steps, each a ratio of medians: 410/400, 415/410, 421/415, 430/421 and 430/410.
         let steps: Vec<_> = trials().steps().iter().map(|s| s.value).collect();
-        let expected = [410.0 / 400.0, 415.0 / 410.0, 430.0 / 415.0, 430.0 / 410.0];
+        let expected = [
+            410.0 / 400.0,
+            415.0 / 410.0,
+            421.0 / 415.0,
+            430.0 / 421.0,
+            430.0 / 410.0,
+        ];
         for (step, expected) in steps.iter().zip(expected) {
             let step = step.expect("every run measured");
             assert!((step - expected).abs() < 1e-9, "{step} against {expected}");
             assert!(lines.contains(&format!("{expected:.2}x")), "{lines}");
         }
-        let product: f64 = steps[..3].iter().map(|s| s.unwrap_or(0.0)).product();
+        let product: f64 = steps[..4].iter().map(|s| s.unwrap_or(0.0)).product();
         assert!(
             (product - 430.0 / 400.0).abs() < 1e-9,
             "the steps multiply to the cycle's ratio"

@@ -1,15 +1,15 @@
 //! The trials the `--trace` targets are judged on: the same synchronous clients as the stage
 //! tables, timed in rounds that take turns, so that every client samples the same moments.
 //!
-//! A trial opens five clients and warms each up: the library-free client on a blocking socket
-//! (c) and on a tokio socket awaited in the task (c2), `lockkeeper-zk-client` (b), one
-//! session's uncontended `zk::Mutex` (d), and the library-free client on the Keeper that never
-//! syncs. It then times [`ROUND`] pairs (or lock -> release cycles) of each in turn, the order
-//! reversed every other round, until each has its `--trace-pairs` (or `--duration` times five
-//! has passed). This machine's speed drifts over seconds (the disk's flushes, the other guests
-//! of the host): runs of a few seconds one after the other each see a different machine, and
-//! their ratio moved by a quarter from one run to the next. Rounds of tens of milliseconds see
-//! the same one.
+//! A trial opens its clients and warms each up: the library-free client on a blocking socket
+//! (c) and on a tokio socket awaited in the task (c2), `lockkeeper-zk-client` (b), the same
+//! client sending a lock cycle's own requests (b2: what a `zk::Mutex` cycle asks of the server,
+//! with none of the recipe around it), one session's uncontended `zk::Mutex` (d), and the
+//! library-free client on the Keeper that never syncs. It then times [`ROUND`] pairs (or lock
+//! -> release cycles) of each in turn, the order reversed every other round, until each has its
+//! `--trace-pairs` (or `--duration` times five has passed). A machine's speed drifts over
+//! seconds, so runs of a few seconds one after another each see a different machine, and the
+//! ratio of their p50s moves with the drift; rounds of tens of milliseconds see the same one.
 //!
 //! Each client is idle while another's round runs, so each pair is timed alone, as in the
 //! stage tables' runs. Keeper's log syncs are counted around each round of (d), so its syncs
@@ -33,6 +33,10 @@ pub(super) const ROUND: u32 = 50;
 const PAIR_PATH: &str = "/trace-pair";
 /// The lock the Mutex client cycles on.
 const LOCK_PATH: &str = "/trace-mutex";
+/// The directory (b2) creates its lock nodes in.
+const REQUESTS_DIR: &str = "/trace-requests";
+/// (b2)'s node prefix: as long as a lock's protected prefix, `_c_{uuid}-lock-`.
+const REQUESTS_PREFIX: &str = "/trace-requests/_c_00000000-0000-4000-8000-000000000000-lock-";
 
 /// The clients of one trial, in the order a round runs them.
 #[derive(Clone, Copy)]
@@ -40,6 +44,7 @@ enum Run {
     Durable,
     Tokio,
     Library,
+    Requests,
     Cycles,
     Unsynced,
 }
@@ -58,11 +63,18 @@ pub(super) async fn trial(
     let mut task = wire::warmed_up_in_task(addr, OP_LIMIT).await?;
     let library = within("connect", own::Client::connect(&addr.to_string())).await??;
     library_round(&library, ROUND, &mut PairTimes::new()).await?;
+    let persistent = own::CreateOptions::new(own::CreateMode::Persistent);
+    match within("create", library.create(REQUESTS_DIR, b"", &persistent)).await? {
+        Ok(_) | Err(own::Error::NodeExists) => {}
+        Err(e) => return Err(format!("create {REQUESTS_DIR}: {e}").into()),
+    }
+    let data = lock_data();
+    requests_round(&library, &data, ROUND, &mut PairTimes::new()).await?;
     let session = open(&addr.to_string(), settings.connect_limit).await?;
     let outcome = async {
         let mutex = session.mutex(LOCK_PATH)?;
         cycle_round(&mutex, ROUND, &mut PairTimes::new()).await?;
-        let mut times: [PairTimes; 5] = std::array::from_fn(|_| PairTimes::new());
+        let mut times: [PairTimes; 6] = std::array::from_fn(|_| PairTimes::new());
         let mut cycle_syncs = 0.0;
         let pairs = u64::from(settings.pairs);
         let started = Instant::now();
@@ -73,6 +85,7 @@ pub(super) async fn trial(
                 Run::Durable,
                 Run::Tokio,
                 Run::Library,
+                Run::Requests,
                 Run::Cycles,
                 Run::Unsynced,
             ];
@@ -85,6 +98,7 @@ pub(super) async fn trial(
                     Run::Durable => durable.round(n, settings.limit, times).await?,
                     Run::Tokio => times.absorb(&task.pairs(n, settings.limit).await?)?,
                     Run::Library => library_round(&library, n, times).await?,
+                    Run::Requests => requests_round(&library, &data, n, times).await?,
                     Run::Cycles => {
                         let before = totals(addr).await?;
                         cycle_round(&mutex, n, times).await?;
@@ -100,6 +114,7 @@ pub(super) async fn trial(
         trials.durable_pair_us.push(p50(Run::Durable));
         trials.tokio_pair_us.push(p50(Run::Tokio));
         trials.library_pair_us.push(p50(Run::Library));
+        trials.lock_requests_us.push(p50(Run::Requests));
         trials.cycle_us.push(p50(Run::Cycles));
         trials.unsynced_pair_us.push(p50(Run::Unsynced));
         let cycles = times[Run::Cycles as usize].count().max(1) as f64;
@@ -159,6 +174,41 @@ async fn library_round(
         times.record(t0, t1, Instant::now());
     }
     Ok(())
+}
+
+/// `n` cycles of a lock's own requests through `lockkeeper-zk-client`, added to `times` as
+/// pairs: an ephemeral sequential create with the lock's data and the directory's listing, in
+/// one write, then the delete of the node created. That is what a `zk::Mutex` cycle sends.
+async fn requests_round(
+    client: &own::Client,
+    data: &[u8],
+    n: u32,
+    times: &mut PairTimes,
+) -> Result<(), BoxError> {
+    let sequential = own::CreateOptions::new(own::CreateMode::EphemeralSequential);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let (create, listing) = {
+            let _cork = client.cork();
+            (
+                client.create(REQUESTS_PREFIX, data, &sequential),
+                client.list_children(REQUESTS_DIR),
+            )
+        };
+        let (_, path) = within("create", create).await??;
+        within("listing", listing).await??;
+        let t1 = Instant::now();
+        within("delete", client.delete(&path, None)).await??;
+        times.record(t0, t1, Instant::now());
+    }
+    Ok(())
+}
+
+/// What a lock node holds, `lockkeeper HOST:PID`, so that (b2)'s creates carry as many bytes
+/// as the lock's.
+fn lock_data() -> Vec<u8> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("lockkeeper {}:{}", host.trim(), std::process::id()).into_bytes()
 }
 
 /// `n` uncontended lock -> release cycles, added to `times` as pairs: the acquisition (its
