@@ -26,10 +26,11 @@
 //!    leader requeues, the next participant is granted), each with its rate, log syncs per
 //!    operation and each stage's time per operation, as for the handoff;
 //! 4. **the targets** (see [`targets`]): `--trace-trials` trials of the library-free durable
-//!    pairs (on both sockets), `lockkeeper-zk-client`'s pairs, the uncontended Mutex cycles and
-//!    the never-synced pairs, timed in rounds that take turns (see [`trials`]), each followed
-//!    by the contended handoff again; each target judged on the medians, and the cycle's p50
-//!    split into the steps between those clients.
+//!    pairs (on both sockets), `lockkeeper-zk-client`'s pairs and a lock cycle's requests sent
+//!    bare through it, the uncontended Mutex cycles and the never-synced pairs, timed in rounds
+//!    that take turns (see [`trials`]), each trial but the first followed by the contended
+//!    handoff again; each target judged on the medians, and the cycle's p50 split into the
+//!    steps between those clients.
 //!
 //! Bounded: each run by a count and by `--duration`, each wait by `--connect-timeout` or a
 //! fixed limit; both Keepers are killed on every way out (each is a [`ChildServer`]).
@@ -99,8 +100,9 @@ pub struct TraceArgs {
     pub trace_clients: u16,
 
     /// With --trace: trials of the runs the targets are judged on (the library-free pairs,
-    /// lockkeeper-zk-client's pairs, the uncontended Mutex and the never-synced pairs, taking
-    /// turns of 50, then the contended handoff); each target is judged on the medians.
+    /// lockkeeper-zk-client's pairs and a lock cycle's requests through it, the uncontended
+    /// Mutex and the never-synced pairs, taking turns of 50, then the contended handoff); each
+    /// target is judged on the medians.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub trace_trials: u32,
 }
