@@ -79,15 +79,18 @@ impl Socket {
                     let room = buf.capacity() - buf.len();
                     let n = tcp.try_read_buf(buf)?;
                     read = Some(n);
+                    // `WouldBlock` is what makes tokio clear the readiness.
                     if n < room {
                         Err(io::ErrorKind::WouldBlock.into())
                     } else {
                         Ok(n)
                     }
                 });
-                match (outcome, read) {
-                    (Err(err), Some(n)) if err.kind() == io::ErrorKind::WouldBlock => Ok(n),
-                    (outcome, _) => outcome,
+                // After a read, its count, whatever the closure told tokio; without one, why
+                // not (the socket was not ready, or the read failed).
+                match read {
+                    Some(n) => Ok(n),
+                    None => outcome,
                 }
             }
             Socket::Tls(stream) => stream.try_read_buf(buf),
