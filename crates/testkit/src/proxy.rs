@@ -13,10 +13,12 @@
 //! side is held for the latency (plus a random jitter) before it is written on, in order, as
 //! a slow link (`netem delay`, which this kernel lacks) would deliver it. And it can hold the
 //! server's replies back ([`Proxy::hold_replies`]) while requests still arrive: a request is
-//! carried out and its answer is late, as when the return path stalls.
+//! carried out and its answer is late, as when the return path stalls. Or it can take new
+//! connections and say nothing on them ([`Proxy::silence_new_connections`]), as a server still
+//! starting may: accepted, never read, never answered.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,8 +41,18 @@ pub struct Proxy {
     latency: Arc<Latency>,
     /// Whether what the servers send is held back (see [`Proxy::hold_replies`]).
     replies_held: Arc<watch::Sender<bool>>,
+    /// New connections are held silent (see [`Proxy::silence_new_connections`]).
+    silent: Arc<Silent>,
     relays: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accepts: Vec<JoinHandle<()>>,
+}
+
+/// The silent mode's switch, and the connections it holds (closed with the proxy).
+#[derive(Default)]
+struct Silent {
+    on: AtomicBool,
+    held: Mutex<Vec<tokio::net::TcpStream>>,
+    count: AtomicUsize,
 }
 
 impl Proxy {
@@ -51,11 +63,13 @@ impl Proxy {
         let cut = Arc::new(AtomicBool::new(false));
         let latency = Arc::new(Latency::default());
         let replies_held = Arc::new(watch::Sender::new(false));
+        let silent = Arc::new(Silent::default());
         let relays: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
         let mut addrs = Vec::new();
         let mut accepts = Vec::new();
         for server in upstream.split(',').map(str::trim) {
-            let (addr, accept) = relay(server, &cut, &latency, &replies_held, &relays).await;
+            let (addr, accept) =
+                relay(server, &cut, &latency, &replies_held, &silent, &relays).await;
             addrs.push(addr);
             accepts.push(accept);
         }
@@ -64,9 +78,29 @@ impl Proxy {
             cut,
             latency,
             replies_held,
+            silent,
             relays,
             accepts,
         }
+    }
+
+    /// From now on, accepts each new connection and holds it open without a byte either way
+    /// (the server never hears of it), until [`relay_new_connections`]. Connections already
+    /// relayed go on.
+    ///
+    /// [`relay_new_connections`]: Proxy::relay_new_connections
+    pub fn silence_new_connections(&self) {
+        self.silent.on.store(true, Ordering::SeqCst);
+    }
+
+    /// Relays new connections again; the silent ones stay held until the proxy is dropped.
+    pub fn relay_new_connections(&self) {
+        self.silent.on.store(false, Ordering::SeqCst);
+    }
+
+    /// How many connections have been held silent so far.
+    pub fn silenced(&self) -> usize {
+        self.silent.count.load(Ordering::SeqCst)
     }
 
     /// Holds back everything the servers send from now on, on every connection, until
@@ -158,6 +192,7 @@ async fn relay(
     cut: &Arc<AtomicBool>,
     latency: &Arc<Latency>,
     replies_held: &Arc<watch::Sender<bool>>,
+    silent: &Arc<Silent>,
     relays: &Arc<Mutex<Vec<JoinHandle<()>>>>,
 ) -> (SocketAddr, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -169,12 +204,22 @@ async fn relay(
         let cut = cut.clone();
         let latency = latency.clone();
         let replies_held = replies_held.clone();
+        let silent = silent.clone();
         let relays = relays.clone();
         async move {
             // Ends with the proxy: the task is aborted on drop.
             while let Ok((client, _)) = listener.accept().await {
                 if cut.load(Ordering::SeqCst) {
                     continue; // dropped: closed at once
+                }
+                if silent.on.load(Ordering::SeqCst) {
+                    silent
+                        .held
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(client);
+                    silent.count.fetch_add(1, Ordering::SeqCst);
+                    continue;
                 }
                 let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                     continue;

@@ -954,46 +954,17 @@ async fn a_silent_host_does_not_keep_the_others_from_being_tried() {
 /// its next attempt resumes the same session, long before the server would have expired it.
 #[tokio::test]
 async fn a_reconnection_gives_up_a_silent_connection_and_resumes_the_session() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
     each_backend(|b| async move {
         let n = b.name;
-        let upstream: std::net::SocketAddr = b.connect.parse().expect("one 127.0.0.1:PORT");
-        // In front of the server: relays connections, or, while `silent`, accepts and holds
-        // them without a byte in either direction.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let front = listener.local_addr().unwrap();
-        let silent = Arc::new(AtomicBool::new(false));
-        let held = Arc::new(AtomicUsize::new(0));
-        let relays = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let front_task = tokio::spawn({
-            let (silent, held, relays) = (silent.clone(), held.clone(), relays.clone());
-            async move {
-                let mut holding = Vec::new();
-                while let Ok((mut client, _)) = listener.accept().await {
-                    if silent.load(Ordering::SeqCst) {
-                        holding.push(client);
-                        held.fetch_add(1, Ordering::SeqCst);
-                        continue;
-                    }
-                    let relay = tokio::spawn(async move {
-                        if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
-                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                        }
-                    });
-                    relays.lock().unwrap().push(relay);
-                }
-            }
-        });
+        let proxy = Proxy::start(&b.connect).await;
         let session_timeout = Duration::from_secs(16);
         let zk = b
             .within(
-                "connect through the front",
+                "connect through the proxy",
                 Client::connector()
                     .session_timeout(session_timeout)
                     .connection_timeout(Duration::from_secs(1))
-                    .connect(&front.to_string()),
+                    .connect(&proxy.connect_string()),
             )
             .await
             .unwrap_or_else(|e| panic!("{n}: {e}"));
@@ -1001,23 +972,22 @@ async fn a_reconnection_gives_up_a_silent_connection_and_resumes_the_session() {
         let mut states = zk.state_watcher();
 
         // The connection breaks, and the next one the client makes is held silent.
-        silent.store(true, Ordering::SeqCst);
-        for relay in relays.lock().unwrap().drain(..) {
-            relay.abort();
-        }
+        proxy.silence_new_connections();
+        proxy.cut();
+        proxy.heal();
         assert_eq!(
             b.within("disconnected", states.changed()).await,
             SessionState::Disconnected,
             "{n}"
         );
         b.within("a connection held silent", async {
-            while held.load(Ordering::SeqCst) == 0 {
+            while proxy.silenced() == 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
         .await;
         let since = std::time::Instant::now();
-        silent.store(false, Ordering::SeqCst);
+        proxy.relay_new_connections();
         assert_eq!(
             b.within("reconnected", states.changed()).await,
             SessionState::SyncConnected,
@@ -1034,7 +1004,6 @@ async fn a_reconnection_gives_up_a_silent_connection_and_resumes_the_session() {
         zk.check_stat("/")
             .await
             .unwrap_or_else(|e| panic!("{n}: {e}"));
-        front_task.abort();
     })
     .await;
 }
